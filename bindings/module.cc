@@ -1,0 +1,11 @@
+#include <pybind11/pybind11.h>
+
+#include "bindings/register.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Hora engine: collective operations on DLPack tensors (use the hora package instead)";
+  hora::bindings::registerErrors(m);
+  hora::bindings::registerHandle(m);
+  hora::bindings::registerRuntime(m);
+  hora::bindings::registerStore(m);
+}

@@ -1,0 +1,47 @@
+#pragma once
+// PyHandle: what Python sees of one enqueued operation (hora._core.Handle).
+//
+// Contract:
+// - Owns the imported input tensor (DlpackTensor) until the engine is done with it. If Python
+//   drops the wrapper while the operation still runs, the (engine handle, input) pair moves to a
+//   process-wide deferred list that sweepDeferredReleases() empties as operations finish; it is
+//   swept on every enqueue, wait and shutdown.
+// - Every member function needs the GIL (wait() releases it while blocking).
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "bindings/dlpack.h"
+#include "core/coordinator/handle.h"
+
+namespace hora::bindings {
+
+class PyHandle {
+ public:
+  PyHandle(std::shared_ptr<Handle> handle, std::unique_ptr<DlpackTensor> input)
+      : handle_(std::move(handle)), input_(std::move(input)) {}
+  ~PyHandle();
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+
+  bool poll();
+  // True when done (raising the operation's error, if any); false when the timeout passed first.
+  bool wait(std::optional<double> timeoutSeconds);
+  pybind11::object output();
+  std::vector<int32_t> receivedSplits();
+  int lastJoinedRank();
+
+ private:
+  void requireSuccess(const char* what);
+  void releaseInputIfDone();
+
+  std::shared_ptr<Handle> handle_;
+  std::unique_ptr<DlpackTensor> input_;
+};
+
+// Releases the inputs of dropped handles whose operations have finished. GIL held.
+void sweepDeferredReleases();
+
+}  // namespace hora::bindings

@@ -1,0 +1,12 @@
+#pragma once
+// The pieces of the hora._core extension module; module.cc calls each once, in this order.
+#include <pybind11/pybind11.h>
+
+namespace hora::bindings {
+
+void registerErrors(pybind11::module_& m);   // errors.cc: hora::Error -> hora.errors.*
+void registerHandle(pybind11::module_& m);   // register_handle.cc: class Handle
+void registerRuntime(pybind11::module_& m);  // register_runtime.cc: init, enqueue, process sets...
+void registerStore(pybind11::module_& m);    // register_store.cc: class StoreServer
+
+}  // namespace hora::bindings

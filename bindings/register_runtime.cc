@@ -1,0 +1,297 @@
+// The process-wide Runtime lives here and only here. `state().runtime` is read under a short
+// mutex (never held while blocking or while taking the GIL); init/shutdown/process-set changes are
+// serialised by a second mutex that is only ever taken with the GIL released.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings/dlpack.h"
+#include "bindings/py_handle.h"
+#include "bindings/register.h"
+#include "core/common/errors.h"
+#include "core/common/settings.h"
+#include "core/config.h"
+#include "core/runtime.h"
+#include "core/store/tcp_store.h"
+
+namespace py = pybind11;
+
+namespace hora::bindings {
+namespace {
+
+constexpr const char* kNotInitialized = "Hora has not been initialized; use hora.init().";
+
+struct State {
+  std::mutex mu;           // guards runtime
+  std::shared_ptr<Runtime> runtime;
+
+  std::mutex lifecycleMu;  // serialises start/shutdown; taken only without the GIL; guards:
+  int generation = 0;      // inits attempted by this process (store keys of each live apart)
+  // The rendezvous store rank 0 serves when no launcher does (torchrun, mpirun, Slurm). It
+  // outlives shutdown() so that a re-init on the same port finds it; the generation keeps the
+  // keys of each init apart.
+  std::unique_ptr<TcpStoreServer> store;
+  std::string storeIdentity;  // "port/secret" the store was started with
+};
+
+// Never destroyed: a runtime still running at interpreter exit dies with the process instead of
+// being joined from a static destructor.
+State& state() {
+  static auto* s = new State();
+  return *s;
+}
+
+std::shared_ptr<Runtime> current() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().runtime;
+}
+
+std::shared_ptr<Runtime> requireRuntime() {
+  auto rt = current();
+  if (!rt) throw InvalidArgument(kNotInitialized);
+  return rt;
+}
+
+void setCurrent(std::shared_ptr<Runtime> rt) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().runtime = std::move(rt);
+}
+
+// Rank 0 of a job without a launcher serves the store on every interface. Lifecycle lock held.
+void serveRendezvous(int port, const std::string& secret) {
+  if (port <= 0) throw InvalidArgument("serve_store needs a store port");
+  State& s = state();
+  std::string identity = std::to_string(port) + "/" + secret;
+  if (s.store && s.storeIdentity == identity) return;
+  if (s.store) s.store->stop();
+  s.store.reset();
+  s.store = std::make_unique<TcpStoreServer>("", port, secret);
+  s.storeIdentity = identity;
+}
+
+void init(int rank, int size, int localRank, int localSize, int crossRank, int crossSize,
+          const std::string& transport, const std::string& storeHost, int storePort,
+          bool serveStore, const std::string& secret, const std::string& listenHost,
+          const std::vector<std::vector<int>>& processSets) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw InvalidArgument("invalid topology: rank " + std::to_string(rank) + " of size " +
+                          std::to_string(size));
+  }
+  if (localSize < 1 || localRank < 0 || localRank >= localSize || crossSize < 1 ||
+      crossRank < 0 || crossRank >= crossSize) {
+    throw InvalidArgument("invalid topology: local rank " + std::to_string(localRank) + " of " +
+                          std::to_string(localSize) + ", cross rank " + std::to_string(crossRank) +
+                          " of " + std::to_string(crossSize));
+  }
+  RuntimeOptions options;
+  options.topology = Topology{rank, size, localRank, localSize, crossRank, crossSize};
+  options.transport = transport;
+  options.storeHost = storeHost;
+  options.storePort = storePort;
+  options.secret = secret;
+  options.listenHost = listenHost;
+  options.processSets = processSets;
+  options.settings = Settings::fromEnvironment();
+
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
+  if (auto existing = current()) {
+    if (existing->running()) return;  // already initialized: a no-op, as in Horovod
+    existing->shutdown();             // a runtime that died (peer failure) is replaced
+    setCurrent(nullptr);
+  }
+  if (serveStore) serveRendezvous(storePort, secret);
+  options.generation = state().generation++;
+  std::shared_ptr<Runtime> rt = Runtime::start(options);
+  setCurrent(std::move(rt));
+}
+
+void shutdown() {
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
+    std::shared_ptr<Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lock(state().mu);
+      rt.swap(state().runtime);
+    }
+    if (rt) rt->shutdown();
+  }
+  sweepDeferredReleases();
+}
+
+py::dict topology() {
+  const Topology& t = requireRuntime()->topology();
+  py::dict d;
+  d["rank"] = t.rank;
+  d["size"] = t.size;
+  d["local_rank"] = t.localRank;
+  d["local_size"] = t.localSize;
+  d["cross_rank"] = t.crossRank;
+  d["cross_size"] = t.crossSize;
+  return d;
+}
+
+std::vector<int32_t> toSplits(const py::object& splits) {
+  std::vector<int32_t> out;
+  if (splits.is_none()) return out;
+  for (py::handle item : splits) {
+    auto v = py::cast<long long>(py::int_(py::reinterpret_borrow<py::object>(item)));
+    if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+      throw InvalidArgument("splits must be non-negative 32-bit integers, got " + std::to_string(v));
+    }
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::string>& names,
+                 int processSetId, int reduceOp, double prescale, double postscale, int rootRank,
+                 const py::object& splits, const std::string& callSite,
+                 const std::optional<std::vector<std::optional<std::string>>>& dtypeOverrides) {
+  sweepDeferredReleases();
+  auto rt = requireRuntime();
+  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) {
+    throw InvalidArgument("unknown operation kind " + std::to_string(kind));
+  }
+  if (reduceOp < 0 || reduceOp > static_cast<int>(ReduceOp::Product)) {
+    throw InvalidArgument("unknown reduce op " + std::to_string(reduceOp));
+  }
+  const auto opKind = static_cast<OpKind>(kind);
+  const bool noTensor = opKind == OpKind::Join || opKind == OpKind::Barrier;
+  const size_t n = noTensor ? 1 : py::len(tensors);
+  if (noTensor && py::len(tensors) != 0) {
+    throw InvalidArgument(std::string(opKindName(opKind)) + " takes no tensors");
+  }
+  if (n == 0) throw InvalidArgument("enqueue needs at least one tensor");
+  if (names.size() != n) {
+    throw InvalidArgument("got " + std::to_string(names.size()) + " names for " +
+                          std::to_string(n) + " requests");
+  }
+  if (dtypeOverrides && !noTensor && dtypeOverrides->size() != n) {
+    throw InvalidArgument("dtype_overrides must have one entry per tensor");
+  }
+
+  OpRequest base;
+  base.kind = opKind;
+  base.processSetId = processSetId;
+  base.reduceOp = static_cast<ReduceOp>(reduceOp);
+  base.prescale = prescale;
+  base.postscale = postscale;
+  base.rootRank = rootRank;
+  base.splits = toSplits(splits);
+  base.callSite = callSite;
+
+  std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
+  std::vector<OpRequest> requests(n, base);
+  for (size_t i = 0; i < n; ++i) {
+    requests[i].name = names[i];
+    if (noTensor) continue;  // empty view: no data, no shape
+    std::optional<std::string> override;
+    if (dtypeOverrides) override = (*dtypeOverrides)[i];
+    py::object tensor = tensors[i];
+    inputs[i] = importTensor(tensor, override);
+    requests[i].tensor = inputs[i]->view();
+  }
+
+  // On a throw here the imported inputs are released (GIL held) and nothing was queued.
+  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
+  HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
+                                      " handles for " + std::to_string(n) + " requests");
+  py::list result;
+  for (size_t i = 0; i < n; ++i) {
+    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
+    result.append(py::cast(wrapper, py::return_value_policy::take_ownership));
+  }
+  return result;
+}
+
+int addProcessSet(const std::vector<int>& ranks) {
+  auto rt = requireRuntime();
+  py::gil_scoped_release release;
+  return rt->addProcessSet(ranks);
+}
+
+void removeProcessSet(int id) {
+  auto rt = requireRuntime();
+  py::gil_scoped_release release;
+  rt->removeProcessSet(id);
+}
+
+int ncclBuilt() {
+#if HORA_HAVE_NCCL && defined(HORA_NCCL_VERSION_CODE)
+  return HORA_NCCL_VERSION_CODE;
+#elif HORA_HAVE_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+py::list envVars() {
+  py::list out;
+  for (const EnvVarInfo& v : allEnvVars()) {
+    out.append(py::make_tuple(v.name, v.defaultValue, v.description));
+  }
+  return out;
+}
+
+std::optional<std::string> lookupEnvVar(const std::string& name) {
+  bool declared = false;
+  for (const EnvVarInfo& v : allEnvVars()) declared = declared || name == v.name;
+  if (!declared) {
+    throw InvalidArgument("'" + name + "' is not a declared Hora environment variable " +
+                          "(see core/common/settings.cc)");
+  }
+  std::string value;
+  if (!lookupEnv(name, &value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+void registerRuntime(py::module_& m) {
+  m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("local_rank"),
+        py::arg("local_size"), py::arg("cross_rank"), py::arg("cross_size"),
+        py::arg("transport") = "tcp", py::arg("store_host") = "", py::arg("store_port") = 0,
+        py::arg("serve_store") = false, py::arg("secret") = "", py::arg("listen_host") = "",
+        py::arg("process_sets") = std::vector<std::vector<int>>{},
+        "Start the engine (collective: blocks until every rank connected; GIL released). "
+        "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running.");
+  m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
+  m.def("is_initialized", [] { return current() != nullptr; },
+        "True between init() and shutdown().");
+  m.def("topology", &topology,
+        "dict(rank, size, local_rank, local_size, cross_rank, cross_size); ValueError before init.");
+  m.def("enqueue", &enqueue, py::arg("kind"), py::arg("tensors"), py::arg("names"),
+        py::arg("process_set_id") = 0, py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
+        py::arg("postscale") = 1.0, py::arg("root_rank") = 0, py::arg("splits") = py::none(),
+        py::arg("call_site") = "", py::arg("dtype_overrides") = py::none(),
+        "Submit one group of operations (negotiated and fused together); one Handle per name.");
+  m.def("add_process_set", &addProcessSet, py::arg("ranks"),
+        "Collective over all ranks: register a process set, return its id.");
+  m.def("remove_process_set", &removeProcessSet, py::arg("id"),
+        "Collective over all ranks: remove a process set.");
+  m.def("process_set_ranks", [](int id) { return requireRuntime()->processSetRanks(id); },
+        py::arg("id"), "Global ranks of a process set.");
+  m.def("process_set_ids", [] { return requireRuntime()->processSetIds(); },
+        "Ids of the registered process sets (0 is the world).");
+  m.def("transport_name", [] { return requireRuntime()->transportName(); },
+        "Name of the transport the running engine uses.");
+  m.def("mpi_built", [] { return HORA_HAVE_MPI != 0; }, "True when the MPI transport was built.");
+  m.def("nccl_built", &ncclBuilt, "NCCL version code, 0 when NCCL was not built.");
+  m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");
+  m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");
+  m.def("lookup_env", &lookupEnvVar, py::arg("name"),
+        "Value of HORA_<name>, else HOROVOD_<name>, else None.");
+  m.attr("version") = HORA_VERSION;
+  m.attr("__version__") = HORA_VERSION;
+}
+
+}  // namespace hora::bindings

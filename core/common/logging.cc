@@ -1,0 +1,45 @@
+#include "core/common/logging.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <strings.h>
+
+namespace hora {
+namespace {
+
+std::atomic<int> gLevel{static_cast<int>(LogLevel::Warning)};
+std::atomic<int> gRank{-1};
+std::atomic<bool> gHideTime{false};
+
+const char* kNames[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
+
+}  // namespace
+
+void setLogLevel(const std::string& level) {
+  for (int i = 0; i < 6; ++i) {
+    if (strcasecmp(level.c_str(), kNames[i]) == 0) gLevel = i;
+  }
+}
+
+void setLogRank(int rank) { gRank = rank; }
+void setLogHideTime(bool hide) { gHideTime = hide; }
+
+bool logEnabled(LogLevel level) { return static_cast<int>(level) >= gLevel.load(); }
+
+void logLine(LogLevel level, const std::string& message) {
+  char stamp[32] = "";
+  if (!gHideTime) {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S ", &tm);
+  }
+  std::string line = std::string("[") + stamp + "hora " + kNames[static_cast<int>(level)];
+  if (gRank >= 0) line += " rank " + std::to_string(gRank.load());
+  line += "] " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+}  // namespace hora

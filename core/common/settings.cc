@@ -1,0 +1,126 @@
+#include "core/common/settings.h"
+
+#include <cstdlib>
+#include <strings.h>
+
+#include "core/common/errors.h"
+
+namespace hora {
+
+const std::vector<EnvVarInfo>& allEnvVars() {
+  static const std::vector<EnvVarInfo> kVars = {
+      // Engine tuning.
+      {"CYCLE_TIME", "1", "ms (float) the background loop waits to batch newly enqueued tensors"},
+      {"FUSION_THRESHOLD", "134217728", "bytes of one fused buffer; 0 disables fusion"},
+      {"CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
+      {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
+      {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
+      {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
+      {"LOG_HIDE_TIME", "0", "1 drops timestamps from log lines"},
+      // Observability.
+      {"TIMELINE", "", "path of a Chrome-trace timeline written by rank 0, or DYNAMIC"},
+      {"TIMELINE_MARK_CYCLES", "0", "1 marks every background-loop cycle in the timeline"},
+      {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
+      {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},
+      {"STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds before a stall shuts the job down; 0 = never"},
+      {"DYNAMIC_PROCESS_SETS", "0", "1 allows add_process_set/remove_process_set after init"},
+      // Topology, set by horarun (or derived from torchrun / Slurm variables).
+      {"RANK", "", "this process's rank"},
+      {"SIZE", "", "number of ranks"},
+      {"LOCAL_RANK", "", "rank among the processes on this host"},
+      {"LOCAL_SIZE", "", "number of processes on this host"},
+      {"CROSS_RANK", "", "index of this host among hosts with this local rank"},
+      {"CROSS_SIZE", "", "number of hosts with this local rank"},
+      {"HOSTNAME", "", "name of this host as the launcher knows it"},
+      {"RENDEZVOUS_ADDR", "", "address of the rendezvous store (served by horarun, or by rank 0)"},
+      {"RENDEZVOUS_PORT", "", "port of the rendezvous store"},
+      {"SECRET", "", "job secret every connection proves it knows (set by horarun)"},
+      {"IFACE", "", "network interface whose address ranks listen on"},
+      {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
+      {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
+  };
+  return kVars;
+}
+
+namespace {
+
+const EnvVarInfo* find(const std::string& name) {
+  for (const auto& v : allEnvVars()) {
+    if (name == v.name) return &v;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool lookupEnv(const std::string& name, std::string* value) {
+  HORA_CHECK(find(name) != nullptr, "environment variable " + name + " is not declared");
+  for (const char* prefix : {"HORA_", "HOROVOD_"}) {
+    const char* v = std::getenv((prefix + name).c_str());
+    if (v != nullptr && *v != '\0') {
+      *value = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool envIsSet(const std::string& name) {
+  std::string v;
+  return lookupEnv(name, &v);
+}
+
+std::string envString(const std::string& name) {
+  std::string v;
+  if (lookupEnv(name, &v)) return v;
+  return find(name)->defaultValue;
+}
+
+double envDouble(const std::string& name) {
+  std::string v = envString(name);
+  if (v.empty()) return 0.0;
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str()) throw InvalidArgument("HORA_" + name + "=" + v + " is not a number");
+  return d;
+}
+
+int64_t envInt(const std::string& name) {
+  std::string v = envString(name);
+  if (v.empty()) return 0;
+  char* end = nullptr;
+  long long i = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str()) throw InvalidArgument("HORA_" + name + "=" + v + " is not an integer");
+  return i;
+}
+
+bool envBool(const std::string& name) {
+  std::string v = envString(name);
+  if (strcasecmp(v.c_str(), "true") == 0 || strcasecmp(v.c_str(), "yes") == 0) return true;
+  return std::strtol(v.c_str(), nullptr, 10) > 0;
+}
+
+Settings Settings::fromEnvironment() {
+  Settings s;
+  s.cycleTimeMs = envDouble("CYCLE_TIME");
+  s.fusionThreshold = envInt("FUSION_THRESHOLD");
+  s.cacheCapacity = envInt("CACHE_CAPACITY");
+  s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
+  s.startTimeoutSeconds = envDouble("START_TIMEOUT");
+  s.logLevel = envString("LOG_LEVEL");
+  s.timeline = envString("TIMELINE");
+  s.timelineMarkCycles = envBool("TIMELINE_MARK_CYCLES");
+  s.stallCheckDisable = envBool("STALL_CHECK_DISABLE");
+  s.stallCheckTimeSeconds = envDouble("STALL_CHECK_TIME_SECONDS");
+  s.stallShutdownTimeSeconds = envDouble("STALL_SHUTDOWN_TIME_SECONDS");
+  s.dynamicProcessSets = envBool("DYNAMIC_PROCESS_SETS");
+  s.fusionThresholdSet = envIsSet("FUSION_THRESHOLD");
+  s.cycleTimeSet = envIsSet("CYCLE_TIME");
+  if (s.cycleTimeMs < 0) throw InvalidArgument("HORA_CYCLE_TIME must be >= 0");
+  if (s.fusionThreshold < 0) throw InvalidArgument("HORA_FUSION_THRESHOLD must be >= 0");
+  if (s.cacheCapacity < 0) throw InvalidArgument("HORA_CACHE_CAPACITY must be >= 0");
+  if (s.timeoutSeconds <= 0) throw InvalidArgument("HORA_TIMEOUT_SECONDS must be > 0");
+  return s;
+}
+
+}  // namespace hora

@@ -1,0 +1,49 @@
+#pragma once
+// Settings: every HORA_* environment variable the engine reads is declared once, in the table in
+// settings.cc, with its default and a one-line description. Each variable is also accepted under
+// its HOROVOD_* name (the HORA_ name wins when both are set), so existing job configs keep working.
+// Settings are read once, at init; a later change of the environment needs shutdown() + init().
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hora {
+
+struct EnvVarInfo {
+  const char* name;          // without prefix, e.g. "FUSION_THRESHOLD"
+  const char* defaultValue;  // as text; "" when unset means "not set"
+  const char* description;
+};
+
+// The table, for documentation and `horarun --help-env`.
+const std::vector<EnvVarInfo>& allEnvVars();
+
+// Reads HORA_<name>, then HOROVOD_<name>. Returns false when neither is set (or the name is not in
+// the table, which is a bug caught by HORA_CHECK).
+bool lookupEnv(const std::string& name, std::string* value);
+std::string envString(const std::string& name);   // falls back to the table default
+double envDouble(const std::string& name);
+int64_t envInt(const std::string& name);
+bool envBool(const std::string& name);            // true when the integer value is > 0, or "true"/"yes"
+bool envIsSet(const std::string& name);
+
+struct Settings {
+  double cycleTimeMs = 1.0;                 // CYCLE_TIME
+  int64_t fusionThreshold = 128ll << 20;    // FUSION_THRESHOLD (bytes; 0 disables fusion)
+  int64_t cacheCapacity = 1024;             // CACHE_CAPACITY (0 disables the response cache)
+  double timeoutSeconds = 60.0;             // TIMEOUT_SECONDS: a silent peer fails pending work
+  double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
+  std::string logLevel = "warning";         // LOG_LEVEL
+  std::string timeline;                     // TIMELINE (path or DYNAMIC)
+  bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES
+  bool stallCheckDisable = false;           // STALL_CHECK_DISABLE
+  double stallCheckTimeSeconds = 60.0;      // STALL_CHECK_TIME_SECONDS
+  double stallShutdownTimeSeconds = 0.0;    // STALL_SHUTDOWN_TIME_SECONDS (0 = never)
+  bool dynamicProcessSets = false;          // DYNAMIC_PROCESS_SETS
+  bool fusionThresholdSet = false;          // set explicitly: autotune leaves it alone
+  bool cycleTimeSet = false;
+
+  static Settings fromEnvironment();
+};
+
+}  // namespace hora

@@ -1,0 +1,40 @@
+#pragma once
+// Neutral tensor views and engine-owned output buffers. Frontends describe their tensors with a
+// TensorView (built from DLPack in bindings/); the engine never knows which framework owns it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/dtype.h"
+
+namespace hora {
+
+constexpr int kCpuDevice = -1;
+
+struct TensorView {
+  void* data = nullptr;          // host memory for device == kCpuDevice
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+  int device = kCpuDevice;       // CUDA ordinal for GPU tensors
+
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }
+};
+
+std::string shapeString(const std::vector<int64_t>& shape);  // "[17, 17]"
+
+// Memory the engine allocates for results whose size is known only after negotiation (allgather,
+// alltoall, reducescatter). 64-byte aligned; shared so the bindings can hand it to Python
+// zero-copy and free it when the last view dies.
+struct OutputTensor {
+  std::shared_ptr<uint8_t> storage;
+  DataType dtype = DataType::Float32;
+  std::vector<int64_t> shape;
+
+  void* data() const { return storage.get(); }
+  static OutputTensor allocate(DataType dtype, std::vector<int64_t> shape);
+};
+
+}  // namespace hora

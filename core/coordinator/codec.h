@@ -1,0 +1,35 @@
+#pragma once
+// Binary encoding of negotiation messages. Little-endian, length-prefixed fields, a version byte
+// at the start of every batch. Decoding checks every length against the remaining bytes and
+// throws IoError on a malformed message, so a corrupt frame can never read out of bounds.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/coordinator/messages.h"
+
+namespace hora {
+
+// What a rank tells the coordinator: tensors newly ready, as full requests or as cache bits.
+struct RequestBatch {
+  uint64_t appliedBatches = 0;      // response batches this rank had applied when it sent this
+  std::vector<uint64_t> cacheBits;  // bit s set: the request cached in slot s is ready again
+  std::vector<Request> requests;
+  bool shutdown = false;            // this rank is shutting down
+};
+
+// What the coordinator tells every rank, in the order every rank must follow.
+struct ResponseBatch {
+  uint64_t sequence = 0;
+  std::vector<int32_t> evictedSlots;  // applied before the responses
+  std::vector<Response> responses;
+  bool shutdown = false;
+  std::string shutdownReason;
+};
+
+std::string encodeRequestBatch(const RequestBatch& b);
+RequestBatch decodeRequestBatch(const std::string& bytes);
+std::string encodeResponseBatch(const ResponseBatch& b);
+ResponseBatch decodeResponseBatch(const std::string& bytes);
+
+}  // namespace hora

@@ -1,0 +1,260 @@
+#include "core/coordinator/coordinator.h"
+
+#include <algorithm>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/coordinator/tensor_queue.h"
+#include "core/coordinator/validation.h"
+#include "core/fusion/fusion_planner.h"
+
+namespace hora {
+namespace {
+
+bool cacheable(const Response& r) {
+  switch (r.kind) {
+    case OpKind::Allreduce:
+    case OpKind::Adasum:
+    case OpKind::Allgather:
+    case OpKind::Alltoall:
+    case OpKind::Broadcast:
+    case OpKind::Reducescatter:
+      return !r.withJoinedRanks;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Settings& settings,
+                         int nextProcessSetId)
+    : worldSize_(worldSize),
+      sets_(sets),
+      settings_(settings),
+      cache_(static_cast<size_t>(settings.cacheCapacity)),
+      slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
+      joined_(static_cast<size_t>(worldSize), false),
+      nextProcessSetId_(nextProcessSetId) {}
+
+void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
+  for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
+    uint64_t bits = batch.cacheBits[word];
+    while (bits != 0) {
+      int bit = __builtin_ctzll(bits);
+      bits &= bits - 1;
+      addHit(fromRank, static_cast<int>(word * 64 + bit), batch.appliedBatches);
+    }
+  }
+  for (const auto& r : batch.requests) {
+    if (r.kind == OpKind::Join) {
+      addJoin(fromRank, r);
+    } else {
+      addFull(fromRank, r);
+    }
+  }
+  if (batch.shutdown) requestShutdown("rank " + std::to_string(fromRank) + " shut down");
+}
+
+void Coordinator::requestShutdown(const std::string& reason) {
+  if (shutdown_) return;
+  shutdown_ = true;
+  shutdownReason_ = reason;
+}
+
+void Coordinator::addFull(int fromRank, const Request& request) {
+  auto key = tensorKey(request.processSetId, request.name);
+  // A full request for a cached name means parameters changed on that rank: forget the slot, so
+  // every rank renegotiates this name in full.
+  int slot = cache_.slotOf(key);
+  if (slot >= 0) evictSlot(slot);
+  auto& p = pending_[key];
+  if (p.requests.empty() && p.hitRanks.empty()) {
+    p.processSetId = request.processSetId;
+    p.name = request.name;
+    p.arrival = arrivals_++;
+    p.firstSeen = Clock::now();
+  }
+  Request r = request;
+  r.rank = fromRank;
+  p.requests.push_back(std::move(r));
+}
+
+void Coordinator::addHit(int fromRank, int slot, uint64_t senderApplied) {
+  // Stale: the slot changed in a batch the sender had not applied; it will resend in full.
+  if (!cache_.occupied(slot) || slotChangedAt_[slot] >= senderApplied) return;
+  const auto& key = cache_.key(slot);
+  auto& p = pending_[key];
+  if (p.requests.empty() && p.hitRanks.empty()) {
+    const Response& cached = cache_.response(slot);
+    p.processSetId = cached.processSetId;
+    p.name = cached.names.front();
+    p.arrival = arrivals_++;
+    p.firstSeen = Clock::now();
+  }
+  if (!p.requests.empty()) {
+    // Mixed with full requests: renegotiate in full (the eviction makes this rank resend).
+    evictSlot(slot);
+    return;
+  }
+  p.slot = slot;
+  p.hitRanks.push_back(fromRank);
+}
+
+void Coordinator::addJoin(int fromRank, const Request& request) {
+  if (joined_[fromRank]) return;
+  joined_[fromRank] = true;
+  ++joinedCount_;
+  lastJoined_ = fromRank;
+  joinName_ = request.name;
+  if (joinedCount_ < worldSize_) return;
+  Response r;
+  r.kind = OpKind::Join;
+  r.names = {joinName_};
+  r.lastJoinedRank = lastJoined_;
+  immediate_.push_back(std::move(r));
+  std::fill(joined_.begin(), joined_.end(), false);
+  joinedCount_ = 0;
+}
+
+void Coordinator::evictSlot(int slot) {
+  if (!cache_.occupied(slot)) return;
+  // Ranks that reported this slot will resend in full once they apply the eviction.
+  auto it = pending_.find(cache_.key(slot));
+  if (it != pending_.end() && it->second.slot == slot) {
+    it->second.hitRanks.clear();
+    it->second.slot = -1;
+    if (it->second.requests.empty()) pending_.erase(it);
+  }
+  cache_.evict(slot);
+  slotChangedAt_[slot] = nextSequence_;
+  evictions_.push_back(slot);
+}
+
+bool Coordinator::isReady(const PendingTensor& p) const {
+  if (!sets_.contains(p.processSetId)) return true;  // answered with an error
+  size_t have = p.requests.size() + p.hitRanks.size();
+  if (have == 0) return false;
+  size_t needed = 0;
+  for (int r : sets_.ranks(p.processSetId)) {
+    if (!joined_[r]) ++needed;
+  }
+  // Ranks that submitted and then joined still count as submitted.
+  size_t fromJoined = 0;
+  for (const auto& q : p.requests) fromJoined += joined_[q.rank] ? 1 : 0;
+  for (int r : p.hitRanks) fromJoined += joined_[r] ? 1 : 0;
+  return have - fromJoined >= needed;
+}
+
+Response Coordinator::respond(const std::string& key, PendingTensor& p) {
+  if (!sets_.contains(p.processSetId)) {
+    return errorResponse(p.name, p.processSetId, ResponseError::InvalidArgument,
+                         "process set " + std::to_string(p.processSetId) +
+                             " was removed while tensor '" + p.name + "' waited in it");
+  }
+  bool someJoined = joinedCount_ > 0;
+  if (p.requests.empty()) {
+    // Every rank reported a cache hit: the cached response holds.
+    Response r = cache_.response(p.slot);
+    cache_.touch(p.slot);
+    r.cacheSlots = {p.slot};
+    if (someJoined) {
+      if (r.kind != OpKind::Allreduce) return joinUnsupportedResponse(p.name, p.processSetId, r.kind);
+      r.withJoinedRanks = true;
+      r.cacheSlots = {-1};
+    }
+    return r;
+  }
+  std::sort(p.requests.begin(), p.requests.end(),
+            [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  NegotiationInput in;
+  in.requests = &p.requests;
+  for (const auto& q : p.requests) in.setRanks.push_back(sets_.setRankOf(p.processSetId, q.rank));
+  in.setSize = sets_.size(p.processSetId);
+  in.someRanksJoined = someJoined;
+  Response r = constructResponse(in);
+  if (r.kind == OpKind::AddProcessSet || r.kind == OpKind::RemoveProcessSet) {
+    finishProcessSetResponse(r);
+  }
+  if (r.kind == OpKind::Error) {
+    int slot = cache_.slotOf(key);
+    if (slot >= 0) evictSlot(slot);
+  } else if (cacheable(r)) {
+    assignSlot(key, p, r);
+  }
+  return r;
+}
+
+void Coordinator::assignSlot(const std::string& key, const PendingTensor& p, Response& r) {
+  if (!cache_.enabled()) return;
+  int slot = cache_.chooseSlot([this, &key](int s) {
+    const auto& victim = cache_.key(s);
+    if (victim == key) return true;
+    auto it = pending_.find(victim);
+    return it == pending_.end() || it->second.hitRanks.empty();
+  });
+  if (slot < 0) return;
+  if (cache_.occupied(slot)) {
+    if (!warnedFull_) {
+      HORA_LOG(Warning, "response cache is full (HORA_CACHE_CAPACITY=" << cache_.capacity()
+                        << "); evicting least recently used entries. A larger capacity avoids "
+                           "renegotiating tensors in full.");
+      warnedFull_ = true;
+    }
+    evictSlot(slot);
+  }
+  r.cacheSlots = {slot};
+  cache_.put(slot, key, p.requests.front(), r);
+  slotChangedAt_[slot] = nextSequence_;
+}
+
+void Coordinator::finishProcessSetResponse(Response& r) {
+  const std::string& name = r.names.front();
+  if (r.kind == OpKind::AddProcessSet) {
+    std::vector<int> ranks(r.sizes.begin(), r.sizes.end());
+    int existing = sets_.findByRanks(ranks);
+    if (existing >= 0) {
+      r = errorResponse(name, 0, ResponseError::InvalidArgument,
+                        "a process set with these ranks already exists (id " +
+                            std::to_string(existing) + ")");
+      return;
+    }
+    r.sizes.insert(r.sizes.begin(), nextProcessSetId_++);
+    return;
+  }
+  int id = r.sizes.empty() ? -1 : static_cast<int>(r.sizes.front());
+  if (id <= 0 || !sets_.contains(id)) {
+    r = errorResponse(name, 0, ResponseError::InvalidArgument,
+                      "cannot remove process set " + std::to_string(id) +
+                          (id == 0 ? ": the global process set cannot be removed"
+                                   : ": no such process set"));
+  }
+}
+
+bool Coordinator::buildBatch(ResponseBatch* out) {
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  for (const auto& kv : pending_) {
+    if (isReady(kv.second)) ready.emplace_back(kv.second.arrival, kv.first);
+  }
+  std::sort(ready.begin(), ready.end());
+  std::vector<Response> singles;
+  for (const auto& rk : ready) {
+    auto it = pending_.find(rk.second);
+    singles.push_back(respond(rk.second, it->second));
+    pending_.erase(rk.second);
+  }
+  for (auto& r : immediate_) singles.push_back(std::move(r));
+  immediate_.clear();
+  if (singles.empty() && evictions_.empty() && !shutdown_) return false;
+
+  out->sequence = nextSequence_++;
+  out->evictedSlots = std::move(evictions_);
+  evictions_.clear();
+  out->responses = planFusion(std::move(singles), settings_.fusionThreshold,
+                              [this](int setId) { return sets_.contains(setId) ? sets_.size(setId) : 1; });
+  out->shutdown = shutdown_;
+  out->shutdownReason = shutdownReason_;
+  return true;
+}
+
+}  // namespace hora

@@ -1,0 +1,85 @@
+#pragma once
+// Coordinator: the negotiation state kept by world rank 0, the one place that decides, for every
+// process set, which tensors run and in which order.
+//
+// Ranks push RequestBatches as their tensors become ready: full requests for tensors the cache
+// does not know, one bit per cached tensor otherwise. A tensor is ready when every member of its
+// set that has not joined has asked for it. buildBatch() then validates each ready tensor across
+// ranks (mismatches become Error responses), assigns cache slots, fuses compatible responses and
+// returns the next ResponseBatch, which every rank applies in sequence order. One sequencer for
+// all sets is what keeps ranks that belong to several sets from executing two sets' collectives in
+// different orders and deadlocking.
+//
+// Cache bits are checked against the sender's applied-batch count: a bit for a slot that changed
+// in a batch the sender had not yet applied is ignored, and the sender resends that tensor in full
+// when it applies the eviction. Slots with outstanding bits are never chosen as LRU victims.
+//
+// Pure logic, no I/O; owned and driven by the background thread of rank 0.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/common/settings.h"
+#include "core/common/time.h"
+#include "core/coordinator/codec.h"
+#include "core/coordinator/process_set_table.h"
+#include "core/coordinator/response_cache.h"
+
+namespace hora {
+
+// A tensor some ranks asked for and others not yet; read by the stall inspector.
+struct PendingTensor {
+  int processSetId = 0;
+  std::string name;
+  std::vector<Request> requests;  // full requests, in arrival order
+  std::vector<int> hitRanks;      // world ranks that reported it by cache bit
+  int slot = -1;                  // the slot hitRanks refer to
+  uint64_t arrival = 0;
+  Clock::time_point firstSeen;
+};
+
+class Coordinator {
+ public:
+  Coordinator(int worldSize, const ProcessSetTable& sets, const Settings& settings,
+              int nextProcessSetId);
+
+  void ingest(int fromRank, const RequestBatch& batch);
+  void requestShutdown(const std::string& reason);
+  // The next batch, or false when there is nothing to tell the ranks.
+  bool buildBatch(ResponseBatch* out);
+
+  const std::unordered_map<std::string, PendingTensor>& pending() const { return pending_; }
+  const std::vector<bool>& joined() const { return joined_; }
+
+ private:
+  void addFull(int fromRank, const Request& request);
+  void addHit(int fromRank, int slot, uint64_t senderApplied);
+  void addJoin(int fromRank, const Request& request);
+  void evictSlot(int slot);
+  bool isReady(const PendingTensor& p) const;
+  Response respond(const std::string& key, PendingTensor& p);
+  void assignSlot(const std::string& key, const PendingTensor& p, Response& r);
+  void finishProcessSetResponse(Response& r);
+
+  int worldSize_;
+  const ProcessSetTable& sets_;
+  Settings settings_;
+  ResponseCache cache_;
+  std::vector<uint64_t> slotChangedAt_;  // sequence of the batch that last changed each slot
+  std::unordered_map<std::string, PendingTensor> pending_;
+  uint64_t arrivals_ = 0;
+  uint64_t nextSequence_ = 0;
+  std::vector<int32_t> evictions_;
+  std::vector<Response> immediate_;  // responses decided while ingesting (join)
+  std::vector<bool> joined_;
+  int joinedCount_ = 0;
+  int lastJoined_ = -1;
+  std::string joinName_;
+  int nextProcessSetId_;
+  bool warnedFull_ = false;
+  bool shutdown_ = false;
+  std::string shutdownReason_;
+};
+
+}  // namespace hora

@@ -1,0 +1,109 @@
+#include "core/coordinator/enqueue_checks.h"
+
+#include <numeric>
+
+#include "core/common/errors.h"
+#include "core/config.h"
+
+namespace hora {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InvalidArgument(message);
+}
+
+bool needsRows(OpKind k) {
+  return k == OpKind::Allgather || k == OpKind::Alltoall || k == OpKind::Reducescatter;
+}
+
+bool carriesTensor(OpKind k) {
+  return k != OpKind::Join && k != OpKind::Barrier && k != OpKind::AddProcessSet &&
+         k != OpKind::RemoveProcessSet;
+}
+
+}  // namespace
+
+Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets) {
+  const std::string& name = op.name;
+  require(!name.empty(), "every tensor needs a name");
+  require(sets.contains(op.processSetId),
+          "process set " + std::to_string(op.processSetId) + " is not known (tensor '" + name + "')");
+  int setRank = sets.setRank(op.processSetId);
+  require(setRank >= 0, "tensor '" + name + "': Rank " + std::to_string(worldRank) +
+                            " is not a member of the provided process set.");
+  int setSize = sets.size(op.processSetId);
+
+  if (op.kind == OpKind::Allreduce && op.reduceOp == ReduceOp::Adasum) op.kind = OpKind::Adasum;
+  const OpKind kind = op.kind;
+  const TensorView& t = op.tensor;
+  if (carriesTensor(kind)) {
+    require(static_cast<int>(t.dtype) < kNumDataTypes, "Tensor type is not supported.");
+    require(t.device < 0 || HORA_HAVE_NCCL,
+            "tensor '" + name + "' is on GPU " + std::to_string(t.device) +
+                ", but this build of Hora has no NCCL support; move it to the CPU");
+    for (int64_t d : t.shape) require(d >= 0, "tensor '" + name + "' has a negative dimension");
+    require(t.data != nullptr || t.numel() == 0, "tensor '" + name + "' has no data");
+  }
+  if (needsRows(kind)) {
+    require(!t.shape.empty(), std::string(opKindName(kind)) + " of tensor '" + name +
+                                  "' needs at least one dimension; got a scalar (rank-zero tensor)");
+  }
+  if (kind == OpKind::Reducescatter) {
+    require(op.reduceOp == ReduceOp::Sum || op.reduceOp == ReduceOp::Average,
+            "Reducescatter currently only supports AVERAGE and SUM.");
+  }
+  if (kind == OpKind::Adasum) {
+    require(isFloating(t.dtype), "Adasum supports floating-point tensors only; '" + name +
+                                     "' is " + dtypeName(t.dtype));
+  }
+  if (kind == OpKind::Allreduce && t.dtype == DataType::Bool) {
+    require(op.reduceOp != ReduceOp::Average,
+            "allreduce of bool tensor '" + name + "' cannot average; use Sum (logical or), Min, "
+            "Max or Product");
+  }
+  if (kind == OpKind::Broadcast) {
+    require(sets.setRankOf(op.processSetId, op.rootRank) >= 0,
+            "broadcast received invalid root rank " + std::to_string(op.rootRank) +
+                " for provided process set (tensor '" + name + "')");
+  }
+  if (kind == OpKind::Alltoall) {
+    int64_t dim0 = t.shape[0];
+    if (op.splits.empty()) {
+      require(dim0 % setSize == 0,
+              "alltoall of '" + name + "' without splits needs the first dimension (" +
+                  std::to_string(dim0) + ") to be divisible by the number of ranks (" +
+                  std::to_string(setSize) + ")");
+      op.splits.assign(setSize, static_cast<int32_t>(dim0 / setSize));
+    }
+    require(static_cast<int>(op.splits.size()) == setSize,
+            "Number of entries in splits does not equal number of workers (tensor '" + name +
+                "': " + std::to_string(op.splits.size()) + " splits, " + std::to_string(setSize) +
+                " workers).");
+    int64_t sum = 0;
+    for (int32_t s : op.splits) {
+      require(s >= 0, "alltoall splits of '" + name + "' must not be negative");
+      sum += s;
+    }
+    require(sum <= dim0, "alltoall splits of '" + name + "' add up to " + std::to_string(sum) +
+                             " rows, more than the tensor's first dimension (" +
+                             std::to_string(dim0) + ")");
+  }
+
+  Request r;
+  r.kind = kind;
+  r.name = name;
+  r.processSetId = op.processSetId;
+  r.rank = worldRank;
+  r.dtype = t.dtype;
+  r.shape = t.shape;
+  r.device = t.device;
+  r.reduceOp = op.reduceOp;
+  r.prescale = op.prescale;
+  r.postscale = op.postscale;
+  r.rootRank = op.rootRank;
+  r.splits = op.splits;
+  r.callSite = op.callSite;
+  return r;
+}
+
+}  // namespace hora

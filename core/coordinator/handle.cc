@@ -1,0 +1,39 @@
+#include "core/coordinator/handle.h"
+
+namespace hora {
+
+bool Handle::poll() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool Handle::wait(std::optional<Millis> timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!timeout) {
+    cv_.wait(lock, [this] { return done_; });
+    return true;
+  }
+  return cv_.wait_for(lock, *timeout, [this] { return done_; });
+}
+
+std::exception_ptr Handle::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void Handle::rethrowIfFailed() const {
+  auto e = error();
+  if (e) std::rethrow_exception(e);
+}
+
+void Handle::complete(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    error_ = error;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace hora

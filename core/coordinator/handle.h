@@ -1,0 +1,44 @@
+#pragma once
+// Handle: the completion of one enqueued tensor operation.
+//
+// Contract:
+// - Created by Runtime::enqueue, completed exactly once by the background thread with either
+//   success (results filled in first) or an exception_ptr. Never throws across threads: the
+//   caller's thread rethrows via rethrowIfFailed().
+// - poll(), wait(), error() are thread-safe. wait() blocks on a condition variable (no spinning).
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "core/common/tensor.h"
+#include "core/common/time.h"
+
+namespace hora {
+
+class Handle {
+ public:
+  bool poll() const;
+  // True when done; false when the timeout passed first. nullopt waits without limit.
+  bool wait(std::optional<Millis> timeout) const;
+  std::exception_ptr error() const;
+  void rethrowIfFailed() const;
+
+  // Results, valid once done without error.
+  OutputTensor output;                  // allgather, alltoall, reducescatter
+  std::vector<int32_t> receivedSplits;  // alltoall: rows received from each rank
+  int lastJoinedRank = -1;              // join
+  int processSetId = -1;                // add-process-set
+
+  // Background thread only.
+  void complete(std::exception_ptr error);
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace hora

@@ -1,0 +1,45 @@
+#pragma once
+// Participant: every rank's side of negotiation (world rank 0 included). It turns newly enqueued
+// tensors into RequestBatches for the coordinator, sending a cache bit instead of a full request
+// when the rank's cache copy holds the same name with the same parameters, and it mirrors the
+// coordinator's cache decisions as response batches are applied.
+//
+// When an applied batch evicts a slot, tensors this rank reported by that slot and that are still
+// pending are queued for resending in full (the coordinator dropped or ignored those bits).
+//
+// Background thread only.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/coordinator/codec.h"
+#include "core/coordinator/response_cache.h"
+#include "core/coordinator/tensor_queue.h"
+
+namespace hora {
+
+class Participant {
+ public:
+  explicit Participant(size_t cacheCapacity) : cache_(cacheCapacity) {}
+
+  // True when tensors wait to be (re)sent.
+  bool hasResends() const { return !resend_.empty(); }
+  // Builds the batch for `fresh` keys plus pending resends; entries no longer queued are skipped.
+  RequestBatch collect(TensorQueue& queue, const std::vector<std::string>& fresh);
+
+  // Applying a response batch, in this order: evictions, then cache puts of its responses.
+  void applyEvictions(const std::vector<int32_t>& slots);
+  void recordCached(int slot, const std::string& key, const Request& request);
+  void finished(const std::string& key) { sentAsSlot_.erase(key); }
+  void batchApplied() { ++applied_; }
+  uint64_t appliedBatches() const { return applied_; }
+
+ private:
+  ResponseCache cache_;
+  std::unordered_map<std::string, int> sentAsSlot_;
+  std::vector<std::string> resend_;
+  uint64_t applied_ = 0;
+};
+
+}  // namespace hora

@@ -1,0 +1,79 @@
+#include "core/coordinator/process_set_table.h"
+
+#include <algorithm>
+
+#include "core/common/errors.h"
+
+namespace hora {
+
+void ProcessSetTable::add(int id, std::vector<int> ranks, std::unique_ptr<Communicator> comm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_[id] = Entry{std::move(ranks), std::move(comm)};
+}
+
+void ProcessSetTable::remove(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.erase(id);
+}
+
+void ProcessSetTable::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.clear();
+}
+
+const ProcessSetTable::Entry& ProcessSetTable::get(int id) const {
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw InvalidArgument("process set " + std::to_string(id) +
+                          " is not known to this rank: add it with add_process_set() first, or "
+                          "it was removed");
+  }
+  return it->second;
+}
+
+bool ProcessSetTable::contains(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sets_.count(id) > 0;
+}
+
+std::vector<int> ProcessSetTable::ranks(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return get(id).ranks;
+}
+
+std::vector<int> ProcessSetTable::ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (const auto& kv : sets_) out.push_back(kv.first);
+  return out;
+}
+
+int ProcessSetTable::size(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(get(id).ranks.size());
+}
+
+int ProcessSetTable::setRank(int id) const { return setRankOf(id, worldRank_); }
+
+int ProcessSetTable::setRankOf(int id, int worldRank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& r = get(id).ranks;
+  auto it = std::lower_bound(r.begin(), r.end(), worldRank);
+  if (it == r.end() || *it != worldRank) return -1;
+  return static_cast<int>(it - r.begin());
+}
+
+int ProcessSetTable::findByRanks(const std::vector<int>& ranks) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& kv : sets_) {
+    if (kv.second.ranks == ranks) return kv.first;
+  }
+  return -1;
+}
+
+Communicator* ProcessSetTable::communicator(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return get(id).comm.get();
+}
+
+}  // namespace hora

@@ -1,0 +1,52 @@
+#pragma once
+// TensorQueue: the thread-safe intake between frontends and the background thread.
+//
+// Contract:
+// - push() is called from any thread; it adds a group of entries atomically, or none of them when
+//   one name is already in flight in its process set (InvalidArgument, raised in the caller's
+//   thread) or the queue is closed (ShutdownError).
+// - Every other method is for the background thread. Entries stay owned by the queue until
+//   remove(); pointers returned by find() stay valid until then.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/common/tensor.h"
+#include "core/common/time.h"
+#include "core/coordinator/handle.h"
+#include "core/coordinator/messages.h"
+
+namespace hora {
+
+struct TensorEntry {
+  Request request;
+  TensorView tensor;  // input; the output too for in-place kinds
+  std::shared_ptr<Handle> handle;
+  Clock::time_point enqueuedAt;
+};
+
+// Names are scoped per process set.
+std::string tensorKey(int processSetId, const std::string& name);
+
+class TensorQueue {
+ public:
+  void push(std::vector<TensorEntry> group);
+
+  // Keys pushed since the last call, in arrival order.
+  std::vector<std::string> takeNew();
+  TensorEntry* find(const std::string& key);
+  std::unique_ptr<TensorEntry> remove(const std::string& key);
+  // Refuses further pushes with `reason` and returns every entry still in flight.
+  std::vector<std::unique_ptr<TensorEntry>> closeAndDrain(const std::string& reason);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> inFlight_;
+  std::vector<std::string> fresh_;
+  bool closed_ = false;
+  std::string closedReason_;
+};
+
+}  // namespace hora

@@ -1,0 +1,65 @@
+#include "core/fusion/fusion_planner.h"
+
+namespace hora {
+namespace {
+
+bool fusible(OpKind k) {
+  return k == OpKind::Allreduce || k == OpKind::Allgather || k == OpKind::Reducescatter;
+}
+
+bool compatible(const Response& a, const Response& b) {
+  return a.kind == b.kind && a.processSetId == b.processSetId && a.dtype == b.dtype &&
+         a.device == b.device && a.reduceOp == b.reduceOp && a.prescale == b.prescale &&
+         a.postscale == b.postscale && a.withJoinedRanks == b.withJoinedRanks;
+}
+
+void append(Response& group, const Response& r) {
+  group.names.insert(group.names.end(), r.names.begin(), r.names.end());
+  group.sizes.insert(group.sizes.end(), r.sizes.begin(), r.sizes.end());
+  group.rowElements.insert(group.rowElements.end(), r.rowElements.begin(), r.rowElements.end());
+  group.cacheSlots.insert(group.cacheSlots.end(), r.cacheSlots.begin(), r.cacheSlots.end());
+}
+
+}  // namespace
+
+int64_t fusionBytes(const Response& r, int setSize) {
+  int64_t elements = 0;
+  if (r.kind == OpKind::Allgather) {
+    for (size_t t = 0; t < r.names.size(); ++t) {
+      int64_t rows = 0;
+      for (int i = 0; i < setSize; ++i) rows += r.sizes[t * setSize + i];
+      elements += rows * r.rowElements[t];
+    }
+  } else {
+    for (int64_t n : r.sizes) elements += n;
+  }
+  return elements * static_cast<int64_t>(dtypeSize(r.dtype));
+}
+
+std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
+                                 const std::function<int(int processSetId)>& setSize) {
+  if (threshold <= 0) return singles;
+  std::vector<Response> out;
+  std::vector<bool> used(singles.size(), false);
+  for (size_t i = 0; i < singles.size(); ++i) {
+    if (used[i]) continue;
+    used[i] = true;
+    Response group = std::move(singles[i]);
+    if (fusible(group.kind)) {
+      int n = setSize(group.processSetId);
+      int64_t bytes = fusionBytes(group, n);
+      for (size_t j = i + 1; j < singles.size() && bytes < threshold; ++j) {
+        if (used[j] || !compatible(group, singles[j])) continue;
+        int64_t more = fusionBytes(singles[j], n);
+        if (bytes + more > threshold) continue;
+        append(group, singles[j]);
+        bytes += more;
+        used[j] = true;
+      }
+    }
+    out.push_back(std::move(group));
+  }
+  return out;
+}
+
+}  // namespace hora

@@ -1,0 +1,22 @@
+#pragma once
+// FusionPlanner: merges compatible single-tensor responses into fused responses that run as one
+// collective on one buffer. Allreduce, allgather and reducescatter fuse when they share kind,
+// process set, dtype, device, reduction, scale factors and join state, up to `threshold` bytes per
+// fused buffer (0 disables fusion). A response may jump over incompatible ones to join an earlier
+// group; a group keeps the position of its first member, so order is deterministic. A tensor
+// larger than the threshold runs alone.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/coordinator/messages.h"
+
+namespace hora {
+
+// Bytes a response occupies in a fusion buffer (for allgather: the gathered output).
+int64_t fusionBytes(const Response& r, int setSize);
+
+std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
+                                 const std::function<int(int processSetId)>& setSize);
+
+}  // namespace hora

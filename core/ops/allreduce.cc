@@ -1,0 +1,55 @@
+#include <cstring>
+
+#include "core/common/reduce.h"
+#include "core/ops/ops.h"
+
+namespace hora {
+
+double effectivePostscale(const Response& r, int setSize) {
+  double post = r.postscale;
+  if (r.reduceOp == ReduceOp::Average) post *= 1.0 / setSize;
+  return post;
+}
+
+void runAllreduce(const Response& r, OpContext& cx) {
+  const size_t elem = dtypeSize(r.dtype);
+  size_t total = 0;
+  for (int64_t n : r.sizes) total += static_cast<size_t>(n);
+
+  // One tensor of our own runs in place; fused tensors, and zeros for a joined rank, run in the
+  // persistent fusion buffer.
+  bool inPlace = r.tensorCount() == 1 && cx.entries[0] != nullptr;
+  uint8_t* buf = inPlace ? static_cast<uint8_t*>(cx.entries[0]->tensor.data)
+                         : cx.fusion.reserve(total * elem);
+  if (!inPlace) {
+    size_t off = 0;
+    for (size_t t = 0; t < r.tensorCount(); ++t) {
+      size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;
+      if (cx.entries[t] != nullptr) {
+        if (bytes > 0) std::memcpy(buf + off, cx.entries[t]->tensor.data, bytes);
+      } else {
+        std::memset(buf + off, 0, bytes);
+      }
+      off += bytes;
+    }
+  }
+
+  if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
+  ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+  cx.comm.allreduce(buf, total, r.dtype, op);
+  double post = effectivePostscale(r, cx.comm.size());
+  if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+
+  if (!inPlace) {
+    size_t off = 0;
+    for (size_t t = 0; t < r.tensorCount(); ++t) {
+      size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;
+      if (cx.entries[t] != nullptr && bytes > 0) {
+        std::memcpy(cx.entries[t]->tensor.data, buf + off, bytes);
+      }
+      off += bytes;
+    }
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,93 @@
+#include <cstring>
+
+#include "core/common/errors.h"
+#include "core/common/reduce.h"
+#include "core/ops/ops.h"
+
+namespace hora {
+namespace {
+
+// Rows of a dim0-row tensor that set rank k receives: the first dim0 % n ranks get one extra.
+size_t rowsFor(int64_t dim0, int n, int k) {
+  int64_t base = dim0 / n, extra = dim0 % n;
+  return static_cast<size_t>(base + (k < extra ? 1 : 0));
+}
+
+}  // namespace
+
+// Packed layout: one block per rank in rank order; rank k's block is tensor 0's rows for k, then
+// tensor 1's rows for k, and so on. The reduction is applied to a packed copy, so the caller's
+// input is never modified.
+void runReducescatter(const Response& r, OpContext& cx) {
+  const int n = cx.comm.size(), me = cx.comm.rank();
+  const size_t elem = dtypeSize(r.dtype);
+  const size_t tensors = r.tensorCount();
+  std::vector<int64_t> dim0(tensors);
+  for (size_t t = 0; t < tensors; ++t) {
+    HORA_CHECK(cx.entries[t] != nullptr, "reducescatter without a local tensor");
+    dim0[t] = r.rowElements[t] > 0 ? r.sizes[t] / r.rowElements[t] : cx.entries[t]->tensor.shape[0];
+  }
+  std::vector<size_t> counts(n, 0);
+  for (int k = 0; k < n; ++k) {
+    for (size_t t = 0; t < tensors; ++t) {
+      counts[k] += rowsFor(dim0[t], n, k) * static_cast<size_t>(r.rowElements[t]);
+    }
+  }
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+
+  const void* in;
+  bool packed = tensors > 1 || r.prescale != 1.0;
+  uint8_t* buf = nullptr;
+  if (packed) {
+    buf = cx.fusion.reserve(total * elem);
+    size_t off = 0;
+    for (int k = 0; k < n; ++k) {
+      for (size_t t = 0; t < tensors; ++t) {
+        size_t rowBytes = static_cast<size_t>(r.rowElements[t]) * elem;
+        size_t firstRow = 0;
+        for (int q = 0; q < k; ++q) firstRow += rowsFor(dim0[t], n, q);
+        size_t bytes = rowsFor(dim0[t], n, k) * rowBytes;
+        if (bytes > 0) {
+          std::memcpy(buf + off, static_cast<const uint8_t*>(cx.entries[t]->tensor.data) +
+                                     firstRow * rowBytes, bytes);
+        }
+        off += bytes;
+      }
+    }
+    if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
+    in = buf;
+  } else {
+    in = cx.entries[0]->tensor.data;
+  }
+
+  std::vector<OutputTensor> outputs;
+  for (size_t t = 0; t < tensors; ++t) {
+    std::vector<int64_t> shape = cx.entries[t]->tensor.shape;
+    shape[0] = static_cast<int64_t>(rowsFor(dim0[t], n, me));
+    outputs.push_back(OutputTensor::allocate(r.dtype, shape));
+  }
+  // Fused: this rank's block lands in a scratch buffer, then is split into the outputs.
+  OutputTensor scratch;
+  void* out = outputs[0].data();
+  if (tensors > 1) {
+    scratch = OutputTensor::allocate(r.dtype, {static_cast<int64_t>(counts[me])});
+    out = scratch.data();
+  }
+  ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+  cx.comm.reduceScatter(in, out, counts, r.dtype, op);
+  double post = effectivePostscale(r, n);
+  if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+
+  if (tensors > 1) {
+    size_t off = 0;
+    for (size_t t = 0; t < tensors; ++t) {
+      size_t bytes = rowsFor(dim0[t], n, me) * static_cast<size_t>(r.rowElements[t]) * elem;
+      if (bytes > 0) std::memcpy(outputs[t].data(), static_cast<uint8_t*>(out) + off, bytes);
+      off += bytes;
+    }
+  }
+  for (size_t t = 0; t < tensors; ++t) cx.entries[t]->handle->output = std::move(outputs[t]);
+}
+
+}  // namespace hora

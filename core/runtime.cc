@@ -1,0 +1,159 @@
+#include "core/runtime.h"
+
+#include <algorithm>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/coordinator/enqueue_checks.h"
+#include "core/runtime_impl.h"
+#include "core/store/memory_store.h"
+#include "core/store/prefix_store.h"
+#include "core/store/tcp_store.h"
+
+namespace hora {
+
+std::unique_ptr<Runtime> Runtime::start(const RuntimeOptions& options) {
+  return std::make_unique<RuntimeImpl>(options);
+}
+
+RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
+    : topology_(options.topology),
+      settings_(options.settings),
+      sets_(options.topology.rank),
+      participant_(static_cast<size_t>(options.settings.cacheCapacity)) {
+  const Topology& t = topology_;
+  if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
+    throw InvalidArgument("invalid topology: rank " + std::to_string(t.rank) + " of " +
+                          std::to_string(t.size));
+  }
+  setLogLevel(settings_.logLevel);
+  setLogRank(t.rank);
+  connect(options);
+  addStaticProcessSets(options.processSets);
+  if (t.rank == 0) {
+    coordinator_ = std::make_unique<Coordinator>(
+        t.size, sets_, settings_, static_cast<int>(options.processSets.size()) + 1);
+  }
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+RuntimeImpl::~RuntimeImpl() { shutdown(); }
+
+void RuntimeImpl::connect(const RuntimeOptions& options) {
+  const Topology& t = topology_;
+  Millis startTimeout = secondsToMillis(settings_.startTimeoutSeconds);
+  if (t.size == 1 && options.storeHost.empty()) {
+    baseStore_ = std::make_unique<MemoryStore>();
+  } else {
+    if (options.storeHost.empty() || options.storePort <= 0) {
+      throw InvalidArgument("a job of " + std::to_string(t.size) +
+                            " ranks needs a rendezvous store: start it with horarun, or set "
+                            "HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT (or MASTER_ADDR and "
+                            "MASTER_PORT)");
+    }
+    baseStore_ = std::make_unique<TcpStoreClient>(options.storeHost, options.storePort,
+                                                  options.secret, startTimeout);
+  }
+  store_ = std::make_unique<PrefixStore>(*baseStore_,
+                                         "hora/init" + std::to_string(options.generation) + "/");
+  auto transport = makeTransport(options.transport);
+  transportName_ = transport->name();
+  ConnectOptions co;
+  co.rank = t.rank;
+  co.size = t.size;
+  co.secret = options.secret;
+  co.listenHost = options.listenHost;
+  co.startTimeout = startTimeout;
+  co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
+  Connection conn = transport->connect(co, *store_);
+  world_ = std::move(conn.world);
+  control_ = std::move(conn.control);
+}
+
+void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {
+  std::vector<int> all(topology_.size);
+  for (int i = 0; i < topology_.size; ++i) all[i] = i;
+  sets_.add(0, all, world_->subset(all));
+  int id = 1;
+  for (auto ranks : sets) {
+    std::sort(ranks.begin(), ranks.end());
+    bool valid = !ranks.empty() && ranks.front() >= 0 && ranks.back() < topology_.size &&
+                 std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
+    if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
+    if (sets_.findByRanks(ranks) >= 0) {
+      throw InvalidArgument("process set with these ranks is given twice (or equals the global set)");
+    }
+    bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
+    sets_.add(id++, ranks, member ? world_->subset(ranks) : nullptr);
+  }
+}
+
+void RuntimeImpl::wakeLoop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_ && control_) control_->wakeup();
+}
+
+bool RuntimeImpl::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest> requests) {
+  std::vector<TensorEntry> group;
+  std::vector<std::shared_ptr<Handle>> handles;
+  auto now = Clock::now();
+  for (auto& op : requests) {
+    TensorEntry e;
+    e.request = checkAndBuildRequest(op, topology_.rank, sets_);
+    e.tensor = op.tensor;
+    e.handle = std::make_shared<Handle>();
+    e.enqueuedAt = now;
+    handles.push_back(e.handle);
+    group.push_back(std::move(e));
+  }
+  queue_.push(std::move(group));
+  wakeLoop();
+  return handles;
+}
+
+std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::string& name,
+                                                    std::vector<int32_t> args) {
+  OpRequest op;
+  op.kind = kind;
+  op.name = name + "." + std::to_string(controlCounter_++);
+  op.splits = std::move(args);
+  auto handle = enqueue({op}).front();
+  handle->wait(std::nullopt);
+  handle->rethrowIfFailed();
+  return handle;
+}
+
+int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
+  if (!settings_.dynamicProcessSets) {
+    throw InvalidArgument("adding process sets after init needs dynamic process sets: set "
+                          "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
+  }
+  std::vector<int32_t> sorted(ranks.begin(), ranks.end());
+  std::sort(sorted.begin(), sorted.end());
+  bool valid = !sorted.empty() && sorted.front() >= 0 && sorted.back() < topology_.size &&
+               std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
+  return enqueueControl(OpKind::AddProcessSet, "process_set.add", sorted)->processSetId;
+}
+
+void RuntimeImpl::removeProcessSet(int id) {
+  if (!settings_.dynamicProcessSets) {
+    throw InvalidArgument("removing process sets needs dynamic process sets: set "
+                          "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
+  }
+  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", {id});
+}
+
+void RuntimeImpl::shutdown() {
+  shutdownRequested_ = true;
+  wakeLoop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace hora

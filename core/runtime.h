@@ -1,0 +1,85 @@
+#pragma once
+// Runtime: the one object that owns the tensor queue, the coordinator, the transports, the fusion
+// buffers and the timeline of a process. Only bindings/ holds the process-wide instance; the rest
+// of the engine receives what it needs by reference.
+//
+// Contract:
+// - start() is collective: it blocks until every rank has connected (or throws TimeoutError).
+// - enqueue() is thread-safe and never blocks on the network. It validates what can be checked
+//   locally (dtype, splits, duplicate in-flight names: InvalidArgument) and returns one Handle per
+//   request. The requests of one call are a group: they are negotiated and fused together.
+// - Cross-rank problems (mismatched shapes, dtypes, ops, roots, scales) complete the handles with
+//   MismatchError on every rank; the runtime stays usable.
+// - A peer failure or shutdown completes every pending handle with an error within a bounded
+//   time (HORA_TIMEOUT_SECONDS); afterwards enqueue() throws ShutdownError.
+// - shutdown() is idempotent; a new Runtime may be started afterwards (re-init).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/settings.h"
+#include "core/common/tensor.h"
+#include "core/coordinator/handle.h"
+#include "core/coordinator/messages.h"
+
+namespace hora {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  int crossRank = 0;
+  int crossSize = 1;
+};
+
+struct RuntimeOptions {
+  Topology topology;
+  std::string transport = "tcp";
+  std::string storeHost;            // rendezvous store; "" with size 1 = no store needed
+  int storePort = 0;                // (a launcher, or the bindings on rank 0, serve the store)
+  int generation = 0;               // how many times this process initialised before: keys of
+                                    // each init live under their own prefix in the store
+  std::string secret;
+  std::string listenHost;           // address to listen on for peers; "" = default
+  std::vector<std::vector<int>> processSets;  // static sets, ids 1, 2, ... in this order
+  Settings settings;
+};
+
+// What a frontend asks for, one tensor.
+struct OpRequest {
+  OpKind kind = OpKind::Allreduce;
+  std::string name;
+  int processSetId = 0;
+  TensorView tensor;            // input; for allreduce/broadcast/adasum also the output (in place)
+  ReduceOp reduceOp = ReduceOp::Sum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int rootRank = 0;             // world rank
+  std::vector<int32_t> splits;  // alltoall (empty = equal split)
+  std::string callSite;
+};
+
+class Runtime {
+ public:
+  static std::unique_ptr<Runtime> start(const RuntimeOptions& options);
+  virtual ~Runtime() = default;
+
+  virtual void shutdown() = 0;
+  virtual bool running() const = 0;
+  virtual const Topology& topology() const = 0;
+  virtual const Settings& settings() const = 0;
+
+  virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) = 0;
+
+  // Process sets. Id 0 is the world. add/remove are collective over the world and block until
+  // every rank made the same call (dynamic sets must be enabled).
+  virtual int addProcessSet(const std::vector<int>& ranks) = 0;
+  virtual void removeProcessSet(int id) = 0;
+  virtual std::vector<int> processSetRanks(int id) const = 0;   // InvalidArgument if unknown
+  virtual std::vector<int> processSetIds() const = 0;
+
+  virtual std::string transportName() const = 0;
+};
+
+}  // namespace hora

@@ -1,0 +1,87 @@
+#pragma once
+// RuntimeImpl: the Runtime behind runtime.h. runtime.cc holds start-up and the frontend-facing
+// methods; runtime_loop.cc holds the background thread (negotiate, execute, tear down).
+//
+// Threads: frontends call enqueue()/process-set queries from any thread; one background thread
+// owns the participant, the coordinator (rank 0), the communicators and the fusion buffer.
+// mu_ guards `running_` and the control channel's lifetime, so that wakeup() never touches a
+// channel the background thread has torn down.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/coordinator/coordinator.h"
+#include "core/coordinator/participant.h"
+#include "core/coordinator/process_set_table.h"
+#include "core/coordinator/tensor_queue.h"
+#include "core/fusion/fusion_buffer.h"
+#include "core/runtime.h"
+#include "core/store/store.h"
+#include "core/transport/transport.h"
+
+namespace hora {
+
+class RuntimeImpl final : public Runtime {
+ public:
+  explicit RuntimeImpl(const RuntimeOptions& options);
+  ~RuntimeImpl() override;
+
+  void shutdown() override;
+  bool running() const override;
+  const Topology& topology() const override { return topology_; }
+  const Settings& settings() const override { return settings_; }
+  std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) override;
+  int addProcessSet(const std::vector<int>& ranks) override;
+  void removeProcessSet(int id) override;
+  std::vector<int> processSetRanks(int id) const override { return sets_.ranks(id); }
+  std::vector<int> processSetIds() const override { return sets_.ids(); }
+  std::string transportName() const override { return transportName_; }
+
+ private:
+  // runtime.cc
+  void connect(const RuntimeOptions& options);
+  void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
+  std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
+                                         std::vector<int32_t> args);
+  void wakeLoop();
+
+  // runtime_loop.cc
+  void loop();
+  void cycle();
+  void sendRequests(Clock::time_point now);
+  void applyBatch(const ResponseBatch& batch);
+  void applyResponse(const Response& r);
+  void applyProcessSetChange(const Response& r, TensorEntry* entry);
+  void completeNamed(const Response& r, std::exception_ptr error);
+  void stop(const std::string& reason, bool failure);
+
+  Topology topology_;
+  Settings settings_;
+  std::string transportName_;
+  std::unique_ptr<Store> baseStore_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<ControlChannel> control_;
+  ProcessSetTable sets_;
+  TensorQueue queue_;
+  Participant participant_;
+  std::unique_ptr<Coordinator> coordinator_;  // world rank 0 only
+  FusionBuffer fusion_;
+
+  std::vector<std::string> fresh_;            // enqueued, not yet sent
+  Clock::time_point lastSend_{};
+  bool stopped_ = false;                      // background thread: leave the loop
+  bool shutdownSent_ = false;
+  Clock::time_point shutdownDeadline_{};
+
+  mutable std::mutex mu_;
+  bool running_ = false;
+  std::atomic<bool> shutdownRequested_{false};
+  std::atomic<int> controlCounter_{0};        // names of add/remove-process-set calls
+  std::thread thread_;
+};
+
+}  // namespace hora

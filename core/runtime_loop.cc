@@ -1,0 +1,232 @@
+// The background thread: batch newly enqueued tensors, negotiate them with the coordinator,
+// execute response batches in sequence order, and tear everything down on shutdown or failure.
+#include <algorithm>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/ops/executor.h"
+#include "core/runtime_impl.h"
+
+namespace hora {
+namespace {
+
+// How long a rank that asked to shut down waits for the coordinator to acknowledge.
+constexpr Millis kShutdownAckTimeout{10000};
+
+const char* kShutdownText =
+    "Hora has been shut down. This was caused by an exception on one of the ranks or an attempt "
+    "to run a collective after one of the ranks finished execution";
+
+}  // namespace
+
+void RuntimeImpl::loop() {
+  std::string reason;
+  bool failure = false;
+  try {
+    while (!stopped_) cycle();
+    reason = kShutdownText;
+  } catch (const std::exception& e) {
+    reason = e.what();
+    failure = true;
+    HORA_LOG(Error, "background loop failed: " << reason);
+  }
+  stop(reason, failure);
+}
+
+void RuntimeImpl::cycle() {
+  auto fresh = queue_.takeNew();
+  fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
+  auto now = Clock::now();
+
+  if (shutdownRequested_ && !shutdownSent_) {
+    shutdownSent_ = true;
+    shutdownDeadline_ = now + kShutdownAckTimeout;
+    if (coordinator_) {
+      coordinator_->requestShutdown("rank 0 shut down");
+    } else {
+      RequestBatch b;
+      b.appliedBatches = participant_.appliedBatches();
+      b.shutdown = true;
+      control_->send(0, encodeRequestBatch(b));
+    }
+  }
+
+  // Send at once when the last send is at least one cycle old, else wait out the cycle so that a
+  // burst of enqueues travels as one batch.
+  Millis wait(-1);
+  bool haveWork = !fresh_.empty() || participant_.hasResends();
+  auto cycleTime = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(settings_.cycleTimeMs));
+  if (haveWork) {
+    if (now - lastSend_ >= cycleTime) {
+      sendRequests(now);
+    } else {
+      wait = std::chrono::ceil<Millis>(lastSend_ + cycleTime - now);
+    }
+  }
+  if (shutdownSent_) {
+    if (now >= shutdownDeadline_) {
+      HORA_LOG(Warning, "the coordinator did not acknowledge shutdown; leaving anyway");
+      stopped_ = true;
+      return;
+    }
+    auto left = std::chrono::ceil<Millis>(shutdownDeadline_ - now);
+    wait = wait.count() < 0 ? left : std::min(wait, left);
+  }
+
+  if (coordinator_) {
+    ResponseBatch batch;
+    if (coordinator_->buildBatch(&batch)) {
+      std::string bytes = encodeResponseBatch(batch);
+      for (int r = 1; r < topology_.size; ++r) control_->send(r, bytes);
+      applyBatch(batch);
+      return;  // more may be ready: look again before blocking
+    }
+  }
+
+  std::vector<ControlChannel::Message> messages;
+  control_->poll(messages, wait);
+  for (const auto& m : messages) {
+    if (coordinator_) {
+      coordinator_->ingest(m.from, decodeRequestBatch(m.bytes));
+    } else {
+      applyBatch(decodeResponseBatch(m.bytes));
+      if (stopped_) return;
+    }
+  }
+}
+
+void RuntimeImpl::sendRequests(Clock::time_point now) {
+  RequestBatch batch = participant_.collect(queue_, fresh_);
+  fresh_.clear();
+  lastSend_ = now;
+  if (batch.requests.empty() && batch.cacheBits.empty()) return;
+  if (coordinator_) {
+    coordinator_->ingest(topology_.rank, batch);
+  } else {
+    control_->send(0, encodeRequestBatch(batch));
+  }
+}
+
+void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
+  participant_.applyEvictions(batch.evictedSlots);
+  for (const auto& r : batch.responses) applyResponse(r);
+  participant_.batchApplied();
+  if (batch.shutdown) {
+    if (!batch.shutdownReason.empty()) HORA_LOG(Debug, "shutting down: " << batch.shutdownReason);
+    stopped_ = true;
+  }
+}
+
+void RuntimeImpl::completeNamed(const Response& r, std::exception_ptr error) {
+  for (const auto& name : r.names) {
+    auto entry = queue_.remove(tensorKey(r.processSetId, name));
+    if (!entry) continue;
+    participant_.finished(tensorKey(r.processSetId, name));
+    entry->handle->complete(error);
+  }
+}
+
+void RuntimeImpl::applyResponse(const Response& r) {
+  switch (r.kind) {
+    case OpKind::Error: {
+      std::exception_ptr error;
+      if (r.errorCode == ResponseError::InvalidArgument) {
+        error = std::make_exception_ptr(InvalidArgument(r.errorMessage));
+      } else {
+        error = std::make_exception_ptr(MismatchError(r.errorMessage));
+      }
+      completeNamed(r, error);
+      return;
+    }
+    case OpKind::Join: {
+      auto key = tensorKey(0, r.names.front());
+      if (TensorEntry* e = queue_.find(key)) e->handle->lastJoinedRank = r.lastJoinedRank;
+      completeNamed(r, nullptr);
+      return;
+    }
+    case OpKind::AddProcessSet:
+    case OpKind::RemoveProcessSet:
+      applyProcessSetChange(r, queue_.find(tensorKey(0, r.names.front())));
+      completeNamed(r, nullptr);
+      return;
+    default:
+      break;
+  }
+  int setRank = sets_.setRank(r.processSetId);
+  if (setRank < 0) return;  // not a member: nothing to run here
+  Communicator* comm = sets_.communicator(r.processSetId);
+  if (r.kind == OpKind::Barrier) {
+    try {
+      comm->barrier();
+    } catch (...) {
+      completeNamed(r, std::current_exception());
+      throw;
+    }
+    completeNamed(r, nullptr);
+    return;
+  }
+
+  // Take the entries out of the queue before running, so that a frontend woken by completion
+  // can reuse the name at once.
+  std::vector<std::unique_ptr<TensorEntry>> owned;
+  std::vector<TensorEntry*> entries;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    auto key = tensorKey(r.processSetId, r.names[i]);
+    auto e = queue_.remove(key);
+    participant_.finished(key);
+    HORA_CHECK(e != nullptr || r.withJoinedRanks,
+               "response for tensor '" + r.names[i] + "' this rank never enqueued");
+    entries.push_back(e.get());
+    if (e && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
+      participant_.recordCached(r.cacheSlots[i], key, e->request);
+    }
+    owned.push_back(std::move(e));
+  }
+  std::vector<int> setRanks = sets_.ranks(r.processSetId);
+  OpContext cx{*comm, fusion_, setRanks, std::move(entries)};
+  executeResponse(r, cx);
+}
+
+void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
+  if (r.kind == OpKind::AddProcessSet) {
+    int id = static_cast<int>(r.sizes.front());
+    std::vector<int> ranks(r.sizes.begin() + 1, r.sizes.end());
+    bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
+    sets_.add(id, ranks, member ? world_->subset(ranks) : nullptr);
+    if (entry != nullptr) entry->handle->processSetId = id;
+  } else {
+    sets_.remove(static_cast<int>(r.sizes.front()));
+  }
+}
+
+void RuntimeImpl::stop(const std::string& reason, bool failure) {
+  // Tell the other ranks first, so they fail their pending work now rather than at a timeout.
+  if (coordinator_ && failure && control_) {
+    ResponseBatch b;
+    b.shutdown = true;
+    b.shutdownReason = reason;
+    std::string bytes = encodeResponseBatch(b);
+    for (int r = 1; r < topology_.size; ++r) {
+      try {
+        control_->send(r, bytes);
+      } catch (const std::exception&) {
+        // That rank is gone too.
+      }
+    }
+  }
+  std::string message = failure ? "Hora stopped after a failure: " + reason : reason;
+  auto pending = queue_.closeAndDrain(message);
+  auto error = std::make_exception_ptr(ShutdownError(message));
+  for (auto& e : pending) e->handle->complete(error);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    // Closing connections now lets peers blocked on this rank fail at once.
+    sets_.clear();
+    world_.reset();
+    control_.reset();
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,141 @@
+// TcpStoreClient: blocking request/reply over a pool of authenticated connections.
+#include "core/store/tcp_store.h"
+
+#include <algorithm>
+
+#include "core/common/errors.h"
+#include "core/store/memory_store.h"
+#include "core/store/tcp_store_protocol.h"
+#include "core/transport/tcp/frame.h"
+#include "core/transport/tcp/handshake.h"
+#include "core/transport/tcp/socket.h"
+
+namespace hora {
+
+using namespace store_protocol;
+
+struct TcpStoreClient::Connection {
+  tcp::Socket sock;
+};
+
+struct TcpStoreClient::Reply {
+  uint16_t type;
+  std::string payload;
+};
+
+namespace {
+
+// Extra time a client gives the server beyond a request's own timeout before it calls the server
+// unresponsive; requests without a timeout of their own get at least this long.
+constexpr Millis kReplyGrace{30000};
+
+uint64_t clampMs(Millis t) { return static_cast<uint64_t>(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs)); }
+
+}  // namespace
+
+TcpStoreClient::TcpStoreClient(const std::string& host, int port, const std::string& secret,
+                               Millis connectTimeout)
+    : host_(host), port_(port), secret_(secret), connectTimeout_(connectTimeout) {
+  idle_.push_back(open());
+}
+
+TcpStoreClient::~TcpStoreClient() = default;
+
+std::string TcpStoreClient::where() const { return "store at " + tcp::joinHostPort(host_, port_); }
+
+std::unique_ptr<TcpStoreClient::Connection> TcpStoreClient::open() {
+  auto deadline = Clock::now() + connectTimeout_;
+  auto c = std::make_unique<Connection>();
+  try {
+    c->sock = tcp::connectWithRetry(host_, port_, deadline);
+  } catch (const IoError& e) {
+    throw IoError(where() + " is unreachable: " + e.what());
+  }
+  tcp::Handshake hs = tcp::Handshake::connector(secret_, tcp::PeerKind::Store, -1, -1);
+  tcp::runHandshake(c->sock.fd(), hs, deadline, where());
+  return c;
+}
+
+TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& payload, Millis replyTimeout) {
+  std::unique_ptr<Connection> c;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      c = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!c) c = open();
+  // On any failure the connection is dropped with the exception, never returned to the pool.
+  auto deadline = Clock::now() + replyTimeout;
+  std::string frame = tcp::buildFrame(tcp::kStoreMagic, type, payload);
+  tcp::sendAll(c->sock.fd(), frame.data(), frame.size(), deadline, where());
+  uint8_t header[tcp::kFrameHeaderBytes];
+  tcp::recvAll(c->sock.fd(), header, sizeof(header), deadline, where());
+  tcp::FrameHeader h = tcp::decodeHeader(header);
+  std::string bad = tcp::validateHeader(h, tcp::kStoreMagic, kMaxFrameBytes);
+  if (!bad.empty()) throw IoError(where() + " sent a malformed reply: " + bad);
+  Reply reply{h.type, std::string(h.length, '\0')};
+  if (h.length > 0) tcp::recvAll(c->sock.fd(), &reply.payload[0], h.length, deadline, where());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(std::move(c));
+  }
+  if (reply.type == kError) {
+    tcp::Reader r(reply.payload);
+    throw InvalidArgument(r.str());
+  }
+  if (reply.type == kTimedOut) {
+    tcp::Reader r(reply.payload);
+    Millis timeout(static_cast<int64_t>(r.u64()));
+    uint32_t n = r.u32();
+    std::vector<std::string> missing;
+    for (uint32_t i = 0; i < n && r.ok(); ++i) missing.push_back(r.str());
+    throw TimeoutError(storeTimeoutMessage(missing, timeout));
+  }
+  return reply;
+}
+
+void TcpStoreClient::set(const std::string& key, const std::string& value) {
+  Reply r = call(kSet, tcp::Writer().str(key).str(value).take(), std::max(connectTimeout_, kReplyGrace));
+  if (r.type != kOk) throw IoError(where() + ": unexpected reply to set");
+}
+
+std::string TcpStoreClient::get(const std::string& key, Millis timeout) {
+  uint64_t ms = clampMs(timeout);
+  Reply r = call(kGet, tcp::Writer().u64(ms).str(key).take(), Millis(ms) + kReplyGrace);
+  tcp::Reader reader(r.payload);
+  std::string value = reader.str();
+  if (r.type != kValue || !reader.ok()) throw IoError(where() + ": unexpected reply to get");
+  return value;
+}
+
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  Reply r = call(kAdd, tcp::Writer().str(key).i64(delta).take(), std::max(connectTimeout_, kReplyGrace));
+  tcp::Reader reader(r.payload);
+  int64_t value = reader.i64();
+  if (r.type != kCounter || !reader.ok()) throw IoError(where() + ": unexpected reply to add");
+  return value;
+}
+
+bool TcpStoreClient::check(const std::vector<std::string>& keys) {
+  tcp::Writer w;
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  Reply r = call(kCheck, w.take(), std::max(connectTimeout_, kReplyGrace));
+  tcp::Reader reader(r.payload);
+  uint8_t present = reader.u8();
+  if (r.type != kBool || !reader.ok()) throw IoError(where() + ": unexpected reply to check");
+  return present != 0;
+}
+
+void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) {
+  uint64_t ms = clampMs(timeout);
+  tcp::Writer w;
+  w.u64(ms).u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  Reply r = call(kWait, w.take(), Millis(ms) + kReplyGrace);
+  if (r.type != kOk) throw IoError(where() + ": unexpected reply to wait");
+}
+
+}  // namespace hora

@@ -1,0 +1,29 @@
+#pragma once
+// Request and reply types of the TCP store protocol (frames with kStoreMagic, see
+// core/transport/tcp/frame.h). Payload fields are little endian; strings are u32 length + bytes.
+//
+//   Set   {key, value}                 -> Ok
+//   Get   {timeoutMs u64, key}         -> Value {value} | TimedOut {missing keys}
+//   Add   {key, delta i64}             -> Counter {i64} | Error {message}
+//   Check {n u32, keys}                -> Bool {u8}
+//   Wait  {timeoutMs u64, n u32, keys} -> Ok | TimedOut {missing keys}
+//   TimedOut carries {timeoutMs u64, n u32, keys}.
+#include <cstdint>
+
+namespace hora {
+namespace store_protocol {
+
+enum Type : uint16_t {
+  kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5,
+  kOk = 100, kValue = 101, kCounter = 102, kBool = 103, kTimedOut = 104, kError = 105,
+};
+
+// Largest frame either side accepts; a larger announced length is treated as garbage.
+constexpr uint32_t kMaxFrameBytes = 64u << 20;
+// Longest wait a request may ask for (about 11 days): keeps deadlines far from overflow.
+constexpr uint64_t kMaxWaitMs = 1000000000ull;
+// Time a connection may take to finish the handshake before the server drops it.
+constexpr int64_t kHandshakeTimeoutMs = 30000;
+
+}  // namespace store_protocol
+}  // namespace hora

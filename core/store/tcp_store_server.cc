@@ -1,0 +1,380 @@
+// TcpStoreServer: the single-threaded poll(2) loop that serves every store client.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/store/memory_store.h"
+#include "core/store/tcp_store.h"
+#include "core/store/tcp_store_protocol.h"
+#include "core/transport/tcp/frame.h"
+#include "core/transport/tcp/handshake.h"
+#include "core/transport/tcp/socket.h"
+
+namespace hora {
+
+using namespace store_protocol;
+using tcp::Handshake;
+using tcp::IoStatus;
+using tcp::Socket;
+
+class TcpStoreServer::Impl {
+ public:
+  Impl(const std::string& host, int port, const std::string& secret);
+  ~Impl();
+  int port() const { return port_; }
+  void stop();
+
+ private:
+  struct Conn {
+    Conn(Socket s, std::string p, Handshake h) : sock(std::move(s)), peer(std::move(p)), hs(std::move(h)) {}
+    Socket sock;
+    std::string peer;
+    Handshake hs;
+    bool authed = false;
+    Clock::time_point handshakeDeadline;
+    std::string in;
+    size_t inPos = 0;
+    std::string out;
+    size_t outPos = 0;
+    bool waiting = false;  // a Get/Wait is parked in waiters_
+    bool dead = false;
+  };
+  struct Waiter {
+    Conn* conn;
+    uint16_t type;
+    std::vector<std::string> keys;
+    Clock::time_point deadline;
+    uint64_t timeoutMs;
+  };
+
+  void run();
+  void serveOnce();
+  void acceptAll();
+  void onReadable(Conn& c);
+  void handshakeStep(Conn& c, const char* data, size_t n);
+  void processFrames(Conn& c);
+  void handle(Conn& c, uint16_t type, tcp::Reader& r);
+  void reply(Conn& c, uint16_t type, const std::string& payload);
+  void flush(Conn& c);
+  void drop(Conn& c, const std::string& why, bool warn);
+  void notifyWaiters();
+  void expire(Clock::time_point now);
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  int nextTimeoutMs() const;
+
+  Socket listener_;
+  int port_ = 0;
+  std::string secret_;
+  int wakeFd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<Waiter> waiters_;
+};
+
+TcpStoreServer::Impl::Impl(const std::string& host, int port, const std::string& secret)
+    : secret_(secret) {
+  listener_ = tcp::listenOn(host, port, &port_);
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) throw IoError("store server: cannot create eventfd");
+  thread_ = std::thread([this] { run(); });
+}
+
+TcpStoreServer::Impl::~Impl() {
+  stop();
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+void TcpStoreServer::Impl::stop() {
+  if (!stopping_.exchange(true)) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
+    (void)ignored;
+  }
+  if (thread_.joinable()) thread_.join();
+  conns_.clear();
+  waiters_.clear();
+  listener_.reset();
+}
+
+void TcpStoreServer::Impl::run() {
+  while (!stopping_) {
+    try {
+      serveOnce();
+    } catch (const std::exception& e) {
+      // Only resource exhaustion gets here (poll or eventfd failing); keep serving.
+      HORA_LOG(Error, "store server: " << e.what());
+    }
+  }
+}
+
+void TcpStoreServer::Impl::serveOnce() {
+  std::vector<pollfd> fds;
+  fds.push_back({wakeFd_, POLLIN, 0});
+  fds.push_back({listener_.fd(), POLLIN, 0});
+  for (auto& c : conns_) {
+    short events = POLLIN;
+    if (c->outPos < c->out.size()) events |= POLLOUT;
+    fds.push_back({c->sock.fd(), events, 0});
+  }
+  int rc = ::poll(fds.data(), fds.size(), nextTimeoutMs());
+  if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
+  if (rc > 0) {
+    if (fds[0].revents != 0) {
+      uint64_t drained;
+      ssize_t ignored = ::read(wakeFd_, &drained, sizeof(drained));
+      (void)ignored;
+    }
+    if (stopping_) return;
+    // conns_ may grow in acceptAll(); the first fds.size() - 2 entries match the poll set.
+    size_t polled = fds.size() - 2;
+    for (size_t i = 0; i < polled; ++i) {
+      short ev = fds[i + 2].revents;
+      Conn& c = *conns_[i];
+      if (ev & POLLOUT) flush(c);
+      if (!c.dead && (ev & (POLLIN | POLLHUP | POLLERR))) onReadable(c);
+    }
+    if (fds[1].revents != 0) acceptAll();
+  }
+  expire(Clock::now());
+  // Forget dropped connections and whatever they had parked.
+  waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [](const Waiter& w) { return w.conn->dead; }),
+                 waiters_.end());
+  conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) { return c->dead; }),
+               conns_.end());
+}
+
+int TcpStoreServer::Impl::nextTimeoutMs() const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto& w : waiters_) next = std::min(next, w.deadline);
+  for (const auto& c : conns_) {
+    if (!c->authed) next = std::min(next, c->handshakeDeadline);
+  }
+  return next == Clock::time_point::max() ? -1 : tcp::pollTimeoutMs(next);
+}
+
+void TcpStoreServer::Impl::acceptAll() {
+  for (;;) {
+    std::string peer;
+    Socket s = tcp::acceptPending(listener_.fd(), &peer);
+    if (!s.valid()) return;
+    auto validate = [](tcp::PeerKind kind, int) {
+      return kind == tcp::PeerKind::Store ? std::string()
+                                           : std::string("a ") + tcp::peerKindName(kind) + " connection reached the store";
+    };
+    auto c = std::make_unique<Conn>(std::move(s), peer, Handshake::acceptor(secret_, -1, validate));
+    c->handshakeDeadline = Clock::now() + Millis(kHandshakeTimeoutMs);
+    handshakeStep(*c, nullptr, 0);
+    HORA_LOG(Debug, "store server: connection from " << peer);
+    conns_.push_back(std::move(c));
+  }
+}
+
+void TcpStoreServer::Impl::handshakeStep(Conn& c, const char* data, size_t n) {
+  if (n > 0) c.hs.input(data, n);
+  if (c.hs.outputPending() > 0) {
+    c.out.append(c.hs.outputData(), c.hs.outputPending());
+    c.hs.outputSent(c.hs.outputPending());
+  }
+  if (c.hs.state() == Handshake::State::Failed) {
+    flush(c);  // best effort: tells an honest client why
+    return drop(c, c.hs.failure(), true);
+  }
+  if (c.hs.state() == Handshake::State::Done) c.authed = true;
+  flush(c);
+}
+
+void TcpStoreServer::Impl::onReadable(Conn& c) {
+  char buf[64 * 1024];
+  while (!c.dead) {
+    size_t want = c.authed ? sizeof(buf) : std::min(sizeof(buf), c.hs.inputWanted());
+    if (want == 0) return;
+    tcp::IoResult r = tcp::recvSome(c.sock.fd(), buf, want);
+    if (r.status == IoStatus::WouldBlock) return;
+    if (r.status != IoStatus::Ok) {
+      return drop(c, c.authed ? "client disconnected" : "closed during the handshake", false);
+    }
+    if (!c.authed) {
+      handshakeStep(c, buf, r.bytes);
+      continue;
+    }
+    c.in.append(buf, r.bytes);
+    processFrames(c);
+  }
+}
+
+void TcpStoreServer::Impl::processFrames(Conn& c) {
+  while (!c.dead && !c.waiting) {
+    size_t avail = c.in.size() - c.inPos;
+    if (avail < tcp::kFrameHeaderBytes) break;
+    auto* p = reinterpret_cast<const uint8_t*>(c.in.data() + c.inPos);
+    tcp::FrameHeader h = tcp::decodeHeader(p);
+    std::string bad = tcp::validateHeader(h, tcp::kStoreMagic, kMaxFrameBytes);
+    if (!bad.empty()) return drop(c, bad, true);
+    if (avail < tcp::kFrameHeaderBytes + h.length) break;
+    tcp::Reader r(p + tcp::kFrameHeaderBytes, h.length);
+    c.inPos += tcp::kFrameHeaderBytes + h.length;
+    handle(c, h.type, r);
+  }
+  if (c.inPos == c.in.size()) {
+    c.in.clear();
+    c.inPos = 0;
+  } else if (c.inPos > (1u << 20)) {
+    c.in.erase(0, c.inPos);
+    c.inPos = 0;
+  }
+}
+
+void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, tcp::Reader& r) {
+  auto readKeys = [&r] {
+    uint32_t n = r.u32();
+    std::vector<std::string> keys;
+    for (uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
+    return keys;
+  };
+  auto malformed = [&] { return !r.ok() || !r.atEnd(); };
+  switch (type) {
+    case kSet: {
+      std::string key = r.str();
+      std::string value = r.str();
+      if (malformed()) break;
+      values_[key] = std::move(value);
+      reply(c, kOk, "");
+      notifyWaiters();
+      return;
+    }
+    case kAdd: {
+      std::string key = r.str();
+      int64_t delta = r.i64();
+      if (malformed()) break;
+      auto it = values_.find(key);
+      int64_t now = 0;
+      try {
+        if (it != values_.end()) now = parseCounter(key, it->second);
+      } catch (const InvalidArgument& e) {
+        return reply(c, kError, tcp::Writer().str(e.what()).take());
+      }
+      now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(delta));
+      values_[key] = std::to_string(now);
+      reply(c, kCounter, tcp::Writer().i64(now).take());
+      notifyWaiters();
+      return;
+    }
+    case kCheck: {
+      auto keys = readKeys();
+      if (malformed()) break;
+      return reply(c, kBool, tcp::Writer().u8(missing(keys).empty() ? 1 : 0).take());
+    }
+    case kGet:
+    case kWait: {
+      uint64_t timeoutMs = std::min(r.u64(), kMaxWaitMs);
+      std::vector<std::string> keys = type == kGet ? std::vector<std::string>{r.str()} : readKeys();
+      if (malformed()) break;
+      c.waiting = true;
+      waiters_.push_back({&c, type, std::move(keys), Clock::now() + Millis(timeoutMs), timeoutMs});
+      notifyWaiters();  // answers at once when the keys are already there
+      return;
+    }
+    default: return drop(c, "unknown request type " + std::to_string(type), true);
+  }
+  drop(c, "malformed request payload", true);
+}
+
+void TcpStoreServer::Impl::notifyWaiters() {
+  std::vector<Conn*> resumed;
+  for (size_t i = 0; i < waiters_.size();) {
+    Waiter& w = waiters_[i];
+    if (!w.conn->dead && missing(w.keys).empty()) {
+      if (w.type == kGet) {
+        reply(*w.conn, kValue, tcp::Writer().str(values_[w.keys[0]]).take());
+      } else {
+        reply(*w.conn, kOk, "");
+      }
+      w.conn->waiting = false;
+      resumed.push_back(w.conn);
+      waiters_.erase(waiters_.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (Conn* c : resumed) processFrames(*c);
+}
+
+void TcpStoreServer::Impl::expire(Clock::time_point now) {
+  std::vector<Conn*> resumed;
+  for (size_t i = 0; i < waiters_.size();) {
+    Waiter& w = waiters_[i];
+    if (!w.conn->dead && w.deadline <= now) {
+      auto keys = missing(w.keys);
+      tcp::Writer out;
+      out.u64(w.timeoutMs).u32(static_cast<uint32_t>(keys.size()));
+      for (const auto& k : keys) out.str(k);
+      reply(*w.conn, kTimedOut, out.take());
+      w.conn->waiting = false;
+      resumed.push_back(w.conn);
+      waiters_.erase(waiters_.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (Conn* c : resumed) processFrames(*c);
+  for (auto& c : conns_) {
+    if (!c->dead && !c->authed && c->handshakeDeadline <= now) drop(*c, "handshake timed out", true);
+  }
+}
+
+std::vector<std::string> TcpStoreServer::Impl::missing(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (values_.find(k) == values_.end()) out.push_back(k);
+  }
+  return out;
+}
+
+void TcpStoreServer::Impl::reply(Conn& c, uint16_t type, const std::string& payload) {
+  c.out += tcp::buildFrame(tcp::kStoreMagic, type, payload);
+  flush(c);
+}
+
+void TcpStoreServer::Impl::flush(Conn& c) {
+  while (!c.dead && c.outPos < c.out.size()) {
+    tcp::IoResult r = tcp::sendSome(c.sock.fd(), c.out.data() + c.outPos, c.out.size() - c.outPos);
+    if (r.status == IoStatus::WouldBlock) return;
+    if (r.status != IoStatus::Ok) return drop(c, "client disconnected", false);
+    c.outPos += r.bytes;
+  }
+  if (c.outPos == c.out.size()) {
+    c.out.clear();
+    c.outPos = 0;
+  }
+}
+
+void TcpStoreServer::Impl::drop(Conn& c, const std::string& why, bool warn) {
+  if (c.dead) return;
+  c.dead = true;
+  if (warn) {
+    HORA_LOG(Warning, "store server: dropping connection from " << c.peer << ": " << why);
+  } else {
+    HORA_LOG(Debug, "store server: connection from " << c.peer << " ended: " << why);
+  }
+  c.sock.reset();
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& secret)
+    : impl_(std::make_unique<Impl>(host, port, secret)) {}
+
+TcpStoreServer::~TcpStoreServer() = default;
+
+int TcpStoreServer::port() const { return impl_->port(); }
+
+void TcpStoreServer::stop() { impl_->stop(); }
+
+}  // namespace hora

@@ -1,0 +1,29 @@
+#include "core/transport/communicator.h"
+
+#include "core/common/errors.h"
+
+namespace hora {
+
+void Communicator::notSupported(const char* op) const {
+  throw NotSupported("backend " + backendName() + " does not support " + op);
+}
+
+void Communicator::allreduce(void*, size_t, DataType, ReduceOp) { notSupported("allreduce"); }
+void Communicator::allgatherv(const void*, void*, const std::vector<size_t>&) {
+  notSupported("allgatherv");
+}
+void Communicator::broadcast(void*, size_t, int) { notSupported("broadcast"); }
+void Communicator::alltoallv(const void*, const std::vector<size_t>&, void*,
+                             const std::vector<size_t>&) {
+  notSupported("alltoallv");
+}
+void Communicator::reduceScatter(const void*, void*, const std::vector<size_t>&, DataType,
+                                 ReduceOp) {
+  notSupported("reducescatter");
+}
+void Communicator::barrier() { notSupported("barrier"); }
+void Communicator::sendRecv(int, const void*, size_t, int, void*, size_t) {
+  notSupported("sendrecv");
+}
+
+}  // namespace hora

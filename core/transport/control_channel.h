@@ -1,0 +1,36 @@
+#pragma once
+// ControlChannel: the star-shaped control plane between the coordinator (world rank 0) and every
+// other rank. Negotiation messages travel here, never on the data connections, so a collective in
+// progress never reads a control message by mistake.
+//
+// Contract:
+// - Messages are opaque byte strings delivered whole and in order per sender.
+// - Rank 0 may send to any rank; other ranks send only to rank 0.
+// - send() and poll() are called from the background thread only; wakeup() from any thread.
+// - poll() blocks until at least one message is available, wakeup() was called, or the timeout
+//   passes (a negative timeout waits forever); it appends what arrived to `out`. A peer whose
+//   connection closes or who sends a malformed frame makes poll() throw IoError naming that rank.
+#include <string>
+#include <vector>
+
+#include "core/common/time.h"
+
+namespace hora {
+
+class ControlChannel {
+ public:
+  struct Message {
+    int from;
+    std::string bytes;
+  };
+
+  virtual ~ControlChannel() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void send(int to, const std::string& bytes) = 0;
+  virtual void poll(std::vector<Message>& out, Millis timeout) = 0;
+  virtual void wakeup() = 0;
+};
+
+}  // namespace hora

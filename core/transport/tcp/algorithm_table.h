@@ -1,0 +1,45 @@
+#pragma once
+// The one place that picks an algorithm per collective and size, and sizes pipeline segments.
+// The numbers come from 2..8 ranks on loopback and 10/25 GbE; revisit them with bench/ when a
+// transport or a network changes.
+#include <cstddef>
+
+namespace hora {
+
+// Allreduce below this many bytes uses recursive doubling: log2(N) rounds, each moving the whole
+// buffer, which is latency-optimal. At and above it the ring (reduce-scatter + allgather) wins:
+// every rank sends only 2(N-1)/N of the buffer, and segments pipeline through the ring. Recursive
+// doubling also runs whenever count < size (some ring blocks would be empty).
+constexpr size_t kAllreduceRingMinBytes = 256 << 10;
+
+// Ring pipelines move data in segments of this size: a rank forwards a segment as soon as it has
+// received (and reduced) it instead of waiting for the whole block. Smaller segments start the
+// pipeline sooner; larger ones cost fewer system calls and let the kernel batch. 256 KiB keeps a
+// segment plus its reduction inside L2.
+constexpr size_t kRingSegmentBytes = 256 << 10;
+
+// Staging buffer for data received before it is reduced: received bytes are reduced into the
+// destination straight from here, a piece at a time, while the data is still in cache.
+constexpr size_t kRecvStagingBytes = 256 << 10;
+
+// Broadcast below this many bytes walks a binomial tree (log2(N) hops, latency-bound). Larger
+// broadcasts stream through a chain rooted at the root, in segments, so every link carries the
+// buffer once and the hops overlap.
+constexpr size_t kBroadcastChainMinBytes = 64 << 10;
+
+enum class AllreduceAlgorithm { RecursiveDoubling, Ring };
+enum class BroadcastAlgorithm { BinomialTree, Chain };
+
+inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size) {
+  if (bytes < kAllreduceRingMinBytes || count < static_cast<size_t>(size)) {
+    return AllreduceAlgorithm::RecursiveDoubling;
+  }
+  return AllreduceAlgorithm::Ring;
+}
+
+inline BroadcastAlgorithm chooseBroadcast(size_t bytes, int size) {
+  return (bytes < kBroadcastChainMinBytes || size <= 2) ? BroadcastAlgorithm::BinomialTree
+                                                        : BroadcastAlgorithm::Chain;
+}
+
+}  // namespace hora

@@ -1,0 +1,52 @@
+#pragma once
+// Collective algorithms as free functions over Links (see links.h), so every transport that can
+// provide point-to-point pipes gets them. Which one runs for a given op and size is decided in
+// algorithm_table.h, not here.
+//
+// Common rules: ranks are Links ranks; every member calls the same function with compatible
+// arguments; buffers are host memory and are not retained; errors come from Links (IoError,
+// TimeoutError). Counts are elements, sizes ending in "bytes" are bytes. Size 1 and count 0 are
+// handled (local copies only, or nothing).
+#include <cstddef>
+#include <vector>
+
+#include "core/common/dtype.h"
+#include "core/transport/tcp/links.h"
+
+namespace hora {
+
+// One point-to-point transfer for runTransfers.
+struct Transfer {
+  int peer;
+  bool send;
+  void* data;
+  size_t bytes;
+  size_t done = 0;
+};
+
+// Progresses all transfers at once (full duplex: sends and receives overlap) until every one is
+// complete. Transfers with the same peer and direction run one after another, in list order.
+void runTransfers(Links& links, Transfer* transfers, size_t count);
+
+// Latency-optimal allreduce: ceil(log2 N) rounds of pairwise exchange of the whole buffer; for N
+// not a power of two the first 2*(N - 2^k) ranks fold pairwise before and unfold after.
+void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+// Bandwidth-optimal allreduce: pipelined ring reduce-scatter followed by ring allgather.
+void allreduceRing(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+// Ring reduce-scatter with per-rank counts (zeros allowed). in holds sum(counts) elements; out
+// receives this rank's block.
+void reduceScatterRing(Links& links, const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op);
+// Ring allgather of uneven blocks (zeros allowed). in may alias this rank's block of out.
+void allgathervRing(Links& links, const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+// Binomial-tree broadcast (small buffers).
+void broadcastBinomial(Links& links, void* buf, size_t bytes, int root);
+// Pipelined chain broadcast (large buffers): root -> root+1 -> ... in segments.
+void broadcastChain(Links& links, void* buf, size_t bytes, int root);
+// Pairwise exchange: in step s every rank sends to rank+s and receives from rank-s.
+void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
+                       const std::vector<size_t>& recvBytes);
+// Dissemination barrier: ceil(log2 N) rounds of one byte.
+void barrierDissemination(Links& links);
+
+}  // namespace hora

@@ -1,0 +1,144 @@
+#include "core/transport/tcp/control_channel.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/common/errors.h"
+#include "core/transport/tcp/frame.h"
+
+namespace hora {
+namespace tcp {
+namespace {
+
+// Largest control message accepted. Coordinator messages are far smaller; a bigger announced
+// length means a corrupt or foreign stream.
+constexpr uint32_t kMaxControlMessageBytes = 256u << 20;
+constexpr uint16_t kMessageType = 1;
+constexpr size_t kReadChunk = 64 << 10;
+
+}  // namespace
+
+TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<Socket> sockets, Millis opTimeout)
+    : rank_(rank), size_(size), opTimeout_(opTimeout) {
+  for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
+    if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
+  }
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) throw IoError("rank " + std::to_string(rank) + ": cannot create eventfd: " + std::strerror(errno));
+}
+
+TcpControlChannel::~TcpControlChannel() {
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+TcpControlChannel::Peer& TcpControlChannel::peer(int rank) {
+  for (auto& p : peers_) {
+    if (p.rank == rank) return p;
+  }
+  throw InvalidArgument("rank " + std::to_string(rank_) + ": no control connection to rank " +
+                        std::to_string(rank) + " (rank 0 talks to every rank, the others only to rank 0)");
+}
+
+void TcpControlChannel::fail(int peer, const std::string& why) const {
+  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " + std::to_string(peer) + " " + why);
+}
+
+void TcpControlChannel::wakeup() {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
+  for (;;) {
+    size_t old = p.in.size();
+    p.in.resize(old + kReadChunk);
+    IoResult r = recvSome(p.sock.fd(), &p.in[old], kReadChunk);
+    p.in.resize(old + r.bytes);
+    if (r.status == IoStatus::WouldBlock) break;
+    if (r.status != IoStatus::Ok) {
+      fail(p.rank, "closed (" + describe(r) + "); that rank probably exited or failed, see its log");
+    }
+    if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
+  }
+  size_t at = 0;
+  while (p.in.size() - at >= kFrameHeaderBytes) {
+    FrameHeader h = decodeHeader(reinterpret_cast<const uint8_t*>(p.in.data() + at));
+    std::string bad = validateHeader(h, kControlMagic, kMaxControlMessageBytes);
+    if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
+    if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
+    if (p.in.size() - at < kFrameHeaderBytes + h.length) break;
+    out.push_back({p.rank, p.in.substr(at + kFrameHeaderBytes, h.length)});
+    at += kFrameHeaderBytes + h.length;
+  }
+  p.in.erase(0, at);
+}
+
+void TcpControlChannel::send(int to, const std::string& bytes) {
+  if (bytes.size() > kMaxControlMessageBytes) {
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " + std::to_string(bytes.size()) +
+                          " bytes exceeds the limit");
+  }
+  Peer& target = peer(to);
+  std::string frame = buildFrame(kControlMagic, kMessageType, bytes);
+  size_t sent = 0;
+  std::vector<pollfd> fds;
+  while (sent < frame.size()) {
+    IoResult r = sendSome(target.sock.fd(), frame.data() + sent, frame.size() - sent);
+    if (r.status == IoStatus::Ok) {
+      sent += r.bytes;
+      continue;
+    }
+    if (r.status != IoStatus::WouldBlock) fail(to, "closed while sending (" + describe(r) + ")");
+    // The peer's window is full: wait for room, draining what peers send us meanwhile.
+    fds.clear();
+    fds.push_back({target.sock.fd(), POLLOUT, 0});
+    for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(opTimeout_.count()));
+    if (rc < 0 && errno != EINTR) fail(to, std::string("poll failed: ") + std::strerror(errno));
+    if (rc == 0) {
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) + " accepted no control data for " +
+                         std::to_string(opTimeout_.count()) + " ms");
+    }
+    for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
+      if (fds[i + 1].revents & POLLIN) readAvailable(peers_[i], stash_);
+    }
+  }
+}
+
+void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout) {
+  size_t before = out.size();
+  for (auto& m : stash_) out.push_back(std::move(m));
+  stash_.clear();
+  auto deadline = timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
+  std::vector<pollfd> fds;
+  fds.push_back({wakeFd_, POLLIN, 0});
+  for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
+  for (;;) {
+    // Once something arrived, only collect what else is already there.
+    int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : pollTimeoutMs(deadline));
+    int rc = ::poll(fds.data(), fds.size(), wait);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("rank " + std::to_string(rank_) + ": poll failed: " + std::strerror(errno));
+    }
+    bool woken = false;
+    if (rc > 0 && fds[0].revents != 0) {
+      uint64_t count;
+      ssize_t ignored = ::read(wakeFd_, &count, sizeof(count));
+      (void)ignored;
+      woken = true;
+    }
+    for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
+      if (fds[i + 1].revents != 0) readAvailable(peers_[i], out);
+    }
+    if (woken || out.size() > before) return;
+    if (rc == 0 && timeout.count() >= 0 && Clock::now() >= deadline) return;
+  }
+}
+
+}  // namespace tcp
+}  // namespace hora

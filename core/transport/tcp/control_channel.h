@@ -1,0 +1,55 @@
+#pragma once
+// TcpControlChannel: ControlChannel (see core/transport/control_channel.h) over the star of
+// control connections made by the mesh: rank 0 holds one socket per other rank, every other rank
+// holds one socket to rank 0.
+//
+// Messages travel as frames (kControlMagic, version, length). poll() waits in poll(2) on the
+// sockets plus an eventfd that wakeup() signals from any thread; partial frames stay buffered
+// across calls. send() writes a whole frame; while the peer's window is full it keeps reading
+// incoming frames into a stash (so two ranks sending to each other never deadlock) and fails
+// with TimeoutError when nothing moves for the op timeout. A closed connection or a malformed
+// frame throws IoError naming the peer.
+#include <string>
+#include <vector>
+
+#include "core/common/time.h"
+#include "core/transport/control_channel.h"
+#include "core/transport/tcp/socket.h"
+
+namespace hora {
+namespace tcp {
+
+class TcpControlChannel : public ControlChannel {
+ public:
+  // sockets: indexed by world rank, as MeshSockets::control.
+  TcpControlChannel(int rank, int size, std::vector<Socket> sockets, Millis opTimeout);
+  ~TcpControlChannel() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send(int to, const std::string& bytes) override;
+  void poll(std::vector<Message>& out, Millis timeout) override;
+  void wakeup() override;
+
+ private:
+  struct Peer {
+    int rank;
+    Socket sock;
+    std::string in;  // received bytes not yet parsed into whole frames
+  };
+
+  Peer& peer(int rank);
+  // Reads everything available from p, appending whole messages to out.
+  void readAvailable(Peer& p, std::vector<Message>& out);
+  [[noreturn]] void fail(int peer, const std::string& why) const;
+
+  int rank_;
+  int size_;
+  Millis opTimeout_;
+  std::vector<Peer> peers_;
+  int wakeFd_ = -1;
+  std::vector<Message> stash_;  // messages read while send() waited
+};
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,321 @@
+#include "core/transport/tcp/mesh.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/transport/tcp/handshake.h"
+
+namespace hora {
+namespace tcp {
+namespace {
+
+constexpr Millis kFirstRetry{20};
+constexpr Millis kMaxRetry{500};
+
+std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
+
+// A connection this rank must open.
+struct Target {
+  int rank = -1;
+  PeerKind kind = PeerKind::Data;
+  std::string host;
+  int port = 0;
+  bool done = false;
+  bool active = false;  // an attempt is in flight
+  Clock::time_point retryAt;
+  Millis backoff = kFirstRetry;
+  std::string lastError;
+};
+
+// One connection being set up, in either direction.
+struct Attempt {
+  Attempt(Socket s, Handshake h) : sock(std::move(s)), hs(std::move(h)) {}
+  Socket sock;
+  Handshake hs;
+  Target* target = nullptr;  // outgoing attempts only
+  bool connecting = false;   // non-blocking connect not yet complete
+  bool claimed = false;      // incoming: passed validation, owns its (kind, rank) slot
+  std::string peer;
+  bool dead = false;
+};
+
+class MeshBuilder {
+ public:
+  MeshBuilder(const ConnectOptions& options, Store& store)
+      : o_(options), store_(store), deadline_(Clock::now() + options.startTimeout) {
+    mesh_.data.resize(o_.size);
+    mesh_.control.resize(o_.size);
+    claimedData_.assign(o_.size, false);
+    claimedControl_.assign(o_.size, false);
+  }
+
+  MeshSockets build();
+
+ private:
+  void publish();
+  void resolveTargets();
+  void startDue(Clock::time_point now);
+  void pump(Attempt& a);
+  void finish(Attempt& a);
+  void abandon(Attempt& a, const std::string& why);
+  std::string validate(PeerKind kind, int rank);
+  bool complete() const;
+  int expectedIncoming() const;
+  [[noreturn]] void timedOut();
+  std::string me() const { return "rank " + std::to_string(o_.rank); }
+
+  const ConnectOptions& o_;
+  Store& store_;
+  Clock::time_point deadline_;
+  Socket listener_;
+  std::vector<Target> targets_;
+  std::vector<std::unique_ptr<Attempt>> attempts_;
+  std::vector<bool> claimedData_, claimedControl_;
+  int incomingDone_ = 0;
+  MeshSockets mesh_;
+};
+
+MeshSockets MeshBuilder::build() {
+  if (o_.size == 1) return std::move(mesh_);
+  publish();
+  resolveTargets();
+  std::vector<pollfd> fds;
+  while (!complete()) {
+    auto now = Clock::now();
+    if (now >= deadline_) timedOut();
+    startDue(now);
+    fds.clear();
+    fds.push_back({listener_.fd(), POLLIN, 0});
+    for (auto& a : attempts_) {
+      short ev = 0;
+      if (a->connecting || a->hs.outputPending() > 0) ev |= POLLOUT;
+      if (!a->connecting && a->hs.inputWanted() > 0) ev |= POLLIN;
+      fds.push_back({a->sock.fd(), ev, 0});
+    }
+    Clock::time_point wake = deadline_;
+    for (const auto& t : targets_) {
+      if (!t.done && !t.active) wake = std::min(wake, t.retryAt);
+    }
+    int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
+    if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
+    size_t polled = fds.size() - 1;
+    for (size_t i = 0; i < polled && rc > 0; ++i) {
+      if (fds[i + 1].revents != 0 && !attempts_[i]->dead) pump(*attempts_[i]);
+    }
+    if (rc > 0 && fds[0].revents != 0) {
+      for (;;) {
+        std::string peer;
+        Socket s = acceptPending(listener_.fd(), &peer);
+        if (!s.valid()) break;
+        auto validator = [this](PeerKind kind, int rank) { return validate(kind, rank); };
+        auto a = std::make_unique<Attempt>(std::move(s), Handshake::acceptor(o_.secret, o_.rank, validator));
+        a->peer = peer;
+        attempts_.push_back(std::move(a));
+        pump(*attempts_.back());
+      }
+    }
+    attempts_.erase(std::remove_if(attempts_.begin(), attempts_.end(),
+                                   [](const std::unique_ptr<Attempt>& a) { return a->dead; }),
+                    attempts_.end());
+  }
+  // Unfinished incoming attempts (strangers that never completed the handshake) close here.
+  attempts_.clear();
+  return std::move(mesh_);
+}
+
+void MeshBuilder::publish() {
+  int port = 0;
+  listener_ = listenOn("0.0.0.0", 0, &port);
+  std::string address = joinHostPort(advertisedHost(o_.listenHost), port);
+  HORA_LOG(Debug, me() << ": listening for peers at " << address);
+  store_.set(addressKey(o_.rank), address);
+}
+
+void MeshBuilder::resolveTargets() {
+  // Data connections go to every lower rank, plus the control connection to rank 0.
+  auto addTarget = [this](int rank, PeerKind kind) {
+    Target t;
+    t.rank = rank;
+    t.kind = kind;
+    targets_.push_back(t);
+  };
+  for (int j = 0; j < o_.rank; ++j) addTarget(j, PeerKind::Data);
+  if (o_.rank > 0) addTarget(0, PeerKind::Control);
+  std::vector<std::string> keys;
+  for (int j = 0; j < o_.rank; ++j) keys.push_back(addressKey(j));
+  try {
+    auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline_ - Clock::now()));
+    store_.wait(keys, left);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int j = 0; j < o_.rank; ++j) {
+      if (!store_.check({addressKey(j)})) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
+    }
+    throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
+                       " ms waiting for rank(s) " + missing +
+                       " to publish their address (not started, or failed before connecting)");
+  }
+  for (auto& t : targets_) {
+    parseHostPort(store_.get(addressKey(t.rank), Millis(0)), &t.host, &t.port);
+    t.retryAt = Clock::now();
+  }
+}
+
+void MeshBuilder::startDue(Clock::time_point now) {
+  for (auto& t : targets_) {
+    if (t.done || t.active || t.retryAt > now) continue;
+    bool pending = false;
+    int err = 0;
+    Socket s = startConnect(t.host, t.port, &pending, &err);
+    if (!s.valid()) {
+      t.lastError = std::strerror(err);
+      t.retryAt = now + t.backoff;
+      t.backoff = std::min(t.backoff * 2, kMaxRetry);
+      continue;
+    }
+    auto a = std::make_unique<Attempt>(std::move(s), Handshake::connector(o_.secret, t.kind, o_.rank, t.rank));
+    a->target = &t;
+    a->connecting = pending;
+    a->peer = joinHostPort(t.host, t.port);
+    t.active = true;
+    attempts_.push_back(std::move(a));
+    if (!pending) pump(*attempts_.back());
+  }
+}
+
+std::string MeshBuilder::validate(PeerKind kind, int rank) {
+  if (rank < 0 || rank >= o_.size) return "claims rank " + std::to_string(rank) + " outside the job";
+  if (kind == PeerKind::Data) {
+    if (rank <= o_.rank) return "rank " + std::to_string(rank) + " should not connect to a higher rank";
+    if (claimedData_[rank]) return "a second data connection claims rank " + std::to_string(rank);
+    claimedData_[rank] = true;
+    return "";
+  }
+  if (kind == PeerKind::Control) {
+    if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
+    if (claimedControl_[rank]) return "a second control connection claims rank " + std::to_string(rank);
+    claimedControl_[rank] = true;
+    return "";
+  }
+  return std::string("a ") + peerKindName(kind) + " client reached a rank's data port";
+}
+
+void MeshBuilder::pump(Attempt& a) {
+  if (a.connecting) {
+    int err = connectResult(a.sock.fd());
+    if (err != 0) return abandon(a, std::strerror(err));
+    a.connecting = false;
+  }
+  char buf[256];
+  for (;;) {
+    if (a.hs.outputPending() > 0) {
+      IoResult r = sendSome(a.sock.fd(), a.hs.outputData(), a.hs.outputPending());
+      if (r.status == IoStatus::WouldBlock) return;
+      if (r.status != IoStatus::Ok) return abandon(a, describe(r) + " during the handshake");
+      a.hs.outputSent(r.bytes);
+      continue;
+    }
+    if (a.hs.state() == Handshake::State::Failed) return abandon(a, a.hs.failure());
+    if (a.hs.state() == Handshake::State::Done) return finish(a);
+    IoResult r = recvSome(a.sock.fd(), buf, std::min(sizeof(buf), a.hs.inputWanted()));
+    if (r.status == IoStatus::WouldBlock) return;
+    if (r.status != IoStatus::Ok) return abandon(a, describe(r) + " during the handshake");
+    a.hs.input(buf, r.bytes);
+    if (a.hs.state() == Handshake::State::Done && a.target == nullptr) a.claimed = true;
+  }
+}
+
+void MeshBuilder::finish(Attempt& a) {
+  a.dead = true;  // leaves attempts_; the socket moves into the mesh
+  if (a.target != nullptr) {
+    Target& t = *a.target;
+    t.done = true;
+    t.active = false;
+    (t.kind == PeerKind::Data ? mesh_.data : mesh_.control)[t.rank] = std::move(a.sock);
+    HORA_LOG(Debug, me() << ": " << peerKindName(t.kind) << " connection to rank " << t.rank << " ready");
+    return;
+  }
+  int rank = a.hs.peerRank();
+  (a.hs.peerKind() == PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
+  ++incomingDone_;
+  HORA_LOG(Debug, me() << ": " << peerKindName(a.hs.peerKind()) << " connection from rank " << rank << " ready");
+}
+
+void MeshBuilder::abandon(Attempt& a, const std::string& why) {
+  a.dead = true;
+  a.sock.reset();
+  if (a.target != nullptr) {
+    Target& t = *a.target;
+    t.active = false;
+    t.lastError = why;
+    t.retryAt = Clock::now() + t.backoff;
+    t.backoff = std::min(t.backoff * 2, kMaxRetry);
+    bool refused = why.find("authentication") == std::string::npos && why.find("refused the") == std::string::npos;
+    if (refused) {
+      HORA_LOG(Debug, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why << "), retrying");
+    } else {
+      HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why << "), retrying");
+    }
+    return;
+  }
+  // A validated connection that broke before it finished gives its slot back.
+  if (a.claimed || a.hs.state() == Handshake::State::Done) {
+    (a.hs.peerKind() == PeerKind::Data ? claimedData_ : claimedControl_)[a.hs.peerRank()] = false;
+  }
+  HORA_LOG(Warning, me() << ": dropping connection from " << a.peer << ": " << why);
+}
+
+int MeshBuilder::expectedIncoming() const {
+  int data = o_.size - 1 - o_.rank;
+  int control = o_.rank == 0 ? o_.size - 1 : 0;
+  return data + control;
+}
+
+bool MeshBuilder::complete() const {
+  if (incomingDone_ < expectedIncoming()) return false;
+  for (const auto& t : targets_) {
+    if (!t.done) return false;
+  }
+  return true;
+}
+
+void MeshBuilder::timedOut() {
+  std::set<int> missing;
+  std::string details;
+  for (const auto& t : targets_) {
+    if (t.done) continue;
+    missing.insert(t.rank);
+    details += "; " + std::string(peerKindName(t.kind)) + " connection to rank " + std::to_string(t.rank) +
+               " at " + joinHostPort(t.host, t.port) + " not made" +
+               (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")");
+  }
+  for (int j = o_.rank + 1; j < o_.size; ++j) {
+    if (!mesh_.data[j].valid()) {
+      missing.insert(j);
+      details += "; no data connection from rank " + std::to_string(j);
+    }
+  }
+  for (int j = 1; o_.rank == 0 && j < o_.size; ++j) {
+    if (!mesh_.control[j].valid()) {
+      missing.insert(j);
+      details += "; no control connection from rank " + std::to_string(j);
+    }
+  }
+  std::string ranks;
+  for (int j : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
+  throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
+                     " ms connecting to rank(s) " + ranks + details +
+                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are slow)");
+}
+
+}  // namespace
+
+MeshSockets connectMesh(const ConnectOptions& options, Store& store) {
+  return MeshBuilder(options, store).build();
+}
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,45 @@
+#pragma once
+// The pipelined ring engine behind ring allreduce, reduce-scatter, allgatherv and the chain
+// broadcast. A RingPlan is a list of steps; in each step a rank sends one block to sendPeer and
+// receives one block from recvPeer, either copying it into place or reducing it into place.
+//
+// Steps are not run in lockstep: the send cursor and the receive cursor advance independently,
+// and the only dependency is that step t may send the bytes of its block that step t-1 has
+// already received (the block a rank forwards is the one it just received). Those bytes leave in
+// kRingSegmentBytes segments, so the segments of consecutive steps overlap on the wire and a
+// send and a receive are always in flight together (full duplex on non-blocking pipes).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/common/dtype.h"
+#include "core/transport/tcp/links.h"
+
+namespace hora {
+
+struct RingStep {
+  int sendBlock = -1;  // -1: nothing to send in this step
+  int recvBlock = -1;  // -1: nothing to receive
+  bool reduce = false; // reduce the received block into place instead of copying it
+};
+
+struct RingPlan {
+  int sendPeer = -1;
+  int recvPeer = -1;
+  uint8_t* base = nullptr;
+  std::vector<size_t> blockOffset;  // bytes from base
+  std::vector<size_t> blockBytes;
+  std::vector<RingStep> steps;
+  DataType dtype = DataType::UInt8;  // for reducing steps
+  ReduceOp op = ReduceOp::Sum;
+  size_t elementSize = 1;
+};
+
+void runRing(Links& links, const RingPlan& plan);
+
+// Splits count elements into `parts` blocks as evenly as possible (the first count % parts blocks
+// get one more) and fills byte offsets and sizes.
+void splitEvenly(size_t count, int parts, size_t elementSize, std::vector<size_t>* offsets,
+                 std::vector<size_t>* bytes);
+
+}  // namespace hora

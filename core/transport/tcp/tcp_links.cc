@@ -1,0 +1,92 @@
+#include "core/transport/tcp/tcp_links.h"
+
+#include <errno.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace tcp {
+
+void TcpPeerSockets::markFailed(const std::string& why) {
+  if (failure.empty()) failure = why;
+  for (auto& s : sockets) s.shutdownBoth();
+}
+
+TcpLinks::TcpLinks(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank)
+    : peers_(std::move(peers)), worldRanks_(std::move(worldRanks)), rank_(rank) {}
+
+int TcpLinks::fdOf(int peer) const {
+  HORA_CHECK(peer >= 0 && peer < size() && peer != rank_, "bad peer " + std::to_string(peer));
+  return peers_->sockets[worldRanks_[peer]].fd();
+}
+
+void TcpLinks::closed(int peer, const IoResult& r, const char* direction) const {
+  throw IoError("rank " + std::to_string(peers_->worldRank) + ": connection to rank " +
+                std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " + op_ +
+                " (" + describe(r) + "); that rank probably exited or failed, see its log");
+}
+
+size_t TcpLinks::trySend(int peer, const void* data, size_t bytes) {
+  if (bytes == 0) return 0;
+  IoResult r = sendSome(fdOf(peer), data, bytes);
+  if (r.status == IoStatus::Ok) return r.bytes;
+  if (r.status == IoStatus::WouldBlock) return 0;
+  closed(peer, r, "sending");
+}
+
+size_t TcpLinks::tryRecv(int peer, void* data, size_t bytes) {
+  if (bytes == 0) return 0;
+  IoResult r = recvSome(fdOf(peer), data, bytes);
+  if (r.status == IoStatus::Ok) return r.bytes;
+  if (r.status == IoStatus::WouldBlock) return 0;
+  closed(peer, r, "receiving");
+}
+
+void TcpLinks::waitAny(const Want* wants, size_t count) {
+  pollSet_.clear();
+  for (size_t i = 0; i < count; ++i) {
+    short events = short((wants[i].send ? POLLOUT : 0) | (wants[i].recv ? POLLIN : 0));
+    int fd = fdOf(wants[i].peer);
+    bool merged = false;
+    for (auto& p : pollSet_) {
+      if (p.fd == fd) {
+        p.events |= events;
+        merged = true;
+      }
+    }
+    if (!merged) pollSet_.push_back({fd, events, 0});
+  }
+  auto deadline = Clock::now() + peers_->opTimeout;
+  for (;;) {
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), pollTimeoutMs(deadline));
+    if (rc > 0) return;  // readiness, hangup or error: the next try call reports which
+    if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
+    if (rc == 0 && Clock::now() >= deadline) break;
+  }
+  std::string who;
+  for (size_t i = 0; i < count; ++i) {
+    who += (who.empty() ? "" : ", ") + std::string(wants[i].recv ? "receiving from" : "sending to") +
+           " rank " + std::to_string(worldRanks_[wants[i].peer]);
+  }
+  throw TimeoutError("rank " + std::to_string(peers_->worldRank) + ": " + op_ + " made no progress for " +
+                     std::to_string(peers_->opTimeout.count()) + " ms (" + who +
+                     "); a peer is stuck, much slower, or not calling the same collective "
+                     "(raise HORA_TIMEOUT_SECONDS if it is only slow)");
+}
+
+uint8_t* TcpLinks::scratch(int slot, size_t bytes) {
+  HORA_CHECK(slot >= 0 && slot < 2, "bad scratch slot");
+  auto& b = peers_->scratch[slot];
+  if (b.capacity < bytes) {
+    size_t cap = std::max(bytes, b.capacity + b.capacity / 2);
+    b.data.reset(new uint8_t[cap]);
+    b.capacity = cap;
+  }
+  return b.data.get();
+}
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,64 @@
+#pragma once
+// TcpLinks: Links (see links.h) over the TCP data mesh. One TcpPeerSockets holds a socket per
+// world rank and is shared by the world communicator and every subset view of it; a TcpLinks maps
+// its group's ranks onto world ranks.
+//
+// Waits block in poll(2) for at most the op timeout; error messages name world ranks and the
+// collective in progress (setOp). Once any collective fails, markFailed() shuts every data socket
+// down: the peers blocked on this rank see EOF at once instead of waiting out their timeouts, and
+// the communicators that share the sockets refuse further work. Single-threaded.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/time.h"
+#include "core/transport/tcp/links.h"
+#include "core/transport/tcp/socket.h"
+
+namespace hora {
+namespace tcp {
+
+struct TcpPeerSockets {
+  int worldRank = 0;
+  int worldSize = 1;
+  Millis opTimeout{60000};
+  std::vector<Socket> sockets;  // by world rank; invalid for this rank
+  std::string failure;          // why the mesh became unusable ("" while healthy)
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t capacity = 0;
+  };
+  Buffer scratch[2];
+
+  void markFailed(const std::string& why);
+};
+
+class TcpLinks : public Links {
+ public:
+  TcpLinks(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(worldRanks_.size()); }
+  size_t trySend(int peer, const void* data, size_t bytes) override;
+  size_t tryRecv(int peer, void* data, size_t bytes) override;
+  void waitAny(const Want* wants, size_t count) override;
+  uint8_t* scratch(int slot, size_t bytes) override;
+
+  void setOp(const char* op) { op_ = op; }
+  int worldRank(int peer) const { return worldRanks_[peer]; }
+  const std::vector<int>& worldRanks() const { return worldRanks_; }
+  TcpPeerSockets& peers() { return *peers_; }
+
+ private:
+  int fdOf(int peer) const;
+  [[noreturn]] void closed(int peer, const IoResult& r, const char* direction) const;
+
+  std::shared_ptr<TcpPeerSockets> peers_;
+  std::vector<int> worldRanks_;
+  int rank_;
+  const char* op_ = "collective";
+  std::vector<pollfd> pollSet_;
+};
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,19 @@
+#include "core/transport/transport.h"
+
+#include "core/common/errors.h"
+#include "core/transport/tcp/tcp_transport.h"
+
+namespace hora {
+
+std::unique_ptr<Transport> makeTransport(const std::string& name) {
+  if (name == "tcp" || name == "gloo") return std::make_unique<tcp::TcpTransport>();
+  if (name == "mpi") {
+    throw NotSupported("transport 'mpi' is not available: this build has no MPI transport (use 'tcp')");
+  }
+  if (name == "nccl") {
+    throw NotSupported("transport 'nccl' is not available: this build has no NCCL transport (use 'tcp')");
+  }
+  throw InvalidArgument("unknown transport '" + name + "' (known: tcp, gloo, mpi, nccl)");
+}
+
+}  // namespace hora

@@ -1,0 +1,42 @@
+#pragma once
+// Transport: a factory, registered by name ("tcp", "mpi", "nccl"), that connects this process to
+// the other ranks of the job and returns the world Communicator and the ControlChannel.
+//
+// Contract: connect() is collective over all ranks; it blocks until every rank has connected or
+// options.startTimeout passes (TimeoutError naming the ranks that never arrived).
+#include <memory>
+#include <string>
+
+#include "core/common/time.h"
+#include "core/store/store.h"
+#include "core/transport/communicator.h"
+#include "core/transport/control_channel.h"
+
+namespace hora {
+
+struct ConnectOptions {
+  int rank = 0;
+  int size = 1;
+  std::string secret;           // every connection proves knowledge of it (HMAC of a nonce)
+  std::string listenHost;       // address to listen on and advertise; "" = this host's default
+  Millis startTimeout{30000};   // rendezvous and connection set-up
+  Millis opTimeout{60000};      // a peer silent this long inside a collective fails it
+};
+
+struct Connection {
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<ControlChannel> control;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual Connection connect(const ConnectOptions& options, Store& store) = 0;
+};
+
+// "tcp" (alias "gloo") and, when built, "mpi". Throws InvalidArgument for other names, and
+// NotSupported for a known transport this build lacks.
+std::unique_ptr<Transport> makeTransport(const std::string& name);
+
+}  // namespace hora

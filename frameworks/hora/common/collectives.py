@@ -1,0 +1,296 @@
+"""The NumPy-level collective API (exported by ``hora``): NumPy arrays in, NumPy arrays out.
+
+Out-of-place operations copy their input into a fresh C-contiguous array first; ``*_`` operations
+work in place and need a contiguous, writable array. ``*_async`` functions return an
+``AsyncResult`` for ``poll`` and ``synchronize``. Tensor names follow Horovod: ``allreduce.<name>``
+or ``allreduce.noname.<n>``; grouped calls name their tensors ``<base>_<i>of<n>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from hora.common import ops
+from hora.common.ops import AsyncResult, Average, handle_average_backwards_compatibility
+from hora.common.process_sets import ProcessSet, global_process_set
+
+
+def _copy(tensor: Any) -> np.ndarray:
+    return np.array(tensor, copy=True, order="C")
+
+
+def _in_place(handles: list, tensors: list[np.ndarray], single: bool) -> AsyncResult:
+    return AsyncResult(handles, lambda _: tensors[0] if single else list(tensors))
+
+
+def _outputs(handles: list, single: bool) -> AsyncResult:
+    def finish(hs: list) -> Any:
+        outs = [ops.handle_output(h) for h in hs]
+        return outs[0] if single else outs
+
+    return AsyncResult(handles, finish)
+
+
+# ---------------------------------------------------------------------------------- allreduce
+
+
+def _allreduce(tensors: list[np.ndarray], names: list[str], average: Optional[bool],
+               op: Optional[int], prescale_factor: float, postscale_factor: float,
+               process_set: ProcessSet) -> list:
+    op = handle_average_backwards_compatibility(op, average)
+    kind = ops.ADASUM if op == ops.Adasum else ops.ALLREDUCE
+    return ops.submit(kind, tensors, names, op=op, prescale=prescale_factor,
+                      postscale=postscale_factor, process_set=process_set)
+
+
+def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an in-place allreduce of ``tensor``; ``synchronize`` returns ``tensor``."""
+    handles = _allreduce([tensor], [ops.op_name("allreduce", name)], average, op,
+                         prescale_factor, postscale_factor, process_set)
+    return _in_place(handles, [tensor], single=True)
+
+
+def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an allreduce into a copy of ``tensor``; ``synchronize`` returns the copy."""
+    return allreduce_async_(_copy(tensor), average, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_(tensor: np.ndarray, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Allreduce ``tensor`` in place across the process set and return it.
+
+    ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is deprecated.
+    """
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
+
+
+def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+              op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Return the reduction of ``tensor`` over the process set (a new array).
+
+    ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is deprecated
+    (DeprecationWarning) and may not be combined with ``op``. Average divides by the set size
+    after a sum (integers truncate).
+    """
+    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                           process_set).wait()
+
+
+def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an in-place allreduce of every tensor as one group (negotiated and fused together)."""
+    tensors = list(tensors)
+    names = ops.group_names("grouped_allreduce", name, len(tensors))
+    handles = _allreduce(tensors, names, average, op, prescale_factor, postscale_factor,
+                         process_set) if tensors else []
+    return _in_place(handles, tensors, single=False)
+
+
+def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start a grouped allreduce into copies of the tensors."""
+    return grouped_allreduce_async_([_copy(t) for t in tensors], average, name, op,
+                                    prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors: Sequence[np.ndarray], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> list:
+    """Allreduce every tensor in place as one group; returns the tensors."""
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).wait()
+
+
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
+                      name: Optional[str] = None, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> list:
+    """Return the reductions of every tensor, computed as one group (new arrays)."""
+    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                   postscale_factor, process_set).wait()
+
+
+# ---------------------------------------------------------------------------------- allgather
+
+
+def allgather_async(tensor: Any, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an allgather; ``synchronize`` returns the concatenation along dim 0."""
+    handles = ops.submit(ops.ALLGATHER, [_copy(tensor)], [ops.op_name("allgather", name)],
+                         process_set=process_set)
+    return _outputs(handles, single=True)
+
+
+def allgather(tensor: Any, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ per rank)."""
+    return allgather_async(tensor, name, process_set).wait()
+
+
+def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an allgather of every tensor as one group."""
+    copies = [_copy(t) for t in tensors]
+    names = ops.group_names("grouped_allgather", name, len(copies))
+    handles = ops.submit(ops.ALLGATHER, copies, names, process_set=process_set) if copies else []
+    return _outputs(handles, single=False)
+
+
+def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> list:
+    """Allgather every tensor as one group; returns the gathered arrays."""
+    return grouped_allgather_async(tensors, name, process_set).wait()
+
+
+# ---------------------------------------------------------------------------------- broadcast
+
+
+def broadcast_async_(tensor: np.ndarray, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an in-place broadcast from ``root_rank`` (a global rank)."""
+    handles = ops.submit(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)],
+                         root_rank=root_rank, process_set=process_set)
+    return _in_place(handles, [tensor], single=True)
+
+
+def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start a broadcast into a copy of ``tensor``."""
+    return broadcast_async_(_copy(tensor), root_rank, name, process_set)
+
+
+def broadcast_(tensor: np.ndarray, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Overwrite ``tensor`` with the root's values, in place, and return it."""
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+
+
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new array."""
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
+
+
+# ----------------------------------------------------------------------------------- alltoall
+
+
+def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> AsyncResult:
+    """Start an alltoall; ``synchronize`` returns ``out`` or ``(out, received_splits)``."""
+    handles = ops.submit(ops.ALLTOALL, [_copy(tensor)], [ops.op_name("alltoall", name)],
+                         splits=splits, process_set=process_set)
+
+    def finish(hs: list) -> Any:
+        out = ops.handle_output(hs[0])
+        if splits is None:
+            return out
+        return out, np.asarray(hs[0].received_splits(), dtype=np.int32)
+
+    return AsyncResult(handles, finish)
+
+
+def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set) -> Union[np.ndarray, tuple]:
+    """Send ``splits[i]`` rows of ``tensor`` (in order) to set rank i and gather what the others
+    sent. Without splits dim 0 is split equally. Returns ``out``, or ``(out, received_splits)``
+    when splits were given."""
+    return alltoall_async(tensor, splits, name, process_set).wait()
+
+
+# ------------------------------------------------------------------------------ reducescatter
+
+
+def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = None,
+                        process_set: ProcessSet = global_process_set,
+                        prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> AsyncResult:
+    """Start a reducescatter; ``synchronize`` returns this rank's rows of the reduction."""
+    handles = ops.submit(ops.REDUCESCATTER, [_copy(tensor)], [ops.op_name("reducescatter", name)],
+                         op=op, prescale=prescale_factor, postscale=postscale_factor,
+                         process_set=process_set)
+    return _outputs(handles, single=True)
+
+
+def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None,
+                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> np.ndarray:
+    """Reduce ``tensor`` over the set (Sum or Average) and return this rank's share of dim 0;
+    the first ``dim0 % size`` ranks get one extra row."""
+    return reducescatter_async(tensor, op, name, process_set, prescale_factor,
+                               postscale_factor).wait()
+
+
+def grouped_reducescatter_async(tensors: Sequence[Any], op: int = Average,
+                                name: Optional[str] = None,
+                                process_set: ProcessSet = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> AsyncResult:
+    """Start a reducescatter of every tensor as one group."""
+    copies = [_copy(t) for t in tensors]
+    names = ops.group_names("grouped_reducescatter", name, len(copies))
+    handles = ops.submit(ops.REDUCESCATTER, copies, names, op=op, prescale=prescale_factor,
+                         postscale=postscale_factor, process_set=process_set) if copies else []
+    return _outputs(handles, single=False)
+
+
+def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: Optional[str] = None,
+                          process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list:
+    """Reducescatter every tensor as one group; returns this rank's shares."""
+    return grouped_reducescatter_async(tensors, op, name, process_set, prescale_factor,
+                                       postscale_factor).wait()
+
+
+# -------------------------------------------------------------------------- barrier and join
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Block until every rank of the set reached the barrier."""
+    ops.submit(ops.BARRIER, [], ["barrier.noname"], process_set=process_set)[0].wait()
+
+
+def join() -> int:
+    """Declare that this rank has no more data; until every rank joined, this rank contributes
+    zeros to the others' allreduces. Returns the last rank that joined (the same everywhere)."""
+    handle = ops.submit(ops.JOIN, [], ["join.noname"])[0]
+    handle.wait()
+    return int(handle.last_joined_rank())
+
+
+def poll(handle: Any) -> bool:
+    """True when the asynchronous operation behind ``handle`` has finished."""
+    return bool(handle.poll())
+
+
+def synchronize(handle: Any) -> Any:
+    """Wait for an asynchronous operation and return its result (raising its error).
+
+    Returns the output array, a list for grouped operations, ``(out, received_splits)`` for an
+    alltoall with splits; None for an unknown handle.
+    """
+    if isinstance(handle, AsyncResult):
+        return handle.wait()
+    if hasattr(handle, "wait") and hasattr(handle, "output"):
+        handle.wait()
+        return ops.handle_output(handle)
+    return None

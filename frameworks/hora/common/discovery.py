@@ -1,0 +1,310 @@
+"""Where this process sits in the job: rank, size, host-local and cross-host coordinates, and how
+to reach the rendezvous store.
+
+Sources, first match wins:
+
+1. ``horarun`` (or a Horovod-style launcher): ``HORA_*`` variables, each also accepted as
+   ``HOROVOD_*``: RANK, SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, HOSTNAME,
+   RENDEZVOUS_ADDR/RENDEZVOUS_PORT (also ``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``) and SECRET (also
+   ``_HOROVOD_SECRET_KEY``). The launcher serves the store.
+2. ``torchrun``: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+   MASTER_PORT. Rank 0 serves the store itself. torchrun's own c10d store already listens on
+   MASTER_PORT, so Hora's store uses **MASTER_PORT + 1** unless ``HORA_RENDEZVOUS_PORT`` is set.
+3. ``mpirun`` (Open MPI or a PMI launcher): OMPI_COMM_WORLD_* or PMI_RANK/PMI_SIZE. Rank 0 serves
+   the store at HORA_RENDEZVOUS_ADDR or MASTER_ADDR, port HORA_RENDEZVOUS_PORT or MASTER_PORT or
+   29400.
+4. Slurm (``srun``): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and the tasks per
+   node (SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE or SLURM_NTASKS_PER_NODE). Rank 0 serves
+   the store at HORA_RENDEZVOUS_ADDR or MASTER_ADDR, else the first host of the step's node list;
+   port HORA_RENDEZVOUS_PORT or MASTER_PORT or 29400. A plain ``python`` in a batch script with
+   several tasks looks like rank 0 of N here and would wait for the others: start it with srun.
+5. Alone: rank 0 of 1, no store.
+
+The job secret proves to every connection that the peer belongs to this job. horarun generates a
+random one. Without a launcher, ``HORA_SECRET`` is used when set; otherwise every rank derives the
+same secret from the rendezvous address and port. That fallback keeps jobs from different stores
+apart but is guessable, so it is logged (at debug level); set ``HORA_SECRET`` on shared networks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import socket
+from collections.abc import Mapping
+from typing import Optional
+
+_log = logging.getLogger("hora")
+
+DEFAULT_RENDEZVOUS_PORT = 29400
+"""Store port for mpirun/Slurm jobs when neither HORA_RENDEZVOUS_PORT nor MASTER_PORT is set."""
+
+DEFAULT_MASTER_PORT = 29500
+"""torchrun's default MASTER_PORT."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    """The result of discovery: everything ``hora._core.init`` needs besides the settings."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    cross_rank: int = 0
+    cross_size: int = 1
+    store_host: str = ""
+    store_port: int = 0
+    serve_store: bool = False
+    secret: str = ""
+    hostname: str = ""
+    source: str = "alone"
+
+
+class _Env:
+    """Reads HORA_<name>/HOROVOD_<name> (only names declared in the engine's table) and raw names.
+
+    With the real environment the engine's own lookup (``_core.lookup_env``) is used, so that
+    Python and C++ agree on precedence; with an explicit mapping (tests) the same rules are applied
+    to the mapping.
+    """
+
+    def __init__(self, environ: Optional[Mapping[str, str]]) -> None:
+        self._mapping = environ
+
+    def raw(self, name: str) -> Optional[str]:
+        env = os.environ if self._mapping is None else self._mapping
+        value = env.get(name)
+        return value if value else None
+
+    def hora(self, name: str) -> Optional[str]:
+        from hora import _core
+
+        if self._mapping is None:
+            return _core.lookup_env(name)
+        if name not in {entry[0] for entry in _core.env_vars()}:
+            raise ValueError(f"'{name}' is not a declared Hora environment variable")
+        for prefix in ("HORA_", "HOROVOD_"):
+            value = self._mapping.get(prefix + name)
+            if value:
+                return value
+        return None
+
+
+def _int(value: Optional[str], what: str, default: Optional[int] = None) -> int:
+    if value is None:
+        if default is None:
+            raise ValueError(f"{what} is not set")
+        return default
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ValueError(f"{what}={value!r} is not an integer") from None
+
+
+def default_cross(rank: int, size: int, local_size: int) -> tuple[int, int]:
+    """Cross rank and size when the source does not say: exact when every host runs
+    ``local_size`` ranks in consecutive blocks, a best effort otherwise."""
+    hosts = max(1, -(-size // local_size))
+    cross_size = size // local_size if size % local_size == 0 else hosts
+    return min(rank // local_size, cross_size - 1), cross_size
+
+
+def fallback_secret(host: str, port: int) -> str:
+    """The secret every rank derives when no launcher provided one (see the module docstring)."""
+    return hashlib.sha256(f"hora-rendezvous:{host}:{port}".encode()).hexdigest()
+
+
+def _secret(env: _Env, host: str, port: int, from_launcher: bool) -> str:
+    secret = env.hora("SECRET") or (env.raw("_HOROVOD_SECRET_KEY") if from_launcher else None)
+    if secret:
+        return secret
+    if not host:
+        return ""
+    _log.debug(
+        "hora: no HORA_SECRET set; deriving the job secret from the rendezvous address %s:%d. "
+        "Set HORA_SECRET to the same random value on every rank on shared networks.",
+        host, port,
+    )
+    return fallback_secret(host, port)
+
+
+def _checked(info: RankInfo) -> RankInfo:
+    if info.size < 1 or not 0 <= info.rank < info.size:
+        raise ValueError(f"{info.source}: rank {info.rank} is outside a job of size {info.size}")
+    if info.local_size < 1 or not 0 <= info.local_rank < info.local_size:
+        raise ValueError(
+            f"{info.source}: local rank {info.local_rank} is outside a host of {info.local_size}"
+        )
+    if info.cross_size < 1 or not 0 <= info.cross_rank < info.cross_size:
+        raise ValueError(
+            f"{info.source}: cross rank {info.cross_rank} is outside {info.cross_size} hosts"
+        )
+    if info.size > 1 and (not info.store_host or info.store_port <= 0):
+        raise ValueError(
+            f"{info.source}: a job of {info.size} ranks needs a rendezvous store; set "
+            "HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT (or MASTER_ADDR and MASTER_PORT)"
+        )
+    return info
+
+
+def _from_launcher(env: _Env) -> Optional[RankInfo]:
+    rank_text = env.hora("RANK")
+    if rank_text is None:
+        return None
+    rank = _int(rank_text, "HORA_RANK")
+    size = _int(env.hora("SIZE"), "HORA_SIZE")
+    local_rank = _int(env.hora("LOCAL_RANK"), "HORA_LOCAL_RANK", rank)
+    local_size = _int(env.hora("LOCAL_SIZE"), "HORA_LOCAL_SIZE", size)
+    cross = default_cross(rank, size, local_size)
+    cross_rank = _int(env.hora("CROSS_RANK"), "HORA_CROSS_RANK", cross[0])
+    cross_size = _int(env.hora("CROSS_SIZE"), "HORA_CROSS_SIZE", cross[1])
+    host = env.hora("RENDEZVOUS_ADDR") or env.raw("HOROVOD_GLOO_RENDEZVOUS_ADDR") or ""
+    port_text = env.hora("RENDEZVOUS_PORT") or env.raw("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    port = _int(port_text, "HORA_RENDEZVOUS_PORT", 0)
+    return RankInfo(
+        rank, size, local_rank, local_size, cross_rank, cross_size,
+        store_host=host, store_port=port, serve_store=False,
+        secret=_secret(env, host, port, from_launcher=True),
+        hostname=env.hora("HOSTNAME") or socket.gethostname(), source="horarun",
+    )
+
+
+def _self_served(env: _Env, source: str, rank: int, size: int, local_rank: int, local_size: int,
+                 cross: tuple[int, int], host: str, port: int) -> RankInfo:
+    """A job without a launcher-run store: rank 0 serves it."""
+    if size == 1:
+        host, port = "", 0
+    return RankInfo(
+        rank, size, local_rank, local_size, cross[0], cross[1],
+        store_host=host, store_port=port, serve_store=size > 1 and rank == 0,
+        secret=_secret(env, host, port, from_launcher=False),
+        hostname=socket.gethostname(), source=source,
+    )
+
+
+def _from_torchrun(env: _Env) -> Optional[RankInfo]:
+    if env.raw("RANK") is None or env.raw("WORLD_SIZE") is None:
+        return None
+    rank = _int(env.raw("RANK"), "RANK")
+    size = _int(env.raw("WORLD_SIZE"), "WORLD_SIZE")
+    local_rank = _int(env.raw("LOCAL_RANK"), "LOCAL_RANK", 0)
+    local_size = _int(env.raw("LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE", size)
+    cross = default_cross(rank, size, local_size)
+    if env.raw("GROUP_RANK") is not None:
+        cross_size = _int(env.raw("GROUP_WORLD_SIZE"), "GROUP_WORLD_SIZE", cross[1])
+        cross = (_int(env.raw("GROUP_RANK"), "GROUP_RANK"), cross_size)
+    host = env.hora("RENDEZVOUS_ADDR") or env.raw("MASTER_ADDR") or "127.0.0.1"
+    explicit_port = env.hora("RENDEZVOUS_PORT")
+    if explicit_port is not None:
+        port = _int(explicit_port, "HORA_RENDEZVOUS_PORT")
+    else:
+        port = _int(env.raw("MASTER_PORT"), "MASTER_PORT", DEFAULT_MASTER_PORT) + 1
+    return _self_served(env, "torchrun", rank, size, local_rank, local_size, cross, host, port)
+
+
+def _store_address(env: _Env, fallback_host: Optional[str]) -> tuple[str, int]:
+    host = env.hora("RENDEZVOUS_ADDR") or env.raw("MASTER_ADDR") or fallback_host or ""
+    port_text = env.hora("RENDEZVOUS_PORT") or env.raw("MASTER_PORT")
+    return host, _int(port_text, "HORA_RENDEZVOUS_PORT", DEFAULT_RENDEZVOUS_PORT)
+
+
+def _from_mpirun(env: _Env) -> Optional[RankInfo]:
+    if env.raw("OMPI_COMM_WORLD_RANK") is not None:
+        rank = _int(env.raw("OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_RANK")
+        size = _int(env.raw("OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_SIZE")
+        local_rank = _int(env.raw("OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_RANK", 0)
+        local_size = _int(env.raw("OMPI_COMM_WORLD_LOCAL_SIZE"), "OMPI_COMM_WORLD_LOCAL_SIZE", size)
+    elif env.raw("PMI_RANK") is not None and env.raw("PMI_SIZE") is not None:
+        rank = _int(env.raw("PMI_RANK"), "PMI_RANK")
+        size = _int(env.raw("PMI_SIZE"), "PMI_SIZE")
+        local_rank = _int(env.raw("MPI_LOCALRANKID"), "MPI_LOCALRANKID", 0)
+        local_size = _int(env.raw("MPI_LOCALNRANKS"), "MPI_LOCALNRANKS", size)
+    else:
+        return None
+    cross = default_cross(rank, size, local_size)
+    host, port = _store_address(env, None)
+    return _self_served(env, "mpirun", rank, size, local_rank, local_size, cross, host, port)
+
+
+def parse_tasks_per_node(text: str) -> list[int]:
+    """Expand Slurm's compressed tasks-per-node list: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``."""
+    counts: list[int] = []
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if match is None:
+            raise ValueError(f"cannot parse Slurm tasks per node {text!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``"gpu[07-09,12],cpu1"`` -> ``"gpu07"``."""
+    depth = 0
+    end = len(nodelist)
+    for i, ch in enumerate(nodelist):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            end = i
+            break
+    first = nodelist[:end].strip()
+    match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", first)
+    if match is None:
+        return first
+    prefix, ranges, suffix = match.groups()
+    return prefix + ranges.split(",")[0].split("-")[0].strip() + suffix
+
+
+def _slurm_local(env: _Env, size: int, node_id: int, local_rank: int) -> tuple[int, int, int]:
+    """(local_size, cross_rank, cross_size) from Slurm's tasks-per-node information."""
+    per_node_text = env.raw("SLURM_STEP_TASKS_PER_NODE") or env.raw("SLURM_TASKS_PER_NODE")
+    if per_node_text is not None:
+        per_node = parse_tasks_per_node(per_node_text)
+        if 0 <= node_id < len(per_node):
+            with_slot = [n for n, count in enumerate(per_node) if count > local_rank]
+            if node_id in with_slot:
+                return per_node[node_id], with_slot.index(node_id), len(with_slot)
+    per_node_fixed = env.raw("SLURM_NTASKS_PER_NODE")
+    local_size = _int(per_node_fixed, "SLURM_NTASKS_PER_NODE", 0) if per_node_fixed else 0
+    if local_size <= 0:
+        nodes = _int(env.raw("SLURM_STEP_NUM_NODES") or env.raw("SLURM_NNODES"), "SLURM_NNODES", 1)
+        local_size = max(1, -(-size // max(1, nodes)))
+    local_size = max(local_size, local_rank + 1)
+    cross_size = max(1, -(-size // local_size))
+    return local_size, min(node_id, cross_size - 1), cross_size
+
+
+def _from_slurm(env: _Env) -> Optional[RankInfo]:
+    if env.raw("SLURM_PROCID") is None or env.raw("SLURM_NTASKS") is None:
+        return None
+    rank = _int(env.raw("SLURM_PROCID"), "SLURM_PROCID")
+    size = _int(env.raw("SLURM_NTASKS"), "SLURM_NTASKS")
+    local_rank = _int(env.raw("SLURM_LOCALID"), "SLURM_LOCALID", 0)
+    node_id = _int(env.raw("SLURM_NODEID"), "SLURM_NODEID", 0)
+    local_size, cross_rank, cross_size = _slurm_local(env, size, node_id, local_rank)
+    nodelist = (env.raw("SLURM_STEP_NODELIST") or env.raw("SLURM_JOB_NODELIST")
+                or env.raw("SLURM_NODELIST"))
+    host, port = _store_address(env, first_host(nodelist) if nodelist else None)
+    return _self_served(env, "slurm", rank, size, local_rank, local_size,
+                        (cross_rank, cross_size), host, port)
+
+
+def discover(environ: Optional[Mapping[str, str]] = None) -> RankInfo:
+    """Find this process's place in the job (see the module docstring for the sources).
+
+    Args:
+        environ: variables to read instead of the process environment (for tests).
+
+    Raises:
+        ValueError: a source was found but its variables are inconsistent or incomplete.
+    """
+    env = _Env(environ)
+    for source in (_from_launcher, _from_torchrun, _from_mpirun, _from_slurm):
+        info = source(env)
+        if info is not None:
+            return _checked(info)
+    return RankInfo(hostname=socket.gethostname())

@@ -1,0 +1,311 @@
+"""The layer every frontend submits work through: constants, naming, argument checks, and the
+conversion of NumPy arrays (and any ``__dlpack__`` object) into engine requests.
+
+``submit`` never copies: in-place operations need contiguous tensors and raise ``ValueError``
+otherwise. It checks what Horovod checks at enqueue time (process-set membership, broadcast root,
+alltoall splits, reducescatter op, scalar allgather) so the error is raised where the call was made.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from hora import _core
+from hora.common import basics
+from hora.common.process_sets import ProcessSet, global_process_set
+
+ALLREDUCE = 0
+ALLGATHER = 1
+BROADCAST = 2
+JOIN = 3
+ADASUM = 4
+ALLTOALL = 5
+BARRIER = 6
+REDUCESCATTER = 7
+
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+KIND_NAMES = {
+    ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast", JOIN: "join",
+    ADASUM: "adasum", ALLTOALL: "alltoall", BARRIER: "barrier", REDUCESCATTER: "reducescatter",
+}
+
+_BFLOAT16 = "bfloat16"
+_HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_name_lock = threading.Lock()
+_name_counters: dict[str, int] = {}
+
+
+def auto_name(prefix: str) -> str:
+    """A default tensor name, ``f"{prefix}.noname.{n}"``, from a per-process counter per prefix.
+
+    Unnamed operations therefore match across ranks only when every rank issues them in the
+    same order (as in Horovod).
+    """
+    with _name_lock:
+        n = _name_counters.get(prefix, 0)
+        _name_counters[prefix] = n + 1
+    return f"{prefix}.noname.{n}"
+
+
+def reset_names() -> None:
+    """Restart the auto-name counters (after shutdown, so re-initialized ranks agree)."""
+    with _name_lock:
+        _name_counters.clear()
+
+
+def op_name(prefix: str, name: Optional[str]) -> str:
+    """The engine name of one operation: ``prefix.name``, or an auto name (Horovod's scheme)."""
+    return f"{prefix}.{name}" if name else auto_name(prefix)
+
+
+def group_names(prefix: str, name: Optional[str], count: int) -> list[str]:
+    """Names for the tensors of one grouped call, sharing one base: ``<base>_<i>of<count>``
+    with i counted from 1 (as in Horovod)."""
+    base = op_name(prefix, name)
+    return [f"{base}_{i + 1}of{count}" for i in range(count)]
+
+
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+    """Resolve Horovod's deprecated ``average=`` against ``op=``; the default is Average.
+
+    Raises:
+        ValueError: both were given.
+    """
+    if op is not None:
+        if average is not None:
+            raise ValueError(
+                "The op parameter supersedes average. Please provide only one of them."
+            )
+        return int(op)
+    if average is not None:
+        warnings.warn(
+            "Parameter `average` has been replaced with `op` and will be removed",
+            DeprecationWarning, stacklevel=3,
+        )
+        return Average if average else Sum
+    return Average
+
+
+def call_site() -> str:
+    """``file.py:123`` of the first caller frame outside the hora package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_HORA_DIR + os.sep):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+_numpy_bool_dlpack: Optional[bool] = None
+
+
+def _numpy_exports_bool() -> bool:
+    global _numpy_bool_dlpack
+    if _numpy_bool_dlpack is None:
+        try:
+            np.zeros(1, dtype=np.bool_).__dlpack__()
+            _numpy_bool_dlpack = True
+        except (BufferError, TypeError, AttributeError):
+            _numpy_bool_dlpack = False
+    return _numpy_bool_dlpack
+
+
+def _prepare(tensor: Any) -> tuple[Any, Optional[str]]:
+    """The object to hand to the engine and its dtype override (for types DLPack lacks)."""
+    if isinstance(tensor, np.ndarray):
+        if tensor.dtype.name == _BFLOAT16:
+            return tensor.view(np.uint16), _BFLOAT16
+        if tensor.dtype == np.bool_ and not _numpy_exports_bool():
+            return tensor.view(np.uint8), "bool"
+        return tensor, None
+    if hasattr(tensor, "__dlpack__"):
+        return tensor, None
+    raise TypeError(
+        f"expected a NumPy array or a tensor with __dlpack__, got {type(tensor).__name__}"
+    )
+
+
+def _check_splits(splits: Any, set_size: int, dim0: Optional[int]) -> list[int]:
+    array = np.asarray(splits)
+    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+        raise ValueError("splits must be a 1-D tensor of integers (int32)")
+    if array.size != set_size:
+        raise ValueError("Number of entries in splits does not equal number of workers.")
+    values = [int(v) for v in array]
+    if any(v < 0 for v in values):
+        raise ValueError("splits must not be negative")
+    if dim0 is not None and sum(values) > dim0:
+        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+    return values
+
+
+def _shape(tensor: Any) -> Optional[tuple[int, ...]]:
+    shape = getattr(tensor, "shape", None)
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, splits: Any,
+                   process_set: ProcessSet) -> Optional[list[int]]:
+    """Horovod's enqueue-time checks; returns the splits to pass on."""
+    what = KIND_NAMES.get(kind, str(kind))
+    if process_set.process_set_id is None or process_set.ranks is None:
+        raise ValueError(
+            f"{what}: the process set {process_set} is not registered; pass it to "
+            "hora.init(process_sets=[...]) or hora.add_process_set() first"
+        )
+    me = basics.rank()
+    members = process_set.ranks
+    if me not in members:
+        raise ValueError(f"{what}: Rank {me} is not a member of the provided process set.")
+    if op not in (Average, Sum, Adasum, Min, Max, Product):
+        raise ValueError(f"{what}: unknown reduce op {op}")
+    if kind == BROADCAST and root_rank not in members:
+        raise ValueError(
+            f"broadcast received invalid root rank {root_rank} for provided process set"
+        )
+    if kind == REDUCESCATTER and op not in (Average, Sum):
+        raise ValueError("Reducescatter currently only supports AVERAGE and SUM.")
+    for tensor in tensors:
+        shape = _shape(tensor)
+        scalar = shape is not None and len(shape) == 0
+        if scalar and kind in (ALLGATHER, ALLTOALL, REDUCESCATTER):
+            raise ValueError(
+                f"{what} needs a tensor of at least one dimension; reshape the scalar to [1]"
+            )
+    if kind != ALLTOALL:
+        return None
+    dim0 = _shape(tensors[0])[0] if tensors and _shape(tensors[0]) else None
+    if splits is not None:
+        return _check_splits(splits, len(members), dim0)
+    if dim0 is not None and dim0 % len(members) != 0:
+        raise ValueError(
+            f"alltoall without splits needs the first dimension ({dim0}) to be divisible by the "
+            f"number of workers ({len(members)}); pass splits otherwise"
+        )
+    return None
+
+
+def submit(
+    kind: int,
+    tensors: Sequence[Any],
+    names: Sequence[str],
+    *,
+    op: int = Sum,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    root_rank: int = 0,
+    splits: Any = None,
+    process_set: ProcessSet = global_process_set,
+) -> list:
+    """Enqueue one group of operations on the engine; returns one ``_core.Handle`` per name.
+
+    Args:
+        kind: ALLREDUCE ... REDUCESCATTER.
+        tensors: NumPy arrays (ml_dtypes.bfloat16 included) or objects with ``__dlpack__``;
+            empty for JOIN and BARRIER. Allreduce, adasum and broadcast write in place.
+        names: one per tensor (one for JOIN/BARRIER); equal across ranks for the same operation.
+        op: reduce op (Average, Sum, Adasum, Min, Max, Product).
+        prescale, postscale: factors applied before and after the reduction.
+        root_rank: broadcast root, a global rank.
+        splits: alltoall rows sent to each member of the set.
+        process_set: where the operation runs.
+
+    Raises:
+        ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
+            failed check (membership, root, splits, op).
+        TypeError: an object that is not a tensor.
+    """
+    tensors = list(tensors)
+    names = [str(n) for n in names]
+    checked_splits = _check_request(kind, tensors, op, root_rank, splits, process_set)
+    prepared = [_prepare(t) for t in tensors]
+    overrides = [o for _, o in prepared]
+    handles = _core.enqueue(
+        kind, [t for t, _ in prepared], names,
+        process_set_id=int(process_set.process_set_id), reduce_op=int(op),
+        prescale=float(prescale), postscale=float(postscale), root_rank=int(root_rank),
+        splits=checked_splits, call_site=call_site(),
+        dtype_overrides=overrides if any(o is not None for o in overrides) else None,
+    )
+    for handle, override in zip(handles, overrides):
+        if override == _BFLOAT16:
+            handle._hora_dtype = _BFLOAT16
+    return handles
+
+
+def handle_output(handle: Any) -> Optional[np.ndarray]:
+    """The engine-owned result of a finished handle as a NumPy array (zero-copy), with
+    ml_dtypes.bfloat16 restored when the input was bfloat16; None for in-place operations."""
+    out = handle.output()
+    if out is not None and getattr(handle, "_hora_dtype", None) == _BFLOAT16:
+        import ml_dtypes
+
+        out = out.view(ml_dtypes.bfloat16)
+    return out
+
+
+class AsyncResult:
+    """The handle of an asynchronous NumPy-level operation, for ``poll`` and ``synchronize``.
+
+    Holds the engine handles of one call and how to build its result once they are done.
+    """
+
+    __slots__ = ("_handles", "_finish", "_done", "_result")
+
+    def __init__(self, handles: Sequence[Any], finish: Callable[[list], Any]) -> None:
+        self._handles = list(handles)
+        self._finish = finish
+        self._done = False
+        self._result: Any = None
+
+    def poll(self) -> bool:
+        """True when every operation of the call has finished."""
+        return all(h.poll() for h in self._handles)
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Wait for every operation and return the result (raising the first error).
+
+        Raises:
+            HoraTimeoutError: ``timeout`` seconds passed first.
+        """
+        if self._done:
+            return self._result
+        first_error: Optional[BaseException] = None
+        for h in self._handles:
+            try:
+                finished = h.wait(timeout)
+            except Exception as exc:  # collect the rest too, so their names are free again
+                first_error = first_error or exc
+                continue
+            if not finished:
+                from hora.errors import HoraTimeoutError
+
+                raise HoraTimeoutError(f"operation not finished after {timeout} s")
+        if first_error is not None:
+            raise first_error
+        self._result = self._finish(self._handles)
+        self._done = True
+        return self._result
+
+    @property
+    def handles(self) -> list:
+        """The engine handles, one per tensor."""
+        return list(self._handles)
+
+
+basics.add_shutdown_hook(reset_names)

@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include "core/common/errors.h"
+#include "core/coordinator/codec.h"
+
+namespace hora {
+namespace {
+
+Request sampleRequest() {
+  Request r;
+  r.kind = OpKind::Alltoall;
+  r.name = "alltoall.layer.3";
+  r.processSetId = 2;
+  r.rank = 5;
+  r.dtype = DataType::BFloat16;
+  r.shape = {7, 3, 0};
+  r.reduceOp = ReduceOp::Max;
+  r.prescale = 0.5;
+  r.postscale = 3.25;
+  r.rootRank = 1;
+  r.splits = {1, 2, 4};
+  r.callSite = "train.py:42";
+  return r;
+}
+
+TEST(Codec, RequestBatchRoundTrips) {
+  RequestBatch b;
+  b.appliedBatches = 123456789012ull;
+  b.cacheBits = {0x1ull, 0x8000000000000000ull};
+  b.requests = {sampleRequest(), Request()};
+  b.shutdown = true;
+  RequestBatch d = decodeRequestBatch(encodeRequestBatch(b));
+  EXPECT_EQ(d.appliedBatches, b.appliedBatches);
+  EXPECT_EQ(d.cacheBits, b.cacheBits);
+  ASSERT_EQ(d.requests.size(), 2u);
+  const Request& r = d.requests[0];
+  EXPECT_TRUE(r.sameParams(sampleRequest()));
+  EXPECT_EQ(r.name, "alltoall.layer.3");
+  EXPECT_EQ(r.rank, 5);
+  EXPECT_EQ(r.callSite, "train.py:42");
+  EXPECT_TRUE(d.shutdown);
+}
+
+TEST(Codec, ResponseBatchRoundTrips) {
+  ResponseBatch b;
+  b.sequence = 77;
+  b.evictedSlots = {3, 9};
+  Response r;
+  r.kind = OpKind::Allgather;
+  r.names = {"a", "b"};
+  r.processSetId = 1;
+  r.dtype = DataType::Float16;
+  r.sizes = {1, 2, 3, 4};
+  r.rowElements = {5, 6};
+  r.cacheSlots = {0, -1};
+  r.errorCode = ResponseError::Mismatch;
+  r.errorMessage = "nope";
+  r.lastJoinedRank = 3;
+  r.withJoinedRanks = true;
+  b.responses = {r};
+  b.shutdown = true;
+  b.shutdownReason = "bye";
+  ResponseBatch d = decodeResponseBatch(encodeResponseBatch(b));
+  EXPECT_EQ(d.sequence, 77u);
+  EXPECT_EQ(d.evictedSlots, b.evictedSlots);
+  ASSERT_EQ(d.responses.size(), 1u);
+  const Response& x = d.responses[0];
+  EXPECT_EQ(x.kind, OpKind::Allgather);
+  EXPECT_EQ(x.names, r.names);
+  EXPECT_EQ(x.dtype, DataType::Float16);
+  EXPECT_EQ(x.sizes, r.sizes);
+  EXPECT_EQ(x.rowElements, r.rowElements);
+  EXPECT_EQ(x.cacheSlots, r.cacheSlots);
+  EXPECT_EQ(x.errorCode, ResponseError::Mismatch);
+  EXPECT_EQ(x.errorMessage, "nope");
+  EXPECT_EQ(x.lastJoinedRank, 3);
+  EXPECT_TRUE(x.withJoinedRanks);
+  EXPECT_EQ(d.shutdownReason, "bye");
+}
+
+TEST(Codec, TruncatedOrCorruptMessagesThrowIoError) {
+  RequestBatch b;
+  b.requests = {sampleRequest()};
+  std::string bytes = encodeRequestBatch(b);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_THROW(decodeRequestBatch(bytes.substr(0, cut)), IoError) << "cut at " << cut;
+  }
+  EXPECT_THROW(decodeRequestBatch(bytes + "x"), IoError);
+  std::string badVersion = bytes;
+  badVersion[0] = 99;
+  EXPECT_THROW(decodeRequestBatch(badVersion), IoError);
+  // A huge length prefix must not allocate or read past the end.
+  std::string huge = bytes.substr(0, 9) + std::string("\xff\xff\xff\x7f", 4);
+  EXPECT_THROW(decodeRequestBatch(huge), IoError);
+}
+
+}  // namespace
+}  // namespace hora

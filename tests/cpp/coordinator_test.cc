@@ -1,0 +1,250 @@
+// Negotiation without a transport: N participants and one coordinator exchange batches directly.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "core/coordinator/coordinator.h"
+#include "core/coordinator/participant.h"
+#include "core/coordinator/tensor_queue.h"
+
+namespace hora {
+namespace {
+
+class Job {
+ public:
+  Job(int n, int cacheCapacity, int64_t fusion = 1 << 20) : sets_(0) {
+    std::vector<int> all;
+    for (int i = 0; i < n; ++i) all.push_back(i);
+    sets_.add(0, all, nullptr);
+    Settings s;
+    s.cacheCapacity = cacheCapacity;
+    s.fusionThreshold = fusion;
+    coordinator_ = std::make_unique<Coordinator>(n, sets_, s, 1);
+    for (int i = 0; i < n; ++i) {
+      queues_.push_back(std::make_unique<TensorQueue>());
+      participants_.push_back(std::make_unique<Participant>(cacheCapacity));
+    }
+  }
+
+  void enqueue(int rank, const std::string& name, std::vector<int64_t> shape,
+               OpKind kind = OpKind::Allreduce, DataType dtype = DataType::Float32) {
+    TensorEntry e;
+    e.request.kind = kind;
+    e.request.name = name;
+    e.request.rank = rank;
+    e.request.shape = std::move(shape);
+    e.request.dtype = dtype;
+    e.handle = std::make_shared<Handle>();
+    std::vector<TensorEntry> group;
+    group.push_back(std::move(e));
+    queues_[rank]->push(std::move(group));
+  }
+
+  // One rank sends what it has; returns the batch it sent.
+  RequestBatch send(int rank) {
+    RequestBatch b = participants_[rank]->collect(*queues_[rank], queues_[rank]->takeNew());
+    coordinator_->ingest(rank, b);
+    return b;
+  }
+
+  // Coordinator answers; every rank applies the batch. Returns the responses.
+  std::vector<Response> answer() {
+    ResponseBatch batch;
+    if (!coordinator_->buildBatch(&batch)) return {};
+    for (size_t rank = 0; rank < queues_.size(); ++rank) {
+      auto& p = *participants_[rank];
+      p.applyEvictions(batch.evictedSlots);
+      for (const auto& r : batch.responses) {
+        for (size_t i = 0; i < r.names.size(); ++i) {
+          auto key = tensorKey(r.processSetId, r.names[i]);
+          auto e = queues_[rank]->remove(key);
+          if (!e) continue;
+          p.finished(key);
+          if (i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
+            p.recordCached(r.cacheSlots[i], key, e->request);
+          }
+        }
+      }
+      p.batchApplied();
+    }
+    return batch.responses;
+  }
+
+  // What a rank would send, without delivering it yet.
+  RequestBatch participantsCollectOnly(int rank) {
+    return participants_[rank]->collect(*queues_[rank], queues_[rank]->takeNew());
+  }
+
+  Coordinator& coordinator() { return *coordinator_; }
+
+ private:
+  ProcessSetTable sets_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<TensorQueue>> queues_;
+  std::vector<std::unique_ptr<Participant>> participants_;
+};
+
+TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
+  Job job(3, 16);
+  job.enqueue(0, "a", {4});
+  job.enqueue(1, "a", {4});
+  job.send(0);
+  job.send(1);
+  EXPECT_TRUE(job.answer().empty());
+  job.enqueue(2, "a", {4});
+  job.send(2);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{4}));
+}
+
+TEST(Coordinator, SecondStepTravelsAsCacheBits) {
+  Job job(2, 16);
+  for (int step = 0; step < 3; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      job.enqueue(r, "a", {4});
+      job.enqueue(r, "b", {8});
+    }
+    RequestBatch b0 = job.send(0);
+    job.send(1);
+    if (step == 0) {
+      EXPECT_EQ(b0.requests.size(), 2u);
+    } else {
+      EXPECT_TRUE(b0.requests.empty());
+      ASSERT_EQ(b0.cacheBits.size(), 1u);
+      EXPECT_EQ(__builtin_popcountll(b0.cacheBits[0]), 2);
+    }
+    auto out = job.answer();
+    ASSERT_EQ(out.size(), 1u) << "a and b fuse";
+    EXPECT_EQ(out[0].names.size(), 2u);
+  }
+}
+
+TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {
+  Job job(2, 16);
+  for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {4});
+  job.send(0);
+  job.send(1);
+  job.answer();
+  for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {6});
+  EXPECT_EQ(job.send(0).requests.size(), 1u);
+  job.send(1);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{6}));
+}
+
+TEST(Coordinator, MismatchNamesEveryRank) {
+  Job job(3, 16);
+  job.enqueue(0, "t", {2, 3});
+  job.enqueue(1, "t", {2, 3});
+  job.enqueue(2, "t", {4});
+  for (int r = 0; r < 3; ++r) job.send(r);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Error);
+  const auto& m = out[0].errorMessage;
+  EXPECT_NE(m.find("Mismatched ALLREDUCE tensor shapes"), std::string::npos) << m;
+  EXPECT_NE(m.find("'t'"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 0: [2, 3]"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 2: [4]"), std::string::npos) << m;
+}
+
+TEST(Coordinator, DtypeMismatch) {
+  Job job(2, 16);
+  job.enqueue(0, "t", {2}, OpKind::Allreduce, DataType::Float32);
+  job.enqueue(1, "t", {2}, OpKind::Allreduce, DataType::Int32);
+  job.send(0);
+  job.send(1);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].errorMessage.find("Mismatched data types"), std::string::npos);
+  EXPECT_NE(out[0].errorMessage.find("rank 1: int32"), std::string::npos);
+}
+
+TEST(Coordinator, CachedOnOneRankChangedOnAnotherStillRaisesMismatch) {
+  Job job(2, 16);
+  for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {4});
+  job.send(0);
+  job.send(1);
+  job.answer();
+  job.enqueue(0, "a", {4});  // cache hit on rank 0
+  job.enqueue(1, "a", {5});  // changed on rank 1
+  EXPECT_FALSE(job.send(0).cacheBits.empty());
+  job.send(1);
+  auto out = job.answer();  // evicts the slot; rank 0 must resend in full
+  EXPECT_TRUE(out.empty());
+  RequestBatch again = job.send(0);
+  EXPECT_EQ(again.requests.size(), 1u);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Error);
+  EXPECT_NE(out[0].errorMessage.find("rank 1: [5]"), std::string::npos);
+}
+
+TEST(Coordinator, StaleBitIsIgnoredAndResent) {
+  Job job(2, 1);  // one slot: every new name evicts the previous one
+  for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {1});
+  job.send(0);
+  job.send(1);
+  job.answer();  // a -> slot 0
+  // Rank 0 reports a by bit; meanwhile b takes slot 0 before rank 0's bit arrives.
+  job.enqueue(0, "a", {1});
+  RequestBatch stale = job.participantsCollectOnly(0);
+  for (int r = 0; r < 2; ++r) job.enqueue(r, "b", {1});
+  job.send(0);
+  job.send(1);
+  job.answer();  // b evicts a's slot
+  job.coordinator().ingest(0, stale);  // too old: ignored
+  EXPECT_TRUE(job.answer().empty());
+  job.enqueue(1, "a", {1});
+  job.send(1);
+  RequestBatch resent = job.send(0);  // rank 0 resends a in full after the eviction
+  EXPECT_EQ(resent.requests.size(), 1u);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names[0], "a");
+}
+
+TEST(Coordinator, JoinedRanksLetAllreduceRunAndJoinReturnsLastRank) {
+  Job job(3, 16);
+  job.enqueue(1, "join.noname", {}, OpKind::Join);
+  job.enqueue(2, "join.noname", {}, OpKind::Join);
+  job.send(1);
+  job.send(2);
+  EXPECT_TRUE(job.answer().empty());
+  job.enqueue(0, "g", {3});
+  job.send(0);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_TRUE(out[0].withJoinedRanks);
+  job.enqueue(0, "x", {3}, OpKind::Allgather);
+  job.send(0);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Error);
+  EXPECT_NE(out[0].errorMessage.find("Allgather is not supported with Join"), std::string::npos);
+  job.enqueue(0, "join.noname", {}, OpKind::Join);
+  job.send(0);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Join);
+  EXPECT_EQ(out[0].lastJoinedRank, 0);
+}
+
+TEST(Coordinator, ShutdownFromAnyRankEndsTheJob) {
+  Job job(2, 16);
+  RequestBatch b;
+  b.shutdown = true;
+  job.coordinator().ingest(1, b);
+  ResponseBatch out;
+  ASSERT_TRUE(job.coordinator().buildBatch(&out));
+  EXPECT_TRUE(out.shutdown);
+  EXPECT_NE(out.shutdownReason.find("rank 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hora

@@ -1,0 +1,209 @@
+// End to end through the engine: N ranks as threads, each with its own Runtime, over the TCP
+// transport and a TCP rendezvous store served in this process.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/common/errors.h"
+#include "core/runtime.h"
+#include "core/store/tcp_store.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+constexpr char kSecret[] = "runtime-test-secret";
+
+void runJob(int n, const std::function<void(Runtime&, int)>& body,
+            const std::function<void(RuntimeOptions&)>& tweak = nullptr) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  test::spawnRanks(n, [&](int rank) {
+    RuntimeOptions o;
+    o.topology.rank = rank;
+    o.topology.size = n;
+    o.topology.localRank = rank;
+    o.topology.localSize = n;
+    o.storeHost = "127.0.0.1";
+    o.storePort = server.port();
+    o.secret = kSecret;
+    o.listenHost = "127.0.0.1";
+    o.settings.startTimeoutSeconds = 20;
+    o.settings.timeoutSeconds = 20;
+    if (tweak) tweak(o);
+    auto rt = Runtime::start(o);
+    body(*rt, rank);
+    rt->shutdown();
+  });
+}
+
+OpRequest allreduceOf(std::vector<float>& v, const std::string& name,
+                      ReduceOp op = ReduceOp::Sum) {
+  OpRequest r;
+  r.kind = OpKind::Allreduce;
+  r.name = name;
+  r.reduceOp = op;
+  r.tensor.data = v.data();
+  r.tensor.dtype = DataType::Float32;
+  r.tensor.shape = {static_cast<int64_t>(v.size())};
+  return r;
+}
+
+void waitOk(const std::shared_ptr<Handle>& h) {
+  ASSERT_TRUE(h->wait(Millis(20000)));
+  h->rethrowIfFailed();
+}
+
+TEST(Runtime, FusedAllreduceOverSeveralSteps) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    for (int step = 0; step < 4; ++step) {
+      std::vector<std::vector<float>> data;
+      for (int t = 0; t < 30; ++t) {
+        data.emplace_back(static_cast<size_t>(t * 7 + 1));
+        for (size_t i = 0; i < data.back().size(); ++i) data.back()[i] = rank + t + step + i;
+      }
+      std::vector<OpRequest> reqs;
+      for (int t = 0; t < 30; ++t) reqs.push_back(allreduceOf(data[t], "g" + std::to_string(t)));
+      auto handles = rt.enqueue(reqs);
+      for (auto& h : handles) waitOk(h);
+      for (int t = 0; t < 30; ++t) {
+        for (size_t i = 0; i < data[t].size(); ++i) {
+          float want = 0 + 1 + 2 + n * static_cast<float>(t + step + i);
+          ASSERT_EQ(data[t][i], want) << "step " << step << " tensor " << t << " i " << i;
+        }
+      }
+    }
+  }, [](RuntimeOptions& o) { o.settings.fusionThreshold = 256; });
+}
+
+TEST(Runtime, AverageAndScales) {
+  runJob(2, [&](Runtime& rt, int rank) {
+    std::vector<float> v(5, static_cast<float>(rank + 1));
+    OpRequest r = allreduceOf(v, "avg", ReduceOp::Average);
+    r.prescale = 2.0;
+    r.postscale = 0.5;
+    waitOk(rt.enqueue({r}).front());
+    for (float x : v) EXPECT_FLOAT_EQ(x, 1.5f);  // ((1*2 + 2*2) / 2) * 0.5
+  });
+}
+
+TEST(Runtime, AllgatherWithUnevenFirstDimension) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    std::vector<int32_t> mine(static_cast<size_t>(rank + 1) * 2, rank);
+    OpRequest r;
+    r.kind = OpKind::Allgather;
+    r.name = "ag";
+    r.tensor = {mine.data(), DataType::Int32, {rank + 1, 2}};
+    auto h = rt.enqueue({r}).front();
+    waitOk(h);
+    ASSERT_EQ(h->output.shape, (std::vector<int64_t>{6, 2}));
+    const int32_t* out = static_cast<const int32_t*>(h->output.data());
+    std::vector<int32_t> want = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), out));
+  });
+}
+
+TEST(Runtime, MismatchRaisesOnEveryRankAndTheNextOpWorks) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    std::vector<float> v(rank == 2 ? 4 : 3, 1.0f);
+    auto h = rt.enqueue({allreduceOf(v, "bad")}).front();
+    ASSERT_TRUE(h->wait(Millis(20000)));
+    try {
+      h->rethrowIfFailed();
+      FAIL() << "expected a mismatch";
+    } catch (const MismatchError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 2: [4]"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 0: [3]"), std::string::npos) << m;
+    }
+    std::vector<float> w(3, 1.0f);
+    waitOk(rt.enqueue({allreduceOf(w, "good")}).front());
+    EXPECT_EQ(w[0], 3.0f);
+  });
+}
+
+TEST(Runtime, DuplicateInFlightNameIsRejectedAtOnce) {
+  runJob(1, [&](Runtime& rt, int) {
+    std::vector<float> a(2), b(2);
+    EXPECT_THROW(rt.enqueue({allreduceOf(a, "x"), allreduceOf(b, "x")}), InvalidArgument);
+  });
+}
+
+TEST(Runtime, JoinLetsOthersFinishAndReturnsLastRank) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    if (rank == 0) {
+      std::vector<float> v(4, 5.0f);
+      auto avg = allreduceOf(v, "late", ReduceOp::Average);
+      waitOk(rt.enqueue({avg}).front());
+      for (float x : v) EXPECT_FLOAT_EQ(x, 5.0f / 3);  // joined ranks add zeros
+    }
+    OpRequest j;
+    j.kind = OpKind::Join;
+    j.name = "join.noname";
+    auto h = rt.enqueue({j}).front();
+    waitOk(h);
+    EXPECT_EQ(h->lastJoinedRank, 0);
+  });
+}
+
+TEST(Runtime, StaticProcessSetRunsOnItsMembersOnly) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    EXPECT_EQ(rt.processSetRanks(1), (std::vector<int>{0, 2}));
+    if (rank == 1) {
+      std::vector<float> v(2);
+      OpRequest r = allreduceOf(v, "x");
+      r.processSetId = 1;
+      EXPECT_THROW(rt.enqueue({r}), InvalidArgument);
+      return;
+    }
+    std::vector<float> v(2, static_cast<float>(rank));
+    OpRequest r = allreduceOf(v, "x");
+    r.processSetId = 1;
+    waitOk(rt.enqueue({r}).front());
+    EXPECT_EQ(v[0], 2.0f);
+  }, [](RuntimeOptions& o) { o.processSets = {{0, 2}}; });
+}
+
+TEST(Runtime, ShutdownOnOneRankFailsPendingWorkElsewhere) {
+  const int n = 3;
+  runJob(n, [&](Runtime& rt, int rank) {
+    if (rank == 2) {
+      rt.shutdown();
+      return;
+    }
+    std::vector<float> v(2);
+    auto h = rt.enqueue({allreduceOf(v, "never")}).front();
+    ASSERT_TRUE(h->wait(Millis(15000))) << "pending work must fail, not hang";
+    EXPECT_THROW(h->rethrowIfFailed(), ShutdownError);
+  });
+}
+
+TEST(Runtime, ReinitAfterShutdown) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  test::spawnRanks(2, [&](int rank) {
+    for (int gen = 0; gen < 3; ++gen) {
+      RuntimeOptions o;
+      o.topology.rank = rank;
+      o.topology.size = 2;
+      o.storeHost = "127.0.0.1";
+      o.storePort = server.port();
+      o.secret = kSecret;
+      o.listenHost = "127.0.0.1";
+      o.generation = gen;
+      auto rt = Runtime::start(o);
+      std::vector<float> v(1, 1.0f);
+      waitOk(rt->enqueue({allreduceOf(v, "x")}).front());
+      EXPECT_EQ(v[0], 2.0f);
+      rt->shutdown();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace hora

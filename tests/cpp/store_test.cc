@@ -1,0 +1,284 @@
+// Stores: the shared contract (set/get/add/check/wait, timeouts naming keys) for MemoryStore, the
+// TCP store and PrefixStore; then the TCP store's defences (wrong secret, garbage, oversized
+// frames) and its behaviour with many clients.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/common/errors.h"
+#include "core/store/memory_store.h"
+#include "core/store/prefix_store.h"
+#include "core/store/tcp_store.h"
+#include "core/transport/tcp/frame.h"
+#include "core/transport/tcp/handshake.h"
+#include "core/transport/tcp/socket.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char kSecret[] = "store-test-secret";
+
+// Builds the store under test; `second()` is another client of the same store.
+struct StoreFactory {
+  virtual ~StoreFactory() = default;
+  virtual Store& store() = 0;
+  virtual std::unique_ptr<Store> second() = 0;
+};
+
+struct MemoryFactory : StoreFactory {
+  MemoryStore s;
+  Store& store() override { return s; }
+  // Threads share the one in-process object.
+  std::unique_ptr<Store> second() override { return nullptr; }
+};
+
+struct TcpFactory : StoreFactory {
+  TcpStoreServer server{"127.0.0.1", 0, kSecret};
+  TcpStoreClient client{"127.0.0.1", server.port(), kSecret, Millis(5000)};
+  Store& store() override { return client; }
+  std::unique_ptr<Store> second() override {
+    return std::make_unique<TcpStoreClient>("127.0.0.1", server.port(), kSecret, Millis(5000));
+  }
+};
+
+struct PrefixFactory : StoreFactory {
+  MemoryStore base;
+  PrefixStore s{base, "gen1"};
+  Store& store() override { return s; }
+  std::unique_ptr<Store> second() override { return std::make_unique<PrefixStore>(base, "gen1"); }
+};
+
+enum class Kind { Memory, Tcp, Prefix };
+
+class StoreContract : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    switch (GetParam()) {
+      case Kind::Memory: factory_ = std::make_unique<MemoryFactory>(); break;
+      case Kind::Tcp: factory_ = std::make_unique<TcpFactory>(); break;
+      case Kind::Prefix: factory_ = std::make_unique<PrefixFactory>(); break;
+    }
+  }
+  Store& store() { return factory_->store(); }
+  // A second handle on the same data, or null when the store itself is the only handle.
+  std::unique_ptr<Store> other() { return factory_->second(); }
+  Store& otherOrSame(std::unique_ptr<Store>& holder) {
+    holder = other();
+    return holder ? *holder : store();
+  }
+
+  std::unique_ptr<StoreFactory> factory_;
+};
+
+TEST_P(StoreContract, SetGetOverwriteAndBinaryValues) {
+  store().set("a", "1");
+  EXPECT_EQ(store().get("a", 1000ms), "1");
+  store().set("a", "2");
+  EXPECT_EQ(store().get("a", 1000ms), "2");
+  std::string binary("\0\x01\xff zero", 8);
+  store().set("bin", binary);
+  EXPECT_EQ(store().get("bin", 1000ms), binary);
+  store().set("empty", "");
+  EXPECT_EQ(store().get("empty", 1000ms), "");
+  std::string big(1 << 20, 'x');
+  store().set("big", big);
+  EXPECT_EQ(store().get("big", 1000ms), big);
+}
+
+TEST_P(StoreContract, AddIsAtomicAcrossClients) {
+  EXPECT_EQ(store().add("n", 5), 5);
+  EXPECT_EQ(store().add("n", -2), 3);
+  EXPECT_EQ(store().get("n", 1000ms), "3");
+  test::spawnRanks(8, [&](int rank) {
+    std::unique_ptr<Store> mine = rank % 2 ? other() : nullptr;
+    Store& s = mine ? *mine : store();
+    for (int i = 0; i < 50; ++i) s.add("counter", 1);
+  });
+  EXPECT_EQ(store().add("counter", 0), 400);
+  store().set("text", "abc");
+  EXPECT_THROW(store().add("text", 1), InvalidArgument);
+}
+
+TEST_P(StoreContract, CheckAndWait) {
+  EXPECT_FALSE(store().check({"x"}));
+  store().set("x", "1");
+  EXPECT_TRUE(store().check({"x"}));
+  EXPECT_FALSE(store().check({"x", "y"}));
+  EXPECT_TRUE(store().check({}));
+  store().wait({}, 0ms);
+  std::unique_ptr<Store> holder;
+  Store& setter = otherOrSame(holder);
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    setter.set("y", "late");
+    setter.add("z", 1);
+  });
+  auto start = std::chrono::steady_clock::now();
+  store().wait({"x", "y", "z"}, 5000ms);
+  EXPECT_EQ(store().get("y", 0ms), "late");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2000ms);
+  t.join();
+}
+
+TEST_P(StoreContract, TimeoutsNameTheMissingKeys) {
+  store().set("present", "1");
+  auto start = std::chrono::steady_clock::now();
+  try {
+    store().wait({"present", "absent-1", "absent-2"}, 150ms);
+    FAIL() << "wait should time out";
+  } catch (const TimeoutError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("absent-1"), std::string::npos) << m;
+    EXPECT_NE(m.find("absent-2"), std::string::npos) << m;
+    EXPECT_EQ(m.find("'present'"), std::string::npos) << m;
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 140ms);
+  EXPECT_LT(took, 2000ms);
+  EXPECT_THROW(store().get("never", 50ms), TimeoutError);
+  // The store still works after timeouts.
+  store().set("after", "ok");
+  EXPECT_EQ(store().get("after", 100ms), "ok");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values(Kind::Memory, Kind::Tcp, Kind::Prefix),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return std::string(info.param == Kind::Memory ? "Memory"
+                                              : info.param == Kind::Tcp  ? "Tcp"
+                                                                         : "Prefix");
+                         });
+
+TEST(PrefixStore, KeepsGenerationsApart) {
+  MemoryStore base;
+  PrefixStore a(base, "gen0"), b(base, "gen1");
+  a.set("k", "A");
+  b.set("k", "B");
+  EXPECT_EQ(a.get("k", 0ms), "A");
+  EXPECT_EQ(b.get("k", 0ms), "B");
+  EXPECT_EQ(base.get("gen0/k", 0ms), "A");
+  EXPECT_FALSE(b.check({"only-a"}));
+  a.set("only-a", "");
+  EXPECT_FALSE(b.check({"only-a"}));
+  EXPECT_EQ(a.add("n", 2), 2);
+  EXPECT_EQ(b.add("n", 5), 5);
+}
+
+// ---- TCP store defences ------------------------------------------------------------------
+
+tcp::Socket rawConnect(int port) {
+  return tcp::connectWithRetry("127.0.0.1", port, Clock::now() + 2000ms);
+}
+
+// True once the server has closed the connection (EOF or reset) within a second.
+bool serverClosed(int fd) {
+  char buf[256];
+  auto deadline = Clock::now() + 2000ms;
+  while (tcp::waitFor(fd, POLLIN, deadline)) {
+    tcp::IoResult r = tcp::recvSome(fd, buf, sizeof(buf));
+    if (r.status == tcp::IoStatus::Closed || r.status == tcp::IoStatus::Failed) return true;
+  }
+  return false;
+}
+
+TEST(TcpStore, WrongSecretIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  try {
+    TcpStoreClient bad("127.0.0.1", server.port(), "not-the-secret", Millis(2000));
+    FAIL() << "a client with the wrong secret connected";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("authentication failed"), std::string::npos) << e.what();
+  }
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(2000));
+  good.set("k", "v");
+  EXPECT_EQ(good.get("k", 100ms), "v");
+}
+
+TEST(TcpStore, GarbageBeforeAndAfterAuthenticationDropsOnlyThatConnection) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(2000));
+  good.set("k", "v");
+
+  // Garbage instead of a handshake (e.g. an HTTP probe).
+  {
+    tcp::Socket s = rawConnect(server.port());
+    std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(100, 'z');
+    tcp::sendAll(s.fd(), junk.data(), junk.size(), Clock::now() + 1000ms, "test");
+    EXPECT_TRUE(serverClosed(s.fd()));
+  }
+  // A correct handshake followed by a frame with a bad magic.
+  {
+    tcp::Socket s = rawConnect(server.port());
+    tcp::Handshake hs = tcp::Handshake::connector(kSecret, tcp::PeerKind::Store, -1, -1);
+    tcp::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+    std::string frame = tcp::buildFrame(0xdeadbeef, 1, "payload");
+    tcp::sendAll(s.fd(), frame.data(), frame.size(), Clock::now() + 1000ms, "test");
+    EXPECT_TRUE(serverClosed(s.fd()));
+  }
+  // A correct handshake followed by an absurd length.
+  {
+    tcp::Socket s = rawConnect(server.port());
+    tcp::Handshake hs = tcp::Handshake::connector(kSecret, tcp::PeerKind::Store, -1, -1);
+    tcp::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+    tcp::FrameHeader h;
+    h.magic = tcp::kStoreMagic;
+    h.type = 1;
+    h.length = 0xfffffff0u;
+    uint8_t header[tcp::kFrameHeaderBytes];
+    tcp::encodeHeader(h, header);
+    tcp::sendAll(s.fd(), header, sizeof(header), Clock::now() + 1000ms, "test");
+    EXPECT_TRUE(serverClosed(s.fd()));
+  }
+  // A silent connection does not block anyone.
+  tcp::Socket silent = rawConnect(server.port());
+  // The server kept serving the honest client throughout.
+  EXPECT_EQ(good.get("k", 100ms), "v");
+  TcpStoreClient late("127.0.0.1", server.port(), kSecret, Millis(2000));
+  EXPECT_EQ(late.add("n", 3), 3);
+}
+
+TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStoreClient shared("127.0.0.1", server.port(), kSecret, Millis(2000));
+  // 16 threads wait on one client object while another thread sets the keys through it.
+  std::atomic<int> released{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 16; ++i) {
+    waiters.emplace_back([&, i] {
+      shared.wait({"go", "key" + std::to_string(i)}, 5000ms);
+      released++;
+    });
+  }
+  std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 16; ++i) shared.set("key" + std::to_string(i), "x");
+  EXPECT_EQ(released.load(), 0);
+  shared.set("go", "1");
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(released.load(), 16);
+}
+
+TEST(TcpStore, ClientRetriesUntilServerIsUpAndFailsWhenNeverUp) {
+  int port = 0;
+  { tcp::listenOn("127.0.0.1", 0, &port); }  // a port that is free again
+  auto start = Clock::now();
+  EXPECT_THROW(TcpStoreClient("127.0.0.1", port, kSecret, Millis(200)), IoError);
+  EXPECT_LT(Clock::now() - start, 2000ms);
+}
+
+TEST(TcpStore, StopIsIdempotentAndClientsSeeIoError) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret);
+  TcpStoreClient client("127.0.0.1", server->port(), kSecret, Millis(300));
+  client.set("k", "v");
+  server->stop();
+  server->stop();
+  EXPECT_THROW(client.get("k", 100ms), IoError);
+}
+
+}  // namespace
+}  // namespace hora

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Sets up this machine and runs every Hora test:
+#   1. pip installs the build and test dependencies, then Hora itself (pip install .)
+#   2. C++ unit tests (CMake + Ninja + gtest, ctest)
+#   3. single-process pytest (tests/single)
+#   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
+#   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
+# Stops at the first failure (unless --keep-going) and ends with a timing table and the line
+# "summary: N passed, M failed", counting stages and test runs.
+#
+# Options:
+#   --skip-install   do not pip install (use what is installed)
+#   --keep-going     run everything even after a failure
+#   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
+#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch
+# Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
+#   HORA_BUILD_JOBS (default: number of cores).
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+RUN_TIMEOUT=${HORA_RUN_TIMEOUT:-900}
+JOBS=${HORA_BUILD_JOBS:-$(nproc)}
+KEEP_GOING=0
+NPS="1 2 3 4"
+ONLY="install,cpp,single,core,torch"
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-install) ONLY=${ONLY//install/} ;;
+    --keep-going) KEEP_GOING=1 ;;
+    --np) NPS=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "run_all.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# Debian's own Python refuses pip installs outside a venv unless told otherwise.
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
+export PYTHONDONTWRITEBYTECODE=1
+
+PASSED=0
+FAILED=0
+SKIPPED=0
+STOPPED=0
+FAILURES=()
+TIMINGS=()
+T_START=$SECONDS
+
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+# run LABEL CMD... : runs one counted step, prints its output, records time and result.
+run() {
+  local label=$1; shift
+  if [ "$STOPPED" = 1 ]; then
+    SKIPPED=$((SKIPPED + 1))
+    TIMINGS+=("$(printf '%-58s %7s  %s' "$label" "-" "not run")")
+    return 0
+  fi
+  echo
+  echo "=== $label"
+  echo "+ $*"
+  local t0=$SECONDS rc
+  "$@"
+  rc=$?
+  local dt=$((SECONDS - t0))
+  if [ $rc -eq 0 ]; then
+    PASSED=$((PASSED + 1))
+    TIMINGS+=("$(printf '%-58s %6ss  %s' "$label" "$dt" "ok")")
+    echo "=== $label: ok (${dt}s)"
+  else
+    FAILED=$((FAILED + 1))
+    FAILURES+=("$label (exit $rc)")
+    TIMINGS+=("$(printf '%-58s %6ss  %s' "$label" "$dt" "FAILED (exit $rc)")")
+    echo "=== $label: FAILED with exit $rc (${dt}s)"
+    if [ "$KEEP_GOING" = 0 ]; then STOPPED=1; fi
+  fi
+  return 0
+}
+
+finish() {
+  echo
+  echo "================================ summary ================================"
+  local line
+  for line in "${TIMINGS[@]}"; do echo "$line"; done
+  echo "total: $((SECONDS - T_START))s"
+  if [ "${#FAILURES[@]}" -gt 0 ]; then
+    echo "failed:"
+    for line in "${FAILURES[@]}"; do echo "  $line"; done
+  fi
+  if [ "$SKIPPED" -gt 0 ]; then
+    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+  else
+    echo "summary: $PASSED passed, $FAILED failed"
+  fi
+  if [ "$FAILED" -gt 0 ]; then exit 1; fi
+  exit 0
+}
+
+# pytest exits 5 when it collected nothing; that is not a failure of the suite.
+pytest_allow_empty() {
+  "$@"
+  local rc=$?
+  if [ $rc -eq 5 ]; then
+    echo "(no tests collected)"
+    return 0
+  fi
+  return $rc
+}
+
+# ------------------------------------------------------------------------------------------------
+# 1. Install
+
+if wants install; then
+  run "pip install build and test dependencies" \
+    "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
+    torch==2.13.0
+  run "pip install . (build hora._core)" \
+    "$PY" -m pip install -q --no-build-isolation "$ROOT"
+  [ "$STOPPED" = 1 ] && finish
+fi
+
+HORARUN_PATH=$("$PY" -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "horarun"))')
+if [ -x "$HORARUN_PATH" ]; then
+  HORARUN=("$HORARUN_PATH")
+elif command -v horarun >/dev/null 2>&1; then
+  HORARUN=(horarun)
+else
+  HORARUN=("$PY" -c 'import sys; from hora.runner.launch import main; sys.exit(main())')
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 2. C++ unit tests
+
+if wants cpp; then
+  if [ -f tests/cpp/CMakeLists.txt ]; then
+    run "C++ configure (cmake, Ninja)" \
+      cmake -S . -B build/cpp -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
+    run "C++ build" cmake --build build/cpp -j "$JOBS"
+    run "C++ unit tests (ctest)" \
+      ctest --test-dir build/cpp --output-on-failure --timeout 300
+  else
+    echo "WARNING: tests/cpp/CMakeLists.txt is missing: no C++ unit tests to run"
+  fi
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 3. Single-process tests
+
+if wants single; then
+  run "pytest tests/single" \
+    pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider tests/single
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 4. Multi-rank core tests
+#
+# The engine settings vary with the rank count so that each path is exercised somewhere: a 64 KiB
+# fusion threshold makes the "big" sizes larger than the threshold; the response cache is turned
+# off at 3 ranks; 1 and 4 ranks use the defaults.
+
+core_env() {
+  case "$1" in
+    2) echo "HORA_FUSION_THRESHOLD=65536" ;;
+    3) echo "HORA_FUSION_THRESHOLD=65536 HORA_CACHE_CAPACITY=0" ;;
+    *) echo "" ;;
+  esac
+}
+
+# parallel_run LABEL NP "ENV..." FILE
+parallel_run() {
+  local label=$1 np=$2 envs=$3 file=$4
+  # shellcheck disable=SC2086
+  run "$label" env $envs timeout -k 20 "$RUN_TIMEOUT" \
+    "${HORARUN[@]}" -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$file"
+}
+
+if wants core; then
+  shopt -s nullglob
+  CORE_FILES=(tests/parallel/test_core_*.py)
+  for np in $NPS; do
+    envs=$(core_env "$np")
+    for f in "${CORE_FILES[@]}"; do
+      parallel_run "np=$np $(basename "$f" .py) ${envs:+[$envs]}" "$np" "$envs" "$f"
+    done
+  done
+  # Fusion off, and a cycle time of 0, at 2 ranks for the ops most affected by them.
+  if [[ " $NPS " == *" 2 "* ]]; then
+    for f in tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py; do
+      envs="HORA_FUSION_THRESHOLD=0 HORA_CYCLE_TIME=0"
+      parallel_run "np=2 $(basename "$f" .py) [$envs]" 2 "$envs" "$f"
+    done
+  fi
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 5. Multi-rank torch tests (written alongside the torch frontend)
+
+if wants torch; then
+  shopt -s nullglob
+  TORCH_FILES=(tests/parallel/test_torch_*.py)
+  if [ "${#TORCH_FILES[@]}" -eq 0 ]; then
+    echo "(no tests/parallel/test_torch_*.py yet)"
+  fi
+  for np in $NPS; do
+    [ "$np" -lt 2 ] && continue
+    for f in "${TORCH_FILES[@]}"; do
+      parallel_run "np=$np $(basename "$f" .py)" "$np" "" "$f"
+    done
+  done
+fi
+
+finish
