@@ -32,7 +32,11 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   addStaticProcessSets(options.processSets);
   if (t.rank == 0) {
     coordinator_ = std::make_unique<Coordinator>(
-        t.size, sets_, settings_, static_cast<int>(options.processSets.size()) + 1);
+        t.size, sets_, settings_, static_cast<int>(options.processSets.size()) + 1, &timeline_);
+    stalls_ = std::make_unique<StallInspector>(settings_);
+    if (!settings_.timeline.empty() && settings_.timeline != "DYNAMIC") {
+      startTimeline(settings_.timeline, settings_.timelineMarkCycles);
+    }
   }
   running_ = true;
   thread_ = std::thread([this] { loop(); });
@@ -148,6 +152,16 @@ void RuntimeImpl::removeProcessSet(int id) {
                           "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
   }
   enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", {id});
+}
+
+void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {
+  if (topology_.rank != 0) return;
+  TimelineOptions o;
+  o.path = path;
+  o.markCycles = markCycles;
+  o.maxBytes = settings_.timelineMaxMb << 20;
+  o.sampleEvery = static_cast<int>(settings_.timelineSampleEvery);
+  timeline_.start(o);
 }
 
 void RuntimeImpl::shutdown() {

@@ -80,6 +80,10 @@ class Runtime {
   virtual std::vector<int> processSetIds() const = 0;
 
   virtual std::string transportName() const = 0;
+
+  // Timeline (written by world rank 0; a no-op on other ranks). start replaces a running one.
+  virtual void startTimeline(const std::string& path, bool markCycles) = 0;
+  virtual void stopTimeline() = 0;
 };
 
 }  // namespace hora

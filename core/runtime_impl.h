@@ -16,10 +16,12 @@
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/participant.h"
 #include "core/coordinator/process_set_table.h"
+#include "core/coordinator/stall_inspector.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
 #include "core/runtime.h"
 #include "core/store/store.h"
+#include "core/timeline/timeline.h"
 #include "core/transport/transport.h"
 
 namespace hora {
@@ -39,6 +41,8 @@ class RuntimeImpl final : public Runtime {
   std::vector<int> processSetRanks(int id) const override { return sets_.ranks(id); }
   std::vector<int> processSetIds() const override { return sets_.ids(); }
   std::string transportName() const override { return transportName_; }
+  void startTimeline(const std::string& path, bool markCycles) override;
+  void stopTimeline() override { timeline_.stop(); }
 
  private:
   // runtime.cc
@@ -57,6 +61,8 @@ class RuntimeImpl final : public Runtime {
   void applyProcessSetChange(const Response& r, TensorEntry* entry);
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);
+  Millis pollTimeout(Millis forSending, Clock::time_point now);
+  void inspectStalls(Clock::time_point now);
 
   Topology topology_;
   Settings settings_;
@@ -68,12 +74,15 @@ class RuntimeImpl final : public Runtime {
   ProcessSetTable sets_;
   TensorQueue queue_;
   Participant participant_;
+  Timeline timeline_;                         // recorded on world rank 0 only
   std::unique_ptr<Coordinator> coordinator_;  // world rank 0 only
+  std::unique_ptr<StallInspector> stalls_;    // world rank 0 only
   FusionBuffer fusion_;
 
   std::vector<std::string> fresh_;            // enqueued, not yet sent
   Clock::time_point lastSend_{};
   bool stopped_ = false;                      // background thread: leave the loop
+  std::string stopReason_;                    // why the coordinator ended the job
   bool shutdownSent_ = false;
   Clock::time_point shutdownDeadline_{};
 

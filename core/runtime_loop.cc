@@ -25,6 +25,7 @@ void RuntimeImpl::loop() {
   try {
     while (!stopped_) cycle();
     reason = kShutdownText;
+    if (!stopReason_.empty()) reason += " (" + stopReason_ + ")";
   } catch (const std::exception& e) {
     reason = e.what();
     failure = true;
@@ -34,6 +35,7 @@ void RuntimeImpl::loop() {
 }
 
 void RuntimeImpl::cycle() {
+  timeline_.cycleStart();
   auto fresh = queue_.takeNew();
   fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
   auto now = Clock::now();
@@ -51,14 +53,15 @@ void RuntimeImpl::cycle() {
     }
   }
 
-  // Send at once when the last send is at least one cycle old, else wait out the cycle so that a
-  // burst of enqueues travels as one batch.
+  // Send at once when nothing sent is still unanswered (lowest latency for one op at a time) or
+  // the last send is at least one cycle old; otherwise wait out the cycle, so that a burst of
+  // enqueues (a backward pass) travels as one batch and fuses.
   Millis wait(-1);
   bool haveWork = !fresh_.empty() || participant_.hasResends();
   auto cycleTime = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(settings_.cycleTimeMs));
   if (haveWork) {
-    if (now - lastSend_ >= cycleTime) {
+    if (participant_.outstanding() == 0 || now - lastSend_ >= cycleTime) {
       sendRequests(now);
     } else {
       wait = std::chrono::ceil<Millis>(lastSend_ + cycleTime - now);
@@ -85,7 +88,8 @@ void RuntimeImpl::cycle() {
   }
 
   std::vector<ControlChannel::Message> messages;
-  control_->poll(messages, wait);
+  control_->poll(messages, pollTimeout(wait, now));
+  if (coordinator_) inspectStalls(Clock::now());
   for (const auto& m : messages) {
     if (coordinator_) {
       coordinator_->ingest(m.from, decodeRequestBatch(m.bytes));
@@ -94,6 +98,20 @@ void RuntimeImpl::cycle() {
       if (stopped_) return;
     }
   }
+}
+
+// The poll may not outlast the next stall check on rank 0.
+Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
+  if (!stalls_) return forSending;
+  Millis check = stalls_->untilNextCheck(*coordinator_, now);
+  if (check.count() < 0) return forSending;
+  return forSending.count() < 0 ? check : std::min(forSending, check);
+}
+
+void RuntimeImpl::inspectStalls(Clock::time_point now) {
+  if (stalls_->untilNextCheck(*coordinator_, now).count() != 0) return;
+  auto verdict = stalls_->check(*coordinator_, sets_, now);
+  if (verdict.shutdown) coordinator_->requestShutdown(verdict.report);
 }
 
 void RuntimeImpl::sendRequests(Clock::time_point now) {
@@ -113,7 +131,7 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   for (const auto& r : batch.responses) applyResponse(r);
   participant_.batchApplied();
   if (batch.shutdown) {
-    if (!batch.shutdownReason.empty()) HORA_LOG(Debug, "shutting down: " << batch.shutdownReason);
+    stopReason_ = batch.shutdownReason;
     stopped_ = true;
   }
 }
@@ -184,8 +202,19 @@ void RuntimeImpl::applyResponse(const Response& r) {
     owned.push_back(std::move(e));
   }
   std::vector<int> setRanks = sets_.ranks(r.processSetId);
-  OpContext cx{*comm, fusion_, setRanks, std::move(entries)};
+  OpContext cx{*comm, fusion_, setRanks, std::move(entries), &timeline_};
+  bool recording = timeline_.enabled();
+  if (recording) {
+    for (const auto& name : r.names) timeline_.opStart(r.processSetId, name, opKindName(r.kind));
+  }
   executeResponse(r, cx);
+  if (recording) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      TensorEntry* e = cx.entries[i];
+      timeline_.opEnd(r.processSetId, r.names[i], dtypeName(r.dtype),
+                      e != nullptr ? shapeString(e->tensor.shape) : "[]");
+    }
+  }
 }
 
 void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
@@ -223,7 +252,7 @@ void RuntimeImpl::stop(const std::string& reason, bool failure) {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
     // Closing connections now lets peers blocked on this rank fail at once.
-    sets_.clear();
+    sets_.releaseCommunicators();
     world_.reset();
     control_.reset();
   }

@@ -20,6 +20,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       // Observability.
       {"TIMELINE", "", "path of a Chrome-trace timeline written by rank 0, or DYNAMIC"},
       {"TIMELINE_MARK_CYCLES", "0", "1 marks every background-loop cycle in the timeline"},
+      {"TIMELINE_MAX_MB", "1024", "size cap of the timeline file; recording stops there (0 = none)"},
+      {"TIMELINE_SAMPLE_EVERY", "1", "record only every Nth training step in the timeline"},
       {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
       {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},
       {"STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds before a stall shuts the job down; 0 = never"},
@@ -110,6 +112,8 @@ Settings Settings::fromEnvironment() {
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");
   s.timelineMarkCycles = envBool("TIMELINE_MARK_CYCLES");
+  s.timelineMaxMb = envInt("TIMELINE_MAX_MB");
+  s.timelineSampleEvery = envInt("TIMELINE_SAMPLE_EVERY");
   s.stallCheckDisable = envBool("STALL_CHECK_DISABLE");
   s.stallCheckTimeSeconds = envDouble("STALL_CHECK_TIME_SECONDS");
   s.stallShutdownTimeSeconds = envDouble("STALL_SHUTDOWN_TIME_SECONDS");

@@ -36,6 +36,8 @@ struct Settings {
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES
+  int64_t timelineMaxMb = 1024;             // TIMELINE_MAX_MB (0 = no cap)
+  int64_t timelineSampleEvery = 1;          // TIMELINE_SAMPLE_EVERY (record every Nth step)
   bool stallCheckDisable = false;           // STALL_CHECK_DISABLE
   double stallCheckTimeSeconds = 60.0;      // STALL_CHECK_TIME_SECONDS
   double stallShutdownTimeSeconds = 0.0;    // STALL_SHUTDOWN_TIME_SECONDS (0 = never)

@@ -28,9 +28,10 @@ bool cacheable(const Response& r) {
 }  // namespace
 
 Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Settings& settings,
-                         int nextProcessSetId)
+                         int nextProcessSetId, Timeline* timeline)
     : worldSize_(worldSize),
       sets_(sets),
+      timeline_(timeline),
       settings_(settings),
       cache_(static_cast<size_t>(settings.cacheCapacity)),
       slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
@@ -68,30 +69,52 @@ void Coordinator::addFull(int fromRank, const Request& request) {
   // every rank renegotiates this name in full.
   int slot = cache_.slotOf(key);
   if (slot >= 0) evictSlot(slot);
-  auto& p = pending_[key];
-  if (p.requests.empty() && p.hitRanks.empty()) {
-    p.processSetId = request.processSetId;
-    p.name = request.name;
-    p.arrival = arrivals_++;
-    p.firstSeen = Clock::now();
-  }
+  auto& p = pendingFor(key, request.processSetId, request.name, request.kind);
   Request r = request;
   r.rank = fromRank;
   p.requests.push_back(std::move(r));
+  markReady(p, fromRank);
+}
+
+PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
+                                       const std::string& name, OpKind kind) {
+  auto& p = pending_[key];
+  if (p.requests.empty() && p.hitRanks.empty()) {
+    p.processSetId = processSetId;
+    p.name = name;
+    p.arrival = arrivals_++;
+    p.firstSeen = Clock::now();
+    if (timeline_ != nullptr) timeline_->negotiateStart(processSetId, name, opKindName(kind));
+  }
+  return p;
+}
+
+void Coordinator::markReady(const PendingTensor& p, int fromRank) {
+  if (timeline_ == nullptr || !timeline_->enabled() || !sets_.contains(p.processSetId)) return;
+  timeline_->rankReady(p.processSetId, p.name, sets_.setRankOf(p.processSetId, fromRank));
+}
+
+const char* Coordinator::kindOf(const PendingTensor& p) const {
+  if (!p.requests.empty()) return opKindName(p.requests.front().kind);
+  if (cache_.occupied(p.slot)) return opKindName(cache_.response(p.slot).kind);
+  return "UNKNOWN";
+}
+
+std::string Coordinator::callSiteOf(const PendingTensor& p) const {
+  for (const auto& r : p.requests) {
+    if (!r.callSite.empty()) return r.callSite;
+  }
+  if (cache_.occupied(p.slot) && !cache_.request(p.slot).callSite.empty()) {
+    return cache_.request(p.slot).callSite;
+  }
+  return "an unknown call site";
 }
 
 void Coordinator::addHit(int fromRank, int slot, uint64_t senderApplied) {
   // Stale: the slot changed in a batch the sender had not applied; it will resend in full.
   if (!cache_.occupied(slot) || slotChangedAt_[slot] >= senderApplied) return;
-  const auto& key = cache_.key(slot);
-  auto& p = pending_[key];
-  if (p.requests.empty() && p.hitRanks.empty()) {
-    const Response& cached = cache_.response(slot);
-    p.processSetId = cached.processSetId;
-    p.name = cached.names.front();
-    p.arrival = arrivals_++;
-    p.firstSeen = Clock::now();
-  }
+  const Response& cached = cache_.response(slot);
+  auto& p = pendingFor(cache_.key(slot), cached.processSetId, cached.names.front(), cached.kind);
   if (!p.requests.empty()) {
     // Mixed with full requests: renegotiate in full (the eviction makes this rank resend).
     evictSlot(slot);
@@ -99,6 +122,7 @@ void Coordinator::addHit(int fromRank, int slot, uint64_t senderApplied) {
   }
   p.slot = slot;
   p.hitRanks.push_back(fromRank);
+  markReady(p, fromRank);
 }
 
 void Coordinator::addJoin(int fromRank, const Request& request) {
@@ -240,6 +264,7 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   std::vector<Response> singles;
   for (const auto& rk : ready) {
     auto it = pending_.find(rk.second);
+    if (timeline_ != nullptr) timeline_->negotiateEnd(it->second.processSetId, it->second.name);
     singles.push_back(respond(rk.second, it->second));
     pending_.erase(rk.second);
   }

@@ -25,6 +25,7 @@
 #include "core/coordinator/codec.h"
 #include "core/coordinator/process_set_table.h"
 #include "core/coordinator/response_cache.h"
+#include "core/timeline/timeline.h"
 
 namespace hora {
 
@@ -41,8 +42,9 @@ struct PendingTensor {
 
 class Coordinator {
  public:
+  // timeline may be null (no negotiation events are recorded then).
   Coordinator(int worldSize, const ProcessSetTable& sets, const Settings& settings,
-              int nextProcessSetId);
+              int nextProcessSetId, Timeline* timeline = nullptr);
 
   void ingest(int fromRank, const RequestBatch& batch);
   void requestShutdown(const std::string& reason);
@@ -51,11 +53,17 @@ class Coordinator {
 
   const std::unordered_map<std::string, PendingTensor>& pending() const { return pending_; }
   const std::vector<bool>& joined() const { return joined_; }
+  // For reports: the op kind and the call site of the earliest submission known.
+  const char* kindOf(const PendingTensor& p) const;
+  std::string callSiteOf(const PendingTensor& p) const;
 
  private:
   void addFull(int fromRank, const Request& request);
   void addHit(int fromRank, int slot, uint64_t senderApplied);
   void addJoin(int fromRank, const Request& request);
+  PendingTensor& pendingFor(const std::string& key, int processSetId, const std::string& name,
+                            OpKind kind);
+  void markReady(const PendingTensor& p, int fromRank);
   void evictSlot(int slot);
   bool isReady(const PendingTensor& p) const;
   Response respond(const std::string& key, PendingTensor& p);
@@ -64,6 +72,7 @@ class Coordinator {
 
   int worldSize_;
   const ProcessSetTable& sets_;
+  Timeline* timeline_;
   Settings settings_;
   ResponseCache cache_;
   std::vector<uint64_t> slotChangedAt_;  // sequence of the batch that last changed each slot

@@ -11,6 +11,7 @@ RequestBatch Participant::collect(TensorQueue& queue, const std::vector<std::str
   for (const auto& key : keys) {
     TensorEntry* e = queue.find(key);
     if (e == nullptr) continue;
+    outstanding_.insert(key);
     int slot = cache_.enabled() ? cache_.lookup(key, e->request) : -1;
     if (slot < 0) {
       batch.requests.push_back(e->request);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/coordinator/codec.h"
@@ -31,13 +32,19 @@ class Participant {
   // Applying a response batch, in this order: evictions, then cache puts of its responses.
   void applyEvictions(const std::vector<int32_t>& slots);
   void recordCached(int slot, const std::string& key, const Request& request);
-  void finished(const std::string& key) { sentAsSlot_.erase(key); }
+  void finished(const std::string& key) {
+    sentAsSlot_.erase(key);
+    outstanding_.erase(key);
+  }
+  // Tensors sent and not yet answered.
+  size_t outstanding() const { return outstanding_.size(); }
   void batchApplied() { ++applied_; }
   uint64_t appliedBatches() const { return applied_; }
 
  private:
   ResponseCache cache_;
   std::unordered_map<std::string, int> sentAsSlot_;
+  std::unordered_set<std::string> outstanding_;
   std::vector<std::string> resend_;
   uint64_t applied_ = 0;
 };

@@ -16,9 +16,9 @@ void ProcessSetTable::remove(int id) {
   sets_.erase(id);
 }
 
-void ProcessSetTable::clear() {
+void ProcessSetTable::releaseCommunicators() {
   std::lock_guard<std::mutex> lock(mu_);
-  sets_.clear();
+  for (auto& kv : sets_) kv.second.comm.reset();
 }
 
 const ProcessSetTable::Entry& ProcessSetTable::get(int id) const {

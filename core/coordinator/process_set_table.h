@@ -20,7 +20,8 @@ class ProcessSetTable {
   // ranks: world ranks, ascending. comm: null when this rank is not a member.
   void add(int id, std::vector<int> ranks, std::unique_ptr<Communicator> comm);
   void remove(int id);
-  void clear();  // drops every communicator (closing connections is up to their owners)
+  // Drops every communicator (membership stays known); closing connections is up to their owners.
+  void releaseCommunicators();
 
   bool contains(int id) const;
   std::vector<int> ranks(int id) const;  // InvalidArgument when unknown

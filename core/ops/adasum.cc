@@ -61,6 +61,7 @@ void runAdasum(const Response& r, OpContext& cx) {
                           std::string(dtypeName(r.dtype)) + " for '" + r.names.front() + "'");
   }
   const int size = cx.comm.size(), me = cx.comm.rank();
+  ActivityScope a(cx, r, "ADASUM_ALLREDUCE");
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     TensorEntry* e = cx.entries[t];
     HORA_CHECK(e != nullptr, "adasum without a local tensor");

@@ -38,6 +38,7 @@ void runAllgather(const Response& r, OpContext& cx) {
   }
 
   if (tensors == 1) {
+    ActivityScope a(cx, r, collectiveActivity(cx, "ALLGATHER"));
     cx.comm.allgatherv(cx.entries[0]->tensor.data, outputs[0].data(), blockBytes);
   } else {
     size_t total = 0, mine = 0;
@@ -46,13 +47,20 @@ void runAllgather(const Response& r, OpContext& cx) {
       total += blockBytes[k];
     }
     uint8_t* buf = cx.fusion.reserve(total);
-    size_t off = mine;
-    for (size_t t = 0; t < tensors; ++t) {
-      size_t bytes = rows(t, me) * rowBytes(t);
-      if (bytes > 0) std::memcpy(buf + off, cx.entries[t]->tensor.data, bytes);
-      off += bytes;
+    {
+      ActivityScope a(cx, r, "MEMCPY_IN_FUSION_BUFFER");
+      size_t off = mine;
+      for (size_t t = 0; t < tensors; ++t) {
+        size_t bytes = rows(t, me) * rowBytes(t);
+        if (bytes > 0) std::memcpy(buf + off, cx.entries[t]->tensor.data, bytes);
+        off += bytes;
+      }
     }
-    cx.comm.allgatherv(buf + mine, buf, blockBytes);
+    {
+      ActivityScope a(cx, r, collectiveActivity(cx, "ALLGATHER"));
+      cx.comm.allgatherv(buf + mine, buf, blockBytes);
+    }
+    ActivityScope a(cx, r, "MEMCPY_OUT_FUSION_BUFFER");
     std::vector<size_t> written(tensors, 0);
     size_t src = 0;
     for (int k = 0; k < n; ++k) {

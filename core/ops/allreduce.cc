@@ -22,6 +22,7 @@ void runAllreduce(const Response& r, OpContext& cx) {
   uint8_t* buf = inPlace ? static_cast<uint8_t*>(cx.entries[0]->tensor.data)
                          : cx.fusion.reserve(total * elem);
   if (!inPlace) {
+    ActivityScope a(cx, r, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;
     for (size_t t = 0; t < r.tensorCount(); ++t) {
       size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;
@@ -34,13 +35,17 @@ void runAllreduce(const Response& r, OpContext& cx) {
     }
   }
 
-  if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
-  ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
-  cx.comm.allreduce(buf, total, r.dtype, op);
-  double post = effectivePostscale(r, cx.comm.size());
-  if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+  {
+    ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
+    if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
+    ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+    cx.comm.allreduce(buf, total, r.dtype, op);
+    double post = effectivePostscale(r, cx.comm.size());
+    if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+  }
 
   if (!inPlace) {
+    ActivityScope a(cx, r, "MEMCPY_OUT_FUSION_BUFFER");
     size_t off = 0;
     for (size_t t = 0; t < r.tensorCount(); ++t) {
       size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;

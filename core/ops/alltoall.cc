@@ -21,7 +21,10 @@ void runAlltoall(const Response& r, OpContext& cx) {
   std::vector<int64_t> shape = e->tensor.shape;
   shape[0] = rows;
   OutputTensor out = OutputTensor::allocate(r.dtype, shape);
-  cx.comm.alltoallv(e->tensor.data, sendBytes, out.data(), recvBytes);
+  {
+    ActivityScope a(cx, r, collectiveActivity(cx, "ALLTOALL"));
+    cx.comm.alltoallv(e->tensor.data, sendBytes, out.data(), recvBytes);
+  }
   e->handle->output = std::move(out);
   e->handle->receivedSplits = std::move(received);
 }

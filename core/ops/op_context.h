@@ -5,6 +5,7 @@
 #include "core/coordinator/messages.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
+#include "core/timeline/timeline.h"
 #include "core/transport/communicator.h"
 
 namespace hora {
@@ -16,6 +17,23 @@ struct OpContext {
   // One per tensor of the response, in order; nullptr where this rank joined and contributes
   // zeros (allreduce only).
   std::vector<TensorEntry*> entries;
+  Timeline* timeline = nullptr;       // null or disabled: no activities recorded
 };
+
+// Records an activity on every tensor of a response for as long as it lives.
+class ActivityScope {
+ public:
+  ActivityScope(OpContext& cx, const Response& r, const std::string& activity);
+  ~ActivityScope();
+  ActivityScope(const ActivityScope&) = delete;
+  ActivityScope& operator=(const ActivityScope&) = delete;
+
+ private:
+  Timeline* timeline_;
+  const Response& r_;
+};
+
+// "TCP_ALLREDUCE": the transport's name and the collective, as activities are named.
+std::string collectiveActivity(const OpContext& cx, const char* op);
 
 }  // namespace hora

@@ -40,6 +40,7 @@ void runReducescatter(const Response& r, OpContext& cx) {
   bool packed = tensors > 1 || r.prescale != 1.0;
   uint8_t* buf = nullptr;
   if (packed) {
+    ActivityScope a(cx, r, "MEMCPY_IN_FUSION_BUFFER");
     buf = cx.fusion.reserve(total * elem);
     size_t off = 0;
     for (int k = 0; k < n; ++k) {
@@ -74,10 +75,13 @@ void runReducescatter(const Response& r, OpContext& cx) {
     scratch = OutputTensor::allocate(r.dtype, {static_cast<int64_t>(counts[me])});
     out = scratch.data();
   }
-  ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
-  cx.comm.reduceScatter(in, out, counts, r.dtype, op);
-  double post = effectivePostscale(r, n);
-  if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+  {
+    ActivityScope a(cx, r, collectiveActivity(cx, "REDUCESCATTER"));
+    ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+    cx.comm.reduceScatter(in, out, counts, r.dtype, op);
+    double post = effectivePostscale(r, n);
+    if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+  }
 
   if (tensors > 1) {
     size_t off = 0;

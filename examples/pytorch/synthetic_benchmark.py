@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 from torch import nn
 
 MODELS = ("mlp", "cnn", "resnet18")

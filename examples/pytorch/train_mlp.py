@@ -14,7 +14,7 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 from torch import nn
 
 import hora.torch as hvd

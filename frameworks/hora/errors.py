@@ -54,12 +54,12 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 __all__ = [
     "HoraError",
-    "InternalError",
-    "MismatchError",
-    "TransportError",
     "HoraTimeoutError",
-    "NotSupportedError",
-    "ShutdownError",
     "HorovodInternalError",
     "HostsUpdatedInterrupt",
+    "InternalError",
+    "MismatchError",
+    "NotSupportedError",
+    "ShutdownError",
+    "TransportError",
 ]

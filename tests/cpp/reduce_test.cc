@@ -271,7 +271,9 @@ TEST(Bfloat16, ConversionsRoundToNearestEven) {
   for (uint32_t b = 0; b < 65536; ++b) {
     float f = bfloat16ToFloat(static_cast<uint16_t>(b));
     ASSERT_EQ(bitsOf(f), b << 16);
-    if (!std::isnan(f)) ASSERT_EQ(floatToBfloat16(f), b);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(floatToBfloat16(f), b);
+    }
   }
   std::mt19937 rng(11);
   for (int i = 0; i < 500000; ++i) {

@@ -11,7 +11,7 @@ import atexit
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 from hora import _core
 from hora.common import discovery
@@ -21,7 +21,7 @@ from hora.errors import NotSupportedError
 NOT_INITIALIZED = "Hora has not been initialized; use hora.init()."
 
 _lock = threading.RLock()
-_topology: Optional[dict[str, int]] = None
+_topology: dict[str, int] | None = None
 _atexit_registered = False
 _shutdown_hooks: list[Callable[[], None]] = []
 

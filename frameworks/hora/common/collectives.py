@@ -9,7 +9,7 @@ or ``allreduce.noname.<n>``; grouped calls name their tensors ``<base>_<i>of<n>`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +37,8 @@ def _outputs(handles: list, single: bool) -> AsyncResult:
 # ---------------------------------------------------------------------------------- allreduce
 
 
-def _allreduce(tensors: list[np.ndarray], names: list[str], average: Optional[bool],
-               op: Optional[int], prescale_factor: float, postscale_factor: float,
+def _allreduce(tensors: list[np.ndarray], names: list[str], average: bool | None,
+               op: int | None, prescale_factor: float, postscale_factor: float,
                process_set: ProcessSet) -> list:
     op = handle_average_backwards_compatibility(op, average)
     kind = ops.ADASUM if op == ops.Adasum else ops.ALLREDUCE
@@ -46,8 +46,8 @@ def _allreduce(tensors: list[np.ndarray], names: list[str], average: Optional[bo
                       postscale=postscale_factor, process_set=process_set)
 
 
-def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None, name: Optional[str] = None,
-                     op: Optional[int] = None, prescale_factor: float = 1.0,
+def allreduce_async_(tensor: np.ndarray, average: bool | None = None, name: str | None = None,
+                     op: int | None = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0,
                      process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place allreduce of ``tensor``; ``synchronize`` returns ``tensor``."""
@@ -56,8 +56,8 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None, name: O
     return _in_place(handles, [tensor], single=True)
 
 
-def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
-                    op: Optional[int] = None, prescale_factor: float = 1.0,
+def allreduce_async(tensor: Any, average: bool | None = None, name: str | None = None,
+                    op: int | None = None, prescale_factor: float = 1.0,
                     postscale_factor: float = 1.0,
                     process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allreduce into a copy of ``tensor``; ``synchronize`` returns the copy."""
@@ -65,8 +65,8 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[
                             process_set)
 
 
-def allreduce_(tensor: np.ndarray, average: Optional[bool] = None, name: Optional[str] = None,
-               op: Optional[int] = None, prescale_factor: float = 1.0,
+def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None = None,
+               op: int | None = None, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Allreduce ``tensor`` in place across the process set and return it.
@@ -77,8 +77,8 @@ def allreduce_(tensor: np.ndarray, average: Optional[bool] = None, name: Optiona
                             process_set).wait()
 
 
-def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
-              op: Optional[int] = None, prescale_factor: float = 1.0,
+def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
+              op: int | None = None, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Return the reduction of ``tensor`` over the process set (a new array).
@@ -91,8 +91,8 @@ def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] =
                            process_set).wait()
 
 
-def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: Optional[bool] = None,
-                             name: Optional[str] = None, op: Optional[int] = None,
+def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: bool | None = None,
+                             name: str | None = None, op: int | None = None,
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place allreduce of every tensor as one group (negotiated and fused together)."""
@@ -103,8 +103,8 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: Optional[bo
     return _in_place(handles, tensors, single=False)
 
 
-def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = None,
-                            name: Optional[str] = None, op: Optional[int] = None,
+def grouped_allreduce_async(tensors: Sequence[Any], average: bool | None = None,
+                            name: str | None = None, op: int | None = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start a grouped allreduce into copies of the tensors."""
@@ -112,8 +112,8 @@ def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = No
                                     prescale_factor, postscale_factor, process_set)
 
 
-def grouped_allreduce_(tensors: Sequence[np.ndarray], average: Optional[bool] = None,
-                       name: Optional[str] = None, op: Optional[int] = None,
+def grouped_allreduce_(tensors: Sequence[np.ndarray], average: bool | None = None,
+                       name: str | None = None, op: int | None = None,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> list:
     """Allreduce every tensor in place as one group; returns the tensors."""
@@ -121,8 +121,8 @@ def grouped_allreduce_(tensors: Sequence[np.ndarray], average: Optional[bool] = 
                                     postscale_factor, process_set).wait()
 
 
-def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
-                      name: Optional[str] = None, op: Optional[int] = None,
+def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
+                      name: str | None = None, op: int | None = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       process_set: ProcessSet = global_process_set) -> list:
     """Return the reductions of every tensor, computed as one group (new arrays)."""
@@ -133,7 +133,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
 # ---------------------------------------------------------------------------------- allgather
 
 
-def allgather_async(tensor: Any, name: Optional[str] = None,
+def allgather_async(tensor: Any, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather; ``synchronize`` returns the concatenation along dim 0."""
     handles = ops.submit(ops.ALLGATHER, [_copy(tensor)], [ops.op_name("allgather", name)],
@@ -141,13 +141,13 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
     return _outputs(handles, single=True)
 
 
-def allgather(tensor: Any, name: Optional[str] = None,
+def allgather(tensor: Any, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ per rank)."""
     return allgather_async(tensor, name, process_set).wait()
 
 
-def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
+def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
                             process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather of every tensor as one group."""
     copies = [_copy(t) for t in tensors]
@@ -156,7 +156,7 @@ def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
     return _outputs(handles, single=False)
 
 
-def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
+def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
                       process_set: ProcessSet = global_process_set) -> list:
     """Allgather every tensor as one group; returns the gathered arrays."""
     return grouped_allgather_async(tensors, name, process_set).wait()
@@ -165,7 +165,7 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
 # ---------------------------------------------------------------------------------- broadcast
 
 
-def broadcast_async_(tensor: np.ndarray, root_rank: int, name: Optional[str] = None,
+def broadcast_async_(tensor: np.ndarray, root_rank: int, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place broadcast from ``root_rank`` (a global rank)."""
     handles = ops.submit(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)],
@@ -173,19 +173,19 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int, name: Optional[str] = N
     return _in_place(handles, [tensor], single=True)
 
 
-def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
+def broadcast_async(tensor: Any, root_rank: int, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start a broadcast into a copy of ``tensor``."""
     return broadcast_async_(_copy(tensor), root_rank, name, process_set)
 
 
-def broadcast_(tensor: np.ndarray, root_rank: int, name: Optional[str] = None,
+def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrite ``tensor`` with the root's values, in place, and return it."""
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
-def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
+def broadcast(tensor: Any, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new array."""
     return broadcast_async(tensor, root_rank, name, process_set).wait()
@@ -194,7 +194,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
 # ----------------------------------------------------------------------------------- alltoall
 
 
-def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
+def alltoall_async(tensor: Any, splits: Any = None, name: str | None = None,
                    process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an alltoall; ``synchronize`` returns ``out`` or ``(out, received_splits)``."""
     handles = ops.submit(ops.ALLTOALL, [_copy(tensor)], [ops.op_name("alltoall", name)],
@@ -209,8 +209,8 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
     return AsyncResult(handles, finish)
 
 
-def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
-             process_set: ProcessSet = global_process_set) -> Union[np.ndarray, tuple]:
+def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
+             process_set: ProcessSet = global_process_set) -> np.ndarray | tuple:
     """Send ``splits[i]`` rows of ``tensor`` (in order) to set rank i and gather what the others
     sent. Without splits dim 0 is split equally. Returns ``out``, or ``(out, received_splits)``
     when splits were given."""
@@ -220,7 +220,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
 # ------------------------------------------------------------------------------ reducescatter
 
 
-def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = None,
+def reducescatter_async(tensor: Any, op: int = Average, name: str | None = None,
                         process_set: ProcessSet = global_process_set,
                         prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> AsyncResult:
@@ -231,7 +231,7 @@ def reducescatter_async(tensor: Any, op: int = Average, name: Optional[str] = No
     return _outputs(handles, single=True)
 
 
-def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None,
+def reducescatter(tensor: Any, op: int = Average, name: str | None = None,
                   process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0) -> np.ndarray:
     """Reduce ``tensor`` over the set (Sum or Average) and return this rank's share of dim 0;
@@ -241,7 +241,7 @@ def reducescatter(tensor: Any, op: int = Average, name: Optional[str] = None,
 
 
 def grouped_reducescatter_async(tensors: Sequence[Any], op: int = Average,
-                                name: Optional[str] = None,
+                                name: str | None = None,
                                 process_set: ProcessSet = global_process_set,
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> AsyncResult:
@@ -253,7 +253,7 @@ def grouped_reducescatter_async(tensors: Sequence[Any], op: int = Average,
     return _outputs(handles, single=False)
 
 
-def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: Optional[str] = None,
+def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str | None = None,
                           process_set: ProcessSet = global_process_set,
                           prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list:
     """Reducescatter every tensor as one group; returns this rank's shares."""

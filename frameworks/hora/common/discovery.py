@@ -35,7 +35,6 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from typing import Optional
 
 _log = logging.getLogger("hora")
 
@@ -72,15 +71,15 @@ class _Env:
     to the mapping.
     """
 
-    def __init__(self, environ: Optional[Mapping[str, str]]) -> None:
+    def __init__(self, environ: Mapping[str, str] | None) -> None:
         self._mapping = environ
 
-    def raw(self, name: str) -> Optional[str]:
+    def raw(self, name: str) -> str | None:
         env = os.environ if self._mapping is None else self._mapping
         value = env.get(name)
         return value if value else None
 
-    def hora(self, name: str) -> Optional[str]:
+    def hora(self, name: str) -> str | None:
         from hora import _core
 
         if self._mapping is None:
@@ -94,7 +93,7 @@ class _Env:
         return None
 
 
-def _int(value: Optional[str], what: str, default: Optional[int] = None) -> int:
+def _int(value: str | None, what: str, default: int | None = None) -> int:
     if value is None:
         if default is None:
             raise ValueError(f"{what} is not set")
@@ -151,7 +150,7 @@ def _checked(info: RankInfo) -> RankInfo:
     return info
 
 
-def _from_launcher(env: _Env) -> Optional[RankInfo]:
+def _from_launcher(env: _Env) -> RankInfo | None:
     rank_text = env.hora("RANK")
     if rank_text is None:
         return None
@@ -186,7 +185,7 @@ def _self_served(env: _Env, source: str, rank: int, size: int, local_rank: int, 
     )
 
 
-def _from_torchrun(env: _Env) -> Optional[RankInfo]:
+def _from_torchrun(env: _Env) -> RankInfo | None:
     if env.raw("RANK") is None or env.raw("WORLD_SIZE") is None:
         return None
     rank = _int(env.raw("RANK"), "RANK")
@@ -206,13 +205,13 @@ def _from_torchrun(env: _Env) -> Optional[RankInfo]:
     return _self_served(env, "torchrun", rank, size, local_rank, local_size, cross, host, port)
 
 
-def _store_address(env: _Env, fallback_host: Optional[str]) -> tuple[str, int]:
+def _store_address(env: _Env, fallback_host: str | None) -> tuple[str, int]:
     host = env.hora("RENDEZVOUS_ADDR") or env.raw("MASTER_ADDR") or fallback_host or ""
     port_text = env.hora("RENDEZVOUS_PORT") or env.raw("MASTER_PORT")
     return host, _int(port_text, "HORA_RENDEZVOUS_PORT", DEFAULT_RENDEZVOUS_PORT)
 
 
-def _from_mpirun(env: _Env) -> Optional[RankInfo]:
+def _from_mpirun(env: _Env) -> RankInfo | None:
     if env.raw("OMPI_COMM_WORLD_RANK") is not None:
         rank = _int(env.raw("OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_RANK")
         size = _int(env.raw("OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_SIZE")
@@ -278,7 +277,7 @@ def _slurm_local(env: _Env, size: int, node_id: int, local_rank: int) -> tuple[i
     return local_size, min(node_id, cross_size - 1), cross_size
 
 
-def _from_slurm(env: _Env) -> Optional[RankInfo]:
+def _from_slurm(env: _Env) -> RankInfo | None:
     if env.raw("SLURM_PROCID") is None or env.raw("SLURM_NTASKS") is None:
         return None
     rank = _int(env.raw("SLURM_PROCID"), "SLURM_PROCID")
@@ -293,7 +292,7 @@ def _from_slurm(env: _Env) -> Optional[RankInfo]:
                         (cross_rank, cross_size), host, port)
 
 
-def discover(environ: Optional[Mapping[str, str]] = None) -> RankInfo:
+def discover(environ: Mapping[str, str] | None = None) -> RankInfo:
     """Find this process's place in the job (see the module docstring for the sources).
 
     Args:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def _run(kind: int, tensor: np.ndarray, name: str, *, root_rank: int = 0,
     return ops.handle_output(handle)
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> Any:
     """Send ``obj`` from ``root_rank`` to every rank of the set; returns the root's object.
 
@@ -46,7 +46,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     return obj if is_root else _pickle.loads(payload.tobytes())
 
 
-def allgather_object(obj: Any, name: Optional[str] = None,
+def allgather_object(obj: Any, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> list:
     """Gather ``obj`` from every rank of the set; returns the objects in set-rank order.
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,19 +67,19 @@ def reset_names() -> None:
         _name_counters.clear()
 
 
-def op_name(prefix: str, name: Optional[str]) -> str:
+def op_name(prefix: str, name: str | None) -> str:
     """The engine name of one operation: ``prefix.name``, or an auto name (Horovod's scheme)."""
     return f"{prefix}.{name}" if name else auto_name(prefix)
 
 
-def group_names(prefix: str, name: Optional[str], count: int) -> list[str]:
+def group_names(prefix: str, name: str | None, count: int) -> list[str]:
     """Names for the tensors of one grouped call, sharing one base: ``<base>_<i>of<count>``
     with i counted from 1 (as in Horovod)."""
     base = op_name(prefix, name)
     return [f"{base}_{i + 1}of{count}" for i in range(count)]
 
 
-def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+def handle_average_backwards_compatibility(op: int | None, average: bool | None) -> int:
     """Resolve Horovod's deprecated ``average=`` against ``op=``; the default is Average.
 
     Raises:
@@ -111,7 +111,7 @@ def call_site() -> str:
     return ""
 
 
-_numpy_bool_dlpack: Optional[bool] = None
+_numpy_bool_dlpack: bool | None = None
 
 
 def _numpy_exports_bool() -> bool:
@@ -125,7 +125,7 @@ def _numpy_exports_bool() -> bool:
     return _numpy_bool_dlpack
 
 
-def _prepare(tensor: Any) -> tuple[Any, Optional[str]]:
+def _prepare(tensor: Any) -> tuple[Any, str | None]:
     """The object to hand to the engine and its dtype override (for types DLPack lacks)."""
     if isinstance(tensor, np.ndarray):
         if tensor.dtype.name == _BFLOAT16:
@@ -140,7 +140,7 @@ def _prepare(tensor: Any) -> tuple[Any, Optional[str]]:
     )
 
 
-def _check_splits(splits: Any, set_size: int, dim0: Optional[int]) -> list[int]:
+def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     array = np.asarray(splits)
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
         raise ValueError("splits must be a 1-D tensor of integers (int32)")
@@ -154,13 +154,13 @@ def _check_splits(splits: Any, set_size: int, dim0: Optional[int]) -> list[int]:
     return values
 
 
-def _shape(tensor: Any) -> Optional[tuple[int, ...]]:
+def _shape(tensor: Any) -> tuple[int, ...] | None:
     shape = getattr(tensor, "shape", None)
     return None if shape is None else tuple(int(d) for d in shape)
 
 
 def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, splits: Any,
-                   process_set: ProcessSet) -> Optional[list[int]]:
+                   process_set: ProcessSet) -> list[int] | None:
     """Horovod's enqueue-time checks; returns the splits to pass on."""
     what = KIND_NAMES.get(kind, str(kind))
     if process_set.process_set_id is None or process_set.ranks is None:
@@ -248,7 +248,7 @@ def submit(
     return handles
 
 
-def handle_output(handle: Any) -> Optional[np.ndarray]:
+def handle_output(handle: Any) -> np.ndarray | None:
     """The engine-owned result of a finished handle as a NumPy array (zero-copy), with
     ml_dtypes.bfloat16 restored when the input was bfloat16; None for in-place operations."""
     out = handle.output()
@@ -265,7 +265,7 @@ class AsyncResult:
     Holds the engine handles of one call and how to build its result once they are done.
     """
 
-    __slots__ = ("_handles", "_finish", "_done", "_result")
+    __slots__ = ("_done", "_finish", "_handles", "_result")
 
     def __init__(self, handles: Sequence[Any], finish: Callable[[list], Any]) -> None:
         self._handles = list(handles)
@@ -277,7 +277,7 @@ class AsyncResult:
         """True when every operation of the call has finished."""
         return all(h.poll() for h in self._handles)
 
-    def wait(self, timeout: Optional[float] = None) -> Any:
+    def wait(self, timeout: float | None = None) -> Any:
         """Wait for every operation and return the result (raising the first error).
 
         Raises:
@@ -285,11 +285,11 @@ class AsyncResult:
         """
         if self._done:
             return self._result
-        first_error: Optional[BaseException] = None
+        first_error: BaseException | None = None
         for h in self._handles:
             try:
                 finished = h.wait(timeout)
-            except Exception as exc:  # collect the rest too, so their names are free again
+            except (RuntimeError, ValueError) as exc:  # collect the rest too: frees their names
                 first_error = first_error or exc
                 continue
             if not finished:

@@ -10,7 +10,7 @@ is the rank inside the set.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional, Union
+from typing import Any
 
 from hora import _core
 
@@ -22,9 +22,9 @@ class ProcessSet:
     whose ranks are resolved at ``hora.init()``.
     """
 
-    def __init__(self, ranks_or_comm: Union[Iterable[int], Any]) -> None:
-        self.process_set_id: Optional[int] = None
-        self.ranks: Optional[list[int]] = None
+    def __init__(self, ranks_or_comm: Iterable[int] | Any) -> None:
+        self.process_set_id: int | None = None
+        self.ranks: list[int] | None = None
         self.mpi_comm: Any = None
         if hasattr(ranks_or_comm, "allgather") and hasattr(ranks_or_comm, "Get_size"):
             self.mpi_comm = ranks_or_comm
@@ -40,13 +40,13 @@ class ProcessSet:
             raise ValueError("ProcessSet ranks must be integers, got " + repr(ranks))
         self.ranks = sorted(int(r) for r in ranks)
 
-    def size(self) -> Optional[int]:
+    def size(self) -> int | None:
         """Number of ranks in the set; None while it is not registered."""
         if self.process_set_id is None or self.ranks is None:
             return None
         return len(self.ranks)
 
-    def rank(self) -> Optional[int]:
+    def rank(self) -> int | None:
         """This process's rank within the set; None while the set is not registered.
 
         Raises:
@@ -59,7 +59,7 @@ class ProcessSet:
             raise ValueError("Process is not part of provided process set.")
         return self.ranks.index(me)
 
-    def included(self) -> Optional[bool]:
+    def included(self) -> bool | None:
         """Whether this process is a member; None while the set is not registered."""
         if self.process_set_id is None or self.ranks is None:
             return None
@@ -87,12 +87,12 @@ def _global_rank() -> int:
     return int(_core.topology()["rank"])
 
 
-def _as_process_set(ranks_or_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+def _as_process_set(ranks_or_set: ProcessSet | Sequence[int]) -> ProcessSet:
     return ranks_or_set if isinstance(ranks_or_set, ProcessSet) else ProcessSet(ranks_or_set)
 
 
 def static_sets_for_init(
-    process_sets: Sequence[Union[ProcessSet, Sequence[int]]], rank: int, size: int
+    process_sets: Sequence[ProcessSet | Sequence[int]], rank: int, size: int
 ) -> tuple[list[ProcessSet], list[list[int]]]:
     """Validate the process sets given to ``hora.init`` (before the engine starts).
 
@@ -158,7 +158,7 @@ def reset_after_shutdown() -> None:
     _registry[0] = [global_process_set]
 
 
-def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     """Register a process set on every rank (collective; needs dynamic process sets).
 
     Every rank must call it with the same ranks. Returns the registered ProcessSet (the given

@@ -18,7 +18,6 @@ import secrets
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Optional
 
 from hora.runner import slots
 from hora.runner.local_exec import LocalJob
@@ -41,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plan(num_proc: Optional[int], hosts_spec: Optional[str]) -> list[slots.SlotInfo]:
+def plan(num_proc: int | None, hosts_spec: str | None) -> list[slots.SlotInfo]:
     """Per-rank coordinates for the command line's -np and -H.
 
     Raises:
@@ -80,7 +79,7 @@ def rank_env(base: dict[str, str], slot: slots.SlotInfo, store_port: int,
     return env
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``horarun``; returns the job's exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import BinaryIO, Optional
+from typing import BinaryIO
 
 GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.05
@@ -86,7 +86,7 @@ class LocalJob:
         self._envs = [dict(e) for e in envs]
         self._grace = grace_seconds
         self._ranks: list[_Rank] = []
-        self._stop_signal: Optional[int] = None
+        self._stop_signal: int | None = None
         self._exits: queue.Queue[tuple[int, int]] = queue.Queue()  # (rank, code), in exit order
         self._stdout = _PrefixWriter(sys.stdout)
         self._stderr = _PrefixWriter(sys.stderr)

@@ -86,6 +86,25 @@ def poll(handle: int) -> bool:
     return all(h.poll() for h in record.handles)
 
 
+class InvalidCollectiveError(HoraError, ValueError):
+    """An operation the engine refused after the ranks negotiated it (for example an allgather
+    while some rank has joined, or Adasum on a rank count that is not a power of two).
+
+    Both a ``ValueError`` (what caused it) and a ``HorovodInternalError`` (what Horovod's
+    ``synchronize`` raises for any failed operation).
+    """
+
+
+def _as_frontend_error(exc: Exception) -> Exception:
+    if isinstance(exc, HoraError):
+        return exc
+    if isinstance(exc, ValueError):
+        return InvalidCollectiveError(str(exc))
+    if isinstance(exc, RuntimeError):
+        return HoraError(str(exc))
+    return exc
+
+
 def synchronize(handle: int) -> Any:
     """Wait for the operation behind ``handle`` and return its result.
 
@@ -95,7 +114,8 @@ def synchronize(handle: int) -> Any:
 
     Raises:
         HoraError: the operation failed on the engine (mismatch across ranks, transport failure,
-            shutdown, ...). ``hora.HorovodInternalError`` is the same class.
+            shutdown, refused after negotiation, ...). ``hora.HorovodInternalError`` is the same
+            class.
     """
     with _table_lock:
         record = _table.get(handle)
@@ -110,12 +130,11 @@ def synchronize(handle: int) -> Any:
                 if first_error is None:
                     first_error = exc
         if first_error is not None:
-            raise first_error
+            converted = _as_frontend_error(first_error)
+            if converted is first_error:
+                raise first_error
+            raise converted from first_error
         return record.finish()
-    except (HoraError, ValueError, TypeError):
-        raise
-    except RuntimeError as exc:
-        raise HoraError(str(exc)) from exc
     finally:
         with _table_lock:
             _table.pop(handle, None)
@@ -499,6 +518,7 @@ def sparse_allreduce_async(
         all_values = _from_engine(handles[1].output(), values.dtype, value_shape)
         if op == Average:
             all_values = all_values / size
-        return torch.sparse_coo_tensor(all_indices.t(), all_values, sparse.size())
+        return torch.sparse_coo_tensor(all_indices.t(), all_values, sparse.size(),
+                                       check_invariants=False)
 
     return _register(handles, finish)

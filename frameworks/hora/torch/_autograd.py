@@ -151,6 +151,7 @@ class AlltoallFunction(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, splits: torch.Tensor | None,
                 name: str | None, process_set: ProcessSet) -> tuple:
         ctx.process_set = process_set
+        ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
         handle = _a.alltoall_async(tensor, splits=splits, name=name, process_set=process_set)
         output, received = _a.synchronize(handle)
         ctx.received = received
@@ -162,6 +163,9 @@ class AlltoallFunction(torch.autograd.Function):
         handle = _a.alltoall_async(grad_output, splits=ctx.received,
                                    process_set=ctx.process_set)
         grad, _ = _a.synchronize(handle)
+        if grad.shape[0] < ctx.dim0:
+            unsent = grad.new_zeros((ctx.dim0 - grad.shape[0], *grad.shape[1:]))
+            grad = torch.cat([grad, unsent])
         return grad, None, None, None
 
 

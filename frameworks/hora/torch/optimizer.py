@@ -367,9 +367,20 @@ class _DistributedMixin:
             raise AssertionError(_ZERO_GRAD_RACE)
         super().zero_grad(set_to_none)
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load optimizer state and forget any pending gradient reductions."""
+    def _drain(self) -> None:
+        """Wait for pending reductions without using their results, then forget them."""
+        pending = [h for h, _ in self._handles.values() if h is not None]
+        pending += [h for h, _ in self._group_handles.values()]
+        for handle in pending:
+            try:
+                synchronize(handle)
+            except (RuntimeError, ValueError, TypeError):
+                pass
         self._reset_pending()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load optimizer state; pending gradient reductions are finished and discarded."""
+        self._drain()
         self._synchronized = False
         self._should_synchronize = True
         super().load_state_dict(state_dict)
@@ -482,7 +493,16 @@ class _DistributedAdasumMixin:
         super().zero_grad(set_to_none)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load optimizer state and forget any pending reductions."""
+        """Load optimizer state; pending reductions are finished and their updates discarded."""
+        for p, (handle, _) in list(self._handles.items()):
+            if handle is None:
+                continue
+            try:
+                synchronize(handle)
+            except (RuntimeError, ValueError, TypeError):
+                pass
+            with torch.no_grad():
+                p.copy_(self._start[p])
         self._handles.clear()
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step

@@ -1,0 +1,291 @@
+"""The bridge between TensorFlow tensors and the engine, without gradients.
+
+Every collective is one Python callable on NumPy arrays that submits to the engine
+(``hora.common.ops.submit``) and waits. Eagerly it runs at once on the tensors' NumPy values;
+while a ``tf.function`` is traced it becomes one stateful ``tf.numpy_function`` node, so the
+same code runs on every TensorFlow version without a compiled kernel. TensorFlow's automatic
+control dependencies keep stateful nodes in program order, so every rank executes its
+collectives in the order the code issues them.
+
+A grouped call is one node for all of its tensors (one Python round trip per group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from hora.common import ops as _ops
+from hora.common.process_sets import ProcessSet, global_process_set
+from hora.tensorflow.util import exportable, writable_copy
+
+NumpyFn = Callable[[list, bool], list]
+
+
+def _to_array(value: Any) -> np.ndarray:
+    array = value.numpy() if isinstance(value, tf.Tensor) else value
+    if not isinstance(array, np.ndarray):
+        array = np.array(array)
+    return array
+
+
+def run(fn: NumpyFn, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+        op_name: str) -> list[tf.Tensor]:
+    """Run ``fn(arrays, owned)`` on the values of ``inputs``; returns its outputs as tensors.
+
+    ``owned`` tells ``fn`` whether the arrays are private copies it may overwrite (eager) or
+    views of TensorFlow's buffers that it must not modify (inside a ``tf.function``).
+    """
+    inputs = list(inputs)
+    out_dtypes = list(out_dtypes)
+    if tf.executing_eagerly():
+        outs = fn([_to_array(t) for t in inputs], True)
+        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
+
+    def node(*arrays: np.ndarray) -> list:
+        return fn([_to_array(a) for a in arrays], False)
+
+    outs = tf.numpy_function(node, inputs, out_dtypes, stateful=True, name=op_name)
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+def wait_all(handles: Sequence[Any]) -> None:
+    """Wait for every handle; raise the first error after all of them finished."""
+    _ops.AsyncResult(handles, lambda _: None).wait()
+
+
+def _reduce_kind(op: int) -> int:
+    return _ops.ADASUM if op == _ops.Adasum else _ops.ALLREDUCE
+
+
+def _set_shapes(outputs: list[tf.Tensor], shapes: Sequence[tf.TensorShape]) -> list[tf.Tensor]:
+    for out, shape in zip(outputs, shapes):
+        out.set_shape(shape)
+    return outputs
+
+
+def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
+    if shape.rank is None or shape.rank == 0:
+        return tf.TensorShape(None)
+    return tf.TensorShape([None]).concatenate(shape[1:])
+
+
+# ------------------------------------------------------------------------------------ allreduce
+
+
+def allreduce_fn(names: Sequence[str], op: int, prescale: float, postscale: float,
+                 process_set: ProcessSet) -> NumpyFn:
+    """A NumPy function reducing its arrays as one group (into copies it returns)."""
+    names = list(names)
+
+    def fn(arrays: list, owned: bool) -> list:
+        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
+                for a in arrays]
+        if bufs:
+            wait_all(_ops.submit(_reduce_kind(op), bufs, names, op=op, prescale=prescale,
+                                 postscale=postscale, process_set=process_set))
+        return bufs
+
+    return fn
+
+
+def grouped_allreduce(tensors: Sequence[tf.Tensor], names: Sequence[str], op: int,
+                      prescale: float = 1.0, postscale: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Allreduce dense tensors as one group in one call; outputs keep the input shapes."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    fn = allreduce_fn(names, op, prescale, postscale, process_set)
+    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodAllreduce")
+    return _set_shapes(outs, [t.shape for t in tensors])
+
+
+def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
+                          names: Sequence[Sequence[str]], op: int, prescale: float = 1.0,
+                          postscale: float = 1.0,
+                          process_set: ProcessSet = global_process_set) -> list[list[tf.Tensor]]:
+    """Allreduce several groups (each negotiated and fused on its own) in ONE call.
+
+    Used for gradients: one Python round trip per step whatever ``num_groups`` is.
+    """
+    sizes = [len(g) for g in groups]
+    flat = [t for g in groups for t in g]
+    if not flat:
+        return [[] for _ in groups]
+    def fn(arrays: list, owned: bool) -> list:
+        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
+                for a in arrays]
+        handles = []
+        start = 0
+        for group_names, count in zip(names, sizes):
+            if count:
+                handles += _ops.submit(_reduce_kind(op), bufs[start:start + count],
+                                       list(group_names), op=op, prescale=prescale,
+                                       postscale=postscale, process_set=process_set)
+            start += count
+        wait_all(handles)
+        return bufs
+
+    outs = _set_shapes(run(fn, flat, [t.dtype for t in flat], "HorovodGroupedAllreduce"),
+                       [t.shape for t in flat])
+    result, start = [], 0
+    for count in sizes:
+        result.append(outs[start:start + count])
+        start += count
+    return result
+
+
+# ------------------------------------------------------------------------------------ allgather
+
+
+def allgather_fn(names: Sequence[str], process_set: ProcessSet) -> NumpyFn:
+    """A NumPy function gathering its arrays along dim 0 as one group."""
+    names = list(names)
+
+    def fn(arrays: list, owned: bool) -> list:
+        bufs = [exportable(a) for a in arrays]
+        handles = _ops.submit(_ops.ALLGATHER, bufs, names, process_set=process_set)
+        wait_all(handles)
+        return [_ops.handle_output(h) for h in handles]
+
+    return fn
+
+
+def grouped_allgather(tensors: Sequence[tf.Tensor], names: Sequence[str],
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Allgather tensors as one group; dim 0 of the outputs is unknown statically."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    outs = run(allgather_fn(names, process_set), tensors, [t.dtype for t in tensors],
+               "HorovodAllgather")
+    return _set_shapes(outs, [_rows_unknown(t.shape) for t in tensors])
+
+
+# ------------------------------------------------------------------------------------ broadcast
+
+
+def grouped_broadcast(tensors: Sequence[tf.Tensor], names: Sequence[str], root_rank: int,
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Broadcast tensors from ``root_rank`` (a global rank) in one call."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    names = list(names)
+
+    def fn(arrays: list, owned: bool) -> list:
+        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
+                for a in arrays]
+        wait_all(_ops.submit(_ops.BROADCAST, bufs, names, root_rank=root_rank,
+                             process_set=process_set))
+        return bufs
+
+    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodBroadcast")
+    return _set_shapes(outs, [t.shape for t in tensors])
+
+
+# ------------------------------------------------------------------------------------- alltoall
+
+
+def alltoall(tensor: tf.Tensor, splits: Optional[tf.Tensor], name: str,
+             process_set: ProcessSet = global_process_set) -> tuple[tf.Tensor, tf.Tensor]:
+    """Alltoall of ``tensor`` (``splits`` rows to each set rank, or equal parts); returns the
+    received rows and the number of rows received from each rank (int32)."""
+    inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
+
+    def fn(arrays: list, owned: bool) -> list:
+        buf = exportable(arrays[0])
+        split_values = None if len(arrays) == 1 else np.asarray(arrays[1], dtype=np.int32)
+        handle = _ops.submit(_ops.ALLTOALL, [buf], [name], splits=split_values,
+                             process_set=process_set)[0]
+        wait_all([handle])
+        received = np.asarray(handle.received_splits(), dtype=np.int32)
+        return [_ops.handle_output(handle), received]
+
+    out, received = run(fn, inputs, [tensor.dtype, tf.int32], "HorovodAlltoall")
+    out.set_shape(_rows_unknown(tensor.shape))
+    members = process_set.size() if process_set.process_set_id is not None else None
+    received.set_shape([members])
+    return out, received
+
+
+# -------------------------------------------------------------------------------- reducescatter
+
+
+def _reducescatter_rows(dim0: Optional[int], process_set: ProcessSet) -> Optional[int]:
+    if dim0 is None or process_set.process_set_id is None or not process_set.included():
+        return None
+    n = process_set.size()
+    base, extra = divmod(dim0, n)
+    return base + (1 if process_set.rank() < extra else 0)
+
+
+def grouped_reducescatter(tensors: Sequence[tf.Tensor], names: Sequence[str], op: int,
+                          prescale: float = 1.0, postscale: float = 1.0,
+                          process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Reducescatter tensors as one group; each output holds this rank's rows."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    names = list(names)
+
+    def fn(arrays: list, owned: bool) -> list:
+        bufs = [exportable(a) for a in arrays]
+        handles = _ops.submit(_ops.REDUCESCATTER, bufs, names, op=op, prescale=prescale,
+                              postscale=postscale, process_set=process_set)
+        wait_all(handles)
+        return [_ops.handle_output(h) for h in handles]
+
+    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodReducescatter")
+    shapes = []
+    for t in tensors:
+        shape = t.shape
+        if shape.rank is None or shape.rank == 0:
+            shapes.append(tf.TensorShape(None))
+            continue
+        rows = _reducescatter_rows(shape[0], process_set)
+        shapes.append(tf.TensorShape([rows]).concatenate(shape[1:]))
+    return _set_shapes(outs, shapes)
+
+
+# ---------------------------------------------------------------------------- join and barrier
+
+
+def join() -> tf.Tensor:
+    """Join (see ``hora.tensorflow.join``); returns the last joined rank as an int32 scalar."""
+
+    def fn(arrays: list, owned: bool) -> list:
+        handle = _ops.submit(_ops.JOIN, [], ["join.noname"])[0]
+        wait_all([handle])
+        return [np.array(handle.last_joined_rank(), dtype=np.int32)]
+
+    out = run(fn, [], [tf.int32], "HorovodJoin")[0]
+    out.set_shape([])
+    return out
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Barrier over ``process_set``; returns an int32 scalar 0 once every rank arrived."""
+
+    def fn(arrays: list, owned: bool) -> list:
+        wait_all(_ops.submit(_ops.BARRIER, [], ["barrier.noname"], process_set=process_set))
+        return [np.array(0, dtype=np.int32)]
+
+    out = run(fn, [], [tf.int32], "HorovodBarrier")[0]
+    out.set_shape([])
+    return out
+
+
+def runtime_value(getter: Callable[[], int], op_name: str) -> tf.Tensor:
+    """An int32 scalar whose value ``getter()`` gives when the op runs (not when traced)."""
+
+    def fn(arrays: list, owned: bool) -> list:
+        return [np.array(getter(), dtype=np.int32)]
+
+    out = run(fn, [], [tf.int32], op_name)[0]
+    out.set_shape([])
+    return out

@@ -1,0 +1,452 @@
+"""Collective operations on TensorFlow tensors with ``horovod.tensorflow``'s signatures.
+
+Every operation works eagerly and inside ``tf.function`` and is differentiable
+(``tf.custom_gradient``), following Horovod's conventions:
+
+- allreduce: the gradient is the allreduce of the output gradient (same op and scale factors);
+- allgather: Average-allreduce of the output gradient, then this rank's rows;
+- broadcast: Average-allreduce of the output gradient on the root, zero on the other ranks;
+- alltoall: alltoall of the output gradient back with the received splits;
+- reducescatter: allgather of the output gradient (divided by the set size for Average, times
+  the scale factors).
+
+Static shapes: allreduce and broadcast keep the input shape; allgather and alltoall leave dim 0
+unknown; reducescatter knows its rows when dim 0 is static.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+
+from hora.common import basics
+from hora.common import ops as _ops
+from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
+from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
+from hora.tensorflow import _raw_ops as _raw
+from hora.tensorflow.compression import Compression, Compressor
+from hora.tensorflow.util import (
+    check_dtype,
+    default_name,
+    exportable,
+    group_base_name,
+    grouped_names,
+    writable_copy,
+)
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "Product", "Sum",
+    "allgather", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
+    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "join",
+    "local_rank_op", "local_size_op", "process_set_included_op", "rank_op", "reducescatter",
+    "size_op",
+]
+
+SplitsLike = Union[None, Sequence[int], np.ndarray, tf.Tensor]
+
+_DIFFERENTIABLE_OPS = (Average, Sum)
+
+
+def _resolve_op(op: Optional[int], average: Optional[bool]) -> int:
+    return _ops.handle_average_backwards_compatibility(op, average)
+
+
+def _or_zeros(dy: Optional[tf.Tensor], like: tf.Tensor) -> tf.Tensor:
+    return tf.zeros_like(like) if dy is None else tf.convert_to_tensor(dy)
+
+
+def _check_reduce_grad(op: int, what: str) -> None:
+    if op not in _DIFFERENTIABLE_OPS:
+        raise NotImplementedError(
+            f"the gradient of {what} is only defined for Average and Sum (got op {op})"
+        )
+
+
+def _scaled(tensor: tf.Tensor, factor: float) -> tf.Tensor:
+    if factor == 1.0:
+        return tensor
+    return tensor * tf.cast(factor, tensor.dtype)
+
+
+# ------------------------------------------------------------------------------------ allreduce
+
+
+def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int,
+                             prescale: float, postscale: float,
+                             process_set: ProcessSet) -> list[tf.Tensor]:
+    """Differentiable grouped allreduce of dense tensors (one engine group, one call)."""
+
+    @tf.custom_gradient
+    def forward(*xs: tf.Tensor) -> Any:
+        ys = _raw.grouped_allreduce(list(xs), names, op, prescale, postscale, process_set)
+
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            _check_reduce_grad(op, "allreduce")
+            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
+            base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
+            grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
+            return _raw.grouped_allreduce(dys, grad_names, op, prescale, postscale, process_set)
+
+        return (ys[0] if len(ys) == 1 else ys), grad
+
+    out = forward(*tensors)
+    return [out] if len(tensors) == 1 else list(out)
+
+
+def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: Optional[str], op: int,
+                              prescale: float, postscale: float,
+                              process_set: ProcessSet) -> tf.IndexedSlices:
+    """Sparse allreduce: allgather of values and indices (one call), averaged for Average."""
+    if op not in (Average, Sum):
+        raise NotImplementedError(
+            "allreduce of IndexedSlices supports only Average and Sum; pass sparse_as_dense=True "
+            "to reduce them as dense tensors"
+        )
+    base = default_name("allreduce", "HorovodAllgather", slices.values, name)
+    values, indices = _raw.grouped_allgather(
+        [slices.values, slices.indices], [f"{base}.values", f"{base}.indices"], process_set)
+    factor = prescale * postscale
+    if op == Average:
+        factor /= process_set.size()
+    return tf.IndexedSlices(_scaled(values, factor), indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor: Union[tf.Tensor, tf.IndexedSlices], average: Optional[bool] = None,
+              device_dense: str = "", device_sparse: str = "",
+              compression: type[Compressor] = Compression.none, op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+              ignore_name_scope: bool = False) -> Union[tf.Tensor, tf.IndexedSlices]:
+    """Reduce ``tensor`` over every rank of ``process_set``; returns a new tensor.
+
+    ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is the deprecated
+    spelling. ``tf.IndexedSlices`` are gathered (values and indices) instead, for Average and Sum.
+    ``device_dense`` / ``device_sparse`` are accepted for compatibility; the reduction runs on the
+    host. Differentiable for Average and Sum.
+
+    Raises:
+        ValueError: ``average`` together with ``op``, or an unsupported dtype.
+        tf.errors.OpError / HoraError: the ranks disagree on shape, dtype or op (inside a
+            ``tf.function`` the error arrives as a TensorFlow op error carrying Hora's message).
+    """
+    op = _resolve_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        check_dtype(tensor.values, "allreduce")
+        return _allreduce_indexed_slices(tensor, name, op, prescale_factor, postscale_factor,
+                                         process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    engine_name = default_name("allreduce", "HorovodAllreduce", tensor, name, ignore_name_scope)
+    reduced = _grouped_allreduce_dense([compressed], [engine_name], op, prescale_factor,
+                                       postscale_factor, process_set)[0]
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors: Sequence[Union[tf.Tensor, tf.IndexedSlices]],
+                      average: Optional[bool] = None, device_dense: str = "",
+                      device_sparse: str = "", compression: type[Compressor] = Compression.none,
+                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set,
+                      ignore_name_scope: bool = False,
+                      name: Optional[str] = None) -> list:
+    """Allreduce a list of tensors as one group (negotiated and fused together, in one call);
+    returns a list. ``tf.IndexedSlices`` entries are gathered as in ``allreduce``."""
+    op = _resolve_op(op, average)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    results: list = [None] * len(tensors)
+    dense_at = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            check_dtype(t.values, "grouped_allreduce")
+            results[i] = _allreduce_indexed_slices(t, None, op, prescale_factor,
+                                                   postscale_factor, process_set)
+    if dense_at:
+        dense = [tf.convert_to_tensor(tensors[i]) for i in dense_at]
+        for t in dense:
+            check_dtype(t, "grouped_allreduce")
+        pairs = [compression.compress(t) for t in dense]
+        base = group_base_name("grouped_allreduce", "HorovodGroupedAllreduce", dense, name)
+        reduced = _grouped_allreduce_dense([p[0] for p in pairs],
+                                           grouped_names(base, len(dense)), op, prescale_factor,
+                                           postscale_factor, process_set)
+        for i, r, (_, ctx) in zip(dense_at, reduced, pairs):
+            results[i] = compression.decompress(r, ctx)
+    return results
+
+
+# ------------------------------------------------------------------------------------ allgather
+
+
+def _allgather_grad_fn(reduce_names: list[str], dims_name: str,
+                       process_set: ProcessSet) -> _raw.NumpyFn:
+    """One call for the allgather gradient: Average-allreduce of the output gradients, an
+    allgather of every rank's dim 0, then this rank's rows."""
+
+    def fn(arrays: list, owned: bool) -> list:
+        grads = [writable_copy(a) for a in arrays[:-1]]
+        dims = exportable(np.asarray(arrays[-1], dtype=np.int64).reshape(1, -1))
+        handles = _ops.submit(_ops.ALLREDUCE, grads, reduce_names, op=Average,
+                              process_set=process_set)
+        dims_handle = _ops.submit(_ops.ALLGATHER, [dims], [dims_name],
+                                  process_set=process_set)[0]
+        _raw.wait_all(handles + [dims_handle])
+        table = _ops.handle_output(dims_handle).reshape(process_set.size(), len(grads))
+        me = process_set.rank()
+        starts = np.concatenate([np.zeros((1, len(grads)), np.int64),
+                                 np.cumsum(table, axis=0)])[me]
+        return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts, table[me])]
+
+    return fn
+
+
+def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
+                       process_set: ProcessSet) -> list[tf.Tensor]:
+    @tf.custom_gradient
+    def forward(*xs: tf.Tensor) -> Any:
+        ys = _raw.grouped_allgather(list(xs), names, process_set)
+
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
+            dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
+            base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
+            reduce_names = grouped_names(base, len(dys))
+            dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
+            fn = _allgather_grad_fn(reduce_names, dims_name, process_set)
+            outs = _raw.run(fn, [*dys, dims], [d.dtype for d in dys], "HorovodAllgatherGrad")
+            for out, x in zip(outs, xs):
+                out.set_shape(x.shape)
+            return outs
+
+        return (ys[0] if len(ys) == 1 else ys), grad
+
+    out = forward(*tensors)
+    return [out] if len(tensors) == 1 else list(out)
+
+
+def allgather(tensor: tf.Tensor, name: Optional[str] = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ by rank).
+
+    Differentiable: the gradient is this rank's rows of the averaged output gradient.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "allgather")
+    engine_name = default_name("allgather", "HorovodAllgather", tensor, name, ignore_name_scope)
+    return _grouped_allgather([tensor], [engine_name], process_set)[0]
+
+
+def grouped_allgather(tensors: Sequence[tf.Tensor], name: Optional[str] = None,
+                      ignore_name_scope: bool = False,
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Allgather a list of tensors as one group (one call); returns a list. Differentiable."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    for t in tensors:
+        check_dtype(t, "grouped_allgather")
+    base = group_base_name("grouped_allgather", "HorovodGroupedAllgather", tensors, name)
+    return _grouped_allgather(tensors, grouped_names(base, len(tensors)), process_set)
+
+
+# ------------------------------------------------------------------------------------ broadcast
+
+
+def broadcast(tensor: tf.Tensor, root_rank: int, name: Optional[str] = None,
+              ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Return ``root_rank``'s value of ``tensor`` (``root_rank`` is a global rank).
+
+    Differentiable: the gradient is the averaged output gradient on the root, zero elsewhere.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "broadcast")
+    engine_name = default_name("broadcast", "HorovodBroadcast", tensor, name, ignore_name_scope)
+
+    @tf.custom_gradient
+    def forward(x: tf.Tensor) -> Any:
+        y = _raw.grouped_broadcast([x], [engine_name], root_rank, process_set)[0]
+
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            dy = _or_zeros(dy, y)
+            grad_name = default_name("allreduce", "HorovodBroadcastGrad", dy, None)
+            reduced = _raw.grouped_allreduce([dy], [grad_name], Average, 1.0, 1.0,
+                                             process_set)[0]
+            return reduced if basics.rank() == root_rank else tf.zeros_like(reduced)
+
+        return y, grad
+
+    return forward(tensor)
+
+
+def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> Any:
+    """Overwrite ``variables`` (one variable or a list) in place with ``root_rank``'s values, in
+    one call; returns what was given (``tf.Variable`` or Keras variables)."""
+    single = not isinstance(variables, (list, tuple))
+    var_list = [variables] if single else list(variables)
+    if not var_list:
+        return variables
+    values = [tf.convert_to_tensor(v) for v in var_list]
+    for v in values:
+        check_dtype(v, "broadcast_")
+    base = group_base_name("broadcast", "HorovodBroadcastInplace", values, name)
+    names = [base] if single else grouped_names(base, len(values))
+    for var, value in zip(var_list, _raw.grouped_broadcast(values, names, root_rank,
+                                                           process_set)):
+        var.assign(value)
+    return variables
+
+
+# ------------------------------------------------------------------------------------- alltoall
+
+
+def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: Optional[str] = None,
+             ignore_name_scope: bool = False,
+             process_set: ProcessSet = global_process_set) -> Union[tf.Tensor, tuple]:
+    """Send ``splits[j]`` rows of ``tensor`` to set rank j and receive the rows sent here.
+
+    ``splits`` (int32, one entry per rank, sum at most dim 0) defaults to equal parts. Returns
+    the received rows, or ``(output, received_splits)`` when ``splits`` was given.
+    Differentiable: the gradient travels back by an alltoall with the received splits.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "alltoall")
+    split_tensor = None if splits is None else tf.convert_to_tensor(splits)
+    if split_tensor is not None and not split_tensor.dtype.is_integer:
+        raise ValueError("splits must be a 1-D tensor of integers (int32)")
+    engine_name = default_name("alltoall", "HorovodAlltoall", tensor, name, ignore_name_scope)
+    received_holder: list[tf.Tensor] = []
+
+    @tf.custom_gradient
+    def forward(x: tf.Tensor) -> Any:
+        out, received = _raw.alltoall(x, split_tensor, engine_name, process_set)
+        received_holder.append(received)
+
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            dy = _or_zeros(dy, out)
+            grad_name = default_name("alltoall", "HorovodAlltoallGrad", dy, None)
+            back, _ = _raw.alltoall(dy, received, grad_name, process_set)
+            missing = tf.shape(x)[0] - tf.shape(back)[0]
+            padding = tf.concat([tf.reshape(tf.stack([0, missing]), [1, 2]),
+                                 tf.zeros([tf.rank(x) - 1, 2], tf.int32)], axis=0)
+            back = tf.pad(back, padding)
+            back.set_shape(x.shape)
+            return back
+
+        return out, grad
+
+    output = forward(tensor)
+    if splits is None:
+        return output
+    return output, tf.stop_gradient(received_holder[0])
+
+
+# -------------------------------------------------------------------------------- reducescatter
+
+
+def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
+                           prescale: float, postscale: float,
+                           process_set: ProcessSet) -> list[tf.Tensor]:
+    @tf.custom_gradient
+    def forward(*xs: tf.Tensor) -> Any:
+        ys = _raw.grouped_reducescatter(list(xs), names, op, prescale, postscale, process_set)
+
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
+            base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
+            gathered = _raw.grouped_allgather(dys, grouped_names(base, len(dys)), process_set)
+            factor = prescale * postscale
+            if op == Average:
+                factor /= process_set.size()
+            outs = [_scaled(g, factor) for g in gathered]
+            for out, x in zip(outs, xs):
+                out.set_shape(x.shape)
+            return outs
+
+        return (ys[0] if len(ys) == 1 else ys), grad
+
+    out = forward(*tensors)
+    return [out] if len(tensors) == 1 else list(out)
+
+
+def reducescatter(tensor: tf.Tensor, device_dense: str = "",
+                  compression: type[Compressor] = Compression.none, op: int = Average,
+                  name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+                  ignore_name_scope: bool = False, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> tf.Tensor:
+    """Reduce ``tensor`` over the set (Average or Sum) and return this rank's rows of dim 0;
+    the first ``dim0 % size`` ranks get one row more. Differentiable."""
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "reducescatter")
+    compressed, ctx = compression.compress(tensor)
+    engine_name = default_name("reducescatter", "HorovodReducescatter", tensor, name,
+                               ignore_name_scope)
+    out = _grouped_reducescatter([compressed], [engine_name], op, prescale_factor,
+                                 postscale_factor, process_set)[0]
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors: Sequence[tf.Tensor], device_dense: str = "",
+                          compression: type[Compressor] = Compression.none, op: int = Average,
+                          process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          name: Optional[str] = None) -> list[tf.Tensor]:
+    """Reducescatter a list of tensors as one group (one call); returns a list."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    for t in tensors:
+        check_dtype(t, "grouped_reducescatter")
+    pairs = [compression.compress(t) for t in tensors]
+    base = group_base_name("grouped_reducescatter", "HorovodGroupedReducescatter", tensors, name)
+    outs = _grouped_reducescatter([p[0] for p in pairs], grouped_names(base, len(tensors)), op,
+                                  prescale_factor, postscale_factor, process_set)
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ------------------------------------------------------------------- join, barrier, rank ops
+
+
+def join() -> tf.Tensor:
+    """Declare that this rank has no more data; until every rank joined, it contributes zeros
+    to the others' allreduces. Returns the last rank that joined (int32, equal everywhere)."""
+    return _raw.join()
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Block until every rank of ``process_set`` reached the barrier (returns an int32 0)."""
+    return _raw.barrier(process_set)
+
+
+def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """The number of ranks of a process set, as an int32 tensor evaluated when the op runs."""
+    return _raw.runtime_value(lambda: process_set_by_id(process_set_id).size(),
+                              name or "HorovodSize")
+
+
+def local_size_op(name: Optional[str] = None) -> tf.Tensor:
+    """The number of ranks on this host, as an int32 tensor evaluated when the op runs."""
+    return _raw.runtime_value(basics.local_size, name or "HorovodLocalSize")
+
+
+def rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """This process's rank, as an int32 tensor evaluated when the op runs."""
+    return _raw.runtime_value(basics.rank, name or "HorovodRank")
+
+
+def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """This process's rank on its host, as an int32 tensor evaluated when the op runs."""
+    return _raw.runtime_value(basics.local_rank, name or "HorovodLocalRank")
+
+
+def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """1 when this process belongs to the process set, else 0 (int32, evaluated at run time)."""
+    return _raw.runtime_value(lambda: int(bool(process_set_by_id(process_set_id).included())),
+                              name or "HorovodProcessSetIncluded")

@@ -1,0 +1,260 @@
+"""Gradient averaging for training: the shared gradient reducer and the distributed optimizers.
+
+``GradientReducer`` turns a list of gradients into their reductions across ranks with ONE call
+into the engine per step for all dense gradients (one ``tf.numpy_function`` node inside a
+``tf.function``), whatever the number of groups. ``DistributedGradientTape`` and every
+``DistributedOptimizer`` use it.
+
+``DistributedOptimizer`` wraps:
+
+- a Keras 3 optimizer (``keras.optimizers.*``, what ``tf.keras`` is in TensorFlow 2.16+): the
+  result is an instance of a subclass of the optimizer's class whose ``apply`` (and so
+  ``apply_gradients`` and ``model.fit``) reduces the gradients first, optionally after
+  ``backward_passes_per_step`` local passes (see ``hora.tensorflow.keras_optimizer``);
+- a ``tf_keras`` optimizer when that package is installed;
+- a TF1-style ``tf.compat.v1.train.Optimizer``: ``compute_gradients`` reduces the gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import tensorflow as tf
+
+from hora.common.ops import Adasum, Average
+from hora.common.process_sets import ProcessSet, global_process_set
+from hora.tensorflow import _raw_ops as _raw
+from hora.tensorflow.compression import Compression, Compressor
+from hora.tensorflow.mpi_ops import _allreduce_indexed_slices
+from hora.tensorflow.util import default_name, grouped_names
+
+__all__ = ["DistributedOptimizer", "GradientReducer"]
+
+GroupsArg = Union[None, int, Sequence[Sequence[Any]]]
+
+
+def _split_evenly(indices: list[int], parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, len(indices)))
+    base, extra = divmod(len(indices), parts)
+    out, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(indices[start:stop])
+        start = stop
+    return [chunk for chunk in out if chunk]
+
+
+class GradientReducer:
+    """Reduces gradients across the ranks of a process set, Horovod-style.
+
+    Args:
+        prefix: base of the engine names (``<prefix>.g<k>_<i>of<n>``); stable across steps so
+            the engine's response cache hits.
+        compression: cast applied around the wire (``Compression.none`` / ``.fp16``/ ``.bf16``).
+        sparse_as_dense: reduce ``tf.IndexedSlices`` as dense tensors instead of gathering them.
+        op: Average (default), Sum or Adasum.
+        gradient_predivide_factor: with Average, scale by ``1/f`` before the sum and ``f/size``
+            after it.
+        groups: None (every dense gradient in one group), a number of groups, or lists of
+            variables reduced together (a variable in no list forms a group of its own).
+        process_set: the ranks that take part.
+
+    Raises:
+        ValueError: a predivide factor with an op other than Average, or bad ``groups``.
+    """
+
+    def __init__(self, prefix: str, compression: type[Compressor] = Compression.none,
+                 sparse_as_dense: bool = False, op: int = Average,
+                 gradient_predivide_factor: float = 1.0, groups: GroupsArg = None,
+                 process_set: ProcessSet = global_process_set) -> None:
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        if groups is not None and not isinstance(groups, (int, list, tuple)):
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "tf.Variable.")
+        if isinstance(groups, bool) or (isinstance(groups, int) and groups < 0):
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "tf.Variable.")
+        self.prefix = prefix
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        self.prescale = 1.0 / gradient_predivide_factor
+        self.postscale = float(gradient_predivide_factor)
+        self.groups = groups or None
+        self.process_set = process_set
+
+    def active(self) -> bool:
+        """False when the process set has one rank (the gradients pass unchanged)."""
+        return (self.process_set.size() or 1) > 1
+
+    def _group_indices(self, dense_at: list[int], variables: Optional[Sequence[Any]]) -> list:
+        if self.groups is None:
+            return [dense_at]
+        if isinstance(self.groups, int):
+            return _split_evenly(dense_at, self.groups)
+        if variables is None:
+            raise ValueError("groups given as lists of variables need the variables of the "
+                             "gradients")
+        group_of: dict[int, int] = {}
+        for k, group in enumerate(self.groups):
+            for var in group:
+                if id(var) in group_of:
+                    raise ValueError("A variable can only appear once in groups.")
+                group_of[id(var)] = k
+        listed: list[list[int]] = [[] for _ in self.groups]
+        alone: list[list[int]] = []
+        for i in dense_at:
+            k = group_of.get(id(variables[i]))
+            if k is None:
+                alone.append([i])
+            else:
+                listed[k].append(i)
+        return [g for g in listed if g] + alone
+
+    def reduce(self, grads: Sequence[Any], variables: Optional[Sequence[Any]] = None) -> list:
+        """The reductions of ``grads`` (None entries stay None), in one engine call for the
+        dense ones. Every rank must pass the same number of gradients with the same shapes.
+        """
+        grads = list(grads)
+        if not self.active():
+            return grads
+        out: list = list(grads)
+        dense_at: list[int] = []
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                if self.sparse_as_dense:
+                    grads[i] = tf.convert_to_tensor(g)
+                    dense_at.append(i)
+                else:
+                    out[i] = _allreduce_indexed_slices(
+                        g, default_name("allreduce", "", None, f"{self.prefix}.sparse{i}",
+                                        ignore_name_scope=True),
+                        self.op, self.prescale, self.postscale, self.process_set)
+            else:
+                dense_at.append(i)
+        if not dense_at:
+            return out
+        groups = self._group_indices(dense_at, variables)
+        compressed = {i: self.compression.compress(tf.convert_to_tensor(grads[i]))
+                      for i in dense_at}
+        tensors = [[compressed[i][0] for i in group] for group in groups]
+        names = []
+        for k, group in enumerate(groups):
+            base = default_name("allreduce", "", None, f"{self.prefix}.g{k}",
+                                ignore_name_scope=True)
+            names.append(grouped_names(base, len(group)))
+        reduced = _raw.multi_group_allreduce(tensors, names, self.op, self.prescale,
+                                             self.postscale, self.process_set)
+        for group, outs in zip(groups, reduced):
+            for i, r in zip(group, outs):
+                out[i] = self.compression.decompress(r, compressed[i][1])
+        return out
+
+
+# --------------------------------------------------------------------- TF1-style optimizers
+
+
+class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
+    """A ``tf.compat.v1.train.Optimizer`` whose ``compute_gradients`` reduces the gradients
+    across ranks before they are applied by the wrapped optimizer."""
+
+    def __init__(self, optimizer: tf.compat.v1.train.Optimizer, reducer: GradientReducer,
+                 name: Optional[str] = None, use_locking: bool = False) -> None:
+        super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
+                         use_locking=use_locking)
+        self._optimizer = optimizer
+        self._reducer = reducer
+
+    def compute_gradients(self, *args: Any, **kwargs: Any) -> list:
+        """The wrapped optimizer's ``(gradient, variable)`` pairs with reduced gradients."""
+        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        return list(zip(self._reducer.reduce(grads, variables), variables))
+
+    def apply_gradients(self, *args: Any, **kwargs: Any) -> Any:
+        """Apply gradients with the wrapped optimizer."""
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped optimizer's slot."""
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args: Any, **kwargs: Any) -> list:
+        """The wrapped optimizer's slot names."""
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args: Any, **kwargs: Any) -> list:
+        """The wrapped optimizer's variables."""
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def _is_v1_optimizer(optimizer: Any) -> bool:
+    return isinstance(optimizer, tf.compat.v1.train.Optimizer)
+
+
+def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,  # noqa: N802
+                         use_locking: bool = False, device_dense: str = "",
+                         device_sparse: str = "",
+                         compression: type[Compressor] = Compression.none,
+                         sparse_as_dense: bool = False, backward_passes_per_step: int = 1,
+                         op: int = Average, gradient_predivide_factor: float = 1.0,
+                         average_aggregated_gradients: bool = False, num_groups: int = 0,
+                         groups: GroupsArg = None,
+                         process_set: ProcessSet = global_process_set,
+                         scale_local_gradients: bool = True) -> Any:
+    """Wrap ``optimizer`` so that it averages gradients across ranks before applying them.
+
+    Keras 3 (and ``tf_keras``) optimizers get the Keras wrapper (see
+    ``hora.tensorflow.keras.DistributedOptimizer``, which takes the same arguments); a
+    ``tf.compat.v1.train.Optimizer`` gets a wrapper whose ``compute_gradients`` reduces.
+
+    Args:
+        optimizer: the optimizer to wrap.
+        name: prefix of the engine tensor names (default ``Distributed<Class>``).
+        use_locking: passed to TF1 optimizers.
+        device_dense, device_sparse: accepted for compatibility (reductions run on the host).
+        compression: ``Compression.none`` / ``.fp16`` / ``.bf16`` on the wire.
+        sparse_as_dense: reduce ``tf.IndexedSlices`` as dense tensors.
+        backward_passes_per_step: local passes aggregated before one reduction (Keras only).
+        op: Average, Sum or Adasum.
+        gradient_predivide_factor: split the averaging before and after the sum.
+        average_aggregated_gradients: divide aggregated gradients by the number of passes.
+        num_groups: deprecated spelling of an integer ``groups``.
+        groups: number of groups or lists of variables reduced together.
+        process_set: the ranks that take part.
+        scale_local_gradients: accepted for compatibility (no local layers here).
+
+    Raises:
+        ValueError: an unknown optimizer type or inconsistent arguments.
+    """
+    del device_dense, device_sparse, scale_local_gradients
+    if num_groups and groups is None:
+        groups = int(num_groups)
+    if op == Adasum and backward_passes_per_step > 1:
+        raise ValueError("op=Adasum does not support backward_passes_per_step > 1")
+    if _is_v1_optimizer(optimizer):
+        if backward_passes_per_step != 1:
+            raise ValueError("backward_passes_per_step > 1 is supported for Keras optimizers "
+                             "only")
+        prefix = name or f"Distributed{type(optimizer).__name__}"
+        reducer = GradientReducer(prefix, compression, sparse_as_dense, op,
+                                  gradient_predivide_factor, groups, process_set)
+        return _V1DistributedOptimizer(optimizer, reducer, name=name, use_locking=use_locking)
+    from hora.tensorflow import keras_optimizer
+
+    if keras_optimizer.is_keras_optimizer(optimizer):
+        return keras_optimizer.wrap(
+            optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor, op=op,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+            process_set=process_set)
+    raise ValueError(
+        "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
+        f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+    )

@@ -1,0 +1,130 @@
+// Timeline and stall inspector, through the runtime.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/common/errors.h"
+#include "core/runtime.h"
+#include "core/store/tcp_store.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void runJob(int n, const std::function<void(Runtime&, int)>& body,
+            const std::function<void(RuntimeOptions&)>& tweak) {
+  TcpStoreServer server("127.0.0.1", 0, "s");
+  test::spawnRanks(n, [&](int rank) {
+    RuntimeOptions o;
+    o.topology.rank = rank;
+    o.topology.size = n;
+    o.storeHost = "127.0.0.1";
+    o.storePort = server.port();
+    o.secret = "s";
+    o.listenHost = "127.0.0.1";
+    tweak(o);
+    auto rt = Runtime::start(o);
+    body(*rt, rank);
+    rt->shutdown();
+  });
+}
+
+OpRequest allreduceOf(std::vector<float>& v, const std::string& name) {
+  OpRequest r;
+  r.kind = OpKind::Allreduce;
+  r.name = name;
+  r.tensor = {v.data(), DataType::Float32, {static_cast<int64_t>(v.size())}};
+  r.callSite = "train.py:7";
+  return r;
+}
+
+TEST(Timeline, RecordsNegotiationAndActivitiesAndStaysValid) {
+  std::string path = "/tmp/hora_timeline_test_" + std::to_string(getpid()) + ".json";
+  runJob(2, [&](Runtime& rt, int) {
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> a(8, 1.0f), b(8, 2.0f);
+      auto hs = rt.enqueue({allreduceOf(a, "grad.a"), allreduceOf(b, "grad.b")});
+      for (auto& h : hs) {
+        ASSERT_TRUE(h->wait(Millis(10000)));
+        h->rethrowIfFailed();
+      }
+    }
+  }, [&](RuntimeOptions& o) { o.settings.timeline = path; });
+  std::string t = readFile(path);
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(t.front(), '[');
+  EXPECT_EQ(t.back(), ']');
+  for (const char* want : {"start_time_since_epoch_in_micros", "\"grad.a\"", "NEGOTIATE_ALLREDUCE",
+                           "\"name\":\"0\"", "\"name\":\"1\"", "TCP_ALLREDUCE",
+                           "\"dtype\":\"float32\"", "\"shape\":\"[8]\"", "\"STEP\""}) {
+    EXPECT_NE(t.find(want), std::string::npos) << want;
+  }
+  ::unlink(path.c_str());
+}
+
+TEST(Timeline, SizeCapStopsRecordingCleanly) {
+  std::string path = "/tmp/hora_timeline_cap_" + std::to_string(getpid()) + ".json";
+  runJob(1, [&](Runtime& rt, int) {
+    rt.startTimeline(path, true);
+    for (int i = 0; i < 2000; ++i) {
+      std::vector<float> a(1);
+      auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
+      ASSERT_TRUE(h->wait(Millis(10000)));
+    }
+    rt.stopTimeline();
+  }, [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 0; });
+  std::string uncapped = readFile(path);
+  runJob(1, [&](Runtime& rt, int) {
+    rt.startTimeline(path, false);
+    for (int i = 0; i < 8000; ++i) {
+      std::vector<float> a(1);
+      auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
+      ASSERT_TRUE(h->wait(Millis(10000)));
+    }
+  }, [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 1; });
+  std::string capped = readFile(path);
+  EXPECT_NE(uncapped.find("CYCLE_START"), std::string::npos);
+  EXPECT_LE(capped.size(), (1u << 20) + 512);
+  EXPECT_NE(capped.find("TIMELINE_TRUNCATED"), std::string::npos);
+  EXPECT_EQ(capped.back(), ']');
+  ::unlink(path.c_str());
+}
+
+TEST(StallInspector, ReportsMissingRankAndCallSiteThenShutsDown) {
+  runJob(2, [&](Runtime& rt, int rank) {
+    if (rank == 1) {
+      // Never submits "x"; waits for the job to be shut down by the stall inspector.
+      std::vector<float> y(1);
+      auto h = rt.enqueue({allreduceOf(y, "only.rank1")}).front();
+      ASSERT_TRUE(h->wait(Millis(10000)));
+      return;
+    }
+    std::vector<float> x(1);
+    auto h = rt.enqueue({allreduceOf(x, "x")}).front();
+    ASSERT_TRUE(h->wait(Millis(10000))) << "the stall must end the job";
+    try {
+      h->rethrowIfFailed();
+      FAIL() << "expected the stall to fail the op";
+    } catch (const ShutdownError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("Missing ranks"), std::string::npos) << m;
+      EXPECT_NE(m.find("1: [x]"), std::string::npos) << m;
+      EXPECT_NE(m.find("train.py:7"), std::string::npos) << m;
+    }
+  }, [](RuntimeOptions& o) {
+    o.settings.stallCheckTimeSeconds = 0.3;
+    o.settings.stallShutdownTimeSeconds = 0.8;
+  });
+}
+
+}  // namespace
+}  // namespace hora
