@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -36,9 +37,13 @@ const char* numpyDtypeName(DataType t) {
 
 void sweepDeferredReleases() {
   auto& list = deferredReleases();
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [](const Deferred& d) { return d.first->poll(); }),
-             list.end());
+  auto finished = std::stable_partition(list.begin(), list.end(),
+                                        [](const Deferred& d) { return !d.first->poll(); });
+  std::vector<Deferred> release(std::make_move_iterator(finished),
+                                std::make_move_iterator(list.end()));
+  list.erase(finished, list.end());
+  // `release` dies last: a deleter may run Python code that drops another handle (and sweeps
+  // again), so the list must already be consistent.
 }
 
 PyHandle::~PyHandle() {

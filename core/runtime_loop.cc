@@ -130,6 +130,7 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
   participant_.batchApplied();
+  if (batch.cycleTimeMs >= 0) settings_.cycleTimeMs = batch.cycleTimeMs;
   if (batch.shutdown) {
     stopReason_ = batch.shutdownReason;
     stopped_ = true;

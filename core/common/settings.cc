@@ -25,6 +25,11 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
       {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},
       {"STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds before a stall shuts the job down; 0 = never"},
+      {"AUTOTUNE", "0", "1 tunes fusion threshold and cycle time online (rank 0 decides)"},
+      {"AUTOTUNE_LOG", "", "CSV file where autotune records each candidate and its score"},
+      {"AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before scoring"},
+      {"AUTOTUNE_STEPS_PER_SAMPLE", "10", "training steps in one autotune sample"},
+      {"AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", "samples whose median scores one candidate"},
       {"DYNAMIC_PROCESS_SETS", "0", "1 allows add_process_set/remove_process_set after init"},
       // Topology, set by horarun (or derived from torchrun / Slurm variables).
       {"RANK", "", "this process's rank"},
@@ -118,6 +123,11 @@ Settings Settings::fromEnvironment() {
   s.stallCheckTimeSeconds = envDouble("STALL_CHECK_TIME_SECONDS");
   s.stallShutdownTimeSeconds = envDouble("STALL_SHUTDOWN_TIME_SECONDS");
   s.dynamicProcessSets = envBool("DYNAMIC_PROCESS_SETS");
+  s.autotune = envBool("AUTOTUNE");
+  s.autotuneLog = envString("AUTOTUNE_LOG");
+  s.autotuneWarmupSamples = envInt("AUTOTUNE_WARMUP_SAMPLES");
+  s.autotuneStepsPerSample = envInt("AUTOTUNE_STEPS_PER_SAMPLE");
+  s.autotuneSamplesPerCandidate = envInt("AUTOTUNE_SAMPLES_PER_CANDIDATE");
   s.fusionThresholdSet = envIsSet("FUSION_THRESHOLD");
   s.cycleTimeSet = envIsSet("CYCLE_TIME");
   if (s.cycleTimeMs < 0) throw InvalidArgument("HORA_CYCLE_TIME must be >= 0");

@@ -42,6 +42,11 @@ struct Settings {
   double stallCheckTimeSeconds = 60.0;      // STALL_CHECK_TIME_SECONDS
   double stallShutdownTimeSeconds = 0.0;    // STALL_SHUTDOWN_TIME_SECONDS (0 = never)
   bool dynamicProcessSets = false;          // DYNAMIC_PROCESS_SETS
+  bool autotune = false;                    // AUTOTUNE
+  std::string autotuneLog;                  // AUTOTUNE_LOG (CSV)
+  int64_t autotuneWarmupSamples = 3;        // AUTOTUNE_WARMUP_SAMPLES
+  int64_t autotuneStepsPerSample = 10;      // AUTOTUNE_STEPS_PER_SAMPLE
+  int64_t autotuneSamplesPerCandidate = 3;  // AUTOTUNE_SAMPLES_PER_CANDIDATE
   bool fusionThresholdSet = false;          // set explicitly: autotune leaves it alone
   bool cycleTimeSet = false;
 

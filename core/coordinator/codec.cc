@@ -207,6 +207,7 @@ std::string encodeResponseBatch(const ResponseBatch& b) {
   w.vec(b.evictedSlots);
   w.pod<uint32_t>(static_cast<uint32_t>(b.responses.size()));
   for (const auto& r : b.responses) writeResponse(w, r);
+  w.pod(b.cycleTimeMs);
   w.pod<uint8_t>(b.shutdown ? 1 : 0);
   w.str(b.shutdownReason);
   return w.take();
@@ -220,6 +221,7 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
   b.evictedSlots = rd.vec<int32_t>();
   auto n = rd.pod<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
+  b.cycleTimeMs = rd.pod<double>();
   b.shutdown = rd.pod<uint8_t>() != 0;
   b.shutdownReason = rd.str();
   rd.expectEnd();

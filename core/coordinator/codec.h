@@ -23,6 +23,7 @@ struct ResponseBatch {
   uint64_t sequence = 0;
   std::vector<int32_t> evictedSlots;  // applied before the responses
   std::vector<Response> responses;
+  double cycleTimeMs = -1;            // >= 0: every rank adopts this cycle time (autotune)
   bool shutdown = false;
   std::string shutdownReason;
 };

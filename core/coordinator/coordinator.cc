@@ -36,7 +36,8 @@ Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Setti
       cache_(static_cast<size_t>(settings.cacheCapacity)),
       slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
       joined_(static_cast<size_t>(worldSize), false),
-      nextProcessSetId_(nextProcessSetId) {}
+      nextProcessSetId_(nextProcessSetId),
+      autotuner_(settings) {}
 
 void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
   for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
@@ -85,6 +86,13 @@ PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
     p.arrival = arrivals_++;
     p.firstSeen = Clock::now();
     if (timeline_ != nullptr) timeline_->negotiateStart(processSetId, name, opKindName(kind));
+    if (firstKey_.empty()) firstKey_ = key;
+    if (key == firstKey_ && autotuner_.active()) {
+      if (auto tuned = autotuner_.onStep(p.firstSeen)) {
+        settings_.fusionThreshold = tuned->fusionThreshold;
+        newCycleTimeMs_ = tuned->cycleTimeMs;
+      }
+    }
   }
   return p;
 }
@@ -270,13 +278,22 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   }
   for (auto& r : immediate_) singles.push_back(std::move(r));
   immediate_.clear();
-  if (singles.empty() && evictions_.empty() && !shutdown_) return false;
+  if (singles.empty() && evictions_.empty() && !shutdown_ && newCycleTimeMs_ < 0) return false;
+  if (autotuner_.active()) {
+    for (const auto& r : singles) {
+      if (r.kind != OpKind::Error) {
+        autotuner_.recordBytes(fusionBytes(r, sets_.contains(r.processSetId) ? sets_.size(r.processSetId) : 1));
+      }
+    }
+  }
 
   out->sequence = nextSequence_++;
   out->evictedSlots = std::move(evictions_);
   evictions_.clear();
   out->responses = planFusion(std::move(singles), settings_.fusionThreshold,
                               [this](int setId) { return sets_.contains(setId) ? sets_.size(setId) : 1; });
+  out->cycleTimeMs = newCycleTimeMs_;
+  newCycleTimeMs_ = -1;
   out->shutdown = shutdown_;
   out->shutdownReason = shutdownReason_;
   return true;

@@ -22,6 +22,7 @@
 
 #include "core/common/settings.h"
 #include "core/common/time.h"
+#include "core/coordinator/autotuner.h"
 #include "core/coordinator/codec.h"
 #include "core/coordinator/process_set_table.h"
 #include "core/coordinator/response_cache.h"
@@ -86,6 +87,9 @@ class Coordinator {
   int lastJoined_ = -1;
   std::string joinName_;
   int nextProcessSetId_;
+  Autotuner autotuner_;
+  std::string firstKey_;            // the first tensor ever negotiated: a new step when it recurs
+  double newCycleTimeMs_ = -1;      // to announce in the next batch
   bool warnedFull_ = false;
   bool shutdown_ = false;
   std::string shutdownReason_;

@@ -128,3 +128,39 @@ TEST(StallInspector, ReportsMissingRankAndCallSiteThenShutsDown) {
 
 }  // namespace
 }  // namespace hora
+
+namespace hora {
+namespace {
+
+TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
+  std::string log = "/tmp/hora_autotune_" + std::to_string(getpid()) + ".csv";
+  runJob(2, [&](Runtime& rt, int rank) {
+    for (int step = 0; step < 80; ++step) {
+      std::vector<std::vector<float>> g(4, std::vector<float>(64, static_cast<float>(rank + step)));
+      std::vector<OpRequest> reqs;
+      for (int t = 0; t < 4; ++t) reqs.push_back(allreduceOf(g[t], "g" + std::to_string(t)));
+      for (auto& h : rt.enqueue(reqs)) {
+        ASSERT_TRUE(h->wait(Millis(10000)));
+        h->rethrowIfFailed();
+      }
+      for (int t = 0; t < 4; ++t) ASSERT_EQ(g[t][0], static_cast<float>(2 * step + 1));
+    }
+  }, [&](RuntimeOptions& o) {
+    o.settings.autotune = true;
+    o.settings.autotuneLog = log;
+    o.settings.autotuneWarmupSamples = 1;
+    o.settings.autotuneStepsPerSample = 2;
+    o.settings.autotuneSamplesPerCandidate = 1;
+  });
+  std::string csv = readFile(log);
+  EXPECT_EQ(csv.rfind("cycle_time_ms,tensor_fusion_threshold,score\n", 0), 0u) << csv;
+  int lines = 0;
+  for (char c : csv) lines += c == '\n';
+  EXPECT_GE(lines, 1 + 8 + 5) << "every threshold and cycle-time candidate is scored:\n" << csv;
+  EXPECT_NE(csv.find(",0,"), std::string::npos) << "fusion off is a candidate";
+  EXPECT_NE(csv.find(",134217728,"), std::string::npos);
+  ::unlink(log.c_str());
+}
+
+}  // namespace
+}  // namespace hora

@@ -324,8 +324,8 @@ def test_summary_text(trace_path, capsys):
     assert waiters[4].split()[0] == EMB and " 0 (3/3) " in waiters[4]
     by_op = body("Time by op type")
     assert by_op[2].split() == ["ALLREDUCE", "6", "147.600", "24.600", "3.000", "0.500",
-                                "2.400", "0.400", "2.400", "0.400", "48.000", "8.000", "55.800"]
-    assert by_op[3].split()[:2] == ["ALLGATHER", "3"] and by_op[3].split()[6:10] == ["-"] * 4
+                                "2.400", "2.400", "48.000", "8.000", "55.800"]
+    assert by_op[3].split()[:2] == ["ALLGATHER", "3"] and by_op[3].split()[6:8] == ["-"] * 2
     tensors = body("Time by tensor")
     assert tensors[2].split()[:6] == [W1, "ALLREDUCE", "float32", "[256,", "128]", "3"]
     assert lines[-1] == ("  rank 1 reported ready last 6 times out of 9, 16.333 ms after the "
@@ -411,7 +411,7 @@ def test_file_cut_mid_record(trace_path, tmp_path, capsys):
     assert t.cut and 0 < t.records < full.records
     assert t.records == text[:cut_at].count("\n") - 1  # every line but "[" and the cut one
     rc, out, _ = run(capsys, "summary", str(cut))
-    assert rc == 0 and "the file was cut mid-record" in out
+    assert rc == 0 and "the file was not closed" in out
     rc, out, _ = run(capsys, "summary", str(cut), "--json")
     assert json.loads(out)["cut"] is True
 

@@ -144,7 +144,7 @@ def plot(trace: Trace, output: str, steps: tuple[int | None, int | None] | None 
                 a_end = act.end if act.end is not None else end
                 bars.setdefault((row, act.category), []).append(_span(act.start, a_end))
 
-    fig_h = 2.2 + 0.42 * len(chosen)
+    fig_h = 2.6 + 0.42 * len(chosen)
     fig, ax = plt.subplots(figsize=(14, fig_h))
     y_lo = -_BAR / 2
     for row, spans in op_bars.items():
@@ -173,6 +173,8 @@ def plot(trace: Trace, output: str, steps: tuple[int | None, int | None] | None 
     for info in step_infos:
         x = info.start / 1000.0
         ax.axvline(x, color="#6c3483", linestyle="--", linewidth=1.0, zorder=0)
+        if info.start >= w_end and info.start > w_start:
+            continue  # the line closing the window
         took = f" ({info.duration / 1000.0:.1f} ms)" if info.complete else ""
         ax.text(x, 1.0, f" step {info.step}{took}", transform=ax.get_xaxis_transform(),
                 fontsize=8, color="#6c3483", va="bottom", ha="left")
@@ -201,16 +203,17 @@ def plot(trace: Trace, output: str, steps: tuple[int | None, int | None] | None 
                           markeredgewidth=2.4, label="last rank ready (rN)"))
     if step_infos:
         handles.append(Line2D([], [], color="#6c3483", linestyle="--", label="STEP marker"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.55 / fig_h * 2.2),
-              ncol=5, fontsize=8, frameon=False)
     fig.tight_layout()
+    axes_inches = ax.get_position().height * fig_h
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.5 / axes_inches),
+              ncol=5, fontsize=8, frameon=False)
     fig.savefig(output, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return PlotResult(output, steps, where, len(chosen), len(busy), len(occs))
 
 
 def _describe(trace: Trace, steps: tuple[int | None, int | None] | None) -> str:
-    """"steps 1..3" for the steps of the trace in the range, "whole trace" for None."""
+    """How the window reads in titles: steps 1..3, step 2, or whole trace."""
     if steps is None:
         return "whole trace"
     lo, hi = steps

@@ -21,7 +21,7 @@ PHASE_TITLES = {
     "memcpy_out": "memcpy out",
     "communicate": "communicate",
 }
-_NAME_WIDTH = 44
+_NAME_WIDTH = 40
 _ALL_STEPS_SHOWN = 20
 
 
@@ -283,18 +283,25 @@ def _time_table(first: list[str], rows: list[dict[str, Any]], key: str,
                 extra: Sequence[str] = ()) -> list[str]:
     headers = list(first) + ["count"]
     groups: list[tuple[str, int]] = [("", len(first) + 1)]
-    for p in PHASES:
+    for p in ("negotiate", "queue"):
         headers += ["total", "mean"]
         groups.append((PHASE_TITLES[p], 2))
-    headers += ["op total"]
-    groups.append(("", 1))
+    headers += ["in", "out"]
+    groups.append(("memcpy", 2))
+    headers += ["total", "mean", "op total"]
+    groups += [(PHASE_TITLES["communicate"], 2), ("", 1)]
     body = []
     for r in rows:
         cells = [_short(str(r[key]))] + [str(r[e] if r[e] is not None else "-") for e in extra]
         cells.append(str(r["count"]))
-        for p in PHASES:
-            total = r[p]["total_ms"] if r[p]["count"] else None
-            cells += [_num(total), _num(r[p]["mean_ms"])]
+
+        def total(p: str, row: dict[str, Any] = r) -> str:
+            return _num(row[p]["total_ms"] if row[p]["count"] else None)
+
+        for p in ("negotiate", "queue"):
+            cells += [total(p), _num(r[p]["mean_ms"])]
+        cells += [total("memcpy_in"), total("memcpy_out")]
+        cells += [total("communicate"), _num(r["communicate"]["mean_ms"])]
         cells.append(_num(r["execution"]["total_ms"]))
         body.append(cells)
     return _table(headers, body, left=len(first), groups=groups)
@@ -310,14 +317,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     out.append(f"  {where}: {_num(w['duration_ms'])} ms ({_num(w['start_ms'])} .. "
                f"{_num(w['end_ms'])} ms since the timeline started)")
     out.append(f"  {c['tensors']} tensors, {c['occurrences']} tensor operations, "
-               f"{c['ranks']} ranks, {c['errors']} errors"
+               f"{c['ranks']} ranks, {_plural(c['errors'], 'error')}"
                + (f", {c['cycles']} cycles" if c["cycles"] else ""))
     if c["incomplete"]:
         out.append(f"  note: {c['incomplete']} tensor operations were recorded only in part "
                    "(sampling, a crash, or the size cap); their missing parts count as 0")
     if s["cut"]:
-        out.append("  note: the file was cut mid-record (the job stopped while writing it); "
-                   "it was read up to its last complete record")
+        out.append("  note: the file was not closed (the job stopped while writing it?); it was "
+                   "read up to its last complete record")
     if s["truncated"] is not None:
         t = s["truncated"]
         cap = "" if t["max_mb"] is None else f" (HORA_TIMELINE_MAX_MB={t['max_mb']})"
@@ -346,7 +353,7 @@ def format_summary(summary: dict[str, Any]) -> str:
                       left_cols=(4,))
         out.append("")
 
-    out.append("Time by op type (ms; mean = per operation that had that phase)")
+    out.append("Time by op type (ms; memcpy: totals; mean: per operation that had that phase)")
     out += _time_table(["op"], s["by_op"], "op")
     out.append("")
     shown = len(s["by_tensor"])
@@ -385,6 +392,10 @@ def format_summary(summary: dict[str, Any]) -> str:
                    f"{slow['reports']}, {_num(slow['after_first_mean_ms'])} ms after the first "
                    "rank on average: the others wait for it")
     return "\n".join(out) + "\n"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _slowest_rank(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:

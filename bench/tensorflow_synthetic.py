@@ -1,0 +1,230 @@
+"""TensorFlow training-step throughput: hora.tensorflow against MultiWorkerMirroredStrategy.
+
+    python bench/tensorflow_synthetic.py [--np 2] [--model small_cnn] [--batch-size 32]
+        [--steps 50] [--warmup 10]
+
+The same model, per-rank batch and optimizer (SGD) run as a ``tf.function`` step on N CPU
+processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``, one engine call
+per step for all gradients) and once with ``tf.distribute.MultiWorkerMirroredStrategy`` (N
+workers found through ``TF_CONFIG`` on localhost ports, its collective all-reduce inside the
+optimizer). Rank 0 of each run writes its timings as JSON; this process prints both and the
+ratio hora / MWMS of steps per second (above 1: Hora is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Flags of the driver and of the workers it starts."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--np", type=int, default=2, help="number of processes")
+    parser.add_argument("--model", default="small_cnn", choices=["small_cnn", "mlp"])
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size per process")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=50, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
+    parser.add_argument("--worker", choices=["hora", "mwms"], help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------------ workers
+
+
+def build_model(name: str, image_size: int):  # noqa: ANN201 (keras imported lazily)
+    """The benchmarked model (created inside a strategy scope for MWMS)."""
+    import keras
+
+    inputs = keras.Input((image_size, image_size, 3))
+    if name == "small_cnn":
+        x = keras.layers.Conv2D(32, 3, activation="relu")(inputs)
+        x = keras.layers.MaxPooling2D()(x)
+        x = keras.layers.Conv2D(64, 3, activation="relu")(x)
+        x = keras.layers.MaxPooling2D()(x)
+        x = keras.layers.Flatten()(x)
+        x = keras.layers.Dense(128, activation="relu")(x)
+    else:
+        x = keras.layers.Flatten()(inputs)
+        for width in (1024, 512, 256):
+            x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x))
+
+
+def time_steps(step, warmup: int, steps: int) -> list[float]:  # noqa: ANN001
+    """Per-step wall times of ``steps`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def synthetic_batch(rank: int, args: argparse.Namespace):  # noqa: ANN201
+    """Random images and labels of one rank."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(rank)
+    shape = (args.batch_size, args.image_size, args.image_size, 3)
+    return (tf.constant(rng.random(shape, np.float32)),
+            tf.constant(rng.integers(0, 10, args.batch_size), tf.int64))
+
+
+def hora_worker(args: argparse.Namespace) -> None:
+    """One rank of the Hora run (started by horarun)."""
+    import keras
+    import tensorflow as tf
+
+    import hora.tensorflow as hvd
+
+    hvd.init()
+    model = build_model(args.model, args.image_size)
+    opt = keras.optimizers.SGD(0.01)
+    opt.build(model.trainable_variables)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    data, target = synthetic_batch(hvd.rank(), args)
+
+    @tf.function
+    def step() -> None:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(target, model(data, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    times = time_steps(step, args.warmup, args.steps)
+    if hvd.rank() == 0:
+        Path(args.out).write_text(json.dumps({"times": times}))
+    hvd.shutdown()
+
+
+def mwms_worker(args: argparse.Namespace) -> None:
+    """One worker of the MultiWorkerMirroredStrategy run (TF_CONFIG set by the driver)."""
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    import keras
+
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = build_model(args.model, args.image_size)
+        opt = keras.optimizers.SGD(0.01)
+        opt.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    data, target = synthetic_batch(task, args)
+
+    def replica_step(x, y) -> None:  # noqa: ANN001
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(y, model(x, training=True))
+            loss = tf.reduce_sum(per_example) / global_batch
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def step() -> None:
+        strategy.run(replica_step, args=(data, target))
+
+    times = time_steps(step, args.warmup, args.steps)
+    if task == 0:
+        Path(args.out).write_text(json.dumps({"times": times}))
+
+
+# ------------------------------------------------------------------------------------- driver
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on localhost."""
+    sockets, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+        ports.append(s.getsockname()[1])
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def worker_args(args: argparse.Namespace, kind: str, out: str) -> list[str]:
+    """The command line of one worker process."""
+    return [sys.executable, os.path.abspath(__file__), "--worker", kind, "--out", out,
+            "--model", args.model, "--batch-size", str(args.batch_size),
+            "--image-size", str(args.image_size), "--steps", str(args.steps),
+            "--warmup", str(args.warmup)]
+
+
+def run_hora(args: argparse.Namespace, out: str) -> None:
+    """All ranks of the Hora run, through horarun."""
+    env = dict(os.environ, **QUIET_ENV)
+    cmd = [sys.executable, "-m", "hora.runner", "-np", str(args.np)]
+    subprocess.run(cmd + worker_args(args, "hora", out), env=env, check=True)
+
+
+def run_mwms(args: argparse.Namespace, out: str) -> None:
+    """All workers of the MWMS run, each with its TF_CONFIG."""
+    workers = [f"localhost:{p}" for p in free_ports(args.np)]
+    procs = []
+    for index in range(args.np):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, **QUIET_ENV, TF_CONFIG=json.dumps(tf_config))
+        procs.append(subprocess.Popen(worker_args(args, "mwms", out), env=env))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"MultiWorkerMirroredStrategy workers failed: exit codes {codes}")
+
+
+def summary(times: list[float], batch_size: int, nproc: int) -> dict[str, float]:
+    """Median step time, steps/s and total images/s."""
+    median = statistics.median(times)
+    return {"step_ms": median * 1e3, "steps_per_s": 1.0 / median,
+            "img_per_s": batch_size * nproc / median}
+
+
+def main() -> None:
+    """Drive both runs (or act as one worker) and print the comparison."""
+    args = parse_args()
+    if args.worker == "hora":
+        hora_worker(args)
+        return
+    if args.worker == "mwms":
+        mwms_worker(args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {}
+        for kind, runner in (("hora", run_hora), ("mwms", run_mwms)):
+            out = os.path.join(tmp, f"{kind}.json")
+            runner(args, out)
+            times = json.loads(Path(out).read_text())["times"]
+            results[kind] = summary(times, args.batch_size, args.np)
+    print(f"\nmodel={args.model} image={args.image_size} batch/rank={args.batch_size} "
+          f"ranks={args.np} steps={args.steps} (median step time)")
+    print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}")
+    for kind, label in (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy")):
+        r = results[kind]
+        print(f"{label:28}{r['step_ms']:10.2f}{r['steps_per_s']:10.2f}{r['img_per_s']:10.1f}")
+    ratio = results["hora"]["steps_per_s"] / results["mwms"]["steps_per_s"]
+    print(f"ratio hora / MWMS (steps/s): {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Synthetic training throughput: hora.torch DistributedOptimizer vs torch DDP (gloo), same model.
+
+    python bench/torch_synthetic.py                 # 2 ranks, the benchmark's default MLP
+    python bench/torch_synthetic.py --model cnn --np 2 --num-iters 5
+
+Runs examples/pytorch/synthetic_benchmark.py under horarun, then the same model, batch and timed
+step (zero_grad, forward, cross-entropy, backward, SGD step) under torch DistributedDataParallel
+with the gloo backend, started here with torch.multiprocessing. Both use the same number of torch
+threads per rank. Prints a table with both throughputs and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARK = REPO / "examples" / "pytorch" / "synthetic_benchmark.py"
+_RATE = re.compile(r"Img/sec per \w+: ([0-9.]+) \+-([0-9.]+)")
+
+
+def _load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hora_synthetic_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line flags; the benchmark flags are passed on unchanged."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2, help="number of ranks")
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-warmup-batches", type=int, default=5)
+    parser.add_argument("--num-batches-per-iter", type=int, default=10)
+    parser.add_argument("--num-iters", type=int, default=5)
+    parser.add_argument("--image-size", type=int, default=None)
+    parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    return parser.parse_args()
+
+
+def benchmark_flags(args: argparse.Namespace) -> list[str]:
+    """The flags shared by both runs, in synthetic_benchmark.py's syntax."""
+    flags = [
+        "--model", args.model,
+        "--batch-size", str(args.batch_size),
+        "--num-warmup-batches", str(args.num_warmup_batches),
+        "--num-batches-per-iter", str(args.num_batches_per_iter),
+        "--num-iters", str(args.num_iters),
+    ]
+    if args.image_size is not None:
+        flags += ["--image-size", str(args.image_size)]
+    return flags
+
+
+def launcher(np_: int) -> list[str]:
+    """horarun if it is on PATH, else the launcher module of the installed package."""
+    found = shutil.which("horarun")
+    if found:
+        return [found, "-np", str(np_)]
+    return [sys.executable, "-m", "hora.runner", "-np", str(np_)]
+
+
+def run_hora(args: argparse.Namespace) -> tuple[float, float]:
+    """Run the benchmark with hora.torch; returns (img/sec per rank, 1.96 sigma)."""
+    cmd = launcher(args.np) + [sys.executable, str(BENCHMARK)] + benchmark_flags(args)
+    if args.fp16_allreduce:
+        cmd.append("--fp16-allreduce")
+    print("hora:", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                          check=False)
+    match = _RATE.search(done.stdout)
+    if done.returncode != 0 or match is None:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        raise SystemExit(f"hora run failed (exit code {done.returncode})")
+    return float(match.group(1)), float(match.group(2))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ddp_worker(rank: int, world: int, port: int, flags: list[str], fp16: bool,
+                results: Any) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    bench = _load_benchmark()
+    args = bench.parse_args(flags)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(bench.threads_per_rank(args.threads, world))
+    torch.manual_seed(1234)
+    model = DistributedDataParallel(bench.build_model(args.model, args.image_size,
+                                                      args.num_classes))
+    if fp16:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * world)
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    target = torch.randint(0, args.num_classes, (args.batch_size,))
+
+    def step() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+
+    def log(line: str) -> None:
+        if rank == 0:
+            print("  ddp " + line, flush=True)
+
+    rates = bench.time_steps(step, args.num_warmup_batches, args.num_batches_per_iter,
+                             args.num_iters, args.batch_size, log, "CPU")
+    if rank == 0:
+        for line in bench.summary_lines(rates, world, "CPU"):
+            log(line)
+        results.put(rates)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_ddp(args: argparse.Namespace) -> tuple[float, float]:
+    """Run the same benchmark under torch DDP (gloo); returns (img/sec per rank, 1.96 sigma)."""
+    import numpy as np
+    import torch.multiprocessing as mp
+
+    print(f"ddp: torch.multiprocessing, {args.np} ranks, gloo", flush=True)
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    mp.start_processes(_ddp_worker, nprocs=args.np, start_method="spawn",
+                       args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce,
+                             results))
+    rates = results.get()
+    return float(np.mean(rates)), 1.96 * float(np.std(rates))
+
+
+def main() -> None:
+    """Run both jobs and print the comparison table."""
+    args = parse_args()
+    bench = _load_benchmark()
+    image = args.image_size or bench.default_image_size(args.model)
+    hora_rate, hora_conf = run_hora(args)
+    ddp_rate, ddp_conf = run_ddp(args)
+    n = args.np
+    print()
+    print(f"model {args.model}, {image}x{image} images, batch {args.batch_size} per rank, "
+          f"{n} ranks on {os.cpu_count()} cores"
+          + (", fp16 gradients" if args.fp16_allreduce else ""))
+    print(f"| {'runtime':<18} | {'img/sec per rank':>18} | {'total img/sec':>13} | "
+          f"{'vs DDP':>6} |")
+    print(f"|{'-' * 20}|{'-' * 20}|{'-' * 15}|{'-' * 8}|")
+    for label, rate, conf in (("hora.torch", hora_rate, hora_conf),
+                              ("torch DDP (gloo)", ddp_rate, ddp_conf)):
+        print(f"| {label:<18} | {rate:>10.1f} +-{conf:>5.1f} | {n * rate:>13.1f} | "
+              f"{rate / ddp_rate:>5.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

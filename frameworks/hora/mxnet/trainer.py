@@ -1,0 +1,150 @@
+"""``DistributedTrainer``: a ``gluon.Trainer`` whose gradients are summed over the ranks by Hora
+instead of a kvstore, and the gradient compressors it accepts."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from hora.common.process_sets import ProcessSet, global_process_set
+from hora.mxnet.compat import import_mxnet
+from hora.mxnet.optimizer import allreduce_gradients_, process_set_size, unwrap
+
+mx = import_mxnet()
+
+__all__ = ["Compression", "Compressor", "DistributedTrainer", "FP16Compressor", "NoneCompressor"]
+
+
+class Compressor:
+    """Turns a gradient into what is sent (``compress``) and back (``decompress``)."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        """Return the tensor to send and the context ``decompress`` needs."""
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        """Return the gradient from the received tensor and the context of ``compress``."""
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Sends gradients as they are."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        """Return ``tensor`` itself."""
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        """Return ``tensor`` itself."""
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Sends floating-point gradients as float16 (half the bytes, less precision)."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        """A float16 copy of a float32/float64 tensor (other dtypes unchanged)."""
+        dtype = np.dtype(tensor.dtype)
+        if dtype in (np.float32, np.float64):
+            return tensor.astype("float16"), dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        """The tensor in its original dtype."""
+        return tensor if ctx is None else tensor.astype(ctx)
+
+
+class Compression:
+    """The available compressors: ``Compression.none`` and ``Compression.fp16``."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+class DistributedTrainer(mx.gluon.Trainer):
+    """A ``gluon.Trainer`` that averages gradients over the ranks of a process set.
+
+    It is created with ``kvstore=None``: ``step()`` (or ``allreduce_grads()``) sums every
+    gradient whose ``grad_req`` is not ``'null'`` with Hora, and the optimizer's ``rescale_grad``
+    is multiplied by ``gradient_predivide_factor / size`` so that the update uses the average.
+    Gradients are named ``allreduce.<prefix><index>`` by their index in the trainer's parameter
+    list, which is the same on every rank when the model is built the same way (a dict or
+    ParameterDict is taken in sorted-key order); ``prefix`` keeps two trainers apart. With
+    ``num_groups > 0`` the gradients are reduced in that many grouped allreduces (split further
+    by dtype). A parameter on several contexts has its copies summed locally first.
+
+    Args:
+        params: a dict, ParameterDict or list of Parameters.
+        optimizer: an optimizer name or instance; a DistributedOptimizer is unwrapped (with a
+            warning), since the trainer does the allreduce itself.
+        optimizer_params: keyword arguments for an optimizer given by name.
+        compression: ``Compression.none`` (default) or ``Compression.fp16``.
+        gradient_predivide_factor: gradients are multiplied by ``1 / factor`` before the sum and
+            by ``factor / size`` after it.
+        prefix: prepended to gradient names.
+        num_groups: number of grouped allreduces per step (0: one allreduce per gradient).
+        process_set: the ranks that average their gradients.
+    """
+
+    def __init__(self, params: Any, optimizer: Any, optimizer_params: dict | None = None,
+                 compression: Any = None, gradient_predivide_factor: float = 1.0,
+                 prefix: str | None = None, num_groups: int = 0,
+                 process_set: ProcessSet = global_process_set) -> None:
+        inner = unwrap(optimizer)
+        if inner is not None:
+            warnings.warn(
+                "DistributedTrainer does not take DistributedOptimizer as its optimizer; the "
+                "wrapped optimizer is used instead (the trainer averages gradients itself)",
+                stacklevel=2,
+            )
+            optimizer = inner
+        if gradient_predivide_factor <= 0:
+            raise ValueError("gradient_predivide_factor must be positive")
+        size = process_set_size(process_set)
+        super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
+        self._hora_compression = compression if compression is not None else Compression.none
+        self._hora_predivide = float(gradient_predivide_factor)
+        self._hora_prefix = prefix or ""
+        self._hora_num_groups = int(num_groups)
+        self._hora_process_set = process_set
+        self._scale *= self._hora_predivide / size
+
+    def _allreduce_grads(self) -> None:
+        compression = self._hora_compression
+        grads: list[Any] = []
+        names: list[str] = []
+        pending: list[tuple[list, Any, Any]] = []
+        for i, param in enumerate(self._params):
+            if param.grad_req == "null":
+                continue
+            copies = param.list_grad()
+            if copies[0].stype != "default":
+                raise ValueError(
+                    f"DistributedTrainer supports dense gradients only; parameter {param.name} "
+                    f"has a '{copies[0].stype}' gradient (create it with sparse_grad=False)"
+                )
+            total = copies[0]
+            for other in copies[1:]:
+                total += other.as_in_context(total.context)
+            sent, ctx = compression.compress(total)
+            grads.append(sent)
+            names.append(f"{self._hora_prefix}{i}")
+            pending.append((copies, sent, ctx))
+        prescale = 1.0 / self._hora_predivide
+        if process_set_size(self._hora_process_set) > 1 or prescale != 1.0:
+            allreduce_gradients_(grads, names, prescale_factor=prescale,
+                                 num_groups=self._hora_num_groups,
+                                 process_set=self._hora_process_set)
+        for copies, sent, ctx in pending:
+            if sent is not copies[0]:
+                compression.decompress(sent, ctx).copyto(copies[0])
+            for other in copies[1:]:
+                copies[0].copyto(other)
