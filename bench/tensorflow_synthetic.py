@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ------------------------------------------------------------------------------------ workers
 
 
-def build_model(name: str, image_size: int):  # noqa: ANN201 (keras imported lazily)
+def build_model(name: str, image_size: int):
     """The benchmarked model (created inside a strategy scope for MWMS)."""
     import keras
 
@@ -63,7 +63,7 @@ def build_model(name: str, image_size: int):  # noqa: ANN201 (keras imported laz
     return keras.Model(inputs, keras.layers.Dense(10)(x))
 
 
-def time_steps(step, warmup: int, steps: int) -> list[float]:  # noqa: ANN001
+def time_steps(step, warmup: int, steps: int) -> list[float]:
     """Per-step wall times of ``steps`` calls after ``warmup`` calls."""
     for _ in range(warmup):
         step()
@@ -75,7 +75,7 @@ def time_steps(step, warmup: int, steps: int) -> list[float]:  # noqa: ANN001
     return times
 
 
-def synthetic_batch(rank: int, args: argparse.Namespace):  # noqa: ANN201
+def synthetic_batch(rank: int, args: argparse.Namespace):
     """Random images and labels of one rank."""
     import numpy as np
     import tensorflow as tf
@@ -88,10 +88,9 @@ def synthetic_batch(rank: int, args: argparse.Namespace):  # noqa: ANN201
 
 def hora_worker(args: argparse.Namespace) -> None:
     """One rank of the Hora run (started by horarun)."""
+    import hora.tensorflow as hvd
     import keras
     import tensorflow as tf
-
-    import hora.tensorflow as hvd
 
     hvd.init()
     model = build_model(args.model, args.image_size)
@@ -133,7 +132,7 @@ def mwms_worker(args: argparse.Namespace) -> None:
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     data, target = synthetic_batch(task, args)
 
-    def replica_step(x, y) -> None:  # noqa: ANN001
+    def replica_step(x, y) -> None:
         with tf.GradientTape() as tape:
             per_example = loss_fn(y, model(x, training=True))
             loss = tf.reduce_sum(per_example) / global_batch

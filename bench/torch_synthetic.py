@@ -54,11 +54,16 @@ def parse_args() -> argparse.Namespace:
 def benchmark_flags(args: argparse.Namespace) -> list[str]:
     """The flags shared by both runs, in synthetic_benchmark.py's syntax."""
     flags = [
-        "--model", args.model,
-        "--batch-size", str(args.batch_size),
-        "--num-warmup-batches", str(args.num_warmup_batches),
-        "--num-batches-per-iter", str(args.num_batches_per_iter),
-        "--num-iters", str(args.num_iters),
+        "--model",
+        args.model,
+        "--batch-size",
+        str(args.batch_size),
+        "--num-warmup-batches",
+        str(args.num_warmup_batches),
+        "--num-batches-per-iter",
+        str(args.num_batches_per_iter),
+        "--num-iters",
+        str(args.num_iters),
     ]
     if args.image_size is not None:
         flags += ["--image-size", str(args.image_size)]
@@ -79,8 +84,7 @@ def run_hora(args: argparse.Namespace) -> tuple[float, float]:
     if args.fp16_allreduce:
         cmd.append("--fp16-allreduce")
     print("hora:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                          check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
     match = _RATE.search(done.stdout)
     if done.returncode != 0 or match is None:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
@@ -94,8 +98,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ddp_worker(rank: int, world: int, port: int, flags: list[str], fp16: bool,
-                results: Any) -> None:
+def _ddp_worker(
+    rank: int, world: int, port: int, flags: list[str], fp16: bool, results: Any
+) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -107,8 +112,9 @@ def _ddp_worker(rank: int, world: int, port: int, flags: list[str], fp16: bool,
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(bench.threads_per_rank(args.threads, world))
     torch.manual_seed(1234)
-    model = DistributedDataParallel(bench.build_model(args.model, args.image_size,
-                                                      args.num_classes))
+    model = DistributedDataParallel(
+        bench.build_model(args.model, args.image_size, args.num_classes)
+    )
     if fp16:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -126,8 +132,15 @@ def _ddp_worker(rank: int, world: int, port: int, flags: list[str], fp16: bool,
         if rank == 0:
             print("  ddp " + line, flush=True)
 
-    rates = bench.time_steps(step, args.num_warmup_batches, args.num_batches_per_iter,
-                             args.num_iters, args.batch_size, log, "CPU")
+    rates = bench.time_steps(
+        step,
+        args.num_warmup_batches,
+        args.num_batches_per_iter,
+        args.num_iters,
+        args.batch_size,
+        log,
+        "CPU",
+    )
     if rank == 0:
         for line in bench.summary_lines(rates, world, "CPU"):
             log(line)
@@ -144,9 +157,12 @@ def run_ddp(args: argparse.Namespace) -> tuple[float, float]:
     print(f"ddp: torch.multiprocessing, {args.np} ranks, gloo", flush=True)
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    mp.start_processes(_ddp_worker, nprocs=args.np, start_method="spawn",
-                       args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce,
-                             results))
+    mp.start_processes(
+        _ddp_worker,
+        nprocs=args.np,
+        start_method="spawn",
+        args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce, results),
+    )
     rates = results.get()
     return float(np.mean(rates)), 1.96 * float(np.std(rates))
 
@@ -160,16 +176,20 @@ def main() -> None:
     ddp_rate, ddp_conf = run_ddp(args)
     n = args.np
     print()
-    print(f"model {args.model}, {image}x{image} images, batch {args.batch_size} per rank, "
-          f"{n} ranks on {os.cpu_count()} cores"
-          + (", fp16 gradients" if args.fp16_allreduce else ""))
-    print(f"| {'runtime':<18} | {'img/sec per rank':>18} | {'total img/sec':>13} | "
-          f"{'vs DDP':>6} |")
+    print(
+        f"model {args.model}, {image}x{image} images, batch {args.batch_size} per rank, "
+        f"{n} ranks on {os.cpu_count()} cores" + (", fp16 gradients" if args.fp16_allreduce else "")
+    )
+    print(f"| {'runtime':<18} | {'img/sec per rank':>18} | {'total img/sec':>13} | {'vs DDP':>6} |")
     print(f"|{'-' * 20}|{'-' * 20}|{'-' * 15}|{'-' * 8}|")
-    for label, rate, conf in (("hora.torch", hora_rate, hora_conf),
-                              ("torch DDP (gloo)", ddp_rate, ddp_conf)):
-        print(f"| {label:<18} | {rate:>10.1f} +-{conf:>5.1f} | {n * rate:>13.1f} | "
-              f"{rate / ddp_rate:>5.2f}x |")
+    for label, rate, conf in (
+        ("hora.torch", hora_rate, hora_conf),
+        ("torch DDP (gloo)", ddp_rate, ddp_conf),
+    ):
+        print(
+            f"| {label:<18} | {rate:>10.1f} +-{conf:>5.1f} | {n * rate:>13.1f} | "
+            f"{rate / ddp_rate:>5.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ void shutdown() {
 }
 
 py::dict topology() {
-  const Topology& t = requireRuntime()->topology();
+  auto rt = requireRuntime();
+  const Topology& t = rt->topology();
   py::dict d;
   d["rank"] = t.rank;
   d["size"] = t.size;

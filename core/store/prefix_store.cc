@@ -19,6 +19,8 @@ int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_.a
 
 bool PrefixStore::check(const std::vector<std::string>& keys) { return base_.check(full(keys)); }
 
-void PrefixStore::wait(const std::vector<std::string>& keys, Millis timeout) { base_.wait(full(keys), timeout); }
+void PrefixStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  base_.wait(full(keys), timeout);
+}
 
 }  // namespace hora

@@ -146,10 +146,10 @@ void TcpStoreServer::Impl::serveOnce() {
   }
   expire(Clock::now());
   // Forget dropped connections and whatever they had parked.
-  waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [](const Waiter& w) { return w.conn->dead; }),
-                 waiters_.end());
-  conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](const std::unique_ptr<Conn>& c) { return c->dead; }),
-               conns_.end());
+  auto deadWaiter = [](const Waiter& w) { return w.conn->dead; };
+  waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), deadWaiter), waiters_.end());
+  auto deadConn = [](const std::unique_ptr<Conn>& c) { return c->dead; };
+  conns_.erase(std::remove_if(conns_.begin(), conns_.end(), deadConn), conns_.end());
 }
 
 int TcpStoreServer::Impl::nextTimeoutMs() const {
@@ -167,8 +167,8 @@ void TcpStoreServer::Impl::acceptAll() {
     Socket s = tcp::acceptPending(listener_.fd(), &peer);
     if (!s.valid()) return;
     auto validate = [](tcp::PeerKind kind, int) {
-      return kind == tcp::PeerKind::Store ? std::string()
-                                           : std::string("a ") + tcp::peerKindName(kind) + " connection reached the store";
+      if (kind == tcp::PeerKind::Store) return std::string();
+      return std::string("a ") + tcp::peerKindName(kind) + " connection reached the store";
     };
     auto c = std::make_unique<Conn>(std::move(s), peer, Handshake::acceptor(secret_, -1, validate));
     c->handshakeDeadline = Clock::now() + Millis(kHandshakeTimeoutMs);

@@ -114,25 +114,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="PyTorch Synthetic Benchmark",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--fp16-allreduce", action="store_true", default=False,
-                        help="use fp16 compression during allreduce")
+    parser.add_argument(
+        "--fp16-allreduce",
+        action="store_true",
+        default=False,
+        help="use fp16 compression during allreduce",
+    )
     parser.add_argument("--model", type=str, default="mlp", choices=MODELS, help="model")
     parser.add_argument("--batch-size", type=int, default=32, help="input batch size")
-    parser.add_argument("--num-warmup-batches", type=int, default=10,
-                        help="number of warm-up batches that don't count towards benchmark")
-    parser.add_argument("--num-batches-per-iter", type=int, default=10,
-                        help="number of batches per benchmark iteration")
-    parser.add_argument("--num-iters", type=int, default=10,
-                        help="number of benchmark iterations")
-    parser.add_argument("--no-cuda", action="store_true", default=False,
-                        help="disables CUDA training")
-    parser.add_argument("--use-adasum", action="store_true", default=False,
-                        help="use adasum algorithm to do reduction")
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="height and width of the synthetic images (default: per model)")
+    parser.add_argument(
+        "--num-warmup-batches",
+        type=int,
+        default=10,
+        help="number of warm-up batches that don't count towards benchmark",
+    )
+    parser.add_argument(
+        "--num-batches-per-iter",
+        type=int,
+        default=10,
+        help="number of batches per benchmark iteration",
+    )
+    parser.add_argument("--num-iters", type=int, default=10, help="number of benchmark iterations")
+    parser.add_argument(
+        "--no-cuda", action="store_true", default=False, help="disables CUDA training"
+    )
+    parser.add_argument(
+        "--use-adasum",
+        action="store_true",
+        default=False,
+        help="use adasum algorithm to do reduction",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="height and width of the synthetic images (default: per model)",
+    )
     parser.add_argument("--num-classes", type=int, default=1000, help="number of classes")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads per rank (0: cores divided by local ranks)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per rank (0: cores divided by local ranks)",
+    )
     args = parser.parse_args(argv)
     if args.image_size is None:
         args.image_size = default_image_size(args.model)
@@ -146,8 +170,15 @@ def threads_per_rank(requested: int, local_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, local_size))
 
 
-def time_steps(step: Callable[[], None], warmup: int, per_iter: int, iters: int, batch: int,
-               log: Callable[[str], None], device_label: str) -> list[float]:
+def time_steps(
+    step: Callable[[], None],
+    warmup: int,
+    per_iter: int,
+    iters: int,
+    batch: int,
+    log: Callable[[str], None],
+    device_label: str,
+) -> list[float]:
     """Run warm-up then ``iters`` timed iterations; returns img/sec of each iteration."""
     log("Running warmup...")
     timeit.timeit(step, number=warmup)
@@ -219,8 +250,15 @@ def main(argv: list[str] | None = None) -> None:
     log(f"Model: {args.model}")
     log(f"Batch size: {args.batch_size}")
     log(f"Number of {device_label}s: {hvd.size()}")
-    rates = time_steps(benchmark_step, args.num_warmup_batches, args.num_batches_per_iter,
-                       args.num_iters, args.batch_size, log, device_label)
+    rates = time_steps(
+        benchmark_step,
+        args.num_warmup_batches,
+        args.num_batches_per_iter,
+        args.num_iters,
+        args.batch_size,
+        log,
+        device_label,
+    )
     for line in summary_lines(rates, hvd.size(), device_label):
         log(line)
     hvd.shutdown()

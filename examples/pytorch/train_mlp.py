@@ -13,15 +13,15 @@ from __future__ import annotations
 import argparse
 import time
 
+import hora.torch as hvd
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import hora.torch as hvd
 
-
-def make_dataset(samples: int, features: int, classes: int, seed: int) -> tuple[torch.Tensor,
-                                                                                 torch.Tensor]:
+def make_dataset(
+    samples: int, features: int, classes: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Points and labels, identical on every rank for the same arguments.
 
     Each class is a mixture of three overlapping Gaussian clusters, squashed by tanh: not
@@ -37,7 +37,10 @@ def make_dataset(samples: int, features: int, classes: int, seed: int) -> tuple[
 def build_model(features: int, classes: int) -> nn.Module:
     """The network being trained."""
     return nn.Sequential(
-        nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+        nn.Linear(features, 128),
+        nn.ReLU(),
+        nn.Linear(128, 128),
+        nn.ReLU(),
         nn.Linear(128, classes),
     )
 
@@ -64,8 +67,8 @@ def main() -> None:
 
     x, y = make_dataset(args.samples, args.features, args.classes, args.seed)
     split = int(0.8 * args.samples)
-    train_x, train_y = x[hvd.rank():split:hvd.size()], y[hvd.rank():split:hvd.size()]
-    test_x, test_y = x[split + hvd.rank()::hvd.size()], y[split + hvd.rank()::hvd.size()]
+    train_x, train_y = x[hvd.rank() : split : hvd.size()], y[hvd.rank() : split : hvd.size()]
+    test_x, test_y = x[split + hvd.rank() :: hvd.size()], y[split + hvd.rank() :: hvd.size()]
 
     model = build_model(args.features, args.classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
@@ -74,8 +77,11 @@ def main() -> None:
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     # Every rank must run the same number of steps: use the smallest shard's batch count.
-    steps = int(hvd.allreduce(torch.tensor(len(train_x) // args.batch_size), op=hvd.Min,
-                              name="steps_per_epoch"))
+    steps = int(
+        hvd.allreduce(
+            torch.tensor(len(train_x) // args.batch_size), op=hvd.Min, name="steps_per_epoch"
+        )
+    )
     shuffle = torch.Generator().manual_seed(args.seed + 1000 + hvd.rank())
     start = time.time()
     for epoch in range(args.epochs):
@@ -83,7 +89,7 @@ def main() -> None:
         order = torch.randperm(len(train_x), generator=shuffle)
         total = torch.zeros(())
         for step in range(steps):
-            idx = order[step * args.batch_size:(step + 1) * args.batch_size]
+            idx = order[step * args.batch_size : (step + 1) * args.batch_size]
             optimizer.zero_grad()
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             loss.backward()
@@ -96,12 +102,16 @@ def main() -> None:
     model.eval()
     with torch.no_grad():
         correct = (model(test_x).argmax(dim=1) == test_y).sum()
-    counts = hvd.allreduce(torch.stack([correct, torch.tensor(len(test_y))]).double(),
-                           op=hvd.Sum, name="test_counts")
+    counts = hvd.allreduce(
+        torch.stack([correct, torch.tensor(len(test_y))]).double(), op=hvd.Sum, name="test_counts"
+    )
     if hvd.rank() == 0:
         accuracy = 100.0 * counts[0].item() / counts[1].item()
-        print(f"final test accuracy: {accuracy:.2f}% on {int(counts[1].item())} samples "
-              f"({hvd.size()} ranks, {time.time() - start:.1f} s)", flush=True)
+        print(
+            f"final test accuracy: {accuracy:.2f}% on {int(counts[1].item())} samples "
+            f"({hvd.size()} ranks, {time.time() - start:.1f} s)",
+            flush=True,
+        )
     hvd.shutdown()
 
 

@@ -18,10 +18,9 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import hora.keras as hvd  # noqa: E402
+import hora.keras as hvd
+import keras
+import numpy as np
 
 
 def parse_args() -> argparse.Namespace:

@@ -19,11 +19,10 @@ import timeit
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import hora.tensorflow as hvd  # noqa: E402
+import hora.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
 
 def parse_args() -> argparse.Namespace:

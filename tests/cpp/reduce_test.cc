@@ -42,19 +42,21 @@ template <typename T>
 T refApply(ReduceOp op, T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
+    uint64_t x = static_cast<uint64_t>(a), y = static_cast<uint64_t>(b);
     switch (op) {
-      case ReduceOp::Sum: return static_cast<T>(static_cast<U>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)));
-      case ReduceOp::Product: return static_cast<T>(static_cast<U>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)));
+      case ReduceOp::Sum: return static_cast<T>(static_cast<U>(x + y));
+      case ReduceOp::Product: return static_cast<T>(static_cast<U>(x * y));
       case ReduceOp::Min: return std::min(a, b);
       case ReduceOp::Max: return std::max(a, b);
       default: break;
     }
   } else {
+    const T nan = std::numeric_limits<T>::quiet_NaN();
     switch (op) {
       case ReduceOp::Sum: return a + b;
       case ReduceOp::Product: return a * b;
-      case ReduceOp::Min: return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
-      case ReduceOp::Max: return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
+      case ReduceOp::Min: return (std::isnan(a) || std::isnan(b)) ? nan : std::min(a, b);
+      case ReduceOp::Max: return (std::isnan(a) || std::isnan(b)) ? nan : std::max(a, b);
       default: break;
     }
   }
@@ -229,7 +231,8 @@ TEST(Half, NarrowRoundsToNearestEven) {
     float exact = static_cast<float>(halfValue(static_cast<uint16_t>(h)));
     ASSERT_EQ(floatToHalf(exact), h);
     ASSERT_EQ(floatToHalf(-exact), h | 0x8000);
-    float mid = static_cast<float>((halfValue(static_cast<uint16_t>(h)) + halfValue(static_cast<uint16_t>(h + 1))) / 2);
+    double next = halfValue(static_cast<uint16_t>(h + 1));
+    float mid = static_cast<float>((halfValue(static_cast<uint16_t>(h)) + next) / 2);
     for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
       ASSERT_EQ(floatToHalf(f), referenceHalf(f)) << "f=" << f;
       ASSERT_EQ(floatToHalf(-f), referenceHalf(-f)) << "f=" << -f;

@@ -64,8 +64,12 @@ void setValue(uint8_t* buf, DataType dt, size_t i, int64_t v) {
     case DataType::Int16: reinterpret_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
     case DataType::Int32: reinterpret_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case DataType::Int64: reinterpret_cast<int64_t*>(buf)[i] = v; break;
-    case DataType::Float16: reinterpret_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v)); break;
-    case DataType::BFloat16: reinterpret_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v)); break;
+    case DataType::Float16:
+      reinterpret_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v));
+      break;
+    case DataType::BFloat16:
+      reinterpret_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v));
+      break;
     case DataType::Float32: reinterpret_cast<float*>(buf)[i] = static_cast<float>(v); break;
     case DataType::Float64: reinterpret_cast<double*>(buf)[i] = static_cast<double>(v); break;
     case DataType::Bool: buf[i] = v != 0; break;
@@ -108,7 +112,8 @@ size_t bigCount(int size) { return kRingSegmentBytes / 4 * static_cast<size_t>(s
 
 // ---- per-collective checks (members[i] = the id used to make rank i's data) ----------------
 
-void checkAllreduce(Communicator& c, const std::vector<int>& members, size_t count, DataType dt, ReduceOp op) {
+void checkAllreduce(Communicator& c, const std::vector<int>& members, size_t count, DataType dt,
+                    ReduceOp op) {
   Bytes buf = makeInput(dt, op, count, members[c.rank()]);
   c.allreduce(buf.data(), count, dt, op);
   require(buf == expectedReduction(dt, op, count, members),
@@ -134,22 +139,26 @@ void checkAllgatherv(Communicator& c, size_t base, bool inPlace) {
   for (int j = 0; j < n; ++j) {
     bool ok = true;
     for (size_t i = 0; i < bytes[j]; ++i) ok &= out[at[j] + i] == pattern(j, i);
-    require(ok, [&] { return label(c, "allgatherv", base) + ": wrong bytes from rank " + std::to_string(j); });
+    require(ok, [&] { return label(c, "allgatherv", base) + ": bad block from rank " + std::to_string(j); });
   }
 }
 
 void checkBroadcast(Communicator& c, size_t bytes, int root) {
   Bytes buf(bytes);
-  for (size_t i = 0; i < bytes; ++i) buf[i] = c.rank() == root ? static_cast<uint8_t>(root * 13 + i * 3) : 0xaa;
+  for (size_t i = 0; i < bytes; ++i) {
+    buf[i] = c.rank() == root ? static_cast<uint8_t>(root * 13 + i * 3) : 0xaa;
+  }
   c.broadcast(buf.data(), bytes, root);
   bool ok = true;
   for (size_t i = 0; i < bytes; ++i) ok &= buf[i] == static_cast<uint8_t>(root * 13 + i * 3);
-  require(ok, [&] { return label(c, "broadcast", bytes) + " root=" + std::to_string(root) + ": wrong bytes"; });
+  require(ok, [&] { return label(c, "broadcast", bytes) + " root=" + std::to_string(root) + ": bad bytes"; });
 }
 
 void checkAlltoallv(Communicator& c, size_t unit) {
   int n = c.size(), r = c.rank();
-  auto amount = [&](int from, int to) { return static_cast<size_t>((from + 2 * to) % 4) * unit + (from == to ? 1 : 0); };
+  auto amount = [&](int from, int to) {
+    return static_cast<size_t>((from + 2 * to) % 4) * unit + (from == to ? 1 : 0);
+  };
   auto pattern = [](int from, int to, size_t i) { return static_cast<uint8_t>(from * 31 + to * 17 + i); };
   std::vector<size_t> send(n), recv(n);
   for (int j = 0; j < n; ++j) {
@@ -170,7 +179,8 @@ void checkAlltoallv(Communicator& c, size_t unit) {
   }
 }
 
-void checkReduceScatter(Communicator& c, const std::vector<int>& members, size_t base, DataType dt, ReduceOp op) {
+void checkReduceScatter(Communicator& c, const std::vector<int>& members, size_t base, DataType dt,
+                        ReduceOp op) {
   int n = c.size(), r = c.rank();
   std::vector<size_t> counts(n);
   for (int i = 0; i < n; ++i) counts[i] = i == 1 ? 0 : base + static_cast<size_t>(i) * 3;
@@ -360,7 +370,9 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
       try {
         tcp::runHandshake(s.fd(), hs, deadline, "stranger");
       } catch (const IoError& e) {
-        if (std::string(e.what()).find("authentication failed") != std::string::npos) outcomes.push_back("wrong secret refused");
+        if (std::string(e.what()).find("authentication failed") != std::string::npos) {
+          outcomes.push_back("wrong secret refused");
+        }
       }
     }
     // 3. A silent connection, held open until the job has connected.
@@ -519,7 +531,8 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
       ch.send(1 - rank, big);
       got.clear();
       while (got.empty()) ch.poll(got, 5000ms);
-      require(got.size() == 1 && got[0].bytes == std::string(3 << 20, static_cast<char>('a' + 1 - rank)), "big message");
+      std::string expect(3 << 20, static_cast<char>('a' + 1 - rank));
+      require(got.size() == 1 && got[0].bytes == expect, "big message");
     }
     conn.world->barrier();
     // Timeout with nothing to read, then wakeup from another thread.

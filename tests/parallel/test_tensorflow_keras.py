@@ -13,17 +13,17 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from typing import Any, Optional  # noqa: E402
+from typing import Any
 
-import hora  # noqa: E402
-import hora.keras  # noqa: E402
-import hora.tensorflow.keras as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from conftest import assert_close, make_input, rank, size  # noqa: E402
-from hora.tensorflow import keras_optimizer  # noqa: E402
+import hora
+import hora.keras
+import hora.tensorflow.keras as hvd
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import assert_close, make_input, rank, size
+from hora.tensorflow import keras_optimizer
 
 FEATURES = 5
 OUTPUTS = 2
@@ -79,10 +79,10 @@ class Recorder(keras.callbacks.Callback):
         self.epoch_logs: list[dict] = []
         self.batch_lrs: list[float] = []
 
-    def on_train_batch_begin(self, batch: int, logs: Optional[dict] = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         self.batch_lrs.append(float(np.asarray(self.model.optimizer.learning_rate)))
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.epoch_logs.append(dict(logs or {}))
 
 

@@ -13,15 +13,15 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Callable
+from typing import Any
 
-import hora  # noqa: E402
-import hora.tensorflow as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from conftest import (  # noqa: E402
+import hora
+import hora.tensorflow as hvd
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import (
     DTYPES,
     FLOAT_DTYPES,
     all_inputs,
@@ -97,32 +97,36 @@ def test_rank_and_size_ops(mode: str) -> None:
 # ---------------------------------------------------------------------------------- allreduce
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", MODES)
-def test_allreduce_sum(mode: str, dtype: str) -> None:
-    """Sum of every dtype; the static shape is kept."""
-    xs = all_inputs([3, 17], dtype, "tf_ar_sum")
+def test_allreduce_sum(mode: str) -> None:
+    """Sum of every dtype (one traced function for all of them); the static shape is kept."""
+    inputs = [all_inputs([3, 17], d, "tf_ar_sum") for d in DTYPES]
 
-    def fn(x: tf.Tensor) -> tf.Tensor:
-        out = hvd.allreduce(x, op=hvd.Sum)
-        assert out.shape == x.shape
-        return out
+    def fn(*xs: tf.Tensor) -> list:
+        outs = [hvd.allreduce(x, op=hvd.Sum) for x in xs]
+        assert all(o.shape == x.shape for o, x in zip(outs, xs))
+        return outs
 
-    check(run(mode, fn, to_tf(xs[rank()])), reduce_ref(xs, "sum", dtype), dtype)
+    outs = run(mode, fn, *[to_tf(x[rank()]) for x in inputs])
+    for out, xs, dtype in zip(outs, inputs, DTYPES):
+        check(out, reduce_ref(xs, "sum", dtype), dtype)
 
 
 @pytest.mark.parametrize("op", ["average", "min", "max", "product"])
-@pytest.mark.parametrize("dtype", ["int32", "float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("mode", MODES)
-def test_allreduce_ops(mode: str, dtype: str, op: str) -> None:
-    """Average (the default), Min, Max and Product."""
-    xs = all_inputs(101, dtype, "tf_ar_ops", op, kind=kind_for_op(op))
+def test_allreduce_ops(mode: str, op: str) -> None:
+    """Average (the default), Min, Max and Product on integer and float dtypes."""
+    dtypes = ["int32", "uint8", "float32", "float64", "bfloat16"]
+    inputs = [all_inputs(101, d, "tf_ar_ops", op, kind=kind_for_op(op)) for d in dtypes]
 
-    def fn(x: tf.Tensor) -> tf.Tensor:
-        return hvd.allreduce(x) if op == "average" else hvd.allreduce(x, op=OPS[op])
+    def fn(*xs: tf.Tensor) -> list:
+        if op == "average":
+            return [hvd.allreduce(x) for x in xs]
+        return [hvd.allreduce(x, op=OPS[op]) for x in xs]
 
-    check(run(mode, fn, to_tf(xs[rank()])), reduce_ref(xs, op, dtype), dtype,
-          exact=op != "average")
+    outs = run(mode, fn, *[to_tf(x[rank()]) for x in inputs])
+    for out, xs, dtype in zip(outs, inputs, dtypes):
+        check(out, reduce_ref(xs, op, dtype), dtype, exact=op != "average")
 
 
 @pytest.mark.parametrize("count", [0, 1, 70001])
@@ -207,19 +211,21 @@ def test_allreduce_unsupported_dtype() -> None:
 # ---------------------------------------------------------------------------------- allgather
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", MODES)
-def test_allgather(mode: str, dtype: str) -> None:
-    """Rank r contributes r + 1 rows; dim 0 is unknown statically inside a graph."""
-    xs = [make_input(r, [r + 1, 5], dtype, "tf_ag", kind="any") for r in range(size())]
+def test_allgather(mode: str) -> None:
+    """Every dtype; rank r contributes r + 1 rows; dim 0 is unknown statically in a graph."""
+    inputs = [[make_input(r, [r + 1, 5], d, "tf_ag", kind="any") for r in range(size())]
+              for d in DTYPES]
 
-    def fn(x: tf.Tensor) -> tf.Tensor:
-        out = hvd.allgather(x)
+    def fn(*xs: tf.Tensor) -> list:
+        outs = [hvd.allgather(x) for x in xs]
         if mode == "function":
-            assert out.shape.as_list() == [None, 5]
-        return out
+            assert all(o.shape.as_list() == [None, 5] for o in outs)
+        return outs
 
-    check(run(mode, fn, to_tf(xs[rank()])), np.concatenate(xs), dtype)
+    outs = run(mode, fn, *[to_tf(x[rank()]) for x in inputs])
+    for out, xs, dtype in zip(outs, inputs, DTYPES):
+        check(out, np.concatenate(xs), dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -244,19 +250,20 @@ def test_grouped_allgather(mode: str) -> None:
 # ---------------------------------------------------------------------------------- broadcast
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", MODES)
-def test_broadcast(mode: str, dtype: str) -> None:
-    """Every rank gets the root's value (root = last rank)."""
+def test_broadcast(mode: str) -> None:
+    """Every dtype; every rank gets the root's value (root = last rank)."""
     root = size() - 1
-    xs = all_inputs([4, 3], dtype, "tf_bc", kind="any")
+    inputs = [all_inputs([4, 3], d, "tf_bc", kind="any") for d in DTYPES]
 
-    def fn(x: tf.Tensor) -> tf.Tensor:
-        out = hvd.broadcast(x, root)
-        assert out.shape == x.shape
-        return out
+    def fn(*xs: tf.Tensor) -> list:
+        outs = [hvd.broadcast(x, root) for x in xs]
+        assert all(o.shape == x.shape for o, x in zip(outs, xs))
+        return outs
 
-    check(run(mode, fn, to_tf(xs[rank()])), xs[root], dtype)
+    outs = run(mode, fn, *[to_tf(x[rank()]) for x in inputs])
+    for out, xs, dtype in zip(outs, inputs, DTYPES):
+        check(out, xs[root], dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -295,26 +302,27 @@ def _splits_for(r: int) -> list[int]:
     return [(r + j) % 3 for j in range(size())]
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "int32", "float32", "bfloat16", "bool"])
 @pytest.mark.parametrize("mode", MODES)
-def test_alltoall_splits(mode: str, dtype: str) -> None:
+def test_alltoall_splits(mode: str) -> None:
     """Uneven splits (some zero); received_splits tells how many rows came from each rank."""
-    xs = [make_input(r, [sum(_splits_for(r)), 2], dtype, "tf_a2a", kind="any")
-          for r in range(size())]
+    dtypes = ["uint8", "int32", "float32", "bfloat16", "bool"]
+    inputs = [[make_input(r, [sum(_splits_for(r)), 2], d, "tf_a2a", kind="any")
+               for r in range(size())] for d in dtypes]
 
-    def fn(x: tf.Tensor, s: tf.Tensor) -> tuple:
-        return hvd.alltoall(x, splits=s)
+    def fn(s: tf.Tensor, *xs: tf.Tensor) -> list:
+        return [hvd.alltoall(x, splits=s) for x in xs]
 
-    out, received = run(mode, fn, to_tf(xs[rank()]),
-                        tf.constant(_splits_for(rank()), dtype=tf.int32))
-    pieces, expected_splits = [], []
-    for r in range(size()):
-        splits = _splits_for(r)
-        start = sum(splits[:rank()])
-        pieces.append(xs[r][start:start + splits[rank()]])
-        expected_splits.append(splits[rank()])
-    check(out, np.concatenate(pieces), dtype)
-    assert to_np(received).tolist() == expected_splits
+    outs = run(mode, fn, tf.constant(_splits_for(rank()), dtype=tf.int32),
+               *[to_tf(x[rank()]) for x in inputs])
+    for (out, received), xs, dtype in zip(outs, inputs, dtypes):
+        pieces, expected_splits = [], []
+        for r in range(size()):
+            splits = _splits_for(r)
+            start = sum(splits[:rank()])
+            pieces.append(xs[r][start:start + splits[rank()]])
+            expected_splits.append(splits[rank()])
+        check(out, np.concatenate(pieces), dtype)
+        assert to_np(received).tolist() == expected_splits
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -336,22 +344,24 @@ def test_alltoall_splits_error() -> None:
 
 
 @pytest.mark.parametrize("op", ["sum", "average"])
-@pytest.mark.parametrize("dtype", ["int32", "float16", "float32", "float64"])
 @pytest.mark.parametrize("mode", MODES)
-def test_reducescatter(mode: str, dtype: str, op: str) -> None:
+def test_reducescatter(mode: str, op: str) -> None:
     """Rows of the reduction; the first dim0 % size ranks get one more; static rows known."""
     dim0 = 2 * size() + 1
-    xs = all_inputs([dim0, 3], dtype, "tf_rs", op)
-
-    def fn(x: tf.Tensor) -> tf.Tensor:
-        out = hvd.reducescatter(x, op=OPS[op])
-        assert out.shape[0] == reducescatter_rows(dim0, size())[rank()]
-        return out
-
+    dtypes = ["int32", "float16", "float32", "float64"]
+    inputs = [all_inputs([dim0, 3], d, "tf_rs", op) for d in dtypes]
     rows = reducescatter_rows(dim0, size())
+
+    def fn(*xs: tf.Tensor) -> list:
+        outs = [hvd.reducescatter(x, op=OPS[op]) for x in xs]
+        assert all(o.shape[0] == rows[rank()] for o in outs)
+        return outs
+
+    outs = run(mode, fn, *[to_tf(x[rank()]) for x in inputs])
     start = sum(rows[:rank()])
-    expected = reduce_ref(xs, op, dtype)[start:start + rows[rank()]]
-    check(run(mode, fn, to_tf(xs[rank()])), expected, dtype, exact=op == "sum")
+    for out, xs, dtype in zip(outs, inputs, dtypes):
+        expected = reduce_ref(xs, op, dtype)[start:start + rows[rank()]]
+        check(out, expected, dtype, exact=op == "sum")
 
 
 @pytest.mark.parametrize("mode", MODES)

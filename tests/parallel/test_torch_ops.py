@@ -29,8 +29,13 @@ from conftest import (
 )
 from torch_helpers import TORCH_DTYPES, all_arrays, float_input, to_numpy, to_torch
 
-OPS = {"average": hvd.Average, "sum": hvd.Sum, "min": hvd.Min, "max": hvd.Max,
-       "product": hvd.Product}
+OPS = {
+    "average": hvd.Average,
+    "sum": hvd.Sum,
+    "min": hvd.Min,
+    "max": hvd.Max,
+    "product": hvd.Product,
+}
 EXACT_SCALES = [(0.5, 1.0), (1.0, 2.0), (2.0, 0.25)]
 
 
@@ -87,8 +92,12 @@ def test_allreduce_sum(dtype: str, count: int | str) -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "op"),
-    [(d, o) for d in DTYPES for o in ("average", "min", "max", "product")
-     if (d, o) != ("bool", "average")],
+    [
+        (d, o)
+        for d in DTYPES
+        for o in ("average", "min", "max", "product")
+        if (d, o) != ("bool", "average")
+    ],
 )
 def test_allreduce_ops(dtype: str, op: str) -> None:
     """Average (integers truncate), Min, Max and Product (bool has no average)."""
@@ -129,8 +138,13 @@ def test_allreduce_prescale_postscale(dtype: str, op: str, scales: tuple[float, 
     """Prescale before the reduction, postscale after it."""
     pre, post = scales
     xs = all_arrays(65, dtype, "t_ar_scale", op)
-    out = hvd.allreduce(to_torch(xs[rank()]), op=OPS[op], prescale_factor=pre,
-                        postscale_factor=post, name=f"t_ar_scale.{dtype}.{op}.{pre}.{post}")
+    out = hvd.allreduce(
+        to_torch(xs[rank()]),
+        op=OPS[op],
+        prescale_factor=pre,
+        postscale_factor=post,
+        name=f"t_ar_scale.{dtype}.{op}.{pre}.{post}",
+    )
     _check(out, reduce_ref(xs, op, dtype, pre, post), dtype, exact=False)
 
 
@@ -192,8 +206,9 @@ def test_allreduce_async_many_then_synchronize() -> None:
     cases = [(d, c) for d in ["int32", "float32", "float64", "bfloat16"] for c in (1, 33, 257)]
     arrays = {case: all_arrays(case[1], case[0], "t_ar_many") for case in cases}
     handles = {
-        case: hvd.allreduce_async(to_torch(xs[rank()]), op=hvd.Sum,
-                                  name=f"t_ar_many.{case[0]}.{case[1]}")
+        case: hvd.allreduce_async(
+            to_torch(xs[rank()]), op=hvd.Sum, name=f"t_ar_many.{case[0]}.{case[1]}"
+        )
         for case, xs in arrays.items()
     }
     assert all(isinstance(h, int) for h in handles.values())
@@ -227,8 +242,9 @@ def test_allreduce_grad(op: str, scales: tuple[float, float]) -> None:
     pre, post = scales
     x = float_input(rank(), [5, 3], "t_ar_grad_x").requires_grad_()
     ws = [to_numpy(float_input(r, [5, 3], "t_ar_grad_w")) for r in range(size())]
-    y = hvd.allreduce(x, op=OPS[op], prescale_factor=pre, postscale_factor=post,
-                      name=f"t_ar_grad.{op}.{pre}")
+    y = hvd.allreduce(
+        x, op=OPS[op], prescale_factor=pre, postscale_factor=post, name=f"t_ar_grad.{op}.{pre}"
+    )
     (y * to_torch(ws[rank()])).sum().backward()
     xs = [to_numpy(float_input(r, [5, 3], "t_ar_grad_x")) for r in range(size())]
     assert_close(to_numpy(y), reduce_ref(xs, op, "float64", pre, post), "float64")
@@ -269,8 +285,9 @@ def test_allreduce_process_set() -> None:
         assert ps.ranks == evens
         xs = [to_numpy(float_input(r, [6], "t_ps")) for r in evens]
         if rank() in evens:
-            out = hvd.allreduce(to_torch(xs[evens.index(rank())]), op=hvd.Sum, name="t_ps",
-                                process_set=ps)
+            out = hvd.allreduce(
+                to_torch(xs[evens.index(rank())]), op=hvd.Sum, name="t_ps", process_set=ps
+            )
             assert_close(to_numpy(out), reduce_ref(xs, "sum", "float64"), "float64")
         else:
             with pytest.raises(ValueError, match="not a member"):
@@ -354,8 +371,10 @@ def test_grouped_allreduce_average_and_grad() -> None:
     """Grouped Average; its gradients are the grouped allreduce of the output gradients."""
     shapes = [[3], [2, 2]]
     xs = [float_input(rank(), s, "t_gar_grad_x", i).requires_grad_() for i, s in enumerate(shapes)]
-    ws = [[to_numpy(float_input(r, s, "t_gar_grad_w", i)) for r in range(size())]
-          for i, s in enumerate(shapes)]
+    ws = [
+        [to_numpy(float_input(r, s, "t_gar_grad_w", i)) for r in range(size())]
+        for i, s in enumerate(shapes)
+    ]
     outs = hvd.grouped_allreduce(xs, op=hvd.Average)
     loss = sum((o * to_torch(w[rank()])).sum() for o, w in zip(outs, ws))
     loss.backward()
@@ -390,13 +409,17 @@ def test_allgather_async_and_grouped() -> None:
     """Several async allgathers in flight, then a grouped allgather (sync and async)."""
     dtypes = ["int8", "int64", "float16", "float32"]
     arrays = {d: [all_arrays(r + 2, d, "t_ag_async")[r] for r in range(size())] for d in dtypes}
-    handles = {d: hvd.allgather_async(to_torch(xs[rank()]), name=f"t_ag_async.{d}")
-               for d, xs in arrays.items()}
+    handles = {
+        d: hvd.allgather_async(to_torch(xs[rank()]), name=f"t_ag_async.{d}")
+        for d, xs in arrays.items()
+    }
     for d, handle in handles.items():
         _check(hvd.synchronize(handle), np.concatenate(arrays[d]), d)
     mine = [to_torch(arrays[d][rank()]) for d in dtypes]
-    for outs in (hvd.grouped_allgather(mine, name="t_gag"),
-                 hvd.synchronize(hvd.grouped_allgather_async(mine))):
+    for outs in (
+        hvd.grouped_allgather(mine, name="t_gag"),
+        hvd.synchronize(hvd.grouped_allgather_async(mine)),
+    ):
         for out, d in zip(outs, dtypes):
             _check(out, np.concatenate(arrays[d]), d)
 
@@ -410,7 +433,7 @@ def test_allgather_grad() -> None:
     y = hvd.allgather(x, name="t_ag_grad")
     (y * to_torch(ws[rank()])).sum().backward()
     start = sum(rows[: rank()])
-    expected = reduce_ref(ws, "average", "float64")[start:start + rows[rank()]]
+    expected = reduce_ref(ws, "average", "float64")[start : start + rows[rank()]]
     assert_close(to_numpy(x.grad), expected, "float64")
 
 
@@ -515,7 +538,7 @@ def test_alltoall_equal_split(dtype: str, rows: int | str) -> None:
     out = hvd.alltoall(to_torch(xs[rank()]), name=f"t_a2a_eq.{dtype}.{per}")
     assert isinstance(out, torch.Tensor)
     me = rank()
-    expected = np.concatenate([xs[j][me * per:(me + 1) * per] for j in range(size())])
+    expected = np.concatenate([xs[j][me * per : (me + 1) * per] for j in range(size())])
     _check(out, expected, dtype)
 
 
@@ -533,15 +556,16 @@ def test_alltoall_splits(dtype: str, slack: int, form: str) -> None:
     xs = [all_arrays([plan[r][1], 3], dtype, "t_a2a_sp", r, kind="any")[r] for r in range(size())]
     counts = plan[rank()][0]
     splits = torch.tensor(counts, dtype=torch.int32) if form == "tensor" else counts
-    out, received = hvd.alltoall(to_torch(xs[rank()]), splits=splits,
-                                 name=f"t_a2a_sp.{dtype}.{slack}.{form}")
+    out, received = hvd.alltoall(
+        to_torch(xs[rank()]), splits=splits, name=f"t_a2a_sp.{dtype}.{slack}.{form}"
+    )
     me = rank()
     expect_received = [plan[j][0][me] for j in range(size())]
     assert received.dtype == torch.int32 and received.tolist() == expect_received
     pieces = []
     for j in range(size()):
         start = sum(plan[j][0][:me])
-        pieces.append(xs[j][start:start + plan[j][0][me]])
+        pieces.append(xs[j][start : start + plan[j][0][me]])
     _check(out, np.concatenate(pieces), dtype)
 
 
@@ -551,7 +575,7 @@ def test_alltoall_async() -> None:
     out, received = hvd.synchronize(hvd.alltoall_async(to_torch(xs[rank()])))
     assert received.tolist() == [2] * size()
     me = rank()
-    _check(out, np.concatenate([xs[j][2 * me:2 * me + 2] for j in range(size())]), "int32")
+    _check(out, np.concatenate([xs[j][2 * me : 2 * me + 2] for j in range(size())]), "int32")
 
 
 def test_alltoall_grad() -> None:
@@ -560,8 +584,10 @@ def test_alltoall_grad() -> None:
     counts, rows = plan[rank()]
     x = float_input(rank(), [rows, 2], "t_a2a_grad_x").requires_grad_()
     y, received = hvd.alltoall(x, splits=counts, name="t_a2a_grad")
-    ws = [to_numpy(float_input(j, [sum(plan[k][0][j] for k in range(size())), 2],
-                                "t_a2a_grad_w")) for j in range(size())]
+    ws = [
+        to_numpy(float_input(j, [sum(plan[k][0][j] for k in range(size())), 2], "t_a2a_grad_w"))
+        for j in range(size())
+    ]
     (y * to_torch(ws[rank()])).sum().backward()
     me = rank()
     expected = np.zeros((rows, 2))
@@ -569,7 +595,7 @@ def test_alltoall_grad() -> None:
     for j in range(size()):
         n = counts[j]
         start = sum(plan[k][0][j] for k in range(me))
-        expected[offset:offset + n] = ws[j][start:start + n]
+        expected[offset : offset + n] = ws[j][start : start + n]
         offset += n
     assert_close(to_numpy(x.grad), expected, "float64")
     assert not received.requires_grad
@@ -599,7 +625,7 @@ def test_alltoall_errors() -> None:
 def _scatter_expected(full: np.ndarray) -> np.ndarray:
     rows = reducescatter_rows(full.shape[0], size())
     start = sum(rows[: rank()])
-    return full[start:start + rows[rank()]]
+    return full[start : start + rows[rank()]]
 
 
 @pytest.mark.parametrize("dim0", SIZES)
@@ -627,8 +653,9 @@ def test_reducescatter_prescale_postscale(dtype: str, op: str, scales: tuple[flo
     """Scale factors as for allreduce."""
     pre, post = scales
     xs = all_arrays([9, 3], dtype, "t_rs_scale", op)
-    out = hvd.reducescatter(to_torch(xs[rank()]), op=OPS[op], prescale_factor=pre,
-                            postscale_factor=post)
+    out = hvd.reducescatter(
+        to_torch(xs[rank()]), op=OPS[op], prescale_factor=pre, postscale_factor=post
+    )
     _check(out, _scatter_expected(reduce_ref(xs, op, dtype, pre, post)), dtype, exact=False)
 
 
@@ -637,13 +664,16 @@ def test_reducescatter_async_and_grouped() -> None:
     dtypes = ["int32", "float64", "bfloat16"]
     arrays = {d: all_arrays([7, 2], d, "t_grs") for d in dtypes}
     expected = {d: _scatter_expected(reduce_ref(xs, "sum", d)) for d, xs in arrays.items()}
-    handles = {d: hvd.reducescatter_async(to_torch(xs[rank()]), op=hvd.Sum)
-               for d, xs in arrays.items()}
+    handles = {
+        d: hvd.reducescatter_async(to_torch(xs[rank()]), op=hvd.Sum) for d, xs in arrays.items()
+    }
     for d, handle in handles.items():
         _check(hvd.synchronize(handle), expected[d], d)
     mine = [to_torch(arrays[d][rank()]) for d in dtypes]
-    for outs in (hvd.grouped_reducescatter(mine, op=hvd.Sum, name="t_grs"),
-                 hvd.synchronize(hvd.grouped_reducescatter_async(mine, op=hvd.Sum))):
+    for outs in (
+        hvd.grouped_reducescatter(mine, op=hvd.Sum, name="t_grs"),
+        hvd.synchronize(hvd.grouped_reducescatter_async(mine, op=hvd.Sum)),
+    ):
         for out, d in zip(outs, dtypes):
             _check(out, expected[d], d)
 

@@ -56,15 +56,22 @@ OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
 }
 
 
-def _train_distributed(make_opt: Callable, passes: int, steps: int,
-                       groups_of: Callable[[nn.Module], list] | None = None,
-                       **kwargs: object) -> nn.Module:
+def _train_distributed(
+    make_opt: Callable,
+    passes: int,
+    steps: int,
+    groups_of: Callable[[nn.Module], list] | None = None,
+    **kwargs: object,
+) -> nn.Module:
     model = _mlp()
     if groups_of is not None:
         kwargs["groups"] = groups_of(model)
-    opt = hvd.DistributedOptimizer(make_opt(model.parameters()),
-                                   named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=passes, **kwargs)
+    opt = hvd.DistributedOptimizer(
+        make_opt(model.parameters()),
+        named_parameters=model.named_parameters(),
+        backward_passes_per_step=passes,
+        **kwargs,
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     for step in range(steps):
         opt.zero_grad()
@@ -75,8 +82,9 @@ def _train_distributed(make_opt: Callable, passes: int, steps: int,
     return model
 
 
-def _train_reference(make_opt: Callable, passes: int, steps: int, grad_scale: float = 1.0
-                     ) -> nn.Module:
+def _train_reference(
+    make_opt: Callable, passes: int, steps: int, grad_scale: float = 1.0
+) -> nn.Module:
     model = _mlp()
     opt = make_opt(model.parameters())
     for step in range(steps):
@@ -134,8 +142,11 @@ def test_num_groups_is_deprecated() -> None:
     """num_groups still works, with a DeprecationWarning."""
     model = _mlp()
     with pytest.warns(DeprecationWarning):
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(), num_groups=2)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(),
+            num_groups=2,
+        )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     opt.step()
@@ -145,8 +156,11 @@ def test_adasum_optimizer() -> None:
     """op=Adasum combines each rank's parameter change with Adasum (power-of-two sizes)."""
     model = _mlp()
     start = copy.deepcopy(model)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        op=hvd.Adasum,
+    )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     if not is_power_of_two(size()):
@@ -239,8 +253,9 @@ class _TwoBranches(nn.Module):
 def test_unused_parameters_do_not_hang() -> None:
     """Parameters without a gradient on some (or all) ranks are reduced as zeros."""
     model = _TwoBranches()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
     use_b = [r % 2 == 1 for r in range(size())]
     x = float_input(rank(), [3, 4], "unused_x")
     model(x, use_b[rank()]).sum().backward()
@@ -249,7 +264,8 @@ def test_unused_parameters_do_not_hang() -> None:
     for r in range(size()):
         if use_b[r]:
             expected_b += torch.ones(2, 1, dtype=torch.float64) * float_input(
-                r, [3, 4], "unused_x").sum(0)
+                r, [3, 4], "unused_x"
+            ).sum(0)
     torch.testing.assert_close(model.b.weight.grad, expected_b / size())
     assert model.never.weight.grad is not None and not model.never.weight.grad.any()
     with opt.skip_synchronize():
@@ -260,8 +276,9 @@ def test_unused_parameters_do_not_hang() -> None:
 def test_zero_grad_between_backward_and_step_is_an_error() -> None:
     """zero_grad() while reductions are pending raises AssertionError with Horovod's message."""
     model = _mlp()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     with pytest.raises(AssertionError, match=r"zero_grad\(\) was called after loss.backward"):
@@ -274,8 +291,9 @@ def test_zero_grad_between_backward_and_step_is_an_error() -> None:
 def test_too_many_backward_passes() -> None:
     """More backward passes than backward_passes_per_step before step() is an AssertionError."""
     model = _mlp()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     with pytest.raises(AssertionError, match="more than backward_passes_per_step"):
@@ -294,9 +312,11 @@ def test_too_many_backward_passes() -> None:
 def test_step_before_all_passes_still_reduces() -> None:
     """step() after fewer backward passes than configured reduces what was accumulated."""
     model = _mlp()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=3)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        backward_passes_per_step=3,
+    )
     x, y = _batch(1, 0, rank())
     F.mse_loss(model(x), y).backward()
     opt.step()
@@ -310,8 +330,9 @@ def test_step_before_all_passes_still_reduces() -> None:
 def test_synchronize_then_step_warns() -> None:
     """step() right after synchronize() warns; inside skip_synchronize() it does not."""
     model = _mlp()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     opt.synchronize()
@@ -320,8 +341,9 @@ def test_synchronize_then_step_warns() -> None:
         warnings.simplefilter("always")
         opt.step()
     messages = [str(w.message) for w in caught]
-    assert any("optimizer.step() called without optimizer.skip_synchronize()" in m
-               for m in messages), messages
+    assert any(
+        "optimizer.step() called without optimizer.skip_synchronize()" in m for m in messages
+    ), messages
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
     opt.synchronize()
@@ -340,8 +362,9 @@ def test_gradient_clipping_between_synchronize_and_step() -> None:
     model.weight = nn.Parameter(torch.zeros(1, 1) + 0.5)
     model.bias = nn.Parameter(torch.zeros(1))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
     F.mse_loss(model(x), y).backward()
     opt.synchronize()
     prior = model.weight.grad.item()
@@ -359,12 +382,14 @@ def test_dynamic_requires_grad() -> None:
     hvd.broadcast_parameters(gen.state_dict(), root_rank=0)
     hvd.broadcast_parameters(disc.state_dict(), root_rank=0)
     inp = torch.rand([1, 1, 6, 6], generator=torch.Generator().manual_seed(rank()))
-    gen_opt = hvd.DistributedOptimizer(torch.optim.SGD(gen.parameters(), lr=0.1),
-                                       named_parameters=[("gen." + n, p)
-                                                         for n, p in gen.named_parameters()])
-    disc_opt = hvd.DistributedOptimizer(torch.optim.SGD(disc.parameters(), lr=0.1),
-                                        named_parameters=[("disc." + n, p)
-                                                          for n, p in disc.named_parameters()])
+    gen_opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(gen.parameters(), lr=0.1),
+        named_parameters=[("gen." + n, p) for n, p in gen.named_parameters()],
+    )
+    disc_opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(disc.parameters(), lr=0.1),
+        named_parameters=[("disc." + n, p) for n, p in disc.named_parameters()],
+    )
     for train_gen in (True, False, True, False):
         for p in gen.parameters():
             p.requires_grad_(train_gen)
@@ -384,8 +409,10 @@ def test_dynamic_requires_grad() -> None:
 def test_load_state_dict_resets_pending_state() -> None:
     """load_state_dict() after backward() finishes pending work; training continues normally."""
     model = _mlp()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters(),
+    )
     x, y = _batch(0, 0, rank())
     F.mse_loss(model(x), y).backward()
     opt.load_state_dict(opt.state_dict())
@@ -401,9 +428,11 @@ def test_sparse_gradients(sparse_as_dense: bool) -> None:
     torch.manual_seed(11)
     emb = nn.Embedding(10, 3, sparse=True).double()
     reference = copy.deepcopy(emb)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.5),
-                                   named_parameters=emb.named_parameters(),
-                                   sparse_as_dense=sparse_as_dense)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(emb.parameters(), lr=0.5),
+        named_parameters=emb.named_parameters(),
+        sparse_as_dense=sparse_as_dense,
+    )
     ids = [torch.tensor([r % 10, (3 * r + 1) % 10, 7]) for r in range(size())]
     emb(ids[rank()]).sum().backward()
     opt.step()
@@ -489,8 +518,10 @@ def test_broadcast_optimizer_state_to_fresh_ranks() -> None:
 def test_broadcast_optimizer_state_all_fresh() -> None:
     """With no state anywhere the optimizers stay fresh and the parameters unchanged."""
     model = _mlp(seed=1)
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1),
+        named_parameters=model.named_parameters(),
+    )
     before = _flat_params(model)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     assert len(opt.state) == 0
@@ -520,17 +551,21 @@ def test_broadcast_and_allgather_object() -> None:
 
 @pytest.mark.parametrize("shape", [(3, 4), (2, 4, 5), (2, 4, 3, 3)], ids=str)
 @pytest.mark.parametrize("momentum", [0.1, None])
-def test_sync_batch_norm_matches_global_batch_norm(shape: tuple[int, ...],
-                                                   momentum: float | None) -> None:
+def test_sync_batch_norm_matches_global_batch_norm(
+    shape: tuple[int, ...], momentum: float | None
+) -> None:
     """SyncBatchNorm on shards == BatchNorm on the whole batch: output, stats and gradients."""
     shard_rows = [shape[0] + r % 2 for r in range(size())]
-    shards = [float_input(r, [shard_rows[r], *shape[1:]], "sbn_x", shape) * 3 + r
-              for r in range(size())]
-    weights = [float_input(r, [shard_rows[r], *shape[1:]], "sbn_w", shape)
-               for r in range(size())]
+    shards = [
+        float_input(r, [shard_rows[r], *shape[1:]], "sbn_x", shape) * 3 + r for r in range(size())
+    ]
+    weights = [float_input(r, [shard_rows[r], *shape[1:]], "sbn_w", shape) for r in range(size())]
     sync = hvd.SyncBatchNorm(4, momentum=momentum).double()
-    local = nn.BatchNorm1d(4, momentum=momentum) if len(shape) < 4 else nn.BatchNorm2d(
-        4, momentum=momentum)
+    local = (
+        nn.BatchNorm1d(4, momentum=momentum)
+        if len(shape) < 4
+        else nn.BatchNorm2d(4, momentum=momentum)
+    )
     local = local.double()
     with torch.no_grad():
         for bn in (sync, local):
@@ -544,8 +579,8 @@ def test_sync_batch_norm_matches_global_batch_norm(shape: tuple[int, ...],
         full = torch.cat(shards).clone().requires_grad_()
         ref = local(full)
         (ref * torch.cat(weights)).sum().backward()
-        torch.testing.assert_close(out, ref[start:start + shard_rows[rank()]])
-        torch.testing.assert_close(x.grad, full.grad[start:start + shard_rows[rank()]])
+        torch.testing.assert_close(out, ref[start : start + shard_rows[rank()]])
+        torch.testing.assert_close(x.grad, full.grad[start : start + shard_rows[rank()]])
         torch.testing.assert_close(sync.running_mean, local.running_mean)
         torch.testing.assert_close(sync.running_var, local.running_var)
         for name in ("weight", "bias"):

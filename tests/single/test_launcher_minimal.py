@@ -84,6 +84,37 @@ def test_collectives_across_ranks():
         assert f"[{rank}]<stdout>:result [3.0, 3.0, 3.0] [0, 1] tcp" in result.stdout
 
 
+def test_in_flight_names_and_dropped_handles_across_ranks():
+    result = horarun(["-np", "2"], """
+        import gc, sys, time
+        import numpy as np, hora
+        from hora.common import ops
+        hora.init()
+        x = np.ones(1000)
+        baseline = sys.getrefcount(x)
+        if hora.rank() == 1:
+            time.sleep(1)  # rank 0's request stays in flight meanwhile
+        handle = ops.submit(ops.ALLREDUCE, [x], ["allreduce.held"], op=hora.Sum)[0]
+        if hora.rank() == 0:
+            try:
+                ops.submit(ops.ALLREDUCE, [np.ones(2)], ["allreduce.held"])
+                print("duplicate accepted")
+            except ValueError:
+                print("duplicate refused")
+            print("pending", not handle.poll())
+        del handle
+        gc.collect()
+        hora.barrier()
+        print("released", sys.getrefcount(x) == baseline, x[0])
+        hora.shutdown()
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[0]<stdout>:duplicate refused" in result.stdout
+    assert "[0]<stdout>:pending True" in result.stdout
+    for rank in range(2):
+        assert f"[{rank}]<stdout>:released True 2.0" in result.stdout
+
+
 def test_first_failure_stops_the_job_with_its_exit_code():
     start = time.monotonic()
     result = horarun(["-np", "3"], """

@@ -27,7 +27,9 @@ TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<Socket> soc
     if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
   }
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0) throw IoError("rank " + std::to_string(rank) + ": cannot create eventfd: " + std::strerror(errno));
+  if (wakeFd_ < 0) {
+    throw IoError("rank " + std::to_string(rank) + ": cannot create eventfd: " + std::strerror(errno));
+  }
 }
 
 TcpControlChannel::~TcpControlChannel() {
@@ -43,7 +45,8 @@ TcpControlChannel::Peer& TcpControlChannel::peer(int rank) {
 }
 
 void TcpControlChannel::fail(int peer, const std::string& why) const {
-  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " + std::to_string(peer) + " " + why);
+  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " + std::to_string(peer) +
+                " " + why);
 }
 
 void TcpControlChannel::wakeup() {
@@ -79,8 +82,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
 
 void TcpControlChannel::send(int to, const std::string& bytes) {
   if (bytes.size() > kMaxControlMessageBytes) {
-    throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " + std::to_string(bytes.size()) +
-                          " bytes exceeds the limit");
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
+                          std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
   Peer& target = peer(to);
   std::string frame = buildFrame(kControlMagic, kMessageType, bytes);
@@ -100,8 +103,8 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
     int rc = ::poll(fds.data(), fds.size(), static_cast<int>(opTimeout_.count()));
     if (rc < 0 && errno != EINTR) fail(to, std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) + " accepted no control data for " +
-                         std::to_string(opTimeout_.count()) + " ms");
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
     }
     for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
       if (fds[i + 1].revents & POLLIN) readAvailable(peers_[i], stash_);

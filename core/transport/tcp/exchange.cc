@@ -22,7 +22,8 @@ void runTransfers(Links& links, Transfer* transfers, size_t count) {
       }
       if (queued) continue;
       auto* p = static_cast<uint8_t*>(t.data) + t.done;
-      size_t n = t.send ? links.trySend(t.peer, p, t.bytes - t.done) : links.tryRecv(t.peer, p, t.bytes - t.done);
+      size_t left = t.bytes - t.done;
+      size_t n = t.send ? links.trySend(t.peer, p, left) : links.tryRecv(t.peer, p, left);
       t.done += n;
       moved |= n > 0;
       if (t.done < t.bytes) wants.push_back({t.peer, t.send, !t.send});
@@ -46,7 +47,8 @@ void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& 
   for (int step = 1; step < n; ++step) {
     int to = (r + step) % n;
     int from = (r - step + n) % n;
-    Transfer t[2] = {{to, true, src + sendAt[to], sendBytes[to]}, {from, false, dst + recvAt[from], recvBytes[from]}};
+    Transfer t[2] = {{to, true, src + sendAt[to], sendBytes[to]},
+                     {from, false, dst + recvAt[from], recvBytes[from]}};
     runTransfers(links, t, 2);
   }
 }

@@ -142,7 +142,8 @@ void Handshake::onMessage() {
       nonceA_.resize(kNonceBytes);
       r.bytes(&nonceA_[0], kNonceBytes);
       Writer w;
-      w.u8(static_cast<uint8_t>(localKind_)).u32(static_cast<uint32_t>(localRank_)).bytes(nonceC_.data(), kNonceBytes);
+      w.u8(static_cast<uint8_t>(localKind_)).u32(static_cast<uint32_t>(localRank_));
+      w.bytes(nonceC_.data(), kNonceBytes);
       w.bytes(helloMac(secret_, nonceA_, localKind_, localRank_, nonceC_).data(), kMacBytes);
       out_ = buildFrame(kHandshakeMagic, kHello, w.data());
       step_ = Step::ReadWelcome;
@@ -196,7 +197,8 @@ void Handshake::onMessage() {
         return fail("authentication failed: the peer could not prove it knows the job secret");
       }
       if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
-        return fail("reached rank " + std::to_string(rank) + " instead of rank " + std::to_string(expectedPeerRank_));
+        return fail("reached rank " + std::to_string(rank) + " instead of rank " +
+                    std::to_string(expectedPeerRank_));
       }
       peerRank_ = rank;
       peerKind_ = localKind_;

@@ -176,7 +176,8 @@ void MeshBuilder::startDue(Clock::time_point now) {
       t.backoff = std::min(t.backoff * 2, kMaxRetry);
       continue;
     }
-    auto a = std::make_unique<Attempt>(std::move(s), Handshake::connector(o_.secret, t.kind, o_.rank, t.rank));
+    Handshake hs = Handshake::connector(o_.secret, t.kind, o_.rank, t.rank);
+    auto a = std::make_unique<Attempt>(std::move(s), std::move(hs));
     a->target = &t;
     a->connecting = pending;
     a->peer = joinHostPort(t.host, t.port);
@@ -241,7 +242,8 @@ void MeshBuilder::finish(Attempt& a) {
   int rank = a.hs.peerRank();
   (a.hs.peerKind() == PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
   ++incomingDone_;
-  HORA_LOG(Debug, me() << ": " << peerKindName(a.hs.peerKind()) << " connection from rank " << rank << " ready");
+  HORA_LOG(Debug, me() << ": " << peerKindName(a.hs.peerKind()) << " connection from rank " << rank
+                       << " ready");
 }
 
 void MeshBuilder::abandon(Attempt& a, const std::string& why) {
@@ -253,11 +255,15 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why) {
     t.lastError = why;
     t.retryAt = Clock::now() + t.backoff;
     t.backoff = std::min(t.backoff * 2, kMaxRetry);
-    bool refused = why.find("authentication") == std::string::npos && why.find("refused the") == std::string::npos;
-    if (refused) {
-      HORA_LOG(Debug, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why << "), retrying");
+    // Refused or reset connections are routine while peers start; a rejected handshake is not.
+    bool rejected =
+        why.find("authentication") != std::string::npos || why.find("refused the") != std::string::npos;
+    if (rejected) {
+      HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why
+                             << "), retrying");
     } else {
-      HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why << "), retrying");
+      HORA_LOG(Debug, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why
+                           << "), retrying");
     }
     return;
   }
@@ -308,7 +314,8 @@ void MeshBuilder::timedOut() {
   for (int j : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
   throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
                      " ms connecting to rank(s) " + ranks + details +
-                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are slow)");
+                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are "
+                     "slow)");
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ void TcpCommunicator::checkPerRank(const char* op, size_t got) const {
 
 void TcpCommunicator::checkPeer(const char* op, int peer) const {
   if (peer < 0 || peer >= size()) {
-    throw InvalidArgument(prefix(op) + "rank " + std::to_string(peer) + " is outside the communicator (size " +
-                          std::to_string(size()) + ")");
+    throw InvalidArgument(prefix(op) + "rank " + std::to_string(peer) +
+                          " is outside the communicator (size " + std::to_string(size()) + ")");
   }
 }
 
@@ -111,8 +111,9 @@ void TcpCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes
   bool selfRecv = recvBytes > 0 && recvFrom == rank();
   if (selfSend || selfRecv) {
     if (selfSend != selfRecv || sendBytes != recvBytes) {
-      throw InvalidArgument(prefix("sendrecv") + "a rank can exchange with itself only by sending and receiving "
-                                                 "the same number of bytes");
+      throw InvalidArgument(prefix("sendrecv") +
+                            "a rank can exchange with itself only by sending and receiving the same number "
+                            "of bytes");
     }
     if (recvBuf != sendBuf) std::memmove(recvBuf, sendBuf, sendBytes);
     return;

@@ -12,8 +12,8 @@ namespace tcp {
 
 Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    throw InvalidArgument("tcp transport: rank " + std::to_string(options.rank) + " is not within a job of size " +
-                          std::to_string(options.size));
+    throw InvalidArgument("tcp transport: rank " + std::to_string(options.rank) +
+                          " is not within a job of size " + std::to_string(options.size));
   }
   if (options.opTimeout.count() <= 0 || options.startTimeout.count() <= 0) {
     throw InvalidArgument("tcp transport: timeouts must be positive");

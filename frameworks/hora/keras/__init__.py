@@ -13,5 +13,5 @@ Other Keras backends (JAX, torch) are not supported: the gradient hooks are Tens
 
 from __future__ import annotations
 
-from hora.tensorflow.keras import *  # noqa: F403
+from hora.tensorflow.keras import *
 from hora.tensorflow.keras import __all__, callbacks  # noqa: F401

@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-from hora.tensorflow.keras.callbacks import *  # noqa: F403
+from hora.tensorflow.keras.callbacks import *
 from hora.tensorflow.keras.callbacks import __all__  # noqa: F401

@@ -13,7 +13,7 @@ A grouped call is one node for all of its tensors (one Python round trip per gro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -191,7 +191,7 @@ def grouped_broadcast(tensors: Sequence[tf.Tensor], names: Sequence[str], root_r
 # ------------------------------------------------------------------------------------- alltoall
 
 
-def alltoall(tensor: tf.Tensor, splits: Optional[tf.Tensor], name: str,
+def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
              process_set: ProcessSet = global_process_set) -> tuple[tf.Tensor, tf.Tensor]:
     """Alltoall of ``tensor`` (``splits`` rows to each set rank, or equal parts); returns the
     received rows and the number of rows received from each rank (int32)."""
@@ -216,7 +216,7 @@ def alltoall(tensor: tf.Tensor, splits: Optional[tf.Tensor], name: str,
 # -------------------------------------------------------------------------------- reducescatter
 
 
-def _reducescatter_rows(dim0: Optional[int], process_set: ProcessSet) -> Optional[int]:
+def _reducescatter_rows(dim0: int | None, process_set: ProcessSet) -> int | None:
     if dim0 is None or process_set.process_set_id is None or not process_set.included():
         return None
     n = process_set.size()

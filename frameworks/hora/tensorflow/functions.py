@@ -9,14 +9,14 @@ Typical start of a custom training loop::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import tensorflow as tf
 
 from hora.common import objects as _objects
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import _raw_ops as _raw
-from hora.tensorflow.util import check_dtype, group_base_name, grouped_names
+from hora.tensorflow.util import check_dtype, group_base_name, grouped_names, no_autograph
 
 __all__ = [
     "allgather_object",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-def _assign_from_root(variables: list, root_rank: int, name: Optional[str],
+def _assign_from_root(variables: list, root_rank: int, name: str | None,
                       process_set: ProcessSet) -> list:
     """Broadcast the values of ``variables`` in one call and assign them; returns the assign
     results (operations while tracing)."""
@@ -42,9 +42,10 @@ def _assign_from_root(variables: list, root_rank: int, name: Optional[str],
     return [var.assign(value) for var, value in zip(variables, received)]
 
 
+@no_autograph
 def broadcast_variables(variables: Iterable[Any], root_rank: int,
                         process_set: ProcessSet = global_process_set,
-                        inplace: bool = False) -> Optional[tf.Operation]:
+                        inplace: bool = False) -> tf.Operation | None:
     """Overwrite every variable with its value on ``root_rank`` (a global rank).
 
     All values travel in one call as one group. Works with ``tf.Variable`` and Keras 3 variables
@@ -76,7 +77,7 @@ def broadcast_global_variables(root_rank: int) -> tf.Operation:
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
-                     name: Optional[str] = None,
+                     name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> Any:
     """Send a picklable object from ``root_rank`` to every rank; returns the root's object.
 
@@ -89,7 +90,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
                                      process_set=process_set)
 
 
-def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None,
+def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: str | None = None,
                         process_set: ProcessSet = global_process_set) -> Callable[[Any], Any]:
     """A function ``f(obj)`` that broadcasts ``obj`` from ``root_rank`` (see
     ``broadcast_object``)."""
@@ -101,7 +102,7 @@ def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[
     return fn
 
 
-def allgather_object(obj: Any, session: Any = None, name: Optional[str] = None,
+def allgather_object(obj: Any, session: Any = None, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> list:
     """Collect a picklable object from every rank of the set; returns the list in rank order."""
     del session

@@ -23,6 +23,7 @@ from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.optimizer import GradientReducer, GroupsArg
+from hora.tensorflow.util import no_autograph
 
 __all__ = ["DistributedGradientTape", "PartialDistributedGradientTape"]
 
@@ -34,6 +35,7 @@ class _DistributedTape:
     _hora_local_sources: set
     _hora_scale_local: bool
 
+    @no_autograph
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
                  unconnected_gradients: tf.UnconnectedGradients = tf.UnconnectedGradients.NONE
                  ) -> Any:
@@ -68,7 +70,7 @@ def _scale(grad: Any, factor: float) -> Any:
     return grad * tf.cast(factor, grad.dtype)
 
 
-def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",  # noqa: N802
+def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
                             device_sparse: str = "",
                             compression: type[Compressor] = Compression.none,
                             sparse_as_dense: bool = False, op: int = Average,
@@ -104,7 +106,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",  
         groups = int(num_groups)
     base = type(gradtape)
     if issubclass(base, _DistributedTape):
-        raise ValueError("the tape is already a DistributedGradientTape")
+        raise TypeError("the tape is already a DistributedGradientTape")
     cls = type(base.__name__, (_DistributedTape, base), {"__module__": base.__module__})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)
@@ -116,7 +118,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",  
     return tape
 
 
-def PartialDistributedGradientTape(gradtape: tf.GradientTape,  # noqa: N802
+def PartialDistributedGradientTape(gradtape: tf.GradientTape,
                                    local_layers: Any = None, **kwargs: Any) -> tf.GradientTape:
     """A ``DistributedGradientTape`` that leaves the gradients of ``local_layers`` (a Keras layer
     or a list of layers, whose weights differ by rank) unreduced. Other arguments as for

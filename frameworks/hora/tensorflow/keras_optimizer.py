@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import tensorflow as tf
 
@@ -27,6 +27,7 @@ from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.optimizer import GradientReducer, GroupsArg
+from hora.tensorflow.util import no_autograph
 
 __all__ = ["distributed_class", "is_distributed", "is_keras_optimizer", "wrap"]
 
@@ -40,7 +41,7 @@ class _Settings:
     average_aggregated_gradients: bool = False
 
 
-def _keras3_base() -> Optional[type]:
+def _keras3_base() -> type | None:
     try:
         import keras
     except ImportError:
@@ -82,6 +83,7 @@ class _Keras3Distributed:
 
     _hora: _Settings
 
+    @no_autograph
     def build(self, variables: list) -> None:
         """Build the optimizer's variables, plus gradient accumulators when passes > 1."""
         super().build(variables)
@@ -92,6 +94,7 @@ class _Keras3Distributed:
             self._hora_passes = self.add_variable(shape=(), initializer="zeros", dtype="int64",
                                                   name="hora_passes")
 
+    @no_autograph
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
         """Reduce ``grads`` across ranks (every k-th pass with local aggregation), then update
         the variables as the wrapped optimizer does."""
@@ -156,6 +159,7 @@ class _TfKerasDistributed:
 
     _hora: _Settings
 
+    @no_autograph
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         """Reduce the gradients across ranks, then apply them with the wrapped optimizer."""
         pairs = list(grads_and_vars)
@@ -205,7 +209,7 @@ def make_settings(prefix: str, compression: type[Compressor] = Compression.none,
     return _Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients))
 
 
-def wrap(optimizer: Any, name: Optional[str] = None,
+def wrap(optimizer: Any, name: str | None = None,
          compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
          gradient_predivide_factor: float = 1.0, op: int = Average,
          backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,

@@ -17,7 +17,7 @@ unknown; reducescatter knows its rows when dim 0 is static.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 import tensorflow as tf
@@ -34,6 +34,7 @@ from hora.tensorflow.util import (
     exportable,
     group_base_name,
     grouped_names,
+    no_autograph,
     writable_copy,
 )
 
@@ -50,11 +51,11 @@ SplitsLike = Union[None, Sequence[int], np.ndarray, tf.Tensor]
 _DIFFERENTIABLE_OPS = (Average, Sum)
 
 
-def _resolve_op(op: Optional[int], average: Optional[bool]) -> int:
+def _resolve_op(op: int | None, average: bool | None) -> int:
     return _ops.handle_average_backwards_compatibility(op, average)
 
 
-def _or_zeros(dy: Optional[tf.Tensor], like: tf.Tensor) -> tf.Tensor:
+def _or_zeros(dy: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
     return tf.zeros_like(like) if dy is None else tf.convert_to_tensor(dy)
 
 
@@ -96,7 +97,7 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
     return [out] if len(tensors) == 1 else list(out)
 
 
-def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: Optional[str], op: int,
+def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: str | None, op: int,
                               prescale: float, postscale: float,
                               process_set: ProcessSet) -> tf.IndexedSlices:
     """Sparse allreduce: allgather of values and indices (one call), averaged for Average."""
@@ -114,12 +115,13 @@ def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: Optional[str], op:
     return tf.IndexedSlices(_scaled(values, factor), indices, dense_shape=slices.dense_shape)
 
 
-def allreduce(tensor: Union[tf.Tensor, tf.IndexedSlices], average: Optional[bool] = None,
+@no_autograph
+def allreduce(tensor: tf.Tensor | tf.IndexedSlices, average: bool | None = None,
               device_dense: str = "", device_sparse: str = "",
-              compression: type[Compressor] = Compression.none, op: Optional[int] = None,
+              compression: type[Compressor] = Compression.none, op: int | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              name: Optional[str] = None, process_set: ProcessSet = global_process_set,
-              ignore_name_scope: bool = False) -> Union[tf.Tensor, tf.IndexedSlices]:
+              name: str | None = None, process_set: ProcessSet = global_process_set,
+              ignore_name_scope: bool = False) -> tf.Tensor | tf.IndexedSlices:
     """Reduce ``tensor`` over every rank of ``process_set``; returns a new tensor.
 
     ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is the deprecated
@@ -146,14 +148,15 @@ def allreduce(tensor: Union[tf.Tensor, tf.IndexedSlices], average: Optional[bool
     return compression.decompress(reduced, ctx)
 
 
-def grouped_allreduce(tensors: Sequence[Union[tf.Tensor, tf.IndexedSlices]],
-                      average: Optional[bool] = None, device_dense: str = "",
+@no_autograph
+def grouped_allreduce(tensors: Sequence[tf.Tensor | tf.IndexedSlices],
+                      average: bool | None = None, device_dense: str = "",
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
-                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      op: int | None = None, prescale_factor: float = 1.0,
                       postscale_factor: float = 1.0,
                       process_set: ProcessSet = global_process_set,
                       ignore_name_scope: bool = False,
-                      name: Optional[str] = None) -> list:
+                      name: str | None = None) -> list:
     """Allreduce a list of tensors as one group (negotiated and fused together, in one call);
     returns a list. ``tf.IndexedSlices`` entries are gathered as in ``allreduce``."""
     op = _resolve_op(op, average)
@@ -230,7 +233,8 @@ def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
     return [out] if len(tensors) == 1 else list(out)
 
 
-def allgather(tensor: tf.Tensor, name: Optional[str] = None, ignore_name_scope: bool = False,
+@no_autograph
+def allgather(tensor: tf.Tensor, name: str | None = None, ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ by rank).
 
@@ -242,7 +246,8 @@ def allgather(tensor: tf.Tensor, name: Optional[str] = None, ignore_name_scope: 
     return _grouped_allgather([tensor], [engine_name], process_set)[0]
 
 
-def grouped_allgather(tensors: Sequence[tf.Tensor], name: Optional[str] = None,
+@no_autograph
+def grouped_allgather(tensors: Sequence[tf.Tensor], name: str | None = None,
                       ignore_name_scope: bool = False,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgather a list of tensors as one group (one call); returns a list. Differentiable."""
@@ -258,7 +263,8 @@ def grouped_allgather(tensors: Sequence[tf.Tensor], name: Optional[str] = None,
 # ------------------------------------------------------------------------------------ broadcast
 
 
-def broadcast(tensor: tf.Tensor, root_rank: int, name: Optional[str] = None,
+@no_autograph
+def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
               ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Return ``root_rank``'s value of ``tensor`` (``root_rank`` is a global rank).
@@ -285,7 +291,8 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: Optional[str] = None,
     return forward(tensor)
 
 
-def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
+@no_autograph
+def broadcast_(variables: Any, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> Any:
     """Overwrite ``variables`` (one variable or a list) in place with ``root_rank``'s values, in
     one call; returns what was given (``tf.Variable`` or Keras variables)."""
@@ -307,9 +314,10 @@ def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
 # ------------------------------------------------------------------------------------- alltoall
 
 
-def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: Optional[str] = None,
+@no_autograph
+def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = None,
              ignore_name_scope: bool = False,
-             process_set: ProcessSet = global_process_set) -> Union[tf.Tensor, tuple]:
+             process_set: ProcessSet = global_process_set) -> tf.Tensor | tuple:
     """Send ``splits[j]`` rows of ``tensor`` to set rank j and receive the rows sent here.
 
     ``splits`` (int32, one entry per rank, sum at most dim 0) defaults to equal parts. Returns
@@ -376,9 +384,10 @@ def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
     return [out] if len(tensors) == 1 else list(out)
 
 
+@no_autograph
 def reducescatter(tensor: tf.Tensor, device_dense: str = "",
                   compression: type[Compressor] = Compression.none, op: int = Average,
-                  name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+                  name: str | None = None, process_set: ProcessSet = global_process_set,
                   ignore_name_scope: bool = False, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0) -> tf.Tensor:
     """Reduce ``tensor`` over the set (Average or Sum) and return this rank's rows of dim 0;
@@ -393,11 +402,12 @@ def reducescatter(tensor: tf.Tensor, device_dense: str = "",
     return compression.decompress(out, ctx)
 
 
+@no_autograph
 def grouped_reducescatter(tensors: Sequence[tf.Tensor], device_dense: str = "",
                           compression: type[Compressor] = Compression.none, op: int = Average,
                           process_set: ProcessSet = global_process_set,
                           prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                          name: Optional[str] = None) -> list[tf.Tensor]:
+                          name: str | None = None) -> list[tf.Tensor]:
     """Reducescatter a list of tensors as one group (one call); returns a list."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
@@ -414,39 +424,46 @@ def grouped_reducescatter(tensors: Sequence[tf.Tensor], device_dense: str = "",
 # ------------------------------------------------------------------- join, barrier, rank ops
 
 
+@no_autograph
 def join() -> tf.Tensor:
     """Declare that this rank has no more data; until every rank joined, it contributes zeros
     to the others' allreduces. Returns the last rank that joined (int32, equal everywhere)."""
     return _raw.join()
 
 
+@no_autograph
 def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Block until every rank of ``process_set`` reached the barrier (returns an int32 0)."""
     return _raw.barrier(process_set)
 
 
-def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+@no_autograph
+def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
     """The number of ranks of a process set, as an int32 tensor evaluated when the op runs."""
     return _raw.runtime_value(lambda: process_set_by_id(process_set_id).size(),
                               name or "HorovodSize")
 
 
-def local_size_op(name: Optional[str] = None) -> tf.Tensor:
+@no_autograph
+def local_size_op(name: str | None = None) -> tf.Tensor:
     """The number of ranks on this host, as an int32 tensor evaluated when the op runs."""
     return _raw.runtime_value(basics.local_size, name or "HorovodLocalSize")
 
 
-def rank_op(name: Optional[str] = None) -> tf.Tensor:
+@no_autograph
+def rank_op(name: str | None = None) -> tf.Tensor:
     """This process's rank, as an int32 tensor evaluated when the op runs."""
     return _raw.runtime_value(basics.rank, name or "HorovodRank")
 
 
-def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
+@no_autograph
+def local_rank_op(name: str | None = None) -> tf.Tensor:
     """This process's rank on its host, as an int32 tensor evaluated when the op runs."""
     return _raw.runtime_value(basics.local_rank, name or "HorovodLocalRank")
 
 
-def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+@no_autograph
+def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
     """1 when this process belongs to the process set, else 0 (int32, evaluated at run time)."""
     return _raw.runtime_value(lambda: int(bool(process_set_by_id(process_set_id).included())),
                               name or "HorovodProcessSetIncluded")

@@ -18,7 +18,7 @@ into the engine per step for all dense gradients (one ``tf.numpy_function`` node
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import tensorflow as tf
 
@@ -27,7 +27,7 @@ from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import _raw_ops as _raw
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.mpi_ops import _allreduce_indexed_slices
-from hora.tensorflow.util import default_name, grouped_names
+from hora.tensorflow.util import default_name, grouped_names, no_autograph
 
 __all__ = ["DistributedOptimizer", "GradientReducer"]
 
@@ -89,7 +89,7 @@ class GradientReducer:
         """False when the process set has one rank (the gradients pass unchanged)."""
         return (self.process_set.size() or 1) > 1
 
-    def _group_indices(self, dense_at: list[int], variables: Optional[Sequence[Any]]) -> list:
+    def _group_indices(self, dense_at: list[int], variables: Sequence[Any] | None) -> list:
         if self.groups is None:
             return [dense_at]
         if isinstance(self.groups, int):
@@ -113,7 +113,8 @@ class GradientReducer:
                 listed[k].append(i)
         return [g for g in listed if g] + alone
 
-    def reduce(self, grads: Sequence[Any], variables: Optional[Sequence[Any]] = None) -> list:
+    @no_autograph
+    def reduce(self, grads: Sequence[Any], variables: Sequence[Any] | None = None) -> list:
         """The reductions of ``grads`` (None entries stay None), in one engine call for the
         dense ones. Every rank must pass the same number of gradients with the same shapes.
         """
@@ -163,12 +164,13 @@ class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
     across ranks before they are applied by the wrapped optimizer."""
 
     def __init__(self, optimizer: tf.compat.v1.train.Optimizer, reducer: GradientReducer,
-                 name: Optional[str] = None, use_locking: bool = False) -> None:
+                 name: str | None = None, use_locking: bool = False) -> None:
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
                          use_locking=use_locking)
         self._optimizer = optimizer
         self._reducer = reducer
 
+    @no_autograph
     def compute_gradients(self, *args: Any, **kwargs: Any) -> list:
         """The wrapped optimizer's ``(gradient, variable)`` pairs with reduced gradients."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
@@ -197,7 +199,7 @@ def _is_v1_optimizer(optimizer: Any) -> bool:
     return isinstance(optimizer, tf.compat.v1.train.Optimizer)
 
 
-def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,  # noqa: N802
+def DistributedOptimizer(optimizer: Any, name: str | None = None,
                          use_locking: bool = False, device_dense: str = "",
                          device_sparse: str = "",
                          compression: type[Compressor] = Compression.none,

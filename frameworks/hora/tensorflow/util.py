@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +49,7 @@ def check_dtype(tensor: Any, what: str) -> None:
         )
 
 
-_graph_names: "weakref.WeakKeyDictionary[Any, dict[str, int]]" = weakref.WeakKeyDictionary()
+_graph_names: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 def _unique_in_graph(name: str) -> str:
@@ -66,7 +66,7 @@ def _unique_in_graph(name: str) -> str:
     return name if count == 0 else f"{name}_{count}"
 
 
-def default_name(kind_prefix: str, graph_prefix: str, tensor: Any, name: Optional[str],
+def default_name(kind_prefix: str, graph_prefix: str, tensor: Any, name: str | None,
                  ignore_name_scope: bool = False) -> str:
     """The engine name of one operation.
 
@@ -91,7 +91,7 @@ def default_name(kind_prefix: str, graph_prefix: str, tensor: Any, name: Optiona
 
 
 def group_base_name(kind_prefix: str, graph_prefix: str, tensors: Sequence[Any],
-                    name: Optional[str]) -> str:
+                    name: str | None) -> str:
     """The shared base name of a grouped operation (see ``default_name``)."""
     return default_name(kind_prefix, graph_prefix, tensors[0] if tensors else None, name)
 
@@ -132,3 +132,9 @@ def static_shape(tensor: Any) -> tf.TensorShape:
     """The static shape of ``tensor`` (possibly partially unknown)."""
     return tensor.shape if isinstance(tensor.shape, tf.TensorShape) else tf.TensorShape(
         tensor.shape)
+
+
+def no_autograph(fn: Any) -> Any:
+    """Keep AutoGraph from rewriting ``fn`` when it is called inside a ``tf.function``: the
+    frontend's Python control flow is over Python values and must run as written."""
+    return tf.autograph.experimental.do_not_convert(fn)

@@ -134,8 +134,9 @@ class Op:
             end = a.end if a.end is not None else self.end
             if end is None:
                 continue
-            spans.setdefault(a.category, []).append((a.start, end))
-        return {cat: _union_length(iv) for cat, iv in spans.items()}
+            spans.setdefault(activity_category(a.name), []).append((a.start, end))
+        return {cat: iv[0][1] - iv[0][0] if len(iv) == 1 else _union_length(iv)
+                for cat, iv in spans.items()}
 
 
 @dataclass
@@ -343,23 +344,24 @@ def _line_records(f: BinaryIO, state: dict[str, bool]) -> Iterator[Any]:
                 raise _NotLineLayout() from None
             yield rec
 
-    while not closed:
-        raw = f.readline()
-        if not raw:
-            break
+    for raw in f:
         line = raw.strip()
-        if line.endswith(b"]") and not line.endswith(b"}]") and line != b"]":
-            raise _NotLineLayout()
-        if line.endswith(b"]"):
-            line = line[:-1].rstrip()
-            closed = True
-        if line.endswith(b","):
-            line = line[:-1].rstrip()
         if not line:
             continue
-        if not line.startswith(b"{"):
-            raise _NotLineLayout()
-        batch.append(line)
+        last = line[-1]
+        if last == 0x2C:  # ",": the separator after a record
+            line = line[:-1]
+        elif last == 0x5D:  # "]": the end of the array
+            if line != b"]" and line[-2] != 0x7D:
+                raise _NotLineLayout()
+            line = line[:-1]
+            closed = True
+        if line:
+            if line[0] != 0x7B:  # "{"
+                raise _NotLineLayout()
+            batch.append(line)
+        if closed:
+            break
         if len(batch) >= _BATCH_LINES:
             yield from flush()
             if state["cut"]:
@@ -455,19 +457,19 @@ class _Builder:
         self.last_kind: dict[int, str] = {}
 
     def feed(self, rec: Any) -> None:
-        if not isinstance(rec, dict):
+        if type(rec) is not dict:
             return
         t = self.trace
         t.records += 1
         ph = rec.get("ph")
         pid = rec.get("pid", 0)
-        if not isinstance(pid, int):
+        if type(pid) is not int:
             return
         name = rec.get("name", "")
-        name = name if isinstance(name, str) else str(name)
-        args = rec.get("args")
-        args = args if isinstance(args, dict) else {}
+        if type(name) is not str:
+            name = str(name)
         if ph == "M":
+            args = _args(rec)
             if name == "process_name":
                 if pid == 0:
                     epoch = args.get("start_time_since_epoch_in_micros")
@@ -477,21 +479,25 @@ class _Builder:
                     t.tensors[pid] = str(args.get("name", f"pid {pid}"))
             return
         ts = rec.get("ts")
-        if not isinstance(ts, (int, float)):
-            return
-        ts = int(ts)
-        t.first_ts = ts if t.first_ts is None else min(t.first_ts, ts)
-        t.last_ts = ts if t.last_ts is None else max(t.last_ts, ts)
-        if ph in ("i", "I", "R"):
-            self._marker(name, ts, args)
-        elif pid == 0:
-            return
-        elif ph == "B":
-            self._begin(pid, name, ts)
+        if type(ts) is not int:
+            if not isinstance(ts, (int, float)):
+                return
+            ts = int(ts)
+        if t.first_ts is None or ts < t.first_ts:
+            t.first_ts = ts
+        if t.last_ts is None or ts > t.last_ts:
+            t.last_ts = ts
+        if ph == "B":
+            if pid != 0:
+                self._begin(pid, name, ts)
         elif ph == "E":
-            self._end(pid, ts, args)
+            if pid != 0:
+                self._end(pid, ts, _args(rec))
         elif ph == "X":
-            self._tick(pid, name, ts)
+            if pid != 0:
+                self._tick(pid, name, ts)
+        elif ph in ("i", "I", "R"):
+            self._marker(name, ts, _args(rec))
 
     def _marker(self, name: str, ts: int, args: dict[str, Any]) -> None:
         t = self.trace
@@ -546,7 +552,9 @@ class _Builder:
             stack.append(("op", op))
             return
         op = stack[op_index][1]
-        depth = 1 + sum(1 for e in stack[op_index + 1:] if e[0] in ("act", "orphan"))
+        depth = len(stack) - op_index
+        if depth > 1:
+            depth -= sum(1 for e in stack[op_index + 1:] if e[0] == "neg")
         act = Activity(name, ts, None, depth)
         op.activities.append(act)
         stack.append(("act", act))
@@ -605,6 +613,11 @@ class _Builder:
                 i = bisect.bisect_right(starts, occ.start) - 1
                 occ.step = t.steps[i][0] if i >= 0 else None
         return t
+
+
+def _args(rec: dict[str, Any]) -> dict[str, Any]:
+    args = rec.get("args")
+    return args if isinstance(args, dict) else {}
 
 
 def _innermost(stack: list[tuple[str, Any]], kind: str) -> int | None:

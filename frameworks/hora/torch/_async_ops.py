@@ -1,4 +1,4 @@
-"""Asynchronous collective operations on torch tensors and the integer handle table.
+"""Asynchronous collective operations on torch tensors (integer handles, as in Horovod).
 
 Every ``*_async`` function enqueues work on the engine and returns an ``int`` handle, as Horovod's
 torch API does. ``synchronize(handle)`` waits for it and returns the result; ``poll(handle)`` asks
@@ -10,17 +10,15 @@ arrays that are wrapped without a copy.
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Sequence
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import numpy as np
 import torch
 
 from hora.common import ops as _ops
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.errors import HoraError
+from hora.torch import _handles
 
 Average = _ops.Average
 Sum = _ops.Sum
@@ -50,94 +48,6 @@ _SUPPORTED_DTYPES = frozenset(
     )
     if d is not None
 )
-
-
-class _Pending:
-    """Engine handles of one frontend operation and how to build its result once they are done."""
-
-    __slots__ = ("finish", "handles")
-
-    def __init__(self, handles: list, finish: Callable[[], Any]) -> None:
-        self.handles = handles
-        self.finish = finish
-
-
-_table: dict[int, _Pending] = {}
-_table_lock = threading.Lock()
-_next_id = itertools.count(1)
-
-
-def _register(handles: list, finish: Callable[[], Any]) -> int:
-    with _table_lock:
-        handle = next(_next_id)
-        _table[handle] = _Pending(handles, finish)
-    return handle
-
-
-def poll(handle: int) -> bool:
-    """Return True when the operation behind ``handle`` has finished (successfully or not).
-
-    Raises:
-        ValueError: the handle was never created or was already synchronized.
-    """
-    record = _table.get(handle)
-    if record is None:
-        raise ValueError(f"Handle {handle} was not created or has been cleared.")
-    return all(h.poll() for h in record.handles)
-
-
-class InvalidCollectiveError(HoraError, ValueError):
-    """An operation the engine refused after the ranks negotiated it (for example an allgather
-    while some rank has joined, or Adasum on a rank count that is not a power of two).
-
-    Both a ``ValueError`` (what caused it) and a ``HorovodInternalError`` (what Horovod's
-    ``synchronize`` raises for any failed operation).
-    """
-
-
-def _as_frontend_error(exc: Exception) -> Exception:
-    if isinstance(exc, HoraError):
-        return exc
-    if isinstance(exc, ValueError):
-        return InvalidCollectiveError(str(exc))
-    if isinstance(exc, RuntimeError):
-        return HoraError(str(exc))
-    return exc
-
-
-def synchronize(handle: int) -> Any:
-    """Wait for the operation behind ``handle`` and return its result.
-
-    The result is the output tensor (for in-place operations, the tensor that was passed in), a
-    list for grouped operations, and ``(output, received_splits)`` for alltoall. An unknown handle
-    gives None. The handle is released either way.
-
-    Raises:
-        HoraError: the operation failed on the engine (mismatch across ranks, transport failure,
-            shutdown, refused after negotiation, ...). ``hora.HorovodInternalError`` is the same
-            class.
-    """
-    with _table_lock:
-        record = _table.get(handle)
-    if record is None:
-        return None
-    try:
-        first_error: Exception | None = None
-        for h in record.handles:
-            try:
-                h.wait()
-            except (RuntimeError, ValueError, TypeError) as exc:  # wait for the rest first
-                if first_error is None:
-                    first_error = exc
-        if first_error is not None:
-            converted = _as_frontend_error(first_error)
-            if converted is first_error:
-                raise first_error
-            raise converted from first_error
-        return record.finish()
-    finally:
-        with _table_lock:
-            _table.pop(handle, None)
 
 
 def _check_tensor(tensor: Any, what: str) -> None:
@@ -175,7 +85,9 @@ def _fresh_copy(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return tensor.detach().clone(memory_format=torch.contiguous_format)
 
 
-def _from_engine(array: np.ndarray | None, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+def _from_engine(
+    array: np.ndarray | None, dtype: torch.dtype, shape: Sequence[int]
+) -> torch.Tensor:
     """Wrap an engine-owned result array as a tensor of ``dtype`` without copying."""
     if array is None:
         return torch.empty((0, *shape[1:]), dtype=dtype)
@@ -232,9 +144,14 @@ def allreduce_async(
     op = handle_average_backwards_compatibility(op, average)
     output = _fresh_copy(tensor, "allreduce_async")
     handles = _submit_allreduce(
-        [output], [_ops.op_name("allreduce", name)], op, prescale_factor, postscale_factor, process_set
+        [output],
+        [_ops.op_name("allreduce", name)],
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
     )
-    return _register(handles, lambda: output)
+    return _handles.register(handles, lambda: output)
 
 
 def allreduce_async_(
@@ -254,9 +171,14 @@ def allreduce_async_(
     op = handle_average_backwards_compatibility(op, average)
     view = _inplace_view(tensor, "allreduce_async_")
     handles = _submit_allreduce(
-        [view], [_ops.op_name("allreduce", name)], op, prescale_factor, postscale_factor, process_set
+        [view],
+        [_ops.op_name("allreduce", name)],
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
     )
-    return _register(handles, lambda: tensor)
+    return _handles.register(handles, lambda: tensor)
 
 
 def grouped_allreduce_async(
@@ -280,7 +202,7 @@ def grouped_allreduce_async(
         if outputs
         else []
     )
-    return _register(handles, lambda: list(outputs))
+    return _handles.register(handles, lambda: list(outputs))
 
 
 def grouped_allreduce_async_(
@@ -302,14 +224,15 @@ def grouped_allreduce_async_(
         if views
         else []
     )
-    return _register(handles, lambda: tensors)
+    return _handles.register(handles, lambda: tensors)
 
 
 # ----------------------------------------------------------------------------------- allgather
 
 
-def _gather(kind_prefix: str, tensors: list[torch.Tensor], names: list[str],
-            process_set: ProcessSet) -> tuple[list, list[torch.Tensor]]:
+def _gather(
+    kind_prefix: str, tensors: list[torch.Tensor], names: list[str], process_set: ProcessSet
+) -> tuple[list, list[torch.Tensor]]:
     inputs = [_contiguous_input(t, kind_prefix) for t in tensors]
     handles = _ops.submit(_ops.ALLGATHER, inputs, names, process_set=process_set) if inputs else []
     return handles, inputs
@@ -322,10 +245,13 @@ def allgather_async(
 
     The first dimension may differ between ranks; the others must match.
     """
-    handles, _ = _gather("allgather_async", [tensor], [_ops.op_name("allgather", name)],
-                              process_set)
+    handles, _ = _gather(
+        "allgather_async", [tensor], [_ops.op_name("allgather", name)], process_set
+    )
     shape = list(tensor.shape)
-    return _register(handles, lambda: _from_engine(handles[0].output(), tensor.dtype, shape))
+    return _handles.register(
+        handles, lambda: _from_engine(handles[0].output(), tensor.dtype, shape)
+    )
 
 
 def grouped_allgather_async(
@@ -339,11 +265,9 @@ def grouped_allgather_async(
     handles, _ = _gather("grouped_allgather_async", tensors, names, process_set)
 
     def finish() -> list[torch.Tensor]:
-        return [
-            _from_engine(h.output(), t.dtype, list(t.shape)) for h, t in zip(handles, tensors)
-        ]
+        return [_from_engine(h.output(), t.dtype, list(t.shape)) for h, t in zip(handles, tensors)]
 
-    return _register(handles, finish)
+    return _handles.register(handles, finish)
 
 
 # ----------------------------------------------------------------------------------- broadcast
@@ -364,9 +288,14 @@ def broadcast_async(
     """Start a broadcast of ``root_rank``'s tensor (a global rank) into a new tensor."""
     root = _check_root(root_rank)
     output = _fresh_copy(tensor, "broadcast_async")
-    handles = _ops.submit(_ops.BROADCAST, [output], [_ops.op_name("broadcast", name)],
-                          root_rank=root, process_set=process_set)
-    return _register(handles, lambda: output)
+    handles = _ops.submit(
+        _ops.BROADCAST,
+        [output],
+        [_ops.op_name("broadcast", name)],
+        root_rank=root,
+        process_set=process_set,
+    )
+    return _handles.register(handles, lambda: output)
 
 
 def broadcast_async_(
@@ -378,9 +307,14 @@ def broadcast_async_(
     """Start an in-place broadcast: ``tensor`` receives ``root_rank``'s values."""
     root = _check_root(root_rank)
     view = _inplace_view(tensor, "broadcast_async_")
-    handles = _ops.submit(_ops.BROADCAST, [view], [_ops.op_name("broadcast", name)],
-                          root_rank=root, process_set=process_set)
-    return _register(handles, lambda: tensor)
+    handles = _ops.submit(
+        _ops.BROADCAST,
+        [view],
+        [_ops.op_name("broadcast", name)],
+        root_rank=root,
+        process_set=process_set,
+    )
+    return _handles.register(handles, lambda: tensor)
 
 
 # ------------------------------------------------------------------------------------ alltoall
@@ -416,8 +350,13 @@ def alltoall_async(
     """
     split_list = _normalize_splits(splits)
     source = _contiguous_input(tensor, "alltoall_async")
-    handles = _ops.submit(_ops.ALLTOALL, [source], [_ops.op_name("alltoall", name)],
-                          splits=split_list, process_set=process_set)
+    handles = _ops.submit(
+        _ops.ALLTOALL,
+        [source],
+        [_ops.op_name("alltoall", name)],
+        splits=split_list,
+        process_set=process_set,
+    )
     shape = list(tensor.shape)
 
     def finish() -> tuple[torch.Tensor, torch.Tensor]:
@@ -425,7 +364,7 @@ def alltoall_async(
         received = torch.tensor(list(handles[0].received_splits()), dtype=torch.int32)
         return output, received
 
-    return _register(handles, finish)
+    return _handles.register(handles, finish)
 
 
 # ------------------------------------------------------------------------------- reducescatter
@@ -450,11 +389,19 @@ def reducescatter_async(
     """
     _check_reducescatter_op(op)
     source = _contiguous_input(tensor, "reducescatter_async")
-    handles = _ops.submit(_ops.REDUCESCATTER, [source], [_ops.op_name("reducescatter", name)], op=op,
-                          prescale=float(prescale_factor), postscale=float(postscale_factor),
-                          process_set=process_set)
+    handles = _ops.submit(
+        _ops.REDUCESCATTER,
+        [source],
+        [_ops.op_name("reducescatter", name)],
+        op=op,
+        prescale=float(prescale_factor),
+        postscale=float(postscale_factor),
+        process_set=process_set,
+    )
     shape = list(tensor.shape)
-    return _register(handles, lambda: _from_engine(handles[0].output(), tensor.dtype, shape))
+    return _handles.register(
+        handles, lambda: _from_engine(handles[0].output(), tensor.dtype, shape)
+    )
 
 
 def grouped_reducescatter_async(
@@ -471,18 +418,23 @@ def grouped_reducescatter_async(
     sources = [_contiguous_input(t, "grouped_reducescatter_async") for t in tensors]
     names = _ops.group_names("grouped_reducescatter", name, len(sources))
     handles = (
-        _ops.submit(_ops.REDUCESCATTER, sources, names, op=op, prescale=float(prescale_factor),
-                    postscale=float(postscale_factor), process_set=process_set)
+        _ops.submit(
+            _ops.REDUCESCATTER,
+            sources,
+            names,
+            op=op,
+            prescale=float(prescale_factor),
+            postscale=float(postscale_factor),
+            process_set=process_set,
+        )
         if sources
         else []
     )
 
     def finish() -> list[torch.Tensor]:
-        return [
-            _from_engine(h.output(), t.dtype, list(t.shape)) for h, t in zip(handles, tensors)
-        ]
+        return [_from_engine(h.output(), t.dtype, list(t.shape)) for h, t in zip(handles, tensors)]
 
-    return _register(handles, finish)
+    return _handles.register(handles, finish)
 
 
 # ------------------------------------------------------------------------------------- sparse
@@ -518,7 +470,8 @@ def sparse_allreduce_async(
         all_values = _from_engine(handles[1].output(), values.dtype, value_shape)
         if op == Average:
             all_values = all_values / size
-        return torch.sparse_coo_tensor(all_indices.t(), all_values, sparse.size(),
-                                       check_invariants=False)
+        return torch.sparse_coo_tensor(
+            all_indices.t(), all_values, sparse.size(), check_invariants=False
+        )
 
-    return _register(handles, finish)
+    return _handles.register(handles, finish)

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import broadcast_async_, synchronize
+from hora.torch._async_ops import broadcast_async_
+from hora.torch._handles import synchronize
 
 _ROOT_WAS_EMPTY = "__hora_root_state_was_empty__"
 
@@ -43,8 +44,9 @@ def broadcast_object(
 
     The object is serialized with cloudpickle; ``name`` defaults to the object's type name.
     """
-    return _neutral("broadcast_object")(obj, root_rank=root_rank, name=name,
-                                        process_set=process_set)
+    return _neutral("broadcast_object")(
+        obj, root_rank=root_rank, name=name, process_set=process_set
+    )
 
 
 def allgather_object(
@@ -177,8 +179,9 @@ def broadcast_optimizer_state(
                     places[key] = (state, entry)
 
     broadcast_parameters(tensors, root_rank, process_set=process_set)
-    received = broadcast_object(scalars, root_rank=root_rank, name="optimizer_state",
-                                process_set=process_set)
+    received = broadcast_object(
+        scalars, root_rank=root_rank, name="optimizer_state", process_set=process_set
+    )
     for key, value in received.items():
         place = places.get(key)
         if place is not None:

@@ -7,7 +7,6 @@ names ending in ``_async`` return an integer handle for ``poll`` / ``synchronize
 
 from __future__ import annotations
 
-
 import torch
 
 import hora as _hora
@@ -39,7 +38,12 @@ from hora.common.process_sets import (
     global_process_set,
     remove_process_set,
 )
-from hora.errors import HoraError, HorovodInternalError, HostsUpdatedInterrupt
+from hora.errors import (
+    HoraError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    NotSupportedError,
+)
 from hora.torch import _autograd
 from hora.torch._async_ops import (
     Adasum,
@@ -60,11 +64,10 @@ from hora.torch._async_ops import (
     grouped_allreduce_async_,
     grouped_reducescatter_async,
     handle_average_backwards_compatibility,
-    poll,
     reducescatter_async,
     sparse_allreduce_async,
-    synchronize,
 )
+from hora.torch._handles import InvalidCollectiveError, poll, synchronize
 from hora.torch.compression import Compression, Compressor
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "HoraError",
     "HorovodInternalError",
     "HostsUpdatedInterrupt",
+    "InvalidCollectiveError",
     "Max",
     "Min",
     "ProcessSet",
@@ -136,8 +140,29 @@ __all__ = [
     "synchronize",
 ]
 
-start_timeline = getattr(_hora, "start_timeline", None)
-stop_timeline = getattr(_hora, "stop_timeline", None)
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Start writing a Chrome-trace timeline to ``file_path`` (needs HORA_TIMELINE=DYNAMIC).
+
+    Raises:
+        NotSupportedError: this build of the hora package has no runtime timeline control.
+    """
+    start = getattr(_hora, "start_timeline", None)
+    if start is None:
+        raise NotSupportedError("this build of Hora has no start_timeline()")
+    start(file_path, mark_cycles=mark_cycles)
+
+
+def stop_timeline() -> None:
+    """Stop the timeline started by ``start_timeline``.
+
+    Raises:
+        NotSupportedError: this build of the hora package has no runtime timeline control.
+    """
+    stop = getattr(_hora, "stop_timeline", None)
+    if stop is None:
+        raise NotSupportedError("this build of Hora has no stop_timeline()")
+    stop()
 
 
 def allreduce(
@@ -179,8 +204,14 @@ def allreduce_(
     """In-place allreduce: ``tensor`` receives the result and is returned."""
     op = handle_average_backwards_compatibility(op, average)
     return synchronize(
-        allreduce_async_(tensor, name=name, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, process_set=process_set)
+        allreduce_async_(
+            tensor,
+            name=name,
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+        )
     )
 
 
@@ -220,8 +251,14 @@ def grouped_allreduce_(
     """In-place grouped allreduce; returns the input tensors holding the results."""
     op = handle_average_backwards_compatibility(op, average)
     return synchronize(
-        grouped_allreduce_async_(tensors, name=name, op=op, prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor, process_set=process_set)
+        grouped_allreduce_async_(
+            tensors,
+            name=name,
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+        )
     )
 
 

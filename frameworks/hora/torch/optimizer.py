@@ -12,7 +12,6 @@ the Adasum operator.
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -21,119 +20,27 @@ import torch
 
 from hora.common.basics import size
 from hora.common.process_sets import ProcessSet, global_process_set
+from hora.torch._adasum_optimizer import _DistributedAdasumMixin
 from hora.torch._async_ops import (
     Adasum,
     Average,
     allreduce_async_,
     grouped_allreduce_async_,
     sparse_allreduce_async,
-    synchronize,
+)
+from hora.torch._handles import synchronize
+from hora.torch._optimizer_utils import (
+    STEP_AFTER_SYNC,
+    TOO_MANY_PASSES,
+    ZERO_GRAD_RACE,
+    all_params,
+    check_groups,
+    initialise_wrapped,
+    make_hook,
+    parameter_names_of,
+    split_evenly,
 )
 from hora.torch.compression import Compression, Compressor
-
-_TOO_MANY_PASSES = (
-    "Gradients were computed more than backward_passes_per_step times before call to step(). "
-    "Increase backward_passes_per_step to accumulate gradients locally."
-)
-_ZERO_GRAD_RACE = (
-    "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
-    "optimizer.synchronize(). This is prohibited as it can cause a race condition."
-)
-_STEP_AFTER_SYNC = (
-    "optimizer.step() called without optimizer.skip_synchronize() context after "
-    "optimizer.synchronize(). This can cause training slowdown. You may want to consider using "
-    "optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
-)
-
-def _all_params(param_groups: list[dict]) -> list[torch.Tensor]:
-    return [p for group in param_groups for p in group["params"]]
-
-
-def _parameter_names(
-    param_groups: list[dict], named_parameters: Iterable | None
-) -> dict[torch.Tensor, str]:
-    """Map each parameter to its allreduce name, validating ``named_parameters``."""
-    if named_parameters is None:
-        return {
-            p: f"allreduce.noname.{g}.{i}"
-            for g, group in enumerate(param_groups)
-            for i, p in enumerate(group["params"])
-        }
-    named = list(named_parameters)
-    if any(not isinstance(item, tuple) for item in named):
-        raise ValueError(
-            "named_parameters should be a sequence of tuples (name, parameter), usually produced "
-            "by model.named_parameters()."
-        )
-    seen: set[str] = set()
-    duplicates: list[str] = []
-    for name, _ in named:
-        if name in seen and name not in duplicates:
-            duplicates.append(name)
-        seen.add(name)
-    if duplicates:
-        raise ValueError(
-            "Parameter names in named_parameters must be unique. Found duplicates: "
-            + ", ".join(str(d) for d in duplicates)
-        )
-    named_ids = {id(p) for _, p in named}
-    unnamed = [id(p) for p in _all_params(param_groups) if id(p) not in named_ids]
-    if unnamed:
-        raise ValueError(
-            "named_parameters was specified, but one or more model parameters were not named. "
-            "Python object ids: " + ", ".join(str(i) for i in unnamed)
-        )
-    return {p: name for name, p in sorted(named, key=lambda item: item[0])}
-
-
-def _check_groups(groups: Any) -> None:
-    if isinstance(groups, list):
-        seen: set[int] = set()
-        for group in groups:
-            for p in group:
-                if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups must consist of torch.Tensor.")  # noqa: TRY004
-                if id(p) in seen:
-                    raise ValueError("A parameter can only appear once in groups.")
-                seen.add(id(p))
-    elif isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
-        raise ValueError(
-            "groups should be a non-negative integer or a list of list of torch.Tensor."
-        )
-
-
-def _split_evenly(items: list, parts: int) -> list[list]:
-    parts = max(1, min(parts, len(items)))
-    base, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(items[start:stop])
-        start = stop
-    return [chunk for chunk in out if chunk]
-
-
-def _make_hook(owner: Any) -> Callable[[torch.Tensor], None]:
-    ref = weakref.ref(owner)
-
-    def hook(param: torch.Tensor) -> None:
-        opt = ref()
-        if opt is not None:
-            opt._grad_ready(param)
-
-    return hook
-
-
-def _initialise_wrapped(self: Any, optimizer: torch.optim.Optimizer) -> None:
-    """Run the wrapped class's constructor on ``optimizer``'s parameter groups (shared dicts)."""
-    base = type(optimizer)
-    try:
-        base.__init__(self, optimizer.param_groups)
-    except TypeError:
-        base.__init__(self, optimizer.param_groups, **optimizer.defaults)
-    self.defaults = dict(optimizer.defaults)
-    for param, state in optimizer.state.items():
-        self.state[param] = state
 
 
 class _DistributedMixin:
@@ -151,15 +58,15 @@ class _DistributedMixin:
         sparse_as_dense: bool,
         process_set: ProcessSet,
     ) -> None:
-        _initialise_wrapped(self, optimizer)
+        initialise_wrapped(self, optimizer)
         self._compression = compression
         self._op = op
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
-        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self._parameter_names = parameter_names_of(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
-        self._ordered = _all_params(self.param_groups)
+        self._ordered = all_params(self.param_groups)
         self._delay = {p: backward_passes_per_step for p in self._ordered}
         self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
         self._group_handles: dict[int, tuple[Any, Any]] = {}
@@ -180,7 +87,7 @@ class _DistributedMixin:
         if isinstance(groups, list):
             chunks = [[p for p in group if p.requires_grad] for group in groups]
         else:
-            chunks = _split_evenly(trainable, int(groups))
+            chunks = split_evenly(trainable, int(groups))
         for chunk in chunks:
             if not chunk:
                 continue
@@ -191,7 +98,7 @@ class _DistributedMixin:
                 self._group_of[p] = index
 
     def _register_hooks(self) -> None:
-        hook = _make_hook(self)
+        hook = make_hook(self)
         for p in self._ordered:
             if p.requires_grad:
                 self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
@@ -207,10 +114,12 @@ class _DistributedMixin:
         if p not in self._delay or not self._process_set.included():
             return
         if self._delay[p] <= 0:
-            raise AssertionError(_TOO_MANY_PASSES)
+            raise AssertionError(TOO_MANY_PASSES)
         if p.grad is not None and p.grad.requires_grad:
-            raise AssertionError("gradients that require grad (create_graph=True) cannot be "
-                                 "allreduced by DistributedOptimizer")
+            raise AssertionError(
+                "gradients that require grad (create_graph=True) cannot be "
+                "allreduced by DistributedOptimizer"
+            )
         self._delay[p] -= 1
         if self._delay[p] > 0:
             self._handles.setdefault(p, (None, None))
@@ -242,14 +151,21 @@ class _DistributedMixin:
         grad = self._prepare(p, force_dense=False)
         name = self._parameter_names.get(p)
         if grad.is_sparse:
-            return sparse_allreduce_async(grad, name=name, op=self._op,
-                                          process_set=self._process_set), None
+            return sparse_allreduce_async(
+                grad, name=name, op=self._op, process_set=self._process_set
+            ), None
         tensor, ctx = self._compression.compress(grad)
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
         pre, post = self._scales()
-        handle = allreduce_async_(tensor, name=name, op=self._op, prescale_factor=pre,
-                                  postscale_factor=post, process_set=self._process_set)
+        handle = allreduce_async_(
+            tensor,
+            name=name,
+            op=self._op,
+            prescale_factor=pre,
+            postscale_factor=post,
+            process_set=self._process_set,
+        )
         return handle, ctx
 
     def _launch_group_now(self, index: int) -> None:
@@ -260,9 +176,14 @@ class _DistributedMixin:
             tensors.append(tensor if tensor.is_contiguous() else tensor.contiguous())
             ctxs.append(ctx)
         pre, post = self._scales()
-        handle = grouped_allreduce_async_(tensors, name=self._parameter_names.get(group[0]),
-                                          op=self._op, prescale_factor=pre,
-                                          postscale_factor=post, process_set=self._process_set)
+        handle = grouped_allreduce_async_(
+            tensors,
+            name=self._parameter_names.get(group[0]),
+            op=self._op,
+            prescale_factor=pre,
+            postscale_factor=post,
+            process_set=self._process_set,
+        )
         for p in group:
             self._handles.pop(p, None)
         self._group_handles[index] = (handle, ctxs)
@@ -356,7 +277,7 @@ class _DistributedMixin:
         """Synchronize the gradients (unless inside ``skip_synchronize()``) and update."""
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn(_STEP_AFTER_SYNC, stacklevel=2)
+                warnings.warn(STEP_AFTER_SYNC, stacklevel=2)
             self.synchronize()
         self._synchronized = False
         return super().step(closure)
@@ -364,7 +285,7 @@ class _DistributedMixin:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients; forbidden while allreduces started by backward are pending."""
         if self._handles or self._group_handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
+            raise AssertionError(ZERO_GRAD_RACE)
         super().zero_grad(set_to_none)
 
     def _drain(self) -> None:
@@ -383,129 +304,6 @@ class _DistributedMixin:
         self._drain()
         self._synchronized = False
         self._should_synchronize = True
-        super().load_state_dict(state_dict)
-
-    def _local_step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """The wrapped optimizer's own update, without any communication."""
-        return super().step(closure)
-
-
-class _DistributedAdasumMixin:
-    """Delta optimizer: a local step per parameter, then Adasum of the parameter changes."""
-
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        named_parameters: Iterable | None,
-        compression: type[Compressor],
-        backward_passes_per_step: int,
-    ) -> None:
-        _initialise_wrapped(self, optimizer)
-        self._compression = compression
-        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._ordered = _all_params(self.param_groups)
-        self._delay = {p: backward_passes_per_step for p in self._ordered}
-        self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
-        self._start = {p: torch.zeros_like(p, requires_grad=False) for p in self._ordered}
-        self._hook_handles = []
-        hook = _make_hook(self)
-        for p in self._ordered:
-            if p.requires_grad:
-                self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
-
-    def _grad_ready(self, p: torch.Tensor) -> None:
-        if p not in self._delay:
-            return
-        if self._delay[p] <= 0:
-            raise AssertionError(_TOO_MANY_PASSES)
-        self._delay[p] -= 1
-        self._handles[p] = self._launch(p) if self._delay[p] == 0 else (None, None)
-
-    def _launch(self, p: torch.Tensor) -> tuple[Any, Any]:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        stashed = [group["params"] for group in self.param_groups]
-        for group in self.param_groups:
-            group["params"] = [p] if any(p is q for q in group["params"]) else []
-        try:
-            start = self._start[p]
-            start.copy_(p.detach())
-            super().step()
-        finally:
-            for group, params in zip(self.param_groups, stashed):
-                group["params"] = params
-        with torch.no_grad():
-            p.sub_(start)
-        tensor, ctx = self._compression.compress(p.detach())
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-        return allreduce_async_(tensor, name=self._parameter_names.get(p), op=Adasum), ctx
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change how many backward passes are accumulated locally before each reduction."""
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"backward_passes_per_step must be a positive int, got {passes!r}")
-        self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
-
-    def synchronize(self) -> None:
-        """No-op: with Adasum the reduction happens inside ``step()``."""
-
-    @contextmanager
-    def skip_synchronize(self) -> Iterator[None]:
-        """Not available with Adasum."""
-        raise AssertionError("Skipping synchronization is not supported when using Adasum "
-                             "optimizer.")
-        yield  # pragma: no cover
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Finish the Adasum of every parameter's local change and apply it."""
-        loss = closure() if closure is not None else None
-        for p in self._ordered:
-            entry = self._handles.get(p)
-            if (entry is None and p.requires_grad) or (entry is not None and entry[0] is None):
-                self._handles[p] = self._launch(p)
-        first_error: BaseException | None = None
-        for p, (handle, ctx) in list(self._handles.items()):
-            try:
-                delta = self._compression.decompress(synchronize(handle), ctx)
-            except (RuntimeError, ValueError, TypeError) as exc:
-                if first_error is None:
-                    first_error = exc
-                continue
-            with torch.no_grad():
-                start = self._start[p]
-                start.add_(delta.to(start.dtype))
-                p.copy_(start)
-        self._handles.clear()
-        for p in self._delay:
-            self._delay[p] = self.backward_passes_per_step
-        if first_error is not None:
-            raise first_error
-        return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients; forbidden while reductions started by backward are pending."""
-        if self._handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
-        super().zero_grad(set_to_none)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load optimizer state; pending reductions are finished and their updates discarded."""
-        for p, (handle, _) in list(self._handles.items()):
-            if handle is None:
-                continue
-            try:
-                synchronize(handle)
-            except (RuntimeError, ValueError, TypeError):
-                pass
-            with torch.no_grad():
-                p.copy_(self._start[p])
-        self._handles.clear()
-        for p in self._delay:
-            self._delay[p] = self.backward_passes_per_step
         super().load_state_dict(state_dict)
 
     def _local_step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -562,8 +360,9 @@ def DistributedOptimizer(
         or not isinstance(backward_passes_per_step, int)
         or backward_passes_per_step < 1
     ):
-        raise ValueError("backward_passes_per_step must be a positive int, got "
-                         f"{backward_passes_per_step!r}")
+        raise ValueError(
+            f"backward_passes_per_step must be a positive int, got {backward_passes_per_step!r}"
+        )
     if num_groups != 0:
         warnings.warn(
             "Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
@@ -573,11 +372,20 @@ def DistributedOptimizer(
         if groups is None:
             groups = num_groups
     if groups is not None:
-        _check_groups(groups)
+        check_groups(groups)
     if op != Adasum or size() == 1:
         cls = _combine(_DistributedMixin, optimizer)
-        return cls(optimizer, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense, process_set)
+        return cls(
+            optimizer,
+            named_parameters,
+            compression,
+            backward_passes_per_step,
+            op,
+            gradient_predivide_factor,
+            groups,
+            sparse_as_dense,
+            process_set,
+        )
     if process_set is not global_process_set and process_set.process_set_id != 0:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     cls = _combine(_DistributedAdasumMixin, optimizer)

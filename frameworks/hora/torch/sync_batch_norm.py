@@ -16,7 +16,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from hora.common.basics import size
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import Sum, allreduce_async_, synchronize
+from hora.torch._async_ops import Sum, allreduce_async_
+from hora.torch._handles import synchronize
 
 __all__ = ["SyncBatchNorm"]
 
@@ -38,25 +39,32 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
-                bias: torch.Tensor | None, eps: float,
-                process_set: ProcessSet) -> tuple[torch.Tensor, ...]:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+        process_set: ProcessSet,
+    ) -> tuple[torch.Tensor, ...]:
         channels = x.shape[1]
         dims = [d for d in range(x.dim()) if d != 1]
         stats_dtype = torch.float64
         xs = x.to(stats_dtype)
         local_count = float(x.numel() // channels) if channels else 0.0
-        packed = torch.cat([
-            torch.tensor([local_count], dtype=stats_dtype),
-            xs.sum(dim=dims),
-            (xs * xs).sum(dim=dims),
-        ])
+        packed = torch.cat(
+            [
+                torch.tensor([local_count], dtype=stats_dtype),
+                xs.sum(dim=dims),
+                (xs * xs).sum(dim=dims),
+            ]
+        )
         packed = _sum_across(packed, process_set)
         count = packed[0].item()
         if count < 1:
             raise ValueError("SyncBatchNorm: no samples on any rank")
-        mean = packed[1:1 + channels] / count
-        var = (packed[1 + channels:] / count - mean * mean).clamp_min(0.0)
+        mean = packed[1 : 1 + channels] / count
+        var = (packed[1 + channels :] / count - mean * mean).clamp_min(0.0)
         invstd = torch.rsqrt(var + eps)
         xhat = (xs - _channel_view(mean, x.dim())) * _channel_view(invstd, x.dim())
         out = xhat
@@ -82,8 +90,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         sum_g = g.sum(dim=dims)
         sum_g_xhat = (g * xhat).sum(dim=dims)
         grad_weight = sum_g_xhat.to(weight.dtype) if weight is not None else None
-        grad_bias = sum_g.to(weight.dtype if weight is not None else ctx.in_dtype) \
-            if ctx.has_bias else None
+        grad_bias = (
+            sum_g.to(weight.dtype if weight is not None else ctx.in_dtype) if ctx.has_bias else None
+        )
         grad_input = None
         if ctx.needs_input_grad[0]:
             channels = xhat.shape[1]
@@ -149,9 +158,10 @@ class SyncBatchNorm(_BatchNorm):
             count = float(total.item())
             with torch.no_grad():
                 unbiased = var * (count / (count - 1)) if count > 1 else var
-                self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype),
-                                                        alpha=factor)
-                self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype),
-                                                       alpha=factor)
+                self.running_mean.mul_(1 - factor).add_(
+                    mean.to(self.running_mean.dtype), alpha=factor
+                )
+                self.running_var.mul_(1 - factor).add_(
+                    unbiased.to(self.running_var.dtype), alpha=factor
+                )
         return out
-

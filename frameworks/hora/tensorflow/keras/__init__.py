@@ -14,7 +14,7 @@ installed.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import tensorflow as tf
 
@@ -47,12 +47,40 @@ from hora.tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum
 from hora.tensorflow.optimizer import GroupsArg
 
 __all__ = [
-    "Adasum", "Average", "Compression", "DistributedOptimizer", "Max", "Min", "Product",
-    "ProcessSet", "Sum", "add_process_set", "allgather", "allgather_object", "allreduce",
-    "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "callbacks", "cross_rank", "cross_size", "global_process_set", "init", "is_initialized",
-    "load_model", "local_rank", "local_size", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "rank", "reducescatter", "remove_process_set", "shutdown", "size",
+    "Adasum",
+    "Average",
+    "Compression",
+    "DistributedOptimizer",
+    "Max",
+    "Min",
+    "ProcessSet",
+    "Product",
+    "Sum",
+    "add_process_set",
+    "allgather",
+    "allgather_object",
+    "allreduce",
+    "broadcast",
+    "broadcast_global_variables",
+    "broadcast_object",
+    "broadcast_variables",
+    "callbacks",
+    "cross_rank",
+    "cross_size",
+    "global_process_set",
+    "init",
+    "is_initialized",
+    "load_model",
+    "local_rank",
+    "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "rank",
+    "reducescatter",
+    "remove_process_set",
+    "shutdown",
+    "size",
 ]
 
 broadcast_object = _functions.broadcast_object
@@ -60,7 +88,7 @@ allgather_object = _functions.allgather_object
 broadcast_variables = _functions.broadcast_variables
 
 
-def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,  # noqa: N802
+def DistributedOptimizer(optimizer: Any, name: str | None = None,
                          device_dense: str = "", device_sparse: str = "",
                          compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
@@ -124,9 +152,9 @@ def broadcast_global_variables(root_rank: int) -> Any:
     return _functions.broadcast_global_variables(root_rank)
 
 
-def allreduce(value: Any, name: Optional[str] = None, average: Optional[bool] = None,
+def allreduce(value: Any, name: str | None = None, average: bool | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              op: Optional[int] = None,
+              op: int | None = None,
               compression: type[Compressor] = Compression.none,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Allreduce a tensor-compatible value (Average by default); returns a tensor."""
@@ -136,28 +164,28 @@ def allreduce(value: Any, name: Optional[str] = None, average: Optional[bool] = 
                               process_set=process_set)
 
 
-def allgather(value: Any, name: Optional[str] = None,
+def allgather(value: Any, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenate a tensor-compatible value from every rank along dim 0; returns a tensor."""
     return _mpi_ops.allgather(tf.convert_to_tensor(value), name=name, process_set=process_set)
 
 
-def broadcast(value: Any, root_rank: int, name: Optional[str] = None,
+def broadcast(value: Any, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """``root_rank``'s value of a tensor-compatible value; returns a tensor."""
     return _mpi_ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name,
                               process_set=process_set)
 
 
-def reducescatter(value: Any, name: Optional[str] = None, op: int = Average,
+def reducescatter(value: Any, name: str | None = None, op: int = Average,
                   process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Reduce a tensor-compatible value and return this rank's rows; returns a tensor."""
     return _mpi_ops.reducescatter(tf.convert_to_tensor(value), name=name, op=op,
                                   process_set=process_set)
 
 
-def load_model(filepath: str, custom_optimizers: Optional[list] = None,
-               custom_objects: Optional[dict] = None,
+def load_model(filepath: str, custom_optimizers: list | None = None,
+               custom_objects: dict | None = None,
                compression: type[Compressor] = Compression.none, **kwargs: Any) -> Any:
     """Load a saved Keras model whose optimizer then reduces gradients across ranks.
 

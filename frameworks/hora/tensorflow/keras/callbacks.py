@@ -17,7 +17,7 @@ The learning-rate callbacks need an optimizer with a settable learning rate (a n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import keras
 import numpy as np
@@ -71,12 +71,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         broadcast_variables(variables, self.root_rank, process_set=self.process_set)
         self.broadcast_done = True
 
-    def on_train_begin(self, logs: Optional[dict] = None) -> None:
+    def on_train_begin(self, logs: dict | None = None) -> None:
         """Broadcast when the model and optimizer are built (Keras 3 builds them before)."""
         if not self.broadcast_done and getattr(self.model, "built", False):
             self._broadcast()
 
-    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         """Broadcast after the first batch if the model was not built when training began."""
         if not self.broadcast_done:
             self._broadcast()
@@ -104,7 +104,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         del device
         self.process_set = process_set
 
-    def _average(self, logs: Optional[dict]) -> None:
+    def _average(self, logs: dict | None) -> None:
         if not logs:
             return
         keys = sorted(k for k, v in logs.items() if _is_number(v))
@@ -116,7 +116,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         for key, value in zip(keys, averaged):
             logs[key] = float(value[0])
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         """Average the epoch's metrics in place."""
         self._average(logs)
 
@@ -158,8 +158,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, initial_lr: float, multiplier: Multiplier, start_epoch: int = 0,
-                 end_epoch: Optional[int] = None, staircase: bool = True,
-                 momentum_correction: bool = True, steps_per_epoch: Optional[int] = None,
+                 end_epoch: int | None = None, staircase: bool = True,
+                 momentum_correction: bool = True, steps_per_epoch: int | None = None,
                  verbose: int = 0) -> None:
         super().__init__()
         if initial_lr is None:
@@ -171,7 +171,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
-        self.current_epoch: Optional[int] = None
+        self.current_epoch: int | None = None
         if callable(multiplier):
             self.multiplier: Callable[[float], float] = multiplier
         else:
@@ -195,16 +195,16 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.verbose > 0:
             print(f"Epoch {epoch:.3f}: learning rate set to {new_lr:g}.")
 
-    def on_train_begin(self, logs: Optional[dict] = None) -> None:
+    def on_train_begin(self, logs: dict | None = None) -> None:
         """Take ``steps_per_epoch`` from ``model.fit`` when it was not given."""
         if self.steps_per_epoch is None:
             self.steps_per_epoch = (self.params or {}).get("steps")
 
-    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         """Remember the epoch (the rate changes at its first batch)."""
         self.current_epoch = epoch
 
-    def on_train_batch_begin(self, batch: int, logs: Optional[dict] = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         """Adjust the learning rate for this batch."""
         epoch = self.current_epoch
         if epoch is None or not self._in_range(epoch):
@@ -218,7 +218,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                              "does not know the number of batches per epoch")
         self._adjust(epoch + batch / float(self.steps_per_epoch))
 
-    def on_epoch_end(self, epoch: int, logs: Optional[Mapping] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
         """Report the current learning rate as ``lr`` in the logs."""
         if isinstance(logs, dict):
             logs["lr"] = _get_lr(self.model.optimizer)
@@ -239,7 +239,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """
 
     def __init__(self, initial_lr: float, warmup_epochs: int = 5,
-                 momentum_correction: bool = True, steps_per_epoch: Optional[int] = None,
+                 momentum_correction: bool = True, steps_per_epoch: int | None = None,
                  verbose: int = 0) -> None:
         self.warmup_epochs = warmup_epochs
 
@@ -252,7 +252,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                          steps_per_epoch=steps_per_epoch, verbose=0)
         self.warmup_verbose = verbose
 
-    def on_epoch_end(self, epoch: int, logs: Optional[Mapping] = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
         """Finish the warmup at ``initial_lr`` after its last epoch."""
         if epoch == self.warmup_epochs - 1:
             self._adjust(float(self.warmup_epochs))
