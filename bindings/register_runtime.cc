@@ -285,6 +285,21 @@ void registerRuntime(py::module_& m) {
         "Ids of the registered process sets (0 is the world).");
   m.def("transport_name", [] { return requireRuntime()->transportName(); },
         "Name of the transport the running engine uses.");
+  m.def("start_timeline",
+        [](const std::string& path, bool markCycles) {
+          auto rt = requireRuntime();
+          py::gil_scoped_release release;
+          rt->startTimeline(path, markCycles);
+        },
+        py::arg("path"), py::arg("mark_cycles") = false,
+        "Start writing the timeline to path (world rank 0 writes; a no-op elsewhere).");
+  m.def("stop_timeline",
+        [] {
+          auto rt = requireRuntime();
+          py::gil_scoped_release release;
+          rt->stopTimeline();
+        },
+        "Stop writing the timeline; the file stays valid JSON.");
   m.def("mpi_built", [] { return HORA_HAVE_MPI != 0; }, "True when the MPI transport was built.");
   m.def("nccl_built", &ncclBuilt, "NCCL version code, 0 when NCCL was not built.");
   m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");

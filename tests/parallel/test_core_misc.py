@@ -49,7 +49,7 @@ def test_topology() -> None:
 
 
 def test_build_queries() -> None:
-    """The build queries answer booleans (nccl_built: a version code or False)."""
+    """The build queries answer booleans (nccl_built: a version code or a bool)."""
     for fn in (
         hora.mpi_built,
         hora.gloo_built,
@@ -57,12 +57,16 @@ def test_build_queries() -> None:
         hora.rocm_built,
         hora.ddl_built,
         hora.ccl_built,
-        hora.mpi_threads_supported,
         hora.mpi_enabled,
         hora.gloo_enabled,
     ):
         assert isinstance(fn(), bool), fn.__name__
     assert isinstance(hora.nccl_built(), (bool, int))
+    if hora.mpi_enabled():
+        assert isinstance(hora.mpi_threads_supported(), bool)
+    else:  # as in Horovod: only meaningful when MPI is in use
+        with pytest.raises(ValueError):
+            hora.mpi_threads_supported()
 
 
 def test_init_shutdown_init() -> None:

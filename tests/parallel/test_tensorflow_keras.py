@@ -96,7 +96,8 @@ def test_fit_equals_single_process_training(momentum: float) -> None:
     x, y = global_data(steps, size() * LOCAL_BATCH, f"fit.{momentum}")
 
     reference = build_model(tag=f"fit.{momentum}")
-    reference.compile(optimizer=keras.optimizers.SGD(0.05, momentum=momentum), loss="mse")
+    reference.compile(optimizer=keras.optimizers.SGD(0.05, momentum=momentum), loss="mse",
+                      run_eagerly=True)
     reference.fit(x, y, batch_size=size() * LOCAL_BATCH, epochs=epochs, shuffle=False,
                   verbose=0)
 
@@ -117,7 +118,7 @@ def test_fit_backward_passes_per_step() -> None:
     x, y = global_data(steps, 2 * size() * LOCAL_BATCH, "bpps")
 
     reference = build_model(tag="bpps")
-    reference.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    reference.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", run_eagerly=True)
     reference.fit(x, y, batch_size=2 * size() * LOCAL_BATCH, shuffle=False, verbose=0)
 
     model = build_model(tag="bpps")
@@ -152,7 +153,7 @@ def test_fit_embedding_sparse_gradients(sparse_as_dense: bool) -> None:
         return model
 
     reference = build()
-    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", run_eagerly=True)
     reference.fit(ids, y, batch_size=global_batch, shuffle=False, verbose=0)
 
     model = build()
@@ -173,7 +174,7 @@ def test_broadcast_global_variables_callback() -> None:
     rank holds rank 0's weights, and optimizer variables agree."""
     model = build_model(seed_rank=rank(), tag="bcast")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.0, momentum=0.5))
-    model.compile(optimizer=opt, loss="mse")
+    model.compile(optimizer=opt, loss="mse", run_eagerly=True)
     root_weights = build_model(seed_rank=0, tag="bcast").get_weights()
     x, y = global_data(1, LOCAL_BATCH, "bcast")
     model.fit(x, y, batch_size=LOCAL_BATCH, verbose=0,
@@ -188,7 +189,7 @@ def test_metric_average_callback() -> None:
     """Epoch metrics are replaced by their average over the ranks."""
     model = build_model(tag="metric")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse",
-                  metrics=["mae"])
+                  metrics=["mae"], run_eagerly=True)
     x = make_input(rank(), [2 * LOCAL_BATCH, FEATURES], "float32", "metric_x", kind="normal")
     y = make_input(rank(), [2 * LOCAL_BATCH, OUTPUTS], "float32", "metric_y", kind="normal")
     before, after = Recorder(), Recorder()
@@ -206,7 +207,7 @@ def test_learning_rate_warmup_callback() -> None:
     steps, warmup, initial = 4, 2, 0.4
     model = build_model(tag="warmup")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)),
-                  loss="mse")
+                  loss="mse", run_eagerly=True)
     x, y = global_data(steps, LOCAL_BATCH, "warmup")
     recorder = Recorder()
     history = model.fit(x, y, batch_size=LOCAL_BATCH, epochs=warmup + 1, verbose=0, callbacks=[
@@ -222,7 +223,7 @@ def test_learning_rate_schedule_callback_and_momentum_correction() -> None:
     """Staircase schedule in an epoch range; momentum buffers follow the rate."""
     model = build_model(tag="schedule")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.2, momentum=0.9))
-    model.compile(optimizer=opt, loss="mse")
+    model.compile(optimizer=opt, loss="mse", run_eagerly=True)
     x, y = global_data(2, LOCAL_BATCH, "schedule")
     recorder = Recorder()
     schedule = hvd.callbacks.LearningRateScheduleCallback(
@@ -232,7 +233,7 @@ def test_learning_rate_schedule_callback_and_momentum_correction() -> None:
 
     for m in opt.momentums:
         m.assign(tf.ones(m.shape, m.dtype))
-    schedule.model = model
+    schedule.set_model(model)
     schedule._adjust(0.0)
     assert float(np.asarray(opt.learning_rate)) == pytest.approx(0.2)
     for m in opt.momentums:
@@ -278,7 +279,7 @@ def test_save_and_load_model(tmp_path: Any) -> None:
     """A saved model loads with a distributed optimizer that keeps its state and trains on."""
     model = build_model(tag="save")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
-                  loss="mse")
+                  loss="mse", run_eagerly=True)
     x, y = global_data(2, LOCAL_BATCH, "save")
     model.fit(x, y, batch_size=LOCAL_BATCH, verbose=0)
     path = str(tmp_path / f"model_rank{rank()}.keras")

@@ -250,11 +250,21 @@ class _TwoBranches(nn.Module):
         return out + self.b(x) if use_b else out
 
 
-def test_unused_parameters_do_not_hang() -> None:
-    """Parameters without a gradient on some (or all) ranks are reduced as zeros."""
+@pytest.mark.parametrize("grouped", [False, True], ids=["single", "grouped"])
+def test_unused_parameters_do_not_hang(grouped: bool) -> None:
+    """Parameters without a gradient on some (or all) ranks are reduced as zeros.
+
+    Grouped: the first group holds a parameter used everywhere and one used on odd ranks only,
+    so it completes in the hooks on some ranks and only at synchronize() on others; the second
+    holds a never-used parameter, so it never completes in the hooks.
+    """
     model = _TwoBranches()
+    groups = [[model.a.weight, model.b.weight], [model.never.weight, model.a.bias]]
+    groups = groups if grouped else None
     opt = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        groups=groups,
     )
     use_b = [r % 2 == 1 for r in range(size())]
     x = float_input(rank(), [3, 4], "unused_x")
@@ -270,7 +280,7 @@ def test_unused_parameters_do_not_hang() -> None:
     assert model.never.weight.grad is not None and not model.never.weight.grad.any()
     with opt.skip_synchronize():
         opt.step()
-    _assert_same_on_every_rank(_flat_params(model), "opt_unused")
+    _assert_same_on_every_rank(_flat_params(model), f"opt_unused.{grouped}")
 
 
 def test_zero_grad_between_backward_and_step_is_an_error() -> None:

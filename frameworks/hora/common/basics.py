@@ -89,6 +89,22 @@ def shutdown() -> None:
             hook()
 
 
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Start recording a Chrome-trace timeline to ``file_path`` (written by rank 0).
+
+    Works at any time after ``init()``, whether or not ``HORA_TIMELINE`` is set; a running
+    timeline is closed first. The file is valid JSON after every write.
+    """
+    _get("rank")
+    _core.start_timeline(str(file_path), bool(mark_cycles))
+
+
+def stop_timeline() -> None:
+    """Stop recording the timeline; the file stays valid and can be opened at once."""
+    _get("rank")
+    _core.stop_timeline()
+
+
 def is_initialized() -> bool:
     """True between ``init()`` and ``shutdown()``."""
     return bool(_core.is_initialized())

@@ -4,14 +4,20 @@ MXNet runs operators asynchronously on its own engine, so an NDArray may still b
 write when Python holds it. Every operation here therefore:
 
 * hands each NDArray to Hora through DLPack with ``mx.nd.to_dlpack_for_read`` (inputs) or
-  ``mx.nd.to_dlpack_for_write`` (in-place outputs), which wait for that array only (its pending
-  writes, or its pending reads and writes); there is no global ``mx.nd.waitall``;
+  ``mx.nd.to_dlpack_for_write`` (in-place operations), which wait for that array only (its
+  pending writes, or its pending reads and writes); there is no global ``mx.nd.waitall``;
 * returns only when Hora has finished, so no MXNet operator can read a result before it is
   written; results Hora allocates (allgather, alltoall, reducescatter) become NDArrays through
   DLPack without a copy.
 
-The dtypes that cross zero-copy are float16, float32, float64, uint8, int8, int32 and int64.
-Boolean NDArrays (which MXNet exports with a 1-bit DLPack type) go through a NumPy copy.
+Out-of-place ``allreduce`` and ``broadcast`` copy their input once with ``asnumpy()`` (which also
+waits for that input only), work on the copy in place and wrap it as an NDArray without a second
+copy; on this machine that was 1.3-2x faster than an MXNet ``copy()`` followed by an in-place
+operation (4 MiB: 20 vs 28 ms; 64 MiB: 350 vs 550 ms on 2 ranks of a loaded 2-core host).
+
+CPU NDArrays of float16, float32, float64, uint8, int8, int32 and int64 cross zero-copy. Boolean
+NDArrays (which MXNet exports with a 1-bit DLPack type) and NDArrays on other devices go through
+a host copy.
 ``priority`` is accepted for compatibility; Hora orders operations by negotiation across ranks.
 Only dense (``stype='default'``) NDArrays are supported.
 """
@@ -156,7 +162,8 @@ def _check_tensor(tensor: Any, what: str) -> None:
 
 
 def _zero_copy(tensor: Any) -> bool:
-    return np.dtype(tensor.dtype) in _ZERO_COPY_DTYPES
+    """Whether ``tensor`` goes to the engine through DLPack (else through a host copy)."""
+    return tensor.context.device_type == "cpu" and np.dtype(tensor.dtype) in _ZERO_COPY_DTYPES
 
 
 def _like(result: np.ndarray, template: Any) -> Any:
@@ -258,9 +265,20 @@ def _reduce_kind(op: int) -> int:
     return ops.ADASUM if op == Adasum else ops.ALLREDUCE
 
 
-def _copy(tensor: Any, what: str) -> Any:
-    _check_tensor(tensor, what)
-    return tensor.copy()
+def _into_copies(kind: int, tensors: Sequence[Any], names: Sequence[str], what: str,
+                 **kwargs: Any) -> list:
+    """Run ``kind`` in place on host copies of ``tensors``; return the copies as NDArrays.
+
+    ``asnumpy()`` waits for the tensor's pending writes and copies it; the engine then works on
+    the copy and the result becomes an NDArray without a second copy. (This measured faster than
+    an MXNet ``copy()`` followed by an in-place operation on it.)
+    """
+    for tensor in tensors:
+        _check_tensor(tensor, what)
+    hosts = [np.ascontiguousarray(t.asnumpy()) for t in tensors]
+    if hosts:
+        _wait_all(ops.submit(kind, hosts, names, **kwargs))
+    return [_like(h, t) for h, t in zip(hosts, tensors)]
 
 
 # ----------------------------------------------------------------------------------- allreduce
@@ -300,8 +318,10 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
 
     Arguments as in :func:`allreduce_`; ``tensor`` itself is not modified.
     """
-    return allreduce_(_copy(tensor, "allreduce"), average, name, priority, prescale_factor,
-                      postscale_factor, process_set, op)
+    reduce_op = ops.handle_average_backwards_compatibility(op, average)
+    return _into_copies(_reduce_kind(reduce_op), [tensor], [ops.op_name("allreduce", name)],
+                        "allreduce", op=reduce_op, prescale=prescale_factor,
+                        postscale=postscale_factor, process_set=process_set)[0]
 
 
 def grouped_allreduce_(tensors: Sequence[Any], average: bool | None = None,
@@ -328,9 +348,12 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
                       process_set: ProcessSet = global_process_set,
                       op: int | None = None) -> list:
     """Return the reductions of every tensor, computed as one group, as new NDArrays."""
-    copies = [_copy(t, "grouped_allreduce") for t in tensors]
-    return grouped_allreduce_(copies, average, name, priority, prescale_factor, postscale_factor,
-                              process_set, op)
+    tensors = list(tensors)
+    reduce_op = ops.handle_average_backwards_compatibility(op, average)
+    names = ops.group_names("grouped_allreduce", name, len(tensors))
+    return _into_copies(_reduce_kind(reduce_op), tensors, names, "grouped_allreduce",
+                        op=reduce_op, prescale=prescale_factor, postscale=postscale_factor,
+                        process_set=process_set)
 
 
 # ----------------------------------------------------------------------------------- allgather
@@ -380,7 +403,8 @@ def broadcast_(tensor: Any, root_rank: int, name: str | None = None, priority: i
 def broadcast(tensor: Any, root_rank: int, name: str | None = None, priority: int = 0,
               process_set: ProcessSet = global_process_set) -> Any:
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new NDArray."""
-    return broadcast_(_copy(tensor, "broadcast"), root_rank, name, priority, process_set)
+    return _into_copies(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)], "broadcast",
+                        root_rank=root_rank, process_set=process_set)[0]
 
 
 # ------------------------------------------------------------------------------------ alltoall

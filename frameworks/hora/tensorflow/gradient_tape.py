@@ -22,6 +22,7 @@ import tensorflow as tf
 from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow.compression import Compression, Compressor
+from hora.tensorflow.mpi_ops import _scaled
 from hora.tensorflow.optimizer import GradientReducer, GroupsArg
 from hora.tensorflow.util import no_autograph
 
@@ -65,9 +66,8 @@ class _DistributedTape:
 
 def _scale(grad: Any, factor: float) -> Any:
     if isinstance(grad, tf.IndexedSlices):
-        values = grad.values * tf.cast(factor, grad.values.dtype)
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return grad * tf.cast(factor, grad.dtype)
+        return tf.IndexedSlices(_scaled(grad.values, factor), grad.indices, grad.dense_shape)
+    return _scaled(grad, factor)
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",

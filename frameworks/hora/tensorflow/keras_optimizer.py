@@ -131,7 +131,7 @@ class _Keras3Distributed:
             summed = [None if g is None else tf.convert_to_tensor(acc)
                       for g, acc in zip(grads, accumulators)]
             if self._hora.average_aggregated_gradients:
-                summed = [None if s is None else s / tf.cast(passes, s.dtype) for s in summed]
+                summed = [None if s is None else s / tf.constant(passes, s.dtype) for s in summed]
             parent_apply(self._hora.reducer.reduce(summed, variables), variables)
             for acc in accumulators:
                 acc.assign(tf.zeros(acc.shape, acc.dtype))

@@ -69,7 +69,9 @@ def _check_reduce_grad(op: int, what: str) -> None:
 def _scaled(tensor: tf.Tensor, factor: float) -> tf.Tensor:
     if factor == 1.0:
         return tensor
-    return tensor * tf.cast(factor, tensor.dtype)
+    if tensor.dtype.is_floating:
+        return tensor * tf.constant(factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
 # ------------------------------------------------------------------------------------ allreduce

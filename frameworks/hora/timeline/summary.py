@@ -1,7 +1,25 @@
 """``hora-timeline summary``: where the time went, per op type, per tensor, per step and per rank.
 
-:func:`summarize` computes a JSON-ready dict; :func:`format_summary` renders it as plain aligned
-text tables. All times in the output are milliseconds.
+:func:`summarize` computes a JSON-ready dict (``hora-timeline summary --json`` prints it);
+:func:`format_summary` renders it as plain aligned text tables. All times are milliseconds since
+the timeline started. The dict's keys:
+
+- ``file``, ``cut`` (the file was not closed and was read up to its last complete record),
+  ``truncated`` (``{at_ms, max_mb}`` when the size cap stopped recording, else null);
+- ``window``: ``{steps, start_ms, end_ms, duration_ms}``;
+- ``counts``: tensors, occurrences (tensor operations), errors, incomplete, ranks, cycles;
+- ``steps``: null without STEP markers, else ``{count, sampled, time: {count, mean_ms,
+  median_ms, min_ms, max_ms}, order: "chronological" | "slowest", rows: [{step, start_ms,
+  duration_ms, complete, sampled, tensors}]}``;
+- ``by_op`` / ``by_tensor``: rows with ``count``, ``errors``, ``incomplete``, and for each of
+  ``negotiate``, ``queue``, ``memcpy_in``, ``memcpy_out``, ``communicate`` and ``execution``
+  (the whole op span) ``{count, total_ms, mean_ms}``; tensor rows also have op, dtype, shape;
+- ``top_waiters``: per tensor, its negotiations (count, total, mean, max), the rank most often
+  last to report ready (``last_ready_rank``, ``last_ready_count`` of ``with_ticks``), how long
+  after the first rank it reported (``lag_mean_ms``, ``lag_max_ms``) and its ``worst``
+  negotiation;
+- ``ranks``: per rank, ``reports``, times ``first`` and ``last``, and ``after_first_mean_ms`` /
+  ``after_first_max_ms``.
 """
 
 from __future__ import annotations

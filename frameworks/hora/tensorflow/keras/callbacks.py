@@ -191,7 +191,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.momentum_correction and old_lr > 0.0:
             ratio = new_lr / old_lr
             for buffer in _momentum_buffers(optimizer):
-                buffer.assign(buffer * tf.cast(ratio, buffer.dtype))
+                buffer.assign(buffer * tf.constant(ratio, buffer.dtype))
         if self.verbose > 0:
             print(f"Epoch {epoch:.3f}: learning rate set to {new_lr:g}.")
 
