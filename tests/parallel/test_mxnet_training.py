@@ -75,6 +75,7 @@ def shard(array: np.ndarray) -> np.ndarray:
 
 
 def backward(net: mx.gluon.HybridBlock, x: np.ndarray, y: np.ndarray) -> None:
+    """Forward and backward pass of the L2 loss (summed over the rows) on ``x``, ``y``."""
     loss_fn = mx.gluon.loss.L2Loss()
     data = mx.nd.array(x, dtype=x.dtype)
     label = mx.nd.array(y, dtype=y.dtype)
@@ -110,6 +111,7 @@ def reference(optimizer: str, params: dict, dtype: str = "float64",
 
 def assert_weights_close(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray],
                          dtype: str, rtol: float | None = None) -> None:
+    """Same parameter names, and values equal within the tolerance of ``dtype``."""
     assert sorted(actual) == sorted(expected)
     tol = TOLERANCE[dtype] if rtol is None else rtol
     for name, value in expected.items():
@@ -118,6 +120,7 @@ def assert_weights_close(actual: dict[str, np.ndarray], expected: dict[str, np.n
 
 
 def assert_same_on_every_rank(values: np.ndarray, name: str) -> None:
+    """``values`` is bit-identical on every rank (checked with an allgather named ``name``)."""
     gathered = hvd.allgather(mx.nd.array(values.reshape(1, -1), dtype=values.dtype), name=name)
     rows = gathered.asnumpy()
     for r in range(size()):

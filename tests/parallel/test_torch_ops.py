@@ -467,7 +467,7 @@ def test_allgather_errors() -> None:
 
 
 @pytest.mark.parametrize("root", ["first", "last"])
-@pytest.mark.parametrize("count", [0, 1, 17, "big"])
+@pytest.mark.parametrize("count", [0, 17, "big"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_broadcast(dtype: str, count: int | str, root: str) -> None:
     """Out of place: every rank gets the root's values; the input stays unchanged."""

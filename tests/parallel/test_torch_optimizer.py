@@ -432,6 +432,22 @@ def test_load_state_dict_resets_pending_state() -> None:
     _assert_same_on_every_rank(_flat_params(model), "opt_load_state")
 
 
+def test_join_with_uneven_number_of_steps() -> None:
+    """Rank r trains r + 1 steps then joins; the others' steps go on while it contributes zeros."""
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
+    for step in range(rank() + 1):
+        opt.zero_grad()
+        x, y = _batch(step, 0, rank())
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == size() - 1
+    assert hvd.allgather_object(last) == [last] * size()
+
+
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_sparse_gradients(sparse_as_dense: bool) -> None:
     """Embeddings with sparse gradients: sparse allreduce or dense, same averaged result."""

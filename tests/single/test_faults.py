@@ -134,9 +134,13 @@ def test_launcher_names_the_dead_rank(tmp_path: Path) -> None:
     assert elapsed < LAUNCHER_DEADLINE_SECONDS, f"launcher took {elapsed:.1f} s:\n{output}"
     assert output.count("READY") == NP, f"the job did not get going:\n{output}"
     assert "UNEXPECTED-SUCCESS" not in output, output
-    # The launcher's own report names the rank (the workers' lines are left out of the search).
+    # The launcher's own report names the rank: lines that are not a rank's prefixed output.
     report = "\n".join(
-        line for line in output.splitlines() if "READY" not in line and "PENDING-FAILED" not in line
+        line
+        for line in output.splitlines()
+        if not re.match(r"\[\d+\]<(stdout|stderr)>", line)
+        and "READY" not in line
+        and "PENDING-FAILED" not in line
     )
     assert re.search(r"rank\s*[:=#]?\s*1\b", report, re.IGNORECASE), (
         f"the launcher's output does not name rank 1:\n{output}"

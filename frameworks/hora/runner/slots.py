@@ -1,13 +1,21 @@
 """Hosts, slots, and the coordinates of every rank (Horovod's slot plan).
 
 Hosts are filled in the order given: a host's ranks get local ranks 0, 1, ...; the cross rank of
-a rank is the index of its host among the hosts that have a rank with the same local rank.
+a rank is the index of its host among the hosts that have a rank with the same local rank, and
+its cross size is the number of those hosts. With ``-H a:2,b:1,c:3 -np 6``::
+
+    rank  host  local_rank  local_size  cross_rank  cross_size
+    0     a     0           2           0           3
+    1     a     1           2           0           2
+    2     b     0           1           1           3
+    3     c     0           3           2           3
+    4     c     1           3           1           2
+    5     c     2           3           0           1
 """
 
 from __future__ import annotations
 
 import dataclasses
-import socket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,39 +39,63 @@ class SlotInfo:
     cross_size: int
 
 
+def parse_host_entry(entry: str) -> HostSlots:
+    """Parse one ``host[:slots]`` entry (a host without ``:slots`` has one slot).
+
+    Raises:
+        ValueError: malformed entry or non-positive slot count.
+    """
+    name, sep, count = entry.rpartition(":")
+    if not sep or name.endswith(":"):  # no colon, or a bare IPv6 address
+        name, count = entry, "1"
+    if not name or not count.isdigit() or int(count) < 1:
+        raise ValueError(f"cannot parse host entry {entry!r}; expected host:slots")
+    return HostSlots(name, int(count))
+
+
+def check_unique(hosts: list[HostSlots]) -> list[HostSlots]:
+    """Return ``hosts`` unchanged.
+
+    Raises:
+        ValueError: no hosts, or a host listed twice.
+    """
+    if not hosts:
+        raise ValueError("no hosts given")
+    seen: set[str] = set()
+    for host in hosts:
+        if host.hostname in seen:
+            raise ValueError(f"host {host.hostname!r} is listed twice")
+        seen.add(host.hostname)
+    return hosts
+
+
 def parse_hosts(spec: str) -> list[HostSlots]:
     """Parse ``"host1:2,host2:4"`` (a host without ``:slots`` has one slot).
 
     Raises:
         ValueError: malformed entry, non-positive slot count, or a host listed twice.
     """
-    hosts: list[HostSlots] = []
-    for entry in spec.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        name, sep, count = entry.rpartition(":")
-        if not sep:
-            name, count = entry, "1"
-        if not name or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"cannot parse host entry {entry!r}; expected host:slots")
-        if any(h.hostname == name for h in hosts):
-            raise ValueError(f"host {name!r} is listed twice")
-        hosts.append(HostSlots(name, int(count)))
-    if not hosts:
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    if not entries:
         raise ValueError(f"no hosts in {spec!r}")
-    return hosts
+    return check_unique([parse_host_entry(e) for e in entries])
+
+
+def format_hosts(hosts: list[HostSlots]) -> str:
+    """The ``-H`` spelling of ``hosts``: ``"a:2,b:1"``."""
+    return ",".join(f"{h.hostname}:{h.slots}" for h in hosts)
 
 
 def assign_slots(hosts: list[HostSlots], num_proc: int) -> list[SlotInfo]:
     """Coordinates of ranks 0 .. num_proc - 1 on ``hosts``.
 
     Raises:
-        ValueError: the hosts have fewer slots than ``num_proc``.
+        ValueError: the hosts have fewer slots than ``num_proc`` (or ``num_proc`` < 1).
     """
     total = sum(h.slots for h in hosts)
     if num_proc < 1 or num_proc > total:
-        raise ValueError(f"cannot place {num_proc} processes on {total} slots")
+        raise ValueError(f"cannot place {num_proc} processes on {total} slots "
+                         f"({format_hosts(hosts)})")
     placed: list[tuple[str, int]] = []  # (host, local rank) per rank
     for host in hosts:
         for local in range(host.slots):
@@ -78,7 +110,10 @@ def assign_slots(hosts: list[HostSlots], num_proc: int) -> list[SlotInfo]:
     return result
 
 
-def is_local_host(hostname: str) -> bool:
-    """True for names of this machine (localhost, 127.x, its hostname or FQDN)."""
-    return (hostname in ("localhost", socket.gethostname(), socket.getfqdn())
-            or hostname.startswith("127."))
+def used_hosts(plan: list[SlotInfo]) -> list[str]:
+    """The hosts that run at least one rank, in rank order."""
+    names: list[str] = []
+    for slot in plan:
+        if slot.hostname not in names:
+            names.append(slot.hostname)
+    return names
