@@ -23,6 +23,7 @@ const char* className(ErrorCode code) {
     case ErrorCode::Timeout: return "HoraTimeoutError";
     case ErrorCode::NotSupported: return "NotSupportedError";
     case ErrorCode::Shutdown: return "ShutdownError";
+    case ErrorCode::InvalidCollective: return "InvalidCollectiveError";
   }
   return "InternalError";
 }

@@ -19,6 +19,9 @@
 #include "core/config.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
+#if HORA_HAVE_MPI
+#include "core/transport/mpi/mpi_context.h"
+#endif
 
 namespace py = pybind11;
 
@@ -78,7 +81,7 @@ void serveRendezvous(int port, const std::string& secret) {
 void init(int rank, int size, int localRank, int localSize, int crossRank, int crossSize,
           const std::string& transport, const std::string& storeHost, int storePort,
           bool serveStore, const std::string& secret, const std::string& listenHost,
-          const std::vector<std::vector<int>>& processSets) {
+          const std::vector<std::vector<int>>& processSets, int64_t mpiComm) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument("invalid topology: rank " + std::to_string(rank) + " of size " +
                           std::to_string(size));
@@ -96,6 +99,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
   options.storePort = storePort;
   options.secret = secret;
   options.listenHost = listenHost;
+  options.mpiComm = mpiComm;
   options.processSets = processSets;
   options.settings = Settings::fromEnvironment();
 
@@ -225,6 +229,39 @@ void removeProcessSet(int id) {
   rt->removeProcessSet(id);
 }
 
+// MPI: initialise MPI if needed and describe the communicator the engine would run on.
+py::dict mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
+#if HORA_HAVE_MPI
+  mpi::MpiCommInfo info;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
+    info = mpi::describeMpiComm(commF, worldRanks);
+  }
+  py::dict d;
+  d["comm"] = info.commF;
+  d["rank"] = info.rank;
+  d["size"] = info.size;
+  d["local_rank"] = info.localRank;
+  d["local_size"] = info.localSize;
+  d["cross_rank"] = info.crossRank;
+  d["cross_size"] = info.crossSize;
+  return d;
+#else
+  (void)commF;
+  (void)worldRanks;
+  throw NotSupported("this build of Hora has no MPI transport (MPI was not found when it was built)");
+#endif
+}
+
+bool mpiThreadsSupported() {
+#if HORA_HAVE_MPI
+  return mpi::MpiContext::acquire().threadLevel() == MPI_THREAD_MULTIPLE;
+#else
+  throw NotSupported("this build of Hora has no MPI transport (MPI was not found when it was built)");
+#endif
+}
+
 int ncclBuilt() {
 #if HORA_HAVE_NCCL && defined(HORA_NCCL_VERSION_CODE)
   return HORA_NCCL_VERSION_CODE;
@@ -262,7 +299,7 @@ void registerRuntime(py::module_& m) {
         py::arg("local_size"), py::arg("cross_rank"), py::arg("cross_size"),
         py::arg("transport") = "tcp", py::arg("store_host") = "", py::arg("store_port") = 0,
         py::arg("serve_store") = false, py::arg("secret") = "", py::arg("listen_host") = "",
-        py::arg("process_sets") = std::vector<std::vector<int>>{},
+        py::arg("process_sets") = std::vector<std::vector<int>>{}, py::arg("mpi_comm") = -1,
         "Start the engine (collective: blocks until every rank connected; GIL released). "
         "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running.");
   m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
@@ -300,6 +337,13 @@ void registerRuntime(py::module_& m) {
           rt->stopTimeline();
         },
         "Stop writing the timeline; the file stays valid JSON.");
+  m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1,
+        py::arg("ranks") = std::vector<int>{},
+        "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
+        "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "
+        "MPI_COMM_WORLD), or of the MPI_COMM_WORLD ranks listed. Collective over it.");
+  m.def("mpi_threads_supported", &mpiThreadsSupported,
+        "MPI: True when MPI runs at MPI_THREAD_MULTIPLE (initialises MPI if needed).");
   m.def("mpi_built", [] { return HORA_HAVE_MPI != 0; }, "True when the MPI transport was built.");
   m.def("nccl_built", &ncclBuilt, "NCCL version code, 0 when NCCL was not built.");
   m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");

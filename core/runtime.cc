@@ -47,7 +47,8 @@ RuntimeImpl::~RuntimeImpl() { shutdown(); }
 void RuntimeImpl::connect(const RuntimeOptions& options) {
   const Topology& t = topology_;
   Millis startTimeout = secondsToMillis(settings_.startTimeoutSeconds);
-  if (t.size == 1 && options.storeHost.empty()) {
+  // MPI connects the ranks itself (mpirun): the transport ignores the store.
+  if ((t.size == 1 || options.transport == "mpi") && options.storeHost.empty()) {
     baseStore_ = std::make_unique<MemoryStore>();
   } else {
     if (options.storeHost.empty() || options.storePort <= 0) {
@@ -70,6 +71,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.listenHost = options.listenHost;
   co.startTimeout = startTimeout;
   co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
+  co.mpiComm = options.mpiComm;
   Connection conn = transport->connect(co, *store_);
   world_ = std::move(conn.world);
   control_ = std::move(conn.control);

@@ -13,6 +13,7 @@
 // - A peer failure or shutdown completes every pending handle with an error within a bounded
 //   time (HORA_TIMEOUT_SECONDS); afterwards enqueue() throws ShutdownError.
 // - shutdown() is idempotent; a new Runtime may be started afterwards (re-init).
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,8 @@ struct RuntimeOptions {
                                     // each init live under their own prefix in the store
   std::string secret;
   std::string listenHost;           // address to listen on for peers; "" = default
+  int64_t mpiComm = -1;             // transport "mpi": Fortran handle of the communicator to run
+                                    // on (hora.init(comm=...)); -1 = MPI_COMM_WORLD
   std::vector<std::vector<int>> processSets;  // static sets, ids 1, 2, ... in this order
   Settings settings;
 };

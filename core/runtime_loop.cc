@@ -151,7 +151,7 @@ void RuntimeImpl::applyResponse(const Response& r) {
     case OpKind::Error: {
       std::exception_ptr error;
       if (r.errorCode == ResponseError::InvalidArgument) {
-        error = std::make_exception_ptr(InvalidArgument(r.errorMessage));
+        error = std::make_exception_ptr(InvalidCollectiveError(r.errorMessage));
       } else {
         error = std::make_exception_ptr(MismatchError(r.errorMessage));
       }

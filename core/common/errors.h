@@ -11,7 +11,9 @@
 
 namespace hora {
 
-enum class ErrorCode { Internal, InvalidArgument, Mismatch, Io, Timeout, NotSupported, Shutdown };
+enum class ErrorCode {
+  Internal, InvalidArgument, Mismatch, Io, Timeout, NotSupported, Shutdown, InvalidCollective,
+};
 
 class Error : public std::runtime_error {
  public:
@@ -36,6 +38,12 @@ class InvalidArgument : public Error {
 class MismatchError : public Error {
  public:
   explicit MismatchError(const std::string& m) : Error(ErrorCode::Mismatch, m) {}
+};
+// The ranks agreed on an operation the engine cannot run (allgather while ranks have joined,
+// Adasum on a rank count that is not a power of two, an existing process set...).
+class InvalidCollectiveError : public Error {
+ public:
+  explicit InvalidCollectiveError(const std::string& m) : Error(ErrorCode::InvalidCollective, m) {}
 };
 // A connection failed, a peer closed it, or a frame was malformed.
 class IoError : public Error {

@@ -56,11 +56,6 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
     require(isFloating(t.dtype), "Adasum supports floating-point tensors only; '" + name +
                                      "' is " + dtypeName(t.dtype));
   }
-  if (kind == OpKind::Allreduce && t.dtype == DataType::Bool) {
-    require(op.reduceOp != ReduceOp::Average,
-            "allreduce of bool tensor '" + name + "' cannot average; use Sum (logical or), Min, "
-            "Max or Product");
-  }
   if (kind == OpKind::Broadcast) {
     require(sets.setRankOf(op.processSetId, op.rootRank) >= 0,
             "broadcast received invalid root rank " + std::to_string(op.rootRank) +

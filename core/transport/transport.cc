@@ -1,13 +1,20 @@
 #include "core/transport/transport.h"
 
 #include "core/common/errors.h"
+#include "core/config.h"
 #include "core/transport/tcp/tcp_transport.h"
+#if HORA_HAVE_MPI
+#include "core/transport/mpi/mpi_transport.h"
+#endif
 
 namespace hora {
 
 std::unique_ptr<Transport> makeTransport(const std::string& name) {
   if (name == "tcp" || name == "gloo") return std::make_unique<tcp::TcpTransport>();
   if (name == "mpi") {
+#if HORA_HAVE_MPI
+    return std::make_unique<mpi::MpiTransport>();
+#endif
     throw NotSupported("transport 'mpi' is not available: this build has no MPI transport (use 'tcp')");
   }
   if (name == "nccl") {

@@ -4,6 +4,7 @@
 //
 // Contract: connect() is collective over all ranks; it blocks until every rank has connected or
 // options.startTimeout passes (TimeoutError naming the ranks that never arrived).
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,8 @@ struct ConnectOptions {
   std::string listenHost;       // address to listen on and advertise; "" = this host's default
   Millis startTimeout{30000};   // rendezvous and connection set-up
   Millis opTimeout{60000};      // a peer silent this long inside a collective fails it
+  int64_t mpiComm = -1;         // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
+                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };
 
 struct Connection {

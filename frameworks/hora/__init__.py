@@ -71,11 +71,13 @@ from hora.errors import (
     HorovodInternalError,
     HostsUpdatedInterrupt,
     InternalError,
+    InvalidCollectiveError,
     MismatchError,
     NotSupportedError,
     ShutdownError,
     TransportError,
 )
+from hora.runner.api import run
 
 __version__ = _core.version
 
@@ -88,6 +90,7 @@ __all__ = [
     "HorovodInternalError",
     "HostsUpdatedInterrupt",
     "InternalError",
+    "InvalidCollectiveError",
     "Max",
     "Min",
     "MismatchError",
@@ -145,6 +148,7 @@ __all__ = [
     "reducescatter_async",
     "remove_process_set",
     "rocm_built",
+    "run",
     "shutdown",
     "size",
     "start_timeline",

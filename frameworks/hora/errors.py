@@ -21,6 +21,15 @@ class MismatchError(HoraError):
     """Ranks asked for incompatible operations (op, dtype, shape, root, scale) under one name."""
 
 
+class InvalidCollectiveError(HoraError, ValueError):
+    """An operation the engine refused after the ranks negotiated it (for example an allgather
+    while some rank has joined, or Adasum on a rank count that is not a power of two).
+
+    Both a ``ValueError`` (what caused it) and a ``HorovodInternalError`` (what Horovod's
+    ``synchronize`` raises for any failed operation).
+    """
+
+
 class TransportError(HoraError):
     """A connection failed, a peer closed it, or a peer sent a malformed frame."""
 
@@ -58,6 +67,7 @@ __all__ = [
     "HorovodInternalError",
     "HostsUpdatedInterrupt",
     "InternalError",
+    "InvalidCollectiveError",
     "MismatchError",
     "NotSupportedError",
     "ShutdownError",

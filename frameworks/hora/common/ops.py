@@ -133,10 +133,11 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
         if tensor.dtype == np.bool_ and not _numpy_exports_bool():
             return tensor.view(np.uint8), "bool"
         return tensor, None
-    if hasattr(tensor, "__dlpack__"):
+    if hasattr(tensor, "__dlpack__") or type(tensor).__name__ == "PyCapsule":
         return tensor, None
     raise TypeError(
-        f"expected a NumPy array or a tensor with __dlpack__, got {type(tensor).__name__}"
+        "expected a NumPy array, a tensor with __dlpack__ or a DLPack capsule, got "
+        f"{type(tensor).__name__}"
     )
 
 

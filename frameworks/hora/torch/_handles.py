@@ -10,7 +10,7 @@ import itertools
 import threading
 from typing import Any, Callable
 
-from hora.errors import HoraError
+from hora.errors import HoraError, InvalidCollectiveError
 
 
 class _Pending:
@@ -45,15 +45,6 @@ def poll(handle: int) -> bool:
     if record is None:
         raise ValueError(f"Handle {handle} was not created or has been cleared.")
     return all(h.poll() for h in record.handles)
-
-
-class InvalidCollectiveError(HoraError, ValueError):
-    """An operation the engine refused after the ranks negotiated it (for example an allgather
-    while some rank has joined, or Adasum on a rank count that is not a power of two).
-
-    Both a ``ValueError`` (what caused it) and a ``HorovodInternalError`` (what Horovod's
-    ``synchronize`` raises for any failed operation).
-    """
 
 
 def _as_frontend_error(exc: Exception) -> Exception:

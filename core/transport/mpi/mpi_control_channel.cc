@@ -1,0 +1,169 @@
+#include "core/transport/mpi/mpi_control_channel.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace mpi {
+namespace {
+
+constexpr int kControlTag = 7;
+// Largest control message accepted (as the TCP channel): coordinator messages are far smaller.
+constexpr size_t kMaxControlMessageBytes = size_t(256) << 20;
+// Waiting: yield the processor between probes for this long, then sleep with a doubling back-off.
+constexpr std::chrono::microseconds kYieldFor{50};
+constexpr std::chrono::microseconds kFirstSleep{20};
+constexpr std::chrono::microseconds kMaxSleep{1000};
+
+}  // namespace
+
+MpiControlChannel::MpiControlChannel(MPI_Comm comm, int worldRank, Millis opTimeout)
+    : context_(MpiContext::acquire()), comm_(comm), worldRank_(worldRank), opTimeout_(opTimeout) {
+  int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm_, &rank_);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
+  if (rc != MPI_SUCCESS) fail("cannot set up the control communicator", rc);
+}
+
+MpiControlChannel::~MpiControlChannel() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  reapSends();
+  if (!pending_.empty()) {
+    // Sends to ranks that never received them (they failed or left). MPI may still read the
+    // buffers after the requests are released, so those buffers are deliberately never freed.
+    auto* orphans = new std::list<PendingSend>();
+    orphans->splice(orphans->end(), pending_);
+    for (auto& p : *orphans) {
+      MPI_Cancel(&p.request);
+      MPI_Request_free(&p.request);
+    }
+  }
+  context_.retire(comm_);
+}
+
+void MpiControlChannel::fail(const std::string& what, int rc) const {
+  throw IoError("rank " + std::to_string(worldRank_) + ": mpi control channel: " + what + ": " +
+                mpiErrorText(rc) + " (a peer probably exited or failed; see its log)");
+}
+
+void MpiControlChannel::wakeup() {
+  {
+    std::lock_guard<std::mutex> lock(wakeMu_);
+    woken_.store(true);
+  }
+  wakeCv_.notify_one();
+}
+
+bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
+  std::unique_lock<std::mutex> lock(wakeMu_);
+  wakeCv_.wait_for(lock, wait, [this] { return woken_.load(); });
+  return woken_.exchange(false);
+}
+
+void MpiControlChannel::reapSends() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int done = 0;
+    int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail("a send failed", rc);
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+}
+
+size_t MpiControlChannel::receiveAvailable(std::vector<Message>& out) {
+  size_t received = 0;
+  for (;;) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    int rc = MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm_, &found, &message, &status);
+    if (rc != MPI_SUCCESS) fail("MPI_Improbe failed", rc);
+    if (!found) return received;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::string bytes(static_cast<size_t>(std::max(count, 0)), '\0');
+    rc = MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail("receiving from rank " + std::to_string(status.MPI_SOURCE) + " failed", rc);
+    out.push_back({status.MPI_SOURCE, std::move(bytes)});
+    ++received;
+  }
+}
+
+void MpiControlChannel::send(int to, const std::string& bytes) {
+  if (to < 0 || to >= size_ || to == rank_ || (rank_ != 0 && to != 0)) {
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": no control route to rank " + std::to_string(to) +
+                          " (rank 0 talks to every rank, the others only to rank 0)");
+  }
+  if (bytes.size() > kMaxControlMessageBytes) {
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
+                          std::to_string(bytes.size()) + " bytes exceeds the limit");
+  }
+  reapSends();
+  pending_.push_back({MPI_REQUEST_NULL, bytes});
+  auto mine = std::prev(pending_.end());
+  int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
+                     comm_, &mine->request);
+  if (rc != MPI_SUCCESS) {
+    pending_.erase(mine);
+    fail("sending to rank " + std::to_string(to) + " failed", rc);
+  }
+  auto start = Clock::now();
+  auto sleep = kFirstSleep;
+  for (;;) {
+    int done = 0;
+    rc = MPI_Test(&mine->request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(to) + " failed", rc);
+    if (done) {
+      pending_.erase(mine);
+      return;
+    }
+    // The receiver has not matched it yet (a large message): take in what peers send meanwhile.
+    receiveAvailable(stash_);
+    auto elapsed = Clock::now() - start;
+    if (elapsed >= opTimeout_) {
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
+    }
+    if (elapsed < kYieldFor) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, kMaxSleep);
+    }
+  }
+}
+
+void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
+  size_t before = out.size();
+  for (auto& m : stash_) out.push_back(std::move(m));
+  stash_.clear();
+  reapSends();
+  const auto start = Clock::now();
+  const bool forever = timeout.count() < 0;
+  const auto deadline = forever ? Clock::time_point::max() : start + timeout;
+  auto sleep = kFirstSleep;
+  for (;;) {
+    receiveAvailable(out);
+    if (out.size() > before) return;
+    if (woken_.exchange(false)) return;
+    auto now = Clock::now();
+    if (!forever && now >= deadline) return;
+    if (now - start < kYieldFor) {
+      std::this_thread::yield();
+      continue;
+    }
+    auto wait = sleep;
+    if (!forever) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now) +
+                                std::chrono::microseconds(1));
+    }
+    if (sleepFor(wait)) return;
+    sleep = std::min(sleep * 2, kMaxSleep);
+  }
+}
+
+}  // namespace mpi
+}  // namespace hora

@@ -1,0 +1,80 @@
+#pragma once
+// MpiControlChannel: ControlChannel (see core/transport/control_channel.h) over a private
+// duplicate of the job's MPI communicator, so control messages never match data traffic or the
+// application's own MPI messages.
+//
+// A message is one MPI message of bytes (tag kControlTag); MPI's non-overtaking rule keeps each
+// sender's messages in order. poll() probes with MPI_Iprobe(MPI_ANY_SOURCE) and receives what
+// is there; while nothing is, it first yields the processor for a few rounds, then sleeps with a
+// back-off that starts at 20 us and doubles up to 1 ms, waiting on a condition variable that
+// wakeup() signals, so a wakeup from another thread ends the wait at once. No wait spins
+// without yielding or sleeping.
+//
+// send() posts MPI_Isend and, until it completes, keeps receiving incoming messages into a
+// stash that the next poll() returns first: two ranks sending each other large messages (which
+// MPI delivers only once the receiver matches them) never deadlock. A send that does not
+// complete within the op timeout throws TimeoutError; its buffer stays owned by the channel
+// until the request completes or the channel is destroyed (which cancels it).
+//
+// A peer that dies normally makes the MPI launcher abort the job (MPI's fault handling); an MPI
+// error reported instead is thrown as IoError. Threads: send()/poll() from the background
+// thread only; wakeup() from any thread.
+#include <atomic>
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/common/time.h"
+#include "core/transport/control_channel.h"
+#include "core/transport/mpi/mpi_context.h"
+
+namespace hora {
+namespace mpi {
+
+class MpiControlChannel : public ControlChannel {
+ public:
+  // Takes ownership of comm (a communicator private to this channel).
+  MpiControlChannel(MPI_Comm comm, int worldRank, Millis opTimeout);
+  ~MpiControlChannel() override;
+  MpiControlChannel(const MpiControlChannel&) = delete;
+  MpiControlChannel& operator=(const MpiControlChannel&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send(int to, const std::string& bytes) override;
+  void poll(std::vector<Message>& out, Millis timeout) override;
+  void wakeup() override;
+
+ private:
+  struct PendingSend {
+    MPI_Request request;
+    std::string bytes;
+  };
+
+  // Receives every message already available into out; returns how many.
+  size_t receiveAvailable(std::vector<Message>& out);
+  // Waits up to `wait` (or until wakeup()); returns true when woken.
+  bool sleepFor(std::chrono::microseconds wait);
+  // Drops completed sends from pending_.
+  void reapSends();
+  [[noreturn]] void fail(const std::string& what, int rc) const;
+
+  MpiContext& context_;
+  MpiContext::Lease lease_;
+  MPI_Comm comm_;
+  int worldRank_;
+  Millis opTimeout_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<Message> stash_;      // messages received while send() waited
+  std::list<PendingSend> pending_;  // sends whose requests have not completed yet
+
+  std::mutex wakeMu_;
+  std::condition_variable wakeCv_;
+  std::atomic<bool> woken_{false};
+};
+
+}  // namespace mpi
+}  // namespace hora

@@ -1,0 +1,93 @@
+#include "core/transport/mpi/mpi_datatypes.h"
+
+#include <string>
+
+#include "core/common/errors.h"
+#include "core/common/reduce.h"
+#include "core/transport/mpi/mpi_context.h"
+
+namespace hora {
+namespace mpi {
+namespace {
+
+// MPI calls it as inoutvec[i] = invec[i] op inoutvec[i]; every op here is commutative.
+template <DataType D, ReduceOp O>
+void halfReduce(void* invec, void* inoutvec, int* len, MPI_Datatype*) {
+  if (*len > 0) reduceInto(inoutvec, invec, static_cast<size_t>(*len), D, O);
+}
+
+template <DataType D>
+void createFor(MPI_Op ops[4]) {
+  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Sum>, 1, &ops[0]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Min>, 1, &ops[1]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Max>, 1, &ops[2]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Product>, 1, &ops[3]), "MPI_Op_create");
+}
+
+}  // namespace
+
+MPI_Datatype mpiElementType(DataType dtype) {
+  switch (dtype) {
+    case DataType::UInt8: return MPI_UINT8_T;
+    case DataType::Int8: return MPI_INT8_T;
+    case DataType::UInt16: return MPI_UINT16_T;
+    case DataType::Int16: return MPI_INT16_T;
+    case DataType::Int32: return MPI_INT32_T;
+    case DataType::Int64: return MPI_INT64_T;
+    case DataType::Float16: return MPI_UINT16_T;
+    case DataType::BFloat16: return MPI_UINT16_T;
+    case DataType::Float32: return MPI_FLOAT;
+    case DataType::Float64: return MPI_DOUBLE;
+    case DataType::Bool: return MPI_C_BOOL;
+  }
+  throw InvalidArgument("mpi: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+int halfOpIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return 0;
+    case ReduceOp::Min: return 1;
+    case ReduceOp::Max: return 2;
+    case ReduceOp::Product: return 3;
+    default: return -1;
+  }
+}
+
+MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op) {
+  if (halfOpIndex(op) < 0) {
+    throw InvalidArgument(std::string("mpi: reduce op ") + reduceOpName(op) +
+                          " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
+  }
+  if (dtype == DataType::Float16 || dtype == DataType::BFloat16) {
+    return {MPI_UINT16_T, context.halfOp(dtype, op)};
+  }
+  if (dtype == DataType::Bool) {
+    bool any = op == ReduceOp::Sum || op == ReduceOp::Max;
+    return {MPI_C_BOOL, any ? MPI_LOR : MPI_LAND};
+  }
+  MPI_Op native = MPI_SUM;
+  switch (op) {
+    case ReduceOp::Min: native = MPI_MIN; break;
+    case ReduceOp::Max: native = MPI_MAX; break;
+    case ReduceOp::Product: native = MPI_PROD; break;
+    default: break;
+  }
+  return {mpiElementType(dtype), native};
+}
+
+void createHalfOps(MPI_Op ops[2][4]) {
+  createFor<DataType::Float16>(ops[0]);
+  createFor<DataType::BFloat16>(ops[1]);
+}
+
+void freeHalfOps(MPI_Op ops[2][4]) {
+  for (int d = 0; d < 2; ++d) {
+    for (int i = 0; i < 4; ++i) {
+      if (ops[d][i] != MPI_OP_NULL) MPI_Op_free(&ops[d][i]);
+      ops[d][i] = MPI_OP_NULL;
+    }
+  }
+}
+
+}  // namespace mpi
+}  // namespace hora
