@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 done
 
 # Debian's own Python refuses pip installs outside a venv unless told otherwise.
-export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
 export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
 export PYTHONDONTWRITEBYTECODE=1
 
