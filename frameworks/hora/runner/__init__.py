@@ -1,6 +1,10 @@
-"""``horarun``: start the ranks of a Hora job and supervise them.
+"""``horarun`` and ``hora.run``: start the ranks of a Hora job and supervise them.
 
-``launch`` parses the command line, ``slots`` turns hosts and slots into per-rank coordinates,
-``local_exec`` spawns the ranks on this host, prefixes their output and stops the job when a rank
-fails.
+``launch`` parses the command line (``config`` adds ``--config-file`` values), ``slots`` turns
+hosts and slots into per-rank coordinates, ``hosts`` reads hostfiles and tells local from remote
+hosts, ``env`` builds every rank's environment, ``job`` runs a job on the built-in transport with
+``local_exec`` (children, output, failure and signal handling), ``ssh_exec`` (remote ranks) and
+``output`` (prefixed lines or per-rank files); ``mpirun`` builds ``--mpi`` command lines,
+``check_build`` prints ``-cb``, ``api`` is ``hora.run``, ``run_task`` its per-rank side and
+``task`` how the two exchange the function and its results.
 """

@@ -1,126 +1,187 @@
-"""``horarun``: the command line of the launcher.
+"""``horarun``: the command line of the launcher (horovodrun's flags).
 
-    horarun -np N [-H localhost:N] [--verbose] command [args...]
+    horarun -np N [-H host1:4,host2:4 | --hostfile FILE] [options] command [args...]
 
-Starts the rendezvous store (on 127.0.0.1, random port, random secret), runs N copies of
-``command`` on this host with HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE,
-HORA_CROSS_RANK, HORA_CROSS_SIZE, HORA_HOSTNAME, HORA_RENDEZVOUS_ADDR, HORA_RENDEZVOUS_PORT and
-HORA_SECRET set, prefixes their output with ``[rank]<stdout>:`` / ``[rank]<stderr>:``, and exits
-with 0 when every rank succeeded, or with the exit code of the first rank that failed (after
-stopping the others). Ctrl-C or SIGTERM stops every rank.
+Every rank gets HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROSS_RANK,
+HORA_CROSS_SIZE, HORA_HOSTNAME, HORA_RENDEZVOUS_ADDR/PORT and a fresh HORA_SECRET, plus the
+engine settings of the tuning flags. Output lines are prefixed ``[rank]<stdout>:`` /
+``[rank]<stderr>:`` (or written to ``--output-filename`` DIR/rank.<n>/{stdout,stderr}). The
+launcher exits with 0 when every rank succeeded, or with the exit code of the first rank that
+failed (after stopping the others). Ctrl-C or SIGTERM stops every rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import signal
 import sys
 from collections.abc import Sequence
 
-from hora.runner import slots
-from hora.runner.local_exec import LocalJob
+from hora.runner import check_build, config, hosts, job, mpirun, slots
+from hora.runner.env import SETTINGS
 
-STORE_HOST = "127.0.0.1"
+COMPAT_FLAGS = (
+    ("--hierarchical-allreduce", None), ("--no-hierarchical-allreduce", None),
+    ("--hierarchical-allgather", None), ("--no-hierarchical-allgather", None),
+    ("--torus-allreduce", None), ("--no-torus-allreduce", None),
+    ("--mpi-threads-disable", None), ("--prefix-output-with-timestamp", None),
+    ("--num-nccl-streams", int), ("--thread-affinity", str),
+    ("--autotune-bayes-opt-max-samples", int), ("--autotune-gaussian-process-noise", float),
+)
+"""horovodrun flags that Hora accepts so job scripts keep working, with a warning: no effect."""
+
+
+def _compat_dest(flag: str) -> str:
+    return "compat_" + flag.lstrip("-").replace("-", "_")
+
+
+def _version() -> str:
+    from hora import _core
+
+    return str(_core.version)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``horarun``."""
     parser = argparse.ArgumentParser(
-        prog="horarun",
+        prog="horarun", allow_abbrev=False,
         description="Run a Hora (Horovod-API) job: N copies of a command, connected.",
     )
-    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int,
-                        help="number of processes (default: the number of slots in -H)")
-    parser.add_argument("-H", "--hosts", dest="hosts",
-                        help="hosts and slots, e.g. localhost:4 (only this host is supported)")
-    parser.add_argument("--verbose", action="store_true", help="print the launch plan")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
+    add = parser.add_argument
+    add("-v", "--version", action="version", version=f"Hora {_version()}")
+    add("-np", "--num-proc", dest="num_proc", type=int,
+        help="number of processes (default: the number of slots)")
+    add("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. host1:4,host2:4 "
+        "(default localhost:NP)")
+    add("--hostfile", "-hostfile", dest="hostfile",
+        help="file with one 'host slots=N' line per host")
+    add("-p", "--ssh-port", dest="ssh_port", type=int, help="ssh port of the remote hosts")
+    add("-i", "--ssh-identity-file", dest="ssh_identity_file", help="ssh private key")
+    add("--network-interface", "--network-interfaces", dest="network_interface",
+        help="interface(s) the ranks communicate over, e.g. eth0 (the first is used)")
+    add("--output-filename", dest="output_filename",
+        help="write rank n's output to DIR/rank.<n>/stdout and stderr instead of the terminal")
+    add("--verbose", action="store_true", help="print the launch plan")
+    add("--config-file", dest="config_file",
+        help="YAML file of flag values (keys: long flag names); the command line overrides it")
+    add("-cb", "--check-build", dest="check_build", action="store_true",
+        help="show which frameworks, controllers and tensor operations are available")
+    add("-x", "--env", dest="env", action="append", metavar="NAME[=VALUE]",
+        help="export this variable to every rank (repeatable)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--gloo", action="store_true",
+                      help="use Hora's built-in TCP transport (the default)")
+    mode.add_argument("--mpi", action="store_true", help="start the ranks with mpirun")
+    mode.add_argument("--jsrun", action="store_true", help=argparse.SUPPRESS)
+    add("--tcp", action="store_true",
+        help="TCP only: the built-in transport, and no InfiniBand for NCCL")
+    add("--mpi-args", dest="mpi_args", help="extra arguments for mpirun (with --mpi)")
+    add("--binding-args", dest="binding_args",
+        help="mpirun process binding arguments (with --mpi; default '-bind-to none -map-by slot')")
+    tuning = parser.add_argument_group("engine settings (each sets a HORA_* variable)")
+    for setting in SETTINGS:
+        if setting.kind is None:
+            tuning.add_argument(setting.flag, dest=setting.dest, action="store_true",
+                                help=f"{setting.help} (HORA_{setting.var})")
+        else:
+            tuning.add_argument(setting.flag, dest=setting.dest, type=setting.kind,
+                                help=f"{setting.help} (HORA_{setting.var})")
+    for flag, kind in COMPAT_FLAGS:
+        if kind is None:
+            add(flag, dest=_compat_dest(flag), action="store_true", help=argparse.SUPPRESS)
+        else:
+            add(flag, dest=_compat_dest(flag), type=kind, help=argparse.SUPPRESS)
+    add("--force-ssh", dest="force_ssh", type=lambda s: [h for h in s.split(",") if h],
+        help=argparse.SUPPRESS)
+    add("command", nargs=argparse.REMAINDER, help="the command every rank runs")
     return parser
 
 
-def plan(num_proc: int | None, hosts_spec: str | None) -> list[slots.SlotInfo]:
-    """Per-rank coordinates for the command line's -np and -H.
+def parse_args(argv: Sequence[str] | None = None,
+               parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Parse ``argv`` (with ``--config-file`` values as defaults); ``args.command`` is the
+    command without a leading ``--``. Exits with status 2 on a usage error."""
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    if args.config_file:
+        try:
+            config.apply(parser, args.config_file)
+        except config.ConfigError as exc:
+            parser.error(str(exc))
+        args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    args.command = command
+    if args.force_ssh is None:
+        forced = os.environ.get("HORARUN_FORCE_SSH", "")
+        args.force_ssh = [h for h in forced.split(",") if h]
+    return args
+
+
+def host_list(num_proc: int | None, hosts_spec: str | None,
+              hostfile: str | None = None) -> list[slots.HostSlots]:
+    """The hosts of ``-H`` or ``--hostfile``; ``localhost:NP`` when neither is given.
 
     Raises:
-        ValueError: bad host list, too few slots, or a remote host.
+        ValueError: both or neither given (without -np), or a malformed list.
     """
-    if hosts_spec is None:
-        if num_proc is None:
-            raise ValueError("-np is required (or -H with slots)")
-        hosts_spec = f"localhost:{num_proc}"
-    hosts = slots.parse_hosts(hosts_spec)
-    remote = [h.hostname for h in hosts if not slots.is_local_host(h.hostname)]
-    if remote:
-        raise ValueError(f"remote hosts are not supported by this horarun yet: {', '.join(remote)}")
+    if hosts_spec and hostfile:
+        raise ValueError("give -H or --hostfile, not both")
+    if hostfile:
+        return hosts.parse_hostfile(hostfile)
+    if hosts_spec:
+        return slots.parse_hosts(hosts_spec)
     if num_proc is None:
-        num_proc = sum(h.slots for h in hosts)
-    return slots.assign_slots(hosts, num_proc)
+        raise ValueError("-np is required (or -H / --hostfile with slots)")
+    return [slots.HostSlots("localhost", num_proc)]
 
 
-def rank_env(base: dict[str, str], slot: slots.SlotInfo, store_port: int,
-             secret: str) -> dict[str, str]:
-    """The environment of one rank: ``base`` plus the HORA_* topology and rendezvous."""
-    env = dict(base)
-    env.update({
-        "HORA_RANK": str(slot.rank),
-        "HORA_SIZE": str(slot.size),
-        "HORA_LOCAL_RANK": str(slot.local_rank),
-        "HORA_LOCAL_SIZE": str(slot.local_size),
-        "HORA_CROSS_RANK": str(slot.cross_rank),
-        "HORA_CROSS_SIZE": str(slot.cross_size),
-        "HORA_HOSTNAME": slot.hostname,
-        "HORA_RENDEZVOUS_ADDR": STORE_HOST,
-        "HORA_RENDEZVOUS_PORT": str(store_port),
-        "HORA_SECRET": secret,
-    })
-    env.setdefault("PYTHONUNBUFFERED", "1")  # rank output appears line by line, not at exit
-    return env
+def plan(num_proc: int | None, hosts_spec: str | None,
+         hostfile: str | None = None) -> list[slots.SlotInfo]:
+    """Per-rank coordinates for the command line's -np, -H and --hostfile.
+
+    Raises:
+        ValueError: bad host list or too few slots.
+    """
+    host_slots = host_list(num_proc, hosts_spec, hostfile)
+    if num_proc is None:
+        num_proc = sum(h.slots for h in host_slots)
+    return slots.assign_slots(host_slots, num_proc)
+
+
+def warn_compat(args: argparse.Namespace) -> None:
+    """Tell the user about horovodrun flags that do nothing in Hora."""
+    for flag, _kind in COMPAT_FLAGS:
+        value = getattr(args, _compat_dest(flag))
+        if value not in (None, False):
+            print(f"horarun: warning: {flag} has no effect in Hora (accepted for compatibility)",
+                  file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``horarun``; returns the job's exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
+    args = parse_args(argv, parser)
+    if args.check_build:
+        sys.stdout.write(check_build.report())
+        return 0
+    if args.jsrun:
+        parser.error("--jsrun is not supported by Hora; use the built-in launcher or --mpi")
+    if not args.command:
         parser.error("no command given")
     try:
-        placement = plan(args.num_proc, args.hosts)
+        placement = plan(args.num_proc, args.hosts, args.hostfile)
     except ValueError as exc:
         parser.error(str(exc))
-
-    from hora import _core
-
-    secret = secrets.token_hex(32)
-    store = _core.StoreServer(STORE_HOST, 0, secret)
+    warn_compat(args)
+    if args.mpi:
+        return mpirun.run(args, args.command, host_list(args.num_proc, args.hosts, args.hostfile),
+                          len(placement))
     try:
-        envs = [rank_env(dict(os.environ), s, store.port, secret) for s in placement]
-        if args.verbose:
-            print(f"horarun: store at {STORE_HOST}:{store.port}; {len(placement)} ranks: "
-                  f"{command}", file=sys.stderr, flush=True)
-            for s in placement:
-                print(f"horarun: rank {s.rank} on {s.hostname} (local {s.local_rank}/"
-                      f"{s.local_size}, cross {s.cross_rank}/{s.cross_size})",
-                      file=sys.stderr, flush=True)
-        job = LocalJob(command, envs)
-        previous = {sig: signal.signal(sig, lambda signum, _frame: job.request_stop(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            try:
-                job.start()
-            except OSError as exc:
-                print(f"horarun: cannot start {command[0]!r}: {exc}", file=sys.stderr)
-                return 127
-            return job.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    finally:
-        store.stop()
+        return job.run_job(args, args.command, placement).code
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """Run the ranks of a job as child processes of this host and supervise them.
 
-Each rank runs in its own process group (so a signal reaches the rank and everything it
-started). Its stdout and stderr lines are copied to ours with a ``[rank]<stdout>:`` /
-``[rank]<stderr>:`` prefix, one flushed write per line. When a rank exits non-zero, or the
-launcher is asked to stop, every other rank gets SIGTERM, then SIGKILL after a grace period.
+A rank's child is the rank itself (local ranks) or the ssh client that runs it elsewhere (remote
+ranks). Each child runs in its own process group, so a signal reaches the child and everything it
+started. Output lines go to a :class:`~hora.runner.output.Sink`.
+
+Stopping a rank: a local rank gets SIGTERM on its process group. A remote rank's ssh client has
+its stdin on a pipe that the launcher keeps open; closing it is the stop request (the remote
+wrapper, see ``ssh_exec``, then terminates the rank there and the ssh client exits once the rank
+is gone). Whatever still runs after the grace period gets SIGKILL on its process group.
+
+When a rank exits non-zero, or the launcher is asked to stop, every other rank is stopped.
 """
 
 from __future__ import annotations
@@ -16,46 +22,92 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
+
+from hora.runner.output import PrefixSink, Sink
 
 GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.05
 
 
 @dataclasses.dataclass
-class _Rank:
+class RankSpec:
+    """How to start one rank's child process.
+
+    ``stdin`` None: the child reads /dev/null and is stopped with SIGTERM. Bytes: written to the
+    child's stdin, which then stays open until the rank is to stop (ssh ranks).
+    """
+
     rank: int
-    process: subprocess.Popen
-    readers: list[threading.Thread]
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes | None = None
+    remote: bool = False
 
 
-def _binary(stream: object) -> BinaryIO:
-    return getattr(stream, "buffer", stream)  # type: ignore[return-value]
+class _Child:
+    """One running rank: the process, its output readers and (ssh ranks) its stdin holder."""
 
+    def __init__(self, spec: RankSpec, sink: Sink) -> None:
+        self.spec = spec
+        self._close_stdin = threading.Event()
+        self.process = subprocess.Popen(
+            spec.argv, env=spec.env,
+            stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        self.threads: list[threading.Thread] = []
+        for source, stream in ((self.process.stdout, "stdout"), (self.process.stderr, "stderr")):
+            self.threads.append(_start(_pump, source, spec.rank, stream, sink,
+                                       name=f"horarun-rank{spec.rank}-{stream}"))
+        if spec.stdin is not None:
+            _start(self._hold_stdin, spec.stdin, name=f"horarun-rank{spec.rank}-stdin")
 
-class _PrefixWriter:
-    """Writes whole prefixed lines to one of our streams; shared by every rank's reader."""
-
-    def __init__(self, stream: object) -> None:
-        self._out = _binary(stream)
-        self._lock = threading.Lock()
-
-    def write_line(self, prefix: bytes, line: bytes) -> None:
-        if not line.endswith(b"\n"):
-            line += b"\n"
-        with self._lock:
+    def _hold_stdin(self, data: bytes) -> None:
+        pipe = self.process.stdin
+        assert pipe is not None
+        try:
+            pipe.write(data)
+            pipe.flush()
+            self._close_stdin.wait()
+        except OSError:
+            pass  # the child is gone already
+        finally:
             try:
-                self._out.write(prefix + line)
-                self._out.flush()
-            except (OSError, ValueError):
-                pass  # our own output went away (closed pipe); the job goes on
+                pipe.close()
+            except OSError:
+                pass
+
+    def request_stop(self) -> None:
+        """Ask the rank to end: close the ssh stdin, or SIGTERM the local process group."""
+        if self.spec.stdin is not None:
+            self._close_stdin.set()
+        else:
+            self.signal(signal.SIGTERM)
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is gone already
+
+    def release(self) -> None:
+        """Let go of the stdin pipe (the rank ended)."""
+        self._close_stdin.set()
 
 
-def _pump(source: BinaryIO, prefix: bytes, writer: _PrefixWriter) -> None:
+def _start(target: object, *args: object, name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    return thread
+
+
+def _pump(source: BinaryIO, rank: int, stream: str, sink: Sink) -> None:
     with source:
         for line in iter(source.readline, b""):
-            writer.write_line(prefix, line)
+            sink.line(rank, stream, line)
 
 
 def exit_code_of(returncode: int) -> int:
@@ -73,53 +125,44 @@ def describe_exit(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-class LocalJob:
-    """The ranks of one job on this host.
+class Job:
+    """The ranks of one job.
 
     ``start()`` spawns them, ``wait()`` supervises until the job ends and returns the exit code;
-    ``request_stop(signum)`` (safe in a signal handler) makes ``wait()`` stop every rank.
+    ``request_stop(signum)`` (safe in a signal handler) makes ``wait()`` stop every rank. After a
+    failure ``failed_rank`` names the first rank that exited non-zero.
     """
 
-    def __init__(self, command: Sequence[str], envs: Sequence[Mapping[str, str]],
+    def __init__(self, specs: Sequence[RankSpec], sink: Sink | None = None,
                  grace_seconds: float = GRACE_SECONDS) -> None:
-        self._command = list(command)
-        self._envs = [dict(e) for e in envs]
+        self._specs = list(specs)
+        self._sink: Sink = sink if sink is not None else PrefixSink()
         self._grace = grace_seconds
-        self._ranks: list[_Rank] = []
+        self._children: list[_Child] = []
         self._stop_signal: int | None = None
-        self._exits: queue.Queue[tuple[int, int]] = queue.Queue()  # (rank, code), in exit order
-        self._stdout = _PrefixWriter(sys.stdout)
-        self._stderr = _PrefixWriter(sys.stderr)
+        self._exits: queue.Queue[tuple[int, int]] = queue.Queue()  # (index, code) in exit order
+        self.failed_rank: int | None = None
+        self.returncodes: dict[int, int] = {}
 
     def start(self) -> None:
         """Spawn every rank.
 
         Raises:
-            OSError: the command cannot be started (ranks already started are stopped).
+            OSError: a command cannot be started (ranks already started are stopped).
         """
         try:
-            for rank, env in enumerate(self._envs):
-                self._ranks.append(self._spawn(rank, env))
+            for index, spec in enumerate(self._specs):
+                child = _Child(spec, self._sink)
+                self._children.append(child)
+                _start(self._watch, index, child, name=f"horarun-rank{spec.rank}-wait")
         except OSError:
             self._terminate_all()
             raise
 
-    def _spawn(self, rank: int, env: Mapping[str, str]) -> _Rank:
-        process = subprocess.Popen(
-            self._command, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-        )
-        readers = []
-        for source, tag, writer in ((process.stdout, b"stdout", self._stdout),
-                                    (process.stderr, b"stderr", self._stderr)):
-            prefix = b"[%d]<%s>:" % (rank, tag)
-            thread = threading.Thread(target=_pump, args=(source, prefix, writer),
-                                      name=f"horarun-rank{rank}-{tag.decode()}", daemon=True)
-            thread.start()
-            readers.append(thread)
-        threading.Thread(target=lambda: self._exits.put((rank, process.wait())),
-                         name=f"horarun-rank{rank}-wait", daemon=True).start()
-        return _Rank(rank, process, readers)
+    def _watch(self, index: int, child: _Child) -> None:
+        code = child.process.wait()
+        child.release()
+        self._exits.put((index, code))
 
     def request_stop(self, signum: int) -> None:
         """Ask ``wait()`` to stop the job (called from the launcher's signal handlers)."""
@@ -128,52 +171,57 @@ class LocalJob:
     def wait(self) -> int:
         """Supervise until every rank exited 0 (returns 0), a rank failed (returns its exit code
         after stopping the others), or a stop was requested (returns 128 + signal)."""
-        running = len(self._ranks)
+        running = len(self._children)
         while True:
             if self._stop_signal is not None:
-                print(f"horarun: received {signal.Signals(self._stop_signal).name}; stopping "
-                      "all ranks", file=sys.stderr, flush=True)
+                _say(f"received {signal.Signals(self._stop_signal).name}; stopping all ranks")
                 self._terminate_all()
                 return 128 + self._stop_signal
             try:
-                rank, code = self._exits.get(timeout=_POLL_SECONDS)
+                index, code = self._exits.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 continue
             running -= 1
+            spec = self._specs[index]
+            self.returncodes[spec.rank] = code
             if code != 0:
-                print(f"horarun: rank {rank} exited with {describe_exit(code)}; stopping the "
-                      "other ranks", file=sys.stderr, flush=True)
+                self.failed_rank = spec.rank
+                where = f" on {spec.host}" if spec.remote else ""
+                hint = " (ssh could not run the command there?)" if spec.remote and code == 255 else ""
+                _say(f"rank {spec.rank}{where} exited with {describe_exit(code)}{hint}; "
+                     "stopping the other ranks")
                 self._terminate_all()
-                print(f"horarun: job failed: rank {rank} was the first to exit with a non-zero "
-                      f"status ({describe_exit(code)})", file=sys.stderr, flush=True)
+                _say(f"job failed: rank {spec.rank} was the first to exit with a non-zero status "
+                     f"({describe_exit(code)})")
                 return exit_code_of(code)
             if running == 0:
                 self._drain()
                 return 0
 
-    def _signal_all(self, signum: int) -> None:
-        for r in self._ranks:
-            try:
-                os.killpg(r.process.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass  # the whole group is gone already
-
     def _terminate_all(self) -> None:
-        self._signal_all(signal.SIGTERM)
+        for child in self._children:
+            if child.process.poll() is None:
+                child.request_stop()
         deadline = time.monotonic() + self._grace
         while time.monotonic() < deadline:
-            if all(r.process.poll() is not None for r in self._ranks):
+            if all(c.process.poll() is not None for c in self._children):
                 break
             time.sleep(_POLL_SECONDS)
-        self._signal_all(signal.SIGKILL)  # also reaches children a rank left behind
-        for r in self._ranks:
-            r.process.wait()
+        for child in self._children:
+            child.signal(signal.SIGKILL)  # also reaches children a rank left behind
+            child.release()
+        for child in self._children:
+            child.process.wait()
         self._drain()
 
     def _drain(self, timeout: float = 2.0) -> None:
         """Let the reader threads copy what the ranks wrote last (bounded: a grandchild may still
         hold a pipe open)."""
         deadline = time.monotonic() + timeout
-        for r in self._ranks:
-            for thread in r.readers:
+        for child in self._children:
+            for thread in child.threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _say(message: str) -> None:
+    print(f"horarun: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,197 @@
+"""The environment of every rank: engine settings from the command line, topology, rendezvous.
+
+Local ranks inherit the launcher's whole environment. Remote ranks get only what is exported:
+the names in :data:`EXPORTED_NAMES`, every variable whose name starts with one of
+:data:`EXPORTED_PREFIXES`, and what the user names with ``-x NAME`` / ``-x NAME=VALUE``. The job
+secret is never part of either: it is handed over separately (see :func:`private_env`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from hora.runner.slots import SlotInfo
+
+EXPORTED_NAMES = (
+    "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+    "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "LANG", "LC_ALL",
+)
+"""Variables carried to remote ranks when the launcher has them."""
+
+EXPORTED_PREFIXES = ("HORA_", "HOROVOD_", "NCCL_")
+"""Prefixes of variables carried to remote ranks."""
+
+SECRET_NAMES = ("HORA_SECRET", "HOROVOD_SECRET", "_HOROVOD_SECRET_KEY")
+"""Never exported from the launcher's environment: every job gets a fresh secret."""
+
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _non_negative(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A command-line flag that sets one engine variable (``HORA_<var>``).
+
+    ``kind`` None is a flag without a value that sets ``value_when_set``.
+    """
+
+    flag: str
+    var: str
+    help: str
+    kind: Callable[[str], object] | None = None
+    to_env: Callable[[Any], str] = str
+    value_when_set: str = "1"
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("--fusion-threshold-mb", "FUSION_THRESHOLD", "fusion buffer size in MB (0 = off)",
+            _non_negative(float), lambda mb: str(round(float(mb) * 1048576))),
+    Setting("--cycle-time-ms", "CYCLE_TIME", "background loop batching time in ms",
+            _non_negative(float), _number),
+    Setting("--cache-capacity", "CACHE_CAPACITY", "response cache entries (0 = off)",
+            _non_negative(int), str),
+    Setting("--disable-cache", "CACHE_CAPACITY", "turn the response cache off",
+            value_when_set="0"),
+    Setting("--timeline-filename", "TIMELINE", "write a Chrome-trace timeline here (rank 0)",
+            str),
+    Setting("--timeline-mark-cycles", "TIMELINE_MARK_CYCLES",
+            "mark background-loop cycles in the timeline"),
+    Setting("--autotune", "AUTOTUNE", "tune fusion threshold and cycle time online"),
+    Setting("--autotune-log-file", "AUTOTUNE_LOG", "CSV log of the autotuner's samples", str),
+    Setting("--autotune-warmup-samples", "AUTOTUNE_WARMUP_SAMPLES",
+            "autotune samples discarded before scoring", _non_negative(int), str),
+    Setting("--autotune-steps-per-sample", "AUTOTUNE_STEPS_PER_SAMPLE",
+            "training steps in one autotune sample", _non_negative(int), str),
+    Setting("--no-stall-check", "STALL_CHECK_DISABLE", "turn the stall inspector off"),
+    Setting("--stall-check-warning-time-seconds", "STALL_CHECK_TIME_SECONDS",
+            "seconds before ranks missing a tensor are reported", _non_negative(float),
+            _number),
+    Setting("--stall-check-shutdown-time-seconds", "STALL_SHUTDOWN_TIME_SECONDS",
+            "seconds before a stall shuts the job down (0 = never)", _non_negative(float),
+            _number),
+    Setting("--log-level", "LOG_LEVEL", f"engine log level: {', '.join(LOG_LEVELS)}",
+            _log_level, str),
+    Setting("--log-without-timestamp", "LOG_HIDE_TIME", "drop timestamps from log lines"),
+    Setting("--start-timeout", "START_TIMEOUT",
+            "seconds the ranks wait for each other at start (default 30)", _non_negative(float),
+            _number),
+    Setting("--gloo-timeout-seconds", "TIMEOUT_SECONDS",
+            "seconds a silent peer may stall a collective before the job fails",
+            _non_negative(float), _number),
+)
+"""Every flag that sets an engine variable; ``launch`` builds its options from this table."""
+
+
+def settings_env(args: argparse.Namespace) -> dict[str, str]:
+    """``HORA_*`` engine settings (and transport choice) from the parsed command line."""
+    env: dict[str, str] = {}
+    for setting in SETTINGS:
+        value = getattr(args, setting.dest, None)
+        if setting.kind is None:
+            if value:
+                env["HORA_" + setting.var] = setting.value_when_set
+        elif value is not None:
+            env["HORA_" + setting.var] = setting.to_env(value)
+    if getattr(args, "mpi", False):
+        env["HORA_CONTROLLER"] = env["HORA_CPU_OPERATIONS"] = "mpi"
+    elif getattr(args, "gloo", False) or getattr(args, "tcp", False):
+        env["HORA_CONTROLLER"] = env["HORA_CPU_OPERATIONS"] = "tcp"
+    if getattr(args, "tcp", False):
+        env["NCCL_IB_DISABLE"] = "1"  # Horovod's meaning of --tcp: no InfiniBand for NCCL
+    return env
+
+
+def topology_env(slot: SlotInfo) -> dict[str, str]:
+    """HORA_RANK, HORA_SIZE, local and cross coordinates and HORA_HOSTNAME of one rank."""
+    return {
+        "HORA_RANK": str(slot.rank),
+        "HORA_SIZE": str(slot.size),
+        "HORA_LOCAL_RANK": str(slot.local_rank),
+        "HORA_LOCAL_SIZE": str(slot.local_size),
+        "HORA_CROSS_RANK": str(slot.cross_rank),
+        "HORA_CROSS_SIZE": str(slot.cross_size),
+        "HORA_HOSTNAME": slot.hostname,
+    }
+
+
+def rendezvous_env(address: str, port: int) -> dict[str, str]:
+    """Where the ranks find the launcher's rendezvous store."""
+    return {"HORA_RENDEZVOUS_ADDR": address, "HORA_RENDEZVOUS_PORT": str(port)}
+
+
+def interface_env(interface: str | None) -> dict[str, str]:
+    """HORA_IFACE (the interface whose address ranks listen on), when known."""
+    return {"HORA_IFACE": interface} if interface else {}
+
+
+def private_env(secret: str) -> dict[str, str]:
+    """Variables that must not appear on any command line: the job secret."""
+    return {"HORA_SECRET": secret}
+
+
+def parse_exports(specs: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``-x NAME`` (the launcher's value, skipped when unset) and ``-x NAME=VALUE`` items.
+
+    Raises:
+        ValueError: not a valid variable name.
+    """
+    result: dict[str, str] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not _NAME.match(name):
+            raise ValueError(f"-x {spec!r}: {name!r} is not a valid variable name")
+        if sep:
+            result[name] = value
+        elif name in environ:
+            result[name] = environ[name]
+    return result
+
+
+def exported_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of the launcher's environment carried to remote ranks (see the module doc)."""
+    return {
+        name: value for name, value in environ.items()
+        if (name in EXPORTED_NAMES or name.startswith(EXPORTED_PREFIXES))
+        and name not in SECRET_NAMES and _NAME.match(name)
+    }
+
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less any secret the launcher itself was given."""
+    return {k: v for k, v in environ.items() if k not in SECRET_NAMES}
+
+
+def undeclared(env: Mapping[str, str], declared: Iterable[str]) -> list[str]:
+    """``HORA_*`` names in ``env`` that the engine does not declare (should be none)."""
+    known = {"HORA_" + name for name in declared}
+    return sorted(k for k in env if k.startswith("HORA_") and k not in known)

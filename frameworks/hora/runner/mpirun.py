@@ -1,0 +1,162 @@
+"""``horarun --mpi``: build an ``mpirun`` command line carrying the job's environment, and exec it.
+
+Open MPI::
+
+    mpirun --allow-run-as-root --tag-output -np N -H h1:2,h2:2 -bind-to none -map-by slot
+           -x NAME ... [--mpi-args] command...
+
+MPICH / Intel MPI (Hydra)::
+
+    mpirun -l -np N -hosts h1:2,h2:2 [-ppn SLOTS] -genv NAME VALUE ... [--mpi-args] command...
+
+Open MPI's ``-x NAME`` takes the value from mpirun's own environment, so no value shows on the
+command line. Hydra forwards mpirun's whole environment by default, so the job secret is left to
+that and is never written as a ``-genv`` value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+from hora.runner import env as envs
+from hora.runner import hosts as hostlib
+from hora.runner.env import SECRET_NAMES
+from hora.runner.slots import HostSlots, format_hosts
+
+OPENMPI = "openmpi"
+MPICH = "mpich"
+
+
+class MpiError(RuntimeError):
+    """mpirun is missing or of an unknown kind."""
+
+
+def find_mpirun() -> str:
+    """Path of ``mpirun``.
+
+    Raises:
+        MpiError: not on PATH.
+    """
+    path = shutil.which("mpirun")
+    if path is None:
+        raise MpiError("--mpi needs mpirun, which is not on PATH; install Open MPI or MPICH, "
+                       "or run without --mpi to use Hora's built-in TCP transport")
+    return path
+
+
+def flavour_of(version_text: str) -> str:
+    """``openmpi`` or ``mpich`` from the output of ``mpirun --version``.
+
+    Raises:
+        MpiError: neither.
+    """
+    if "Open MPI" in version_text or "OpenRTE" in version_text or "open-mpi" in version_text:
+        return OPENMPI
+    if any(key in version_text for key in ("HYDRA", "MPICH", "Intel(R) MPI", "Intel MPI")):
+        return MPICH
+    first = version_text.strip().splitlines()[0] if version_text.strip() else "(no output)"
+    raise MpiError(f"unknown MPI implementation ({first}); Hora supports Open MPI and MPICH")
+
+
+def detect_flavour(mpirun: str) -> str:
+    """Run ``mpirun --version`` and classify it (see :func:`flavour_of`)."""
+    try:
+        done = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise MpiError(f"cannot run {mpirun} --version: {exc}") from None
+    return flavour_of(done.stdout + done.stderr)
+
+
+def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
+                   env: Mapping[str, str], command: Sequence[str],
+                   mpi_args: str | None = None, binding_args: str | None = None,
+                   mpirun: str = "mpirun") -> list[str]:
+    """The mpirun argv for ``flavour``; ``env`` lists the variables every rank must get (their
+    values must also be in mpirun's own environment)."""
+    extra = shlex.split(mpi_args) if mpi_args else []
+    if flavour == OPENMPI:
+        binding = shlex.split(binding_args) if binding_args else ["-bind-to", "none",
+                                                                  "-map-by", "slot"]
+        argv = [mpirun, "--allow-run-as-root", "--tag-output", "-np", str(num_proc),
+                "-H", format_hosts(list(hosts)), *binding]
+        for name in env:
+            argv += ["-x", name]
+    elif flavour == MPICH:
+        argv = [mpirun, "-l", "-np", str(num_proc), "-hosts", format_hosts(list(hosts))]
+        counts = {h.slots for h in hosts}
+        if len(counts) == 1:
+            argv += ["-ppn", str(counts.pop())]
+        if binding_args:
+            argv += shlex.split(binding_args)
+        for name, value in env.items():
+            if name not in SECRET_NAMES:
+                argv += ["-genv", name, value]
+    else:
+        raise MpiError(f"unknown MPI flavour {flavour!r}")
+    return argv + extra + list(command)
+
+
+def exec_mpirun(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Replace this process with mpirun (does not return).
+
+    Raises:
+        MpiError: it cannot be started.
+    """
+    try:
+        os.execve(argv[0], list(argv), dict(env))
+    except OSError as exc:
+        raise MpiError(f"cannot start {argv[0]}: {exc.strerror}") from None
+
+
+def _free_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(args: argparse.Namespace, hosts: Sequence[HostSlots],
+             environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables an mpirun job carries to every rank: the launcher's HORA_/HOROVOD_/NCCL_
+    variables, ``-x`` exports, the engine settings, the MPI transport choice, a fresh secret, and
+    where rank 0 serves the rendezvous store (the first host; a free port when it is this one,
+    else the engine's default port)."""
+    env = {k: v for k, v in envs.exported_env(environ).items()
+           if k.startswith(envs.EXPORTED_PREFIXES)}
+    env.update(envs.parse_exports(args.env or [], environ))
+    env.update(envs.settings_env(args))
+    first = hosts[0].hostname
+    if hostlib.is_local_host(first):
+        env.update(envs.rendezvous_env("127.0.0.1", _free_local_port()))
+    else:
+        env["HORA_RENDEZVOUS_ADDR"] = hostlib.address_part(first)
+    env.update(envs.private_env(secrets.token_hex(32)))
+    if args.network_interface:
+        env.update(envs.interface_env(args.network_interface.split(",")[0].strip()))
+        env["NCCL_SOCKET_IFNAME"] = args.network_interface
+    return env
+
+
+def run(args: argparse.Namespace, command: Sequence[str], hosts: Sequence[HostSlots],
+        num_proc: int) -> int:
+    """``horarun --mpi``: exec mpirun (returns only when that fails: exit code 127)."""
+    try:
+        path = find_mpirun()
+        flavour = detect_flavour(path)
+        env = rank_env(args, hosts, os.environ)
+        argv = mpirun_command(flavour, num_proc, hosts, env, command, args.mpi_args,
+                              args.binding_args, mpirun=path)
+        if args.verbose:
+            print(f"horarun: {shlex.join(argv)}", file=sys.stderr, flush=True)
+        exec_mpirun(argv, {**os.environ, **env})
+    except MpiError as exc:
+        print(f"horarun: error: {exc}", file=sys.stderr, flush=True)
+    return 127

@@ -1,0 +1,94 @@
+"""Run a rank on another host through ssh.
+
+The ssh command line is::
+
+    ssh -o BatchMode=yes -o StrictHostKeyChecking=no [-p PORT] [-i KEY] HOST \\
+        'cd CWD >/dev/null 2>&1; exec sh -c WRAPPER horarun-rank GRACE WATCHER env VAR=VALUE...
+        COMMAND...'
+
+with every word quoted by ``shlex.quote``. The job secret is not on it (it would show in ``ps``
+on both hosts): the launcher writes ``NAME=VALUE`` lines for such private variables, then an
+empty line, to the ssh client's stdin, and the wrapper exports them before it starts the rank.
+
+The launcher then keeps that stdin open for the life of the rank. The wrapper starts the rank in
+a session of its own and a watcher that waits for end-of-file on stdin: when the launcher closes
+the pipe or dies (or the ssh connection breaks), the watcher sends SIGTERM to the rank's process
+group, and SIGKILL after GRACE seconds. When the rank ends by itself, the wrapper stops the
+watcher and whatever the rank left behind in its process group, and exits with the rank's code.
+Remote hosts need a POSIX ``sh`` and ``setsid`` (util-linux), as every Linux distribution has.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+WATCHER = ('cat >/dev/null; kill -s TERM -- -"$1" || kill -s TERM "$1"; sleep "$2"; '
+           'kill -s KILL -- -"$1" || kill -s KILL "$1"')
+"""Runs in its own session: on end-of-file on stdin, TERM then (after $2 s) KILL group $1."""
+
+_WRAPPER_STEPS = (
+    'g=$1; k=$2; shift 2',
+    'while :; do IFS= read -r l || exit 255; [ -z "$l" ] && break; export "$l"; done',
+    'exec 3<&0',
+    'setsid "$@" </dev/null 3<&- & p=$!',
+    'setsid sh -c "$k" horarun-watch "$p" "$g" <&3 >/dev/null 2>&1 & w=$!',
+    'exec 3<&- </dev/null',
+    'wait "$p" 2>/dev/null; c=$?',
+    'kill -s TERM -- -"$p" 2>/dev/null',
+    'kill -s TERM -- -"$w" 2>/dev/null || kill -s TERM "$w" 2>/dev/null',
+    'exit "$c"',
+)
+WRAPPER = "; ".join(_WRAPPER_STEPS)
+"""The remote shell program: reads private variables, runs the rank, stops it on stdin EOF."""
+
+
+def ssh_base(port: int | None = None, identity_file: str | None = None) -> list[str]:
+    """``ssh`` and its options, up to (not including) the host."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    if port is not None:
+        argv += ["-p", str(port)]
+    if identity_file:
+        argv += ["-i", identity_file]
+    return argv
+
+
+def remote_command(cwd: str, env: Mapping[str, str], command: Sequence[str],
+                   grace_seconds: int) -> str:
+    """The command string ssh runs on the remote host (see the module docstring).
+
+    Raises:
+        ValueError: an environment variable name that a shell cannot carry.
+    """
+    for name in env:
+        if not _NAME.match(name):
+            raise ValueError(f"cannot export {name!r} to a remote host: not a variable name")
+    words = ["exec", "sh", "-c", WRAPPER, "horarun-rank", str(max(1, grace_seconds)), WATCHER,
+             "env"]
+    words += [f"{name}={value}" for name, value in env.items()]
+    words += list(command)
+    return f"cd {shlex.quote(cwd)} >/dev/null 2>&1; " + " ".join(shlex.quote(w) for w in words)
+
+
+def ssh_command(host: str, cwd: str, env: Mapping[str, str], command: Sequence[str],
+                grace_seconds: int, port: int | None = None,
+                identity_file: str | None = None) -> list[str]:
+    """The full ssh argv that runs ``command`` on ``host`` in ``cwd`` with ``env``."""
+    return ssh_base(port, identity_file) + [host, remote_command(cwd, env, command, grace_seconds)]
+
+
+def stdin_payload(private: Mapping[str, str]) -> bytes:
+    """What the launcher writes to the ssh client's stdin: ``NAME=VALUE`` lines, then a blank.
+
+    Raises:
+        ValueError: a name that is not a variable name, or a value with a newline.
+    """
+    lines = []
+    for name, value in private.items():
+        if not _NAME.match(name) or "\n" in value or "\r" in value:
+            raise ValueError(f"cannot pass {name!r} through ssh stdin")
+        lines.append(f"{name}={value}\n")
+    return ("".join(lines) + "\n").encode()
