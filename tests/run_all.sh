@@ -5,6 +5,8 @@
 #   3. single-process pytest (tests/single)
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
+#   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3
+#   7. MXNet and TensorFlow frontends, each in its own virtual environment (they need NumPy 1.x)
 # Stops at the first failure (unless --keep-going) and ends with a timing table and the line
 # "summary: N passed, M failed", counting stages and test runs.
 #
@@ -12,7 +14,7 @@
 #   --skip-install   do not pip install (use what is installed)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch
+#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,mpi,mxnet,tensorflow
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores).
 set -uo pipefail
@@ -24,7 +26,7 @@ RUN_TIMEOUT=${HORA_RUN_TIMEOUT:-900}
 JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch"
+ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,6 +54,7 @@ TIMINGS=()
 T_START=$SECONDS
 
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+shopt -s nullglob
 
 # run LABEL CMD... : runs one counted step, prints its output, records time and result.
 run() {
@@ -115,12 +118,17 @@ pytest_allow_empty() {
 # ------------------------------------------------------------------------------------------------
 # 1. Install
 
+WHEELHOUSE=$ROOT/build/wheelhouse
 if wants install; then
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    torch==2.13.0
-  run "pip install . (build hora._core)" \
-    "$PY" -m pip install -q --no-build-isolation "$ROOT"
+    matplotlib pyyaml mpi4py torch==2.13.0
+  # One build of hora._core, installed here and into the frameworks' virtual environments.
+  rm -rf "$WHEELHOUSE"
+  run "pip wheel . (build hora._core)" \
+    "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELHOUSE" "$ROOT"
+  run "pip install the hora wheel" \
+    "$PY" -m pip install -q --force-reinstall --no-deps "$WHEELHOUSE"/hora-*.whl
   [ "$STOPPED" = 1 ] && finish
 fi
 
@@ -210,6 +218,65 @@ if wants torch; then
     [ "$np" -lt 2 ] && continue
     for f in "${TORCH_FILES[@]}"; do
       parallel_run "np=$np $(basename "$f" .py)" "$np" "" "$f"
+    done
+  done
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 6. The same engine over MPI (when an MPI was found at build time)
+
+if wants mpi; then
+  if command -v mpirun >/dev/null 2>&1 && "$PY" -c 'import hora, sys; sys.exit(0 if hora.mpi_built() else 1)'; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPI_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_allgather.py
+               tests/parallel/test_core_misc.py tests/parallel/test_core_errors.py)
+    MPI_FILES+=(tests/parallel/test_mpi_*.py)
+    for np in 2 3; do
+      for f in "${MPI_FILES[@]}"; do
+        [ -f "$f" ] || continue
+        run "mpirun np=$np $(basename "$f" .py)" env HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=mpi \
+          timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe -np "$np" \
+          "$PY" -m pytest -q -p no:cacheprovider "$f"
+      done
+    done
+  else
+    echo "(no mpirun, or hora built without MPI: MPI stage not run)"
+  fi
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 7. Frameworks that need NumPy 1.x, each in its own virtual environment
+
+# framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
+framework_venv() {
+  local name=$1; shift
+  local venv=$ROOT/build/venv-$name
+  if wants install || [ ! -x "$venv/bin/python" ]; then
+    run "venv $name: create and install $*" bash -c \
+      "rm -rf '$venv' && '$PY' -m venv '$venv' && '$venv/bin/pip' install -q $* pytest cloudpickle \
+       && '$venv/bin/pip' install -q --no-deps '$WHEELHOUSE'/hora-*.whl"
+  fi
+}
+
+if wants mxnet; then
+  framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4
+  for np in 2 3; do
+    for f in tests/parallel/test_mxnet_*.py; do
+      run "mxnet np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
+        "$ROOT/build/venv-mxnet/bin/python" -m hora.runner -np "$np" \
+        "$ROOT/build/venv-mxnet/bin/python" -m pytest -q -p no:cacheprovider "$f"
+    done
+  done
+fi
+
+if wants tensorflow; then
+  framework_venv tensorflow tensorflow-cpu==2.21.0 numpy==1.26.4 ml_dtypes==0.5.4
+  export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
+  for np in 2 3; do
+    for f in tests/parallel/test_tensorflow_*.py; do
+      run "tensorflow np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
+        "$ROOT/build/venv-tensorflow/bin/python" -m hora.runner -np "$np" \
+        "$ROOT/build/venv-tensorflow/bin/python" -m pytest -q -p no:cacheprovider "$f"
     done
   done
 fi
