@@ -8,7 +8,8 @@ processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``
 per step for all gradients) and once with ``tf.distribute.MultiWorkerMirroredStrategy`` (N
 workers found through ``TF_CONFIG`` on localhost ports, its collective all-reduce inside the
 optimizer). Rank 0 of each run writes its timings as JSON; this process prints both and the
-ratio hora / MWMS of steps per second (above 1: Hora is faster).
+ratio hora / MWMS of steps per second (above 1: Hora is faster). The two runs alternate for
+``--rounds`` rounds so that a change of machine load does not favour one of them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
@@ -36,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=50, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternating rounds of both runs (against drifting machine load)")
     parser.add_argument("--worker", choices=["hora", "mwms"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -44,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ------------------------------------------------------------------------------------ workers
 
 
-def build_model(name: str, image_size: int):
+def build_model(name: str, image_size: int) -> Any:
     """The benchmarked model (created inside a strategy scope for MWMS)."""
     import keras
 
@@ -63,7 +68,7 @@ def build_model(name: str, image_size: int):
     return keras.Model(inputs, keras.layers.Dense(10)(x))
 
 
-def time_steps(step, warmup: int, steps: int) -> list[float]:
+def time_steps(step: Callable[[], Any], warmup: int, steps: int) -> list[float]:
     """Per-step wall times of ``steps`` calls after ``warmup`` calls."""
     for _ in range(warmup):
         step()
@@ -75,7 +80,7 @@ def time_steps(step, warmup: int, steps: int) -> list[float]:
     return times
 
 
-def synthetic_batch(rank: int, args: argparse.Namespace):
+def synthetic_batch(rank: int, args: argparse.Namespace) -> tuple[Any, Any]:
     """Random images and labels of one rank."""
     import numpy as np
     import tensorflow as tf
@@ -132,7 +137,7 @@ def mwms_worker(args: argparse.Namespace) -> None:
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     data, target = synthetic_batch(task, args)
 
-    def replica_step(x, y) -> None:
+    def replica_step(x: Any, y: Any) -> None:
         with tf.GradientTape() as tape:
             per_example = loss_fn(y, model(x, training=True))
             loss = tf.reduce_sum(per_example) / global_batch
@@ -208,15 +213,19 @@ def main() -> None:
     if args.worker == "mwms":
         mwms_worker(args)
         return
+    runners = {"hora": run_hora, "mwms": run_mwms}
+    times: dict[str, list[float]] = {"hora": [], "mwms": []}
     with tempfile.TemporaryDirectory() as tmp:
-        results = {}
-        for kind, runner in (("hora", run_hora), ("mwms", run_mwms)):
-            out = os.path.join(tmp, f"{kind}.json")
-            runner(args, out)
-            times = json.loads(Path(out).read_text())["times"]
-            results[kind] = summary(times, args.batch_size, args.np)
+        for round_index in range(args.rounds):
+            order = ["hora", "mwms"] if round_index % 2 == 0 else ["mwms", "hora"]
+            for kind in order:
+                out = os.path.join(tmp, f"{kind}{round_index}.json")
+                runners[kind](args, out)
+                times[kind] += json.loads(Path(out).read_text())["times"]
+    results = {kind: summary(t, args.batch_size, args.np) for kind, t in times.items()}
     print(f"\nmodel={args.model} image={args.image_size} batch/rank={args.batch_size} "
-          f"ranks={args.np} steps={args.steps} (median step time)")
+          f"ranks={args.np} steps={args.steps} x {args.rounds} alternating rounds "
+          "(median step time)")
     print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}")
     for kind, label in (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy")):
         r = results[kind]

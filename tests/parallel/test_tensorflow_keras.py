@@ -71,6 +71,21 @@ def assert_weights_close(actual: list, expected: list, tol: float = 1e-5) -> Non
         assert_close(np.asarray(a), np.asarray(e), "float32", rtol=tol, atol=tol)
 
 
+def train_one_process(model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                      x: np.ndarray, y: np.ndarray, batch_size: int, epochs: int = 1) -> list:
+    """The reference: one process training on the global batches in order with mean squared
+    error (what ``model.fit`` computes), in a plain eager loop; returns the final weights."""
+    loss_fn = keras.losses.MeanSquaredError()
+    for _ in range(epochs):
+        for start in range(0, len(x), batch_size):
+            with tf.GradientTape() as tape:
+                prediction = model(x[start:start + batch_size], training=True)
+                loss = loss_fn(y[start:start + batch_size], prediction)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return model.get_weights()
+
+
 class Recorder(keras.callbacks.Callback):
     """Records logs and learning rates as the callbacks around it see them."""
 
@@ -95,11 +110,9 @@ def test_fit_equals_single_process_training(momentum: float) -> None:
     steps, epochs = 3, 2
     x, y = global_data(steps, size() * LOCAL_BATCH, f"fit.{momentum}")
 
-    reference = build_model(tag=f"fit.{momentum}")
-    reference.compile(optimizer=keras.optimizers.SGD(0.05, momentum=momentum), loss="mse",
-                      run_eagerly=True)
-    reference.fit(x, y, batch_size=size() * LOCAL_BATCH, epochs=epochs, shuffle=False,
-                  verbose=0)
+    expected = train_one_process(build_model(tag=f"fit.{momentum}"),
+                                 keras.optimizers.SGD(0.05, momentum=momentum), x, y,
+                                 size() * LOCAL_BATCH, epochs)
 
     model = build_model(tag=f"fit.{momentum}")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=momentum))
@@ -107,7 +120,7 @@ def test_fit_equals_single_process_training(momentum: float) -> None:
     model.fit(shard(x, size(), rank()), shard(y, size(), rank()), batch_size=LOCAL_BATCH,
               epochs=epochs, shuffle=False, verbose=0)
 
-    assert_weights_close(model.get_weights(), reference.get_weights())
+    assert_weights_close(model.get_weights(), expected)
     assert int(opt.iterations) == steps * epochs
 
 
@@ -117,9 +130,8 @@ def test_fit_backward_passes_per_step() -> None:
     steps = 2
     x, y = global_data(steps, 2 * size() * LOCAL_BATCH, "bpps")
 
-    reference = build_model(tag="bpps")
-    reference.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", run_eagerly=True)
-    reference.fit(x, y, batch_size=2 * size() * LOCAL_BATCH, shuffle=False, verbose=0)
+    expected = train_one_process(build_model(tag="bpps"), keras.optimizers.SGD(0.05), x, y,
+                                 2 * size() * LOCAL_BATCH)
 
     model = build_model(tag="bpps")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), backward_passes_per_step=2,
@@ -133,7 +145,7 @@ def test_fit_backward_passes_per_step() -> None:
     model.fit(xs.reshape(-1, FEATURES), ys.reshape(-1, OUTPUTS), batch_size=LOCAL_BATCH,
               shuffle=False, verbose=0)
 
-    assert_weights_close(model.get_weights(), reference.get_weights())
+    assert_weights_close(model.get_weights(), expected)
     assert int(opt.iterations) == 2 * steps
 
 
@@ -152,9 +164,7 @@ def test_fit_embedding_sparse_gradients(sparse_as_dense: bool) -> None:
         model.set_weights([make_input(0, [vocab, 3], "float32", "emb_w", kind="normal")])
         return model
 
-    reference = build()
-    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", run_eagerly=True)
-    reference.fit(ids, y, batch_size=global_batch, shuffle=False, verbose=0)
+    expected = train_one_process(build(), keras.optimizers.SGD(0.1), ids, y, global_batch)
 
     model = build()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1),
@@ -163,7 +173,7 @@ def test_fit_embedding_sparse_gradients(sparse_as_dense: bool) -> None:
     part_ids = ids.reshape(steps, size(), LOCAL_BATCH, 1)[:, rank()].reshape(-1, 1)
     part_y = y.reshape(steps, size(), LOCAL_BATCH, 3)[:, rank()].reshape(-1, 3)
     model.fit(part_ids, part_y, batch_size=LOCAL_BATCH, shuffle=False, verbose=0)
-    assert_weights_close(model.get_weights(), reference.get_weights())
+    assert_weights_close(model.get_weights(), expected)
 
 
 # -------------------------------------------------------------------------------- callbacks
@@ -204,7 +214,7 @@ def test_metric_average_callback() -> None:
 
 def test_learning_rate_warmup_callback() -> None:
     """The rate ramps from initial_lr / size to initial_lr over the warmup, batch by batch."""
-    steps, warmup, initial = 4, 2, 0.4
+    steps, warmup, initial = 2, 2, 0.4
     model = build_model(tag="warmup")
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)),
                   loss="mse", run_eagerly=True)
@@ -224,12 +234,12 @@ def test_learning_rate_schedule_callback_and_momentum_correction() -> None:
     model = build_model(tag="schedule")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.2, momentum=0.9))
     model.compile(optimizer=opt, loss="mse", run_eagerly=True)
-    x, y = global_data(2, LOCAL_BATCH, "schedule")
+    x, y = global_data(1, LOCAL_BATCH, "schedule")
     recorder = Recorder()
     schedule = hvd.callbacks.LearningRateScheduleCallback(
         initial_lr=0.2, multiplier=lambda epoch: 0.5 ** epoch, start_epoch=1, end_epoch=3)
     model.fit(x, y, batch_size=LOCAL_BATCH, epochs=4, verbose=0, callbacks=[schedule, recorder])
-    assert recorder.batch_lrs == pytest.approx([0.2, 0.2, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05])
+    assert recorder.batch_lrs == pytest.approx([0.2, 0.1, 0.05, 0.05])
 
     for m in opt.momentums:
         m.assign(tf.ones(m.shape, m.dtype))
@@ -251,17 +261,26 @@ def test_distributed_optimizer_class_and_custom_loop() -> None:
     assert isinstance(opt, keras.optimizers.SGD) and type(opt).__name__ == "SGD"
     assert opt.get_config() == base.get_config()
     assert keras_optimizer.is_distributed(opt) and not keras_optimizer.is_distributed(base)
-    var = keras.Variable(np.zeros(3, np.float32))
+    variables = [keras.Variable(np.zeros(3, np.float32)), keras.Variable(np.zeros(2, np.float32)),
+                 keras.Variable(np.zeros([2, 2], np.float32))]
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(g: tf.Tensor) -> None:
-        opt.apply_gradients([(g, var)])
+        opt.apply_gradients([(tf.fill(v.shape, g), v) for v in variables])
 
-    step(tf.fill([3], float(rank() + 1)))
+    g = tf.constant(float(rank() + 1))
+    step(g)
     mean = np.mean([r + 1.0 for r in range(size())])
-    np.testing.assert_allclose(np.asarray(var), np.full(3, -0.5 * mean), rtol=1e-6)
+    for v in variables:
+        np.testing.assert_allclose(np.asarray(v), np.full(v.shape, -0.5 * mean), rtol=1e-6)
+    graph = step.get_concrete_function(g).graph
+    calls = [op for op in graph.get_operations() if op.type == "PyFunc"]
+    assert len(calls) == (1 if size() > 1 else 0), "one engine call for all gradients"
     with pytest.raises(ValueError):
         hvd.DistributedOptimizer(object())
+    import hora.tensorflow as htf
+
+    assert keras_optimizer.is_distributed(htf.DistributedOptimizer(keras.optimizers.Adam()))
 
 
 def test_tf1_optimizer() -> None:

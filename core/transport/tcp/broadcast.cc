@@ -1,22 +1,18 @@
+// Broadcast algorithms: binomial tree for small buffers, pipelined chain for large ones.
 #include "core/transport/tcp/algorithms.h"
 #include "core/transport/tcp/ring.h"
 
 namespace hora {
-namespace {
-
-inline int wrap(int i, int n) { return ((i % n) + n) % n; }
-
-}  // namespace
 
 void broadcastBinomial(Links& links, void* buf, size_t bytes, int root) {
   int n = links.size();
   if (n == 1 || bytes == 0) return;
-  int vrank = wrap(links.rank() - root, n);
+  int vrank = wrapRank(links.rank() - root, n);
   // Receive from the parent: the virtual rank with its lowest set bit cleared.
   int mask = 1;
   while (mask < n) {
     if (vrank & mask) {
-      Transfer t{wrap(vrank - mask + root, n), false, buf, bytes};
+      Transfer t{wrapRank(vrank - mask + root, n), false, buf, bytes};
       runTransfers(links, &t, 1);
       break;
     }
@@ -25,7 +21,7 @@ void broadcastBinomial(Links& links, void* buf, size_t bytes, int root) {
   // Send to the children: virtual ranks vrank + m for every m below that bit, largest first.
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (vrank + mask < n) {
-      Transfer t{wrap(vrank + mask + root, n), true, buf, bytes};
+      Transfer t{wrapRank(vrank + mask + root, n), true, buf, bytes};
       runTransfers(links, &t, 1);
     }
   }
@@ -34,10 +30,10 @@ void broadcastBinomial(Links& links, void* buf, size_t bytes, int root) {
 void broadcastChain(Links& links, void* buf, size_t bytes, int root) {
   int n = links.size(), r = links.rank();
   if (n == 1 || bytes == 0) return;
-  int vrank = wrap(r - root, n);
+  int vrank = wrapRank(r - root, n);
   RingPlan plan;
-  plan.sendPeer = wrap(r + 1, n);
-  plan.recvPeer = wrap(r - 1, n);
+  plan.sendPeer = wrapRank(r + 1, n);
+  plan.recvPeer = wrapRank(r - 1, n);
   plan.base = static_cast<uint8_t*>(buf);
   plan.blockOffset = {0};
   plan.blockBytes = {bytes};

@@ -1,7 +1,8 @@
-#include <cstring>
-
-#include "core/common/errors.h"
+// Point-to-point building blocks (runTransfers) and the collectives made directly of them:
+// pairwise alltoallv and the dissemination barrier.
 #include "core/transport/tcp/algorithms.h"
+
+#include <cstring>
 
 namespace hora {
 

@@ -1,5 +1,7 @@
-#include "core/common/reduce.h"
+// Recursive-doubling allreduce, the small-message allreduce (see algorithm_table.h).
 #include "core/transport/tcp/algorithms.h"
+
+#include "core/common/reduce.h"
 
 namespace hora {
 

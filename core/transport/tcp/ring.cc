@@ -1,3 +1,4 @@
+// The ring engine and the ring collectives built on it: allreduce, reduce-scatter, allgatherv.
 #include "core/transport/tcp/ring.h"
 
 #include <algorithm>
@@ -11,15 +12,18 @@
 namespace hora {
 namespace {
 
-inline int wrap(int i, int n) { return ((i % n) + n) % n; }
-
 // Walks a RingPlan. Holds the two cursors and the staging state of a reducing receive.
 class RingRunner {
  public:
   RingRunner(Links& links, const RingPlan& plan)
       : links_(links), plan_(plan), steps_(plan.steps.size()), received_(steps_, 0) {
-    for (const auto& s : plan.steps) {
+    for (size_t t = 0; t < steps_; ++t) {
+      const RingStep& s = plan.steps[t];
       if (s.reduce) staging_ = links.scratch(kScratchRecv, kRecvStagingBytes);
+      // A step forwards what the previous one received; anything else would deadlock or corrupt.
+      HORA_CHECK(t == 0 || s.sendBlock < 0 || plan.steps[t - 1].recvBlock < 0 ||
+                     s.sendBlock == plan.steps[t - 1].recvBlock,
+                 "ring step " + std::to_string(t) + " sends a block the previous step did not receive");
     }
   }
 
@@ -34,7 +38,9 @@ class RingRunner {
       Links::Want wants[2];
       size_t n = 0;
       if (recvStep_ < steps_) wants[n++] = {plan_.recvPeer, false, true};
-      if (sendStep_ < steps_ && sendPos_ < sendable(sendStep_)) wants[n++] = {plan_.sendPeer, true, false};
+      if (sendStep_ < steps_ && sendPos_ < sendable(sendStep_)) {
+        wants[n++] = {plan_.sendPeer, true, false};
+      }
       HORA_CHECK(n > 0, "ring schedule cannot progress (send waits on a receive that never comes)");
       links_.waitAny(wants, n);
     }
@@ -126,8 +132,8 @@ void addRingSteps(RingPlan* plan, int rank, int size, int shift, int count, bool
   int first = static_cast<int>(plan->steps.size());
   for (int t = first; t < first + count; ++t) {
     RingStep s;
-    s.sendBlock = wrap(rank + shift - t, size);
-    s.recvBlock = wrap(rank + shift - t - 1, size);
+    s.sendBlock = wrapRank(rank + shift - t, size);
+    s.recvBlock = wrapRank(rank + shift - t - 1, size);
     s.reduce = reduce;
     plan->steps.push_back(s);
   }
@@ -154,8 +160,8 @@ void allreduceRing(Links& links, void* buf, size_t count, DataType dtype, Reduce
   int n = links.size(), r = links.rank();
   if (n == 1 || count == 0) return;
   RingPlan plan;
-  plan.sendPeer = wrap(r + 1, n);
-  plan.recvPeer = wrap(r - 1, n);
+  plan.sendPeer = wrapRank(r + 1, n);
+  plan.recvPeer = wrapRank(r - 1, n);
   plan.base = static_cast<uint8_t*>(buf);
   plan.dtype = dtype;
   plan.op = op;
@@ -189,8 +195,8 @@ void reduceScatterRing(Links& links, const void* in, void* out, const std::vecto
   // The input is const: reduce in a working copy, then hand out this rank's block.
   plan.base = links.scratch(kScratchWork, total * es);
   std::memcpy(plan.base, in, total * es);
-  plan.sendPeer = wrap(r + 1, n);
-  plan.recvPeer = wrap(r - 1, n);
+  plan.sendPeer = wrapRank(r + 1, n);
+  plan.recvPeer = wrapRank(r - 1, n);
   plan.dtype = dtype;
   plan.op = op;
   plan.elementSize = es;
@@ -213,8 +219,8 @@ void allgathervRing(Links& links, const void* in, void* out, const std::vector<s
   uint8_t* mine = plan.base + plan.blockOffset[r];
   if (bytesPerRank[r] > 0 && mine != in) std::memmove(mine, in, bytesPerRank[r]);
   if (n == 1 || at == 0) return;
-  plan.sendPeer = wrap(r + 1, n);
-  plan.recvPeer = wrap(r - 1, n);
+  plan.sendPeer = wrapRank(r + 1, n);
+  plan.recvPeer = wrapRank(r - 1, n);
   // Step 0 sends this rank's own block; each later step forwards the block just received.
   addRingSteps(&plan, r, n, 0, n - 1, false);
   runRing(links, plan);

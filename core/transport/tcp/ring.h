@@ -37,6 +37,9 @@ struct RingPlan {
 
 void runRing(Links& links, const RingPlan& plan);
 
+// i modulo n, in [0, n) also for negative i: rank arithmetic around a ring.
+inline int wrapRank(int i, int n) { return ((i % n) + n) % n; }
+
 // Splits count elements into `parts` blocks as evenly as possible (the first count % parts blocks
 // get one more) and fills byte offsets and sizes.
 void splitEvenly(size_t count, int parts, size_t elementSize, std::vector<size_t>* offsets,

@@ -16,7 +16,6 @@ from typing import Any, Callable, Union
 from hora import _core
 from hora.common import discovery
 from hora.common import process_sets as _ps
-from hora.errors import NotSupportedError
 
 NOT_INITIALIZED = "Hora has not been initialized; use hora.init()."
 
@@ -33,27 +32,50 @@ def add_shutdown_hook(hook: Callable[[], None]) -> None:
     _shutdown_hooks.append(hook)
 
 
+def _mpi_comm_argument(comm: Any) -> tuple[int, list[int]]:
+    """(Fortran handle or -1, MPI_COMM_WORLD ranks or []) for ``init(comm=...)``."""
+    if comm is None:
+        return -1, []
+    if hasattr(comm, "py2f"):
+        return int(comm.py2f()), []
+    if isinstance(comm, (str, bytes)) or not isinstance(comm, Sequence):
+        raise TypeError(
+            f"comm must be an mpi4py communicator or a list of MPI_COMM_WORLD ranks, got {comm!r}"
+        )
+    ranks = list(comm)
+    if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
+        raise ValueError(f"comm must list MPI_COMM_WORLD ranks as integers, got {comm!r}")
+    return -1, ranks
+
+
 def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
     """Start Hora on this process; collective over every rank of the job.
 
     Args:
-        comm: accepted for Horovod compatibility; only ``None`` is supported (ranks come from
-            horarun, torchrun, mpirun or Slurm variables).
+        comm: ``None`` (the whole job), an mpi4py communicator to run Hora on, or a list of
+            MPI_COMM_WORLD ranks to run Hora on (only those ranks call ``init``; an empty list
+            means all ranks). A communicator or a list implies the MPI transport. Hora ranks are
+            the ranks in that communicator (for a list, the position in it). Open MPI requires
+            every process of the job to initialise MPI, so ranks left out of the list must do it
+            themselves (for example ``from mpi4py import MPI``); a left-out rank that calls
+            ``init(comm=ranks)`` gets ValueError, with MPI initialised.
         process_sets: static process sets (ProcessSet objects or lists of global ranks), which
             get ids 1, 2, ... in order; or ``"dynamic"`` to allow ``add_process_set`` later.
+
+    The transport is MPI or TCP, as ``hora.common.discovery.select_transport`` decides from
+    ``HORA_CONTROLLER`` / ``HORA_CPU_OPERATIONS`` (default: MPI under mpirun when built). Under
+    MPI, ``mpirun -np N python train.py`` needs no other launcher and no rendezvous store.
 
     Calling ``init()`` again while initialized does nothing.
 
     Raises:
-        ValueError: inconsistent launcher variables or invalid process sets.
+        ValueError: inconsistent launcher variables, a ``comm`` list that is invalid or leaves
+            this rank out, or invalid process sets.
+        TypeError: ``comm`` is neither an mpi4py communicator nor a list of ranks.
+        NotSupportedError: the transports asked for are not available or not combinable.
         HoraTimeoutError: not every rank arrived at the rendezvous in time.
     """
     global _topology, _atexit_registered
-    if comm is not None:
-        raise NotSupportedError(
-            "hora.init(comm=...) is not supported; start the ranks with horarun (or torchrun, "
-            "mpirun, srun) and call hora.init() without a communicator"
-        )
     with _lock:
         if _core.is_initialized():
             return
@@ -64,12 +86,26 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             os.environ["HORA_DYNAMIC_PROCESS_SETS"] = "1"
         elif process_sets is not None:
             requested = list(process_sets)
-        info = discovery.discover()
+        transport = discovery.select_transport(
+            mpi_built=bool(_core.mpi_built()), comm_given=comm is not None
+        )
+        comm_handle = -1
+        if transport == "mpi":
+            comm_handle, world_ranks = _mpi_comm_argument(comm)
+            mpi = _core.mpi_comm_info(comm_handle, world_ranks)
+            comm_handle = int(mpi["comm"])
+            info = discovery.RankInfo(
+                mpi["rank"], mpi["size"], mpi["local_rank"], mpi["local_size"],
+                mpi["cross_rank"], mpi["cross_size"], source="mpi",
+            )
+        else:
+            info = discovery.discover()
         objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
         _core.init(
             info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
-            info.cross_size, store_host=info.store_host, store_port=info.store_port,
-            serve_store=info.serve_store, secret=info.secret, process_sets=to_register,
+            info.cross_size, transport=transport, store_host=info.store_host,
+            store_port=info.store_port, serve_store=info.serve_store, secret=info.secret,
+            process_sets=to_register, mpi_comm=comm_handle,
         )
         _topology = dict(_core.topology())
         _ps.update_after_init(objects)
@@ -198,7 +234,8 @@ def rocm_built() -> bool:
 
 
 def mpi_threads_supported() -> bool:
-    """Whether MPI was initialized with multi-thread support (only meaningful with MPI).
+    """Whether MPI runs at MPI_THREAD_MULTIPLE, so the application may call MPI itself while Hora
+    runs (Hora needs at least MPI_THREAD_SERIALIZED; only meaningful with MPI).
 
     Raises:
         ValueError: before ``init()``, or when the engine does not use MPI.
@@ -207,7 +244,7 @@ def mpi_threads_supported() -> bool:
         raise ValueError(NOT_INITIALIZED)
     if not mpi_enabled():
         raise ValueError("Hora is not using MPI; start the job with HORA_CONTROLLER=mpi")
-    return True
+    return bool(_core.mpi_threads_supported())
 
 
 def _get_process_set_ids_and_ranks() -> dict[int, list[int]]:

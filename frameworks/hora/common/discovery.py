@@ -20,6 +20,10 @@ Sources, first match wins:
    several tasks looks like rank 0 of N here and would wait for the others: start it with srun.
 5. Alone: rank 0 of 1, no store.
 
+With the MPI transport none of this is needed: MPI already connected the ranks, and
+``hora.init()`` takes rank, size and host-local coordinates from the MPI communicator itself.
+``select_transport`` decides which transport runs (see its docstring).
+
 The job secret proves to every connection that the peer belongs to this job. horarun generates a
 random one. Without a launcher, ``HORA_SECRET`` is used when set; otherwise every rank derives the
 same secret from the rendezvous address and port. That fallback keeps jobs from different stores
@@ -35,6 +39,8 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+
+from hora.errors import NotSupportedError
 
 _log = logging.getLogger("hora")
 
@@ -290,6 +296,66 @@ def _from_slurm(env: _Env) -> RankInfo | None:
     host, port = _store_address(env, first_host(nodelist) if nodelist else None)
     return _self_served(env, "slurm", rank, size, local_rank, local_size,
                         (cross_rank, cross_size), host, port)
+
+
+def under_mpirun(environ: Mapping[str, str] | None = None) -> bool:
+    """True when an MPI launcher started this process (OMPI_COMM_WORLD_SIZE or PMI_SIZE set)."""
+    env = _Env(environ)
+    return env.raw("OMPI_COMM_WORLD_SIZE") is not None or env.raw("PMI_SIZE") is not None
+
+
+def _transport_name(value: str, var: str) -> str:
+    name = value.strip().lower()
+    if name == "gloo":
+        name = "tcp"
+    if name not in ("tcp", "mpi"):
+        raise ValueError(f"{var}={value!r} is not a transport; use mpi or tcp (alias gloo)")
+    return name
+
+
+def select_transport(
+    environ: Mapping[str, str] | None = None, *, mpi_built: bool, comm_given: bool = False
+) -> str:
+    """The transport Hora runs on: ``"mpi"`` or ``"tcp"``.
+
+    ``HORA_CONTROLLER`` (negotiation) and ``HORA_CPU_OPERATIONS`` (CPU tensors) each take
+    ``mpi`` or ``tcp`` (``gloo`` is accepted for ``tcp``); the ``HOROVOD_`` names work too. One
+    transport serves both roles, so when only one variable is set the other follows it. With
+    neither set, MPI is used when this build has it and the process runs under an MPI launcher
+    (``mpirun``/``mpiexec``) or a communicator was given to ``hora.init(comm=...)``; otherwise
+    the built-in TCP transport.
+
+    Raises:
+        ValueError: a variable names an unknown transport.
+        NotSupportedError: the two variables name different transports (not supported), MPI
+            is asked for but not built, or a communicator is given while TCP is asked for.
+    """
+    env = _Env(environ)
+    controller_text = env.hora("CONTROLLER")
+    cpu_text = env.hora("CPU_OPERATIONS")
+    controller = _transport_name(controller_text, "HORA_CONTROLLER") if controller_text else None
+    cpu = _transport_name(cpu_text, "HORA_CPU_OPERATIONS") if cpu_text else None
+    if controller and cpu and controller != cpu:
+        raise NotSupportedError(
+            f"HORA_CONTROLLER={controller} with HORA_CPU_OPERATIONS={cpu} is not supported: Hora "
+            "runs negotiation and CPU collectives on one transport; set both to mpi or both to "
+            "tcp (or leave them unset)"
+        )
+    chosen = controller or cpu
+    if chosen is None:
+        chosen = "mpi" if mpi_built and (comm_given or under_mpirun(environ)) else "tcp"
+    if comm_given and chosen != "mpi":
+        raise NotSupportedError(
+            "hora.init(comm=...) runs Hora on an MPI communicator, but HORA_CONTROLLER / "
+            "HORA_CPU_OPERATIONS select tcp; unset them or set them to mpi"
+        )
+    if chosen == "mpi" and not mpi_built:
+        raise NotSupportedError(
+            "the MPI transport was asked for (HORA_CONTROLLER / HORA_CPU_OPERATIONS = mpi, or "
+            "hora.init(comm=...)), but this build of Hora has no MPI: install an MPI (for "
+            "example Debian's libopenmpi-dev) and reinstall Hora, or use tcp"
+        )
+    return chosen
 
 
 def discover(environ: Mapping[str, str] | None = None) -> RankInfo:

@@ -1,7 +1,7 @@
 """The bridge between TensorFlow tensors and the engine, without gradients.
 
-Every collective is one Python callable on NumPy arrays that submits to the engine
-(``hora.common.ops.submit``) and waits. Eagerly it runs at once on the tensors' NumPy values;
+Every collective is one Python callable that submits to the engine (``hora.common.ops.submit``)
+and waits. Eagerly it runs at once on the tensors (read in place through DLPack);
 while a ``tf.function`` is traced it becomes one stateful ``tf.numpy_function`` node, so the
 same code runs on every TensorFlow version without a compiled kernel. TensorFlow's automatic
 control dependencies keep stateful nodes in program order, so every rank executes its
@@ -20,33 +20,28 @@ import tensorflow as tf
 
 from hora.common import ops as _ops
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.tensorflow.util import exportable, writable_copy
+from hora.tensorflow._host import as_numpy_dtype, host_view, private, readable, to_tensor
 
-NumpyFn = Callable[[list, bool], list]
-
-
-def _to_array(value: Any) -> np.ndarray:
-    array = value.numpy() if isinstance(value, tf.Tensor) else value
-    if not isinstance(array, np.ndarray):
-        array = np.array(array)
-    return array
+NumpyFn = Callable[[list], list]
 
 
 def run(fn: NumpyFn, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
         op_name: str) -> list[tf.Tensor]:
-    """Run ``fn(arrays, owned)`` on the values of ``inputs``; returns its outputs as tensors.
+    """Run ``fn(sources)`` on ``inputs``; returns its outputs (NumPy arrays) as tensors.
 
-    ``owned`` tells ``fn`` whether the arrays are private copies it may overwrite (eager) or
-    views of TensorFlow's buffers that it must not modify (inside a ``tf.function``).
+    Eagerly the sources are the tensors themselves; inside a ``tf.function`` they are NumPy
+    views of TensorFlow's buffers. Either way ``fn`` must not modify them: it reads them through
+    ``readable`` and writes into ``private`` copies.
     """
     inputs = list(inputs)
     out_dtypes = list(out_dtypes)
     if tf.executing_eagerly():
-        outs = fn([_to_array(t) for t in inputs], True)
-        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
+        outs = fn(inputs)
+        return [to_tensor(o, d) for o, d in zip(outs, out_dtypes)]
 
     def node(*arrays: np.ndarray) -> list:
-        return fn([_to_array(a) for a in arrays], False)
+        outs = fn([np.asarray(a) for a in arrays])
+        return [as_numpy_dtype(np.asarray(o), d) for o, d in zip(outs, out_dtypes)]
 
     outs = tf.numpy_function(node, inputs, out_dtypes, stateful=True, name=op_name)
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
@@ -78,12 +73,11 @@ def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
 
 def allreduce_fn(names: Sequence[str], op: int, prescale: float, postscale: float,
                  process_set: ProcessSet) -> NumpyFn:
-    """A NumPy function reducing its arrays as one group (into copies it returns)."""
+    """A function reducing its sources as one group (into private copies it returns)."""
     names = list(names)
 
-    def fn(arrays: list, owned: bool) -> list:
-        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
-                for a in arrays]
+    def fn(sources: list) -> list:
+        bufs = [private(x) for x in sources]
         if bufs:
             wait_all(_ops.submit(_reduce_kind(op), bufs, names, op=op, prescale=prescale,
                                  postscale=postscale, process_set=process_set))
@@ -116,9 +110,8 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
     flat = [t for g in groups for t in g]
     if not flat:
         return [[] for _ in groups]
-    def fn(arrays: list, owned: bool) -> list:
-        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
-                for a in arrays]
+    def fn(sources: list) -> list:
+        bufs = [private(x) for x in sources]
         handles = []
         start = 0
         for group_names, count in zip(names, sizes):
@@ -143,11 +136,11 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
 
 
 def allgather_fn(names: Sequence[str], process_set: ProcessSet) -> NumpyFn:
-    """A NumPy function gathering its arrays along dim 0 as one group."""
+    """A function gathering its sources along dim 0 as one group."""
     names = list(names)
 
-    def fn(arrays: list, owned: bool) -> list:
-        bufs = [exportable(a) for a in arrays]
+    def fn(sources: list) -> list:
+        bufs = [readable(x) for x in sources]
         handles = _ops.submit(_ops.ALLGATHER, bufs, names, process_set=process_set)
         wait_all(handles)
         return [_ops.handle_output(h) for h in handles]
@@ -177,9 +170,8 @@ def grouped_broadcast(tensors: Sequence[tf.Tensor], names: Sequence[str], root_r
         return []
     names = list(names)
 
-    def fn(arrays: list, owned: bool) -> list:
-        bufs = [a if owned and a.flags.c_contiguous and a.flags.writeable else writable_copy(a)
-                for a in arrays]
+    def fn(sources: list) -> list:
+        bufs = [private(x) for x in sources]
         wait_all(_ops.submit(_ops.BROADCAST, bufs, names, root_rank=root_rank,
                              process_set=process_set))
         return bufs
@@ -197,9 +189,10 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
     received rows and the number of rows received from each rank (int32)."""
     inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
 
-    def fn(arrays: list, owned: bool) -> list:
-        buf = exportable(arrays[0])
-        split_values = None if len(arrays) == 1 else np.asarray(arrays[1], dtype=np.int32)
+    def fn(sources: list) -> list:
+        buf = readable(sources[0])
+        split_values = None if len(sources) == 1 else np.asarray(host_view(sources[1]),
+                                                                 dtype=np.int32)
         handle = _ops.submit(_ops.ALLTOALL, [buf], [name], splits=split_values,
                              process_set=process_set)[0]
         wait_all([handle])
@@ -233,8 +226,8 @@ def grouped_reducescatter(tensors: Sequence[tf.Tensor], names: Sequence[str], op
         return []
     names = list(names)
 
-    def fn(arrays: list, owned: bool) -> list:
-        bufs = [exportable(a) for a in arrays]
+    def fn(sources: list) -> list:
+        bufs = [readable(x) for x in sources]
         handles = _ops.submit(_ops.REDUCESCATTER, bufs, names, op=op, prescale=prescale,
                               postscale=postscale, process_set=process_set)
         wait_all(handles)
@@ -258,7 +251,7 @@ def grouped_reducescatter(tensors: Sequence[tf.Tensor], names: Sequence[str], op
 def join() -> tf.Tensor:
     """Join (see ``hora.tensorflow.join``); returns the last joined rank as an int32 scalar."""
 
-    def fn(arrays: list, owned: bool) -> list:
+    def fn(sources: list) -> list:
         handle = _ops.submit(_ops.JOIN, [], ["join.noname"])[0]
         wait_all([handle])
         return [np.array(handle.last_joined_rank(), dtype=np.int32)]
@@ -271,7 +264,7 @@ def join() -> tf.Tensor:
 def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Barrier over ``process_set``; returns an int32 scalar 0 once every rank arrived."""
 
-    def fn(arrays: list, owned: bool) -> list:
+    def fn(sources: list) -> list:
         wait_all(_ops.submit(_ops.BARRIER, [], ["barrier.noname"], process_set=process_set))
         return [np.array(0, dtype=np.int32)]
 
@@ -283,7 +276,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
 def runtime_value(getter: Callable[[], int], op_name: str) -> tf.Tensor:
     """An int32 scalar whose value ``getter()`` gives when the op runs (not when traced)."""
 
-    def fn(arrays: list, owned: bool) -> list:
+    def fn(sources: list) -> list:
         return [np.array(getter(), dtype=np.int32)]
 
     out = run(fn, [], [tf.int32], op_name)[0]

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from hora.common import objects as _objects
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.tensorflow import _raw_ops as _raw
-from hora.tensorflow.util import check_dtype, group_base_name, grouped_names, no_autograph
+from hora.tensorflow.mpi_ops import assign_from_root
+from hora.tensorflow.util import no_autograph
 
 __all__ = [
     "allgather_object",
@@ -25,21 +25,6 @@ __all__ = [
     "broadcast_object_fn",
     "broadcast_variables",
 ]
-
-
-def _assign_from_root(variables: list, root_rank: int, name: str | None,
-                      process_set: ProcessSet) -> list:
-    """Broadcast the values of ``variables`` in one call and assign them; returns the assign
-    results (operations while tracing)."""
-    if not variables:
-        return []
-    values = [tf.convert_to_tensor(v) for v in variables]
-    for v in values:
-        check_dtype(v, "broadcast_variables")
-    base = group_base_name("broadcast", "HorovodBroadcastVariables", values, name)
-    received = _raw.grouped_broadcast(values, grouped_names(base, len(values)), root_rank,
-                                      process_set)
-    return [var.assign(value) for var, value in zip(variables, received)]
 
 
 @no_autograph
@@ -54,7 +39,8 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int,
     tracing a graph.
     """
     del inplace
-    assigned = _assign_from_root(list(variables), root_rank, None, process_set)
+    assigned = assign_from_root(list(variables), root_rank, None, process_set,
+                                "broadcast_variables")
     if tf.executing_eagerly():
         return None
     return tf.group(*assigned)

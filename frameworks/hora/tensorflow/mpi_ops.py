@@ -16,7 +16,8 @@ unknown; reducescatter knows its rows when dim 0 is static.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -27,15 +28,14 @@ from hora.common import ops as _ops
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
 from hora.tensorflow import _raw_ops as _raw
+from hora.tensorflow._host import host_view, private
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.util import (
     check_dtype,
     default_name,
-    exportable,
     group_base_name,
     grouped_names,
     no_autograph,
-    writable_copy,
 )
 
 __all__ = [
@@ -49,6 +49,31 @@ __all__ = [
 SplitsLike = Union[None, Sequence[int], np.ndarray, tf.Tensor]
 
 _DIFFERENTIABLE_OPS = (Average, Sum)
+
+
+def _find_could_record() -> Callable[[], bool] | None:
+    """TensorFlow's test for an active gradient tape (its module moved between versions)."""
+    for module_name in ("tensorflow.python.eager.record", "tensorflow.python.eager.tape"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        fn = getattr(module, "could_possibly_record", None)
+        if callable(fn):
+            return fn
+    return None
+
+
+_could_record = _find_could_record()
+
+
+def _differentiable(forward: Callable[..., Any], *tensors: tf.Tensor) -> Any:
+    """``forward(*tensors)`` (which returns outputs and their gradient function) as a
+    ``tf.custom_gradient`` op; eagerly with no tape recording, just the outputs (the gradient
+    bookkeeping costs more than a small collective)."""
+    if tf.executing_eagerly() and _could_record is not None and not _could_record():
+        return forward(*tensors)[0]
+    return tf.custom_gradient(forward)(*tensors)
 
 
 def _resolve_op(op: int | None, average: bool | None) -> int:
@@ -82,7 +107,6 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
                              process_set: ProcessSet) -> list[tf.Tensor]:
     """Differentiable grouped allreduce of dense tensors (one engine group, one call)."""
 
-    @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
         ys = _raw.grouped_allreduce(list(xs), names, op, prescale, postscale, process_set)
 
@@ -95,7 +119,7 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
-    out = forward(*tensors)
+    out = _differentiable(forward, *tensors)
     return [out] if len(tensors) == 1 else list(out)
 
 
@@ -194,9 +218,9 @@ def _allgather_grad_fn(reduce_names: list[str], dims_name: str,
     """One call for the allgather gradient: Average-allreduce of the output gradients, an
     allgather of every rank's dim 0, then this rank's rows."""
 
-    def fn(arrays: list, owned: bool) -> list:
-        grads = [writable_copy(a) for a in arrays[:-1]]
-        dims = exportable(np.asarray(arrays[-1], dtype=np.int64).reshape(1, -1))
+    def fn(sources: list) -> list:
+        grads = [private(x) for x in sources[:-1]]
+        dims = private(np.asarray(host_view(sources[-1]), dtype=np.int64).reshape(1, -1))
         handles = _ops.submit(_ops.ALLREDUCE, grads, reduce_names, op=Average,
                               process_set=process_set)
         dims_handle = _ops.submit(_ops.ALLGATHER, [dims], [dims_name],
@@ -213,7 +237,6 @@ def _allgather_grad_fn(reduce_names: list[str], dims_name: str,
 
 def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
                        process_set: ProcessSet) -> list[tf.Tensor]:
-    @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
         ys = _raw.grouped_allgather(list(xs), names, process_set)
 
@@ -231,7 +254,7 @@ def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
-    out = forward(*tensors)
+    out = _differentiable(forward, *tensors)
     return [out] if len(tensors) == 1 else list(out)
 
 
@@ -277,7 +300,6 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
     check_dtype(tensor, "broadcast")
     engine_name = default_name("broadcast", "HorovodBroadcast", tensor, name, ignore_name_scope)
 
-    @tf.custom_gradient
     def forward(x: tf.Tensor) -> Any:
         y = _raw.grouped_broadcast([x], [engine_name], root_rank, process_set)[0]
 
@@ -290,7 +312,22 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
 
         return y, grad
 
-    return forward(tensor)
+    return _differentiable(forward, tensor)
+
+
+def assign_from_root(variables: list, root_rank: int, name: str | None,
+                     process_set: ProcessSet, what: str = "broadcast_") -> list:
+    """Broadcast the values of ``variables`` (tf or Keras variables) in one call and assign
+    them; returns the assignment results (operations while tracing)."""
+    if not variables:
+        return []
+    values = [tf.convert_to_tensor(v) for v in variables]
+    for v in values:
+        check_dtype(v, what)
+    base = group_base_name("broadcast", "HorovodBroadcastInplace", values, name)
+    names = [base] if len(values) == 1 else grouped_names(base, len(values))
+    received = _raw.grouped_broadcast(values, names, root_rank, process_set)
+    return [var.assign(value) for var, value in zip(variables, received)]
 
 
 @no_autograph
@@ -299,17 +336,7 @@ def broadcast_(variables: Any, root_rank: int, name: str | None = None,
     """Overwrite ``variables`` (one variable or a list) in place with ``root_rank``'s values, in
     one call; returns what was given (``tf.Variable`` or Keras variables)."""
     single = not isinstance(variables, (list, tuple))
-    var_list = [variables] if single else list(variables)
-    if not var_list:
-        return variables
-    values = [tf.convert_to_tensor(v) for v in var_list]
-    for v in values:
-        check_dtype(v, "broadcast_")
-    base = group_base_name("broadcast", "HorovodBroadcastInplace", values, name)
-    names = [base] if single else grouped_names(base, len(values))
-    for var, value in zip(var_list, _raw.grouped_broadcast(values, names, root_rank,
-                                                           process_set)):
-        var.assign(value)
+    assign_from_root([variables] if single else list(variables), root_rank, name, process_set)
     return variables
 
 
@@ -334,7 +361,6 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
     engine_name = default_name("alltoall", "HorovodAlltoall", tensor, name, ignore_name_scope)
     received_holder: list[tf.Tensor] = []
 
-    @tf.custom_gradient
     def forward(x: tf.Tensor) -> Any:
         out, received = _raw.alltoall(x, split_tensor, engine_name, process_set)
         received_holder.append(received)
@@ -352,7 +378,7 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
 
         return out, grad
 
-    output = forward(tensor)
+    output = _differentiable(forward, tensor)
     if splits is None:
         return output
     return output, tf.stop_gradient(received_holder[0])
@@ -364,7 +390,6 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
 def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
                            prescale: float, postscale: float,
                            process_set: ProcessSet) -> list[tf.Tensor]:
-    @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
         ys = _raw.grouped_reducescatter(list(xs), names, op, prescale, postscale, process_set)
 
@@ -382,7 +407,7 @@ def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
-    out = forward(*tensors)
+    out = _differentiable(forward, *tensors)
     return [out] if len(tensors) == 1 else list(out)
 
 

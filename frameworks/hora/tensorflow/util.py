@@ -10,7 +10,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from hora.common import ops as _ops
@@ -99,39 +98,6 @@ def group_base_name(kind_prefix: str, graph_prefix: str, tensors: Sequence[Any],
 def grouped_names(base: str, count: int) -> list[str]:
     """``<base>_<i>of<count>`` for i = 1 .. count, the names of a grouped operation's tensors."""
     return [f"{base}_{i + 1}of{count}" for i in range(count)]
-
-
-def writable_copy(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous, writable copy the engine may reduce or broadcast into."""
-    return np.array(array, copy=True, order="C")
-
-
-def exportable(array: np.ndarray) -> np.ndarray:
-    """``array`` itself when the engine can read it through DLPack (C-contiguous and
-    writable, as NumPy < 2 refuses to export read-only arrays), otherwise a copy."""
-    if array.flags.c_contiguous and array.flags.writeable:
-        return array
-    return writable_copy(array)
-
-
-def as_numpy(value: Any, dtype: tf.DType) -> np.ndarray:
-    """``value`` (an array, scalar or eager tensor) as a NumPy array of ``dtype``."""
-    if isinstance(value, tf.Tensor):
-        value = value.numpy()
-    return np.asarray(value, dtype=dtype.as_numpy_dtype)
-
-
-def to_tensor(array: np.ndarray, dtype: tf.DType) -> tf.Tensor:
-    """An eager tensor holding ``array`` (of ``dtype``)."""
-    if array.dtype != dtype.as_numpy_dtype:
-        array = array.astype(dtype.as_numpy_dtype)
-    return tf.convert_to_tensor(array, dtype=dtype)
-
-
-def static_shape(tensor: Any) -> tf.TensorShape:
-    """The static shape of ``tensor`` (possibly partially unknown)."""
-    return tensor.shape if isinstance(tensor.shape, tf.TensorShape) else tf.TensorShape(
-        tensor.shape)
 
 
 def no_autograph(fn: Any) -> Any:
