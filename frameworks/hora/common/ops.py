@@ -8,6 +8,7 @@ alltoall splits, reducescatter op, scalar allgather) so the error is raised wher
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -100,12 +101,17 @@ def handle_average_backwards_compatibility(op: int | None, average: bool | None)
     return Average
 
 
+@functools.lru_cache(maxsize=1024)
+def _inside_hora(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_HORA_DIR + os.sep)
+
+
 def call_site() -> str:
     """``file.py:123`` of the first caller frame outside the hora package."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_HORA_DIR + os.sep):
+        filename = frame.f_code.co_filename
+        if not _inside_hora(filename):
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return ""

@@ -1,0 +1,105 @@
+"""Host memory between TensorFlow and the engine: zero-copy where it is safe, one copy where
+the engine must write.
+
+- ``readable(x)``: what the engine may read in place: an eager CPU tensor itself (through its
+  ``__dlpack__``), or a NumPy array it can export.
+- ``private(x)``: a 64-byte aligned, writable copy for in-place operations (allreduce,
+  broadcast), since TensorFlow tensors are immutable.
+- ``to_tensor(array, dtype)``: an eager tensor over ``array``'s memory through DLPack when the
+  array is contiguous and 64-byte aligned (TensorFlow's kernels assume that alignment; the
+  engine's outputs and ``private`` buffers are), otherwise a copy. DLPack is also the faster
+  way for small arrays (about 10 us against about 100 us for ``tf.convert_to_tensor``).
+
+bfloat16 crosses as uint16 (NumPy has no DLPack code for it) and is bit-cast back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import tensorflow as tf
+
+ALIGNMENT = 64
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = (-_address(raw)) % ALIGNMENT
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def _on_cpu(tensor: tf.Tensor) -> bool:
+    device = getattr(tensor, "device", "") or ""
+    return device == "" or "CPU" in device
+
+
+def host_view(x: Any) -> np.ndarray:
+    """The values of ``x`` (eager tensor, array or scalar) as a NumPy array, without a copy
+    when ``x`` is a CPU tensor or already an array. Read it only."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, tf.Tensor):
+        if _on_cpu(x):
+            try:
+                if x.dtype == tf.bfloat16:
+                    return np.from_dlpack(tf.bitcast(x, tf.uint16)).view(_BF16)
+                return np.from_dlpack(x)
+            except (BufferError, TypeError, ValueError, RuntimeError):
+                pass
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+def readable(x: Any) -> Any:
+    """What the engine can read in place: a CPU eager tensor itself, a NumPy array that can be
+    exported (C-contiguous and writable, as NumPy < 2 does not export read-only arrays), or a
+    copy otherwise."""
+    if isinstance(x, tf.Tensor) and _on_cpu(x) and hasattr(x, "__dlpack__"):
+        return x
+    array = host_view(x)
+    if array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return private(array)
+
+
+def private(x: Any) -> np.ndarray:
+    """A writable, aligned host copy of ``x`` that the engine may overwrite."""
+    view = host_view(x)
+    buf = aligned_empty(view.shape, view.dtype)
+    np.copyto(buf, view)
+    return buf
+
+
+def as_numpy_dtype(array: np.ndarray, dtype: tf.DType) -> np.ndarray:
+    """``array`` viewed or cast as ``dtype`` (engine bfloat16 results arrive as uint16)."""
+    wanted = np.dtype(dtype.as_numpy_dtype)
+    if array.dtype == wanted:
+        return array
+    if wanted == _BF16 and array.dtype == np.uint16:
+        return array.view(_BF16)
+    return array.astype(wanted)
+
+
+def to_tensor(array: np.ndarray, dtype: tf.DType) -> tf.Tensor:
+    """An eager tensor holding ``array`` (sharing its memory when that is safe)."""
+    array = as_numpy_dtype(np.asarray(array), dtype)
+    if array.flags.c_contiguous and _address(array) % ALIGNMENT == 0:
+        try:
+            if dtype == tf.bfloat16:
+                raw = tf.experimental.dlpack.from_dlpack(array.view(np.uint16).__dlpack__())
+                return tf.bitcast(raw, tf.bfloat16)
+            return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            pass
+    return tf.convert_to_tensor(array, dtype=dtype)
