@@ -16,11 +16,11 @@ constexpr size_t kAllreduceRingMinBytes = 256 << 10;
 // received (and reduced) it instead of waiting for the whole block. Smaller segments start the
 // pipeline sooner; larger ones cost fewer system calls and let the kernel batch. 256 KiB keeps a
 // segment plus its reduction inside L2.
-constexpr size_t kRingSegmentBytes = 256 << 10;
+constexpr size_t kRingSegmentBytes = 128 << 10;
 
 // Staging buffer for data received before it is reduced: received bytes are reduced into the
 // destination straight from here, a piece at a time, while the data is still in cache.
-constexpr size_t kRecvStagingBytes = 256 << 10;
+constexpr size_t kRecvStagingBytes = 128 << 10;
 
 // Broadcast below this many bytes walks a binomial tree (log2(N) hops, latency-bound). Larger
 // broadcasts stream through a chain rooted at the root, in segments, so every link carries the

@@ -11,8 +11,8 @@ Sources, first match wins:
    MASTER_PORT. Rank 0 serves the store itself. torchrun's own c10d store already listens on
    MASTER_PORT, so Hora's store uses **MASTER_PORT + 1** unless ``HORA_RENDEZVOUS_PORT`` is set.
 3. ``mpirun`` (Open MPI or a PMI launcher): OMPI_COMM_WORLD_* or PMI_RANK/PMI_SIZE. Rank 0 serves
-   the store at HORA_RENDEZVOUS_ADDR or MASTER_ADDR, port HORA_RENDEZVOUS_PORT or MASTER_PORT or
-   29400.
+   the store at HORA_RENDEZVOUS_ADDR or MASTER_ADDR (127.0.0.1 when every rank runs on this
+   host), port HORA_RENDEZVOUS_PORT or MASTER_PORT or 29400. (Only the TCP transport needs it.)
 4. Slurm (``srun``): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and the tasks per
    node (SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE or SLURM_NTASKS_PER_NODE). Rank 0 serves
    the store at HORA_RENDEZVOUS_ADDR or MASTER_ADDR, else the first host of the step's node list;
@@ -231,7 +231,8 @@ def _from_mpirun(env: _Env) -> RankInfo | None:
     else:
         return None
     cross = default_cross(rank, size, local_size)
-    host, port = _store_address(env, None)
+    # Every rank on this host (a single-host mpirun): the store can default to the loopback.
+    host, port = _store_address(env, "127.0.0.1" if local_size == size else None)
     return _self_served(env, "mpirun", rank, size, local_rank, local_size, cross, host, port)
 
 
@@ -343,7 +344,7 @@ def select_transport(
         )
     chosen = controller or cpu
     if chosen is None:
-        chosen = "mpi" if mpi_built and (comm_given or under_mpirun(environ)) else "tcp"
+        chosen = "mpi" if comm_given or (mpi_built and under_mpirun(environ)) else "tcp"
     if comm_given and chosen != "mpi":
         raise NotSupportedError(
             "hora.init(comm=...) runs Hora on an MPI communicator, but HORA_CONTROLLER / "

@@ -134,7 +134,9 @@ def _numpy_exports_bool() -> bool:
 def _prepare(tensor: Any) -> tuple[Any, str | None]:
     """The object to hand to the engine and its dtype override (for types DLPack lacks)."""
     if isinstance(tensor, np.ndarray):
-        if tensor.dtype.name == _BFLOAT16:
+        # ml_dtypes' bfloat16 is a kind-"V" dtype; checking the kind first skips the slow name
+        # lookup for every ordinary dtype.
+        if tensor.dtype.kind == "V" and tensor.dtype.name == _BFLOAT16:
             return tensor.view(np.uint16), _BFLOAT16
         if tensor.dtype == np.bool_ and not _numpy_exports_bool():
             return tensor.view(np.uint8), "bool"
