@@ -1,25 +1,26 @@
 #pragma once
 // The one place that picks an algorithm per collective and size, and sizes pipeline segments.
-// The numbers come from 2..8 ranks on loopback and 10/25 GbE; revisit them with bench/ when a
-// transport or a network changes.
+// The values were chosen from 2- and 4-rank measurements on loopback on a 2-core host; revisit
+// them with bench/ on real networks and larger jobs.
 #include <cstddef>
 
 namespace hora {
 
 // Allreduce below this many bytes uses recursive doubling: log2(N) rounds, each moving the whole
 // buffer, which is latency-optimal. At and above it the ring (reduce-scatter + allgather) wins:
-// every rank sends only 2(N-1)/N of the buffer, and segments pipeline through the ring. Recursive
-// doubling also runs whenever count < size (some ring blocks would be empty).
-constexpr size_t kAllreduceRingMinBytes = 256 << 10;
+// every rank sends only 2(N-1)/N of the buffer, and segments pipeline through the ring. Measured
+// crossover: 64 KiB clearly favours recursive doubling, 256 KiB clearly favours the ring, both
+// for 2 and 4 ranks. Recursive doubling also runs whenever count < size (empty ring blocks).
+constexpr size_t kAllreduceRingMinBytes = 128 << 10;
 
 // Ring pipelines move data in segments of this size: a rank forwards a segment as soon as it has
-// received (and reduced) it instead of waiting for the whole block. Smaller segments start the
-// pipeline sooner; larger ones cost fewer system calls and let the kernel batch. 256 KiB keeps a
-// segment plus its reduction inside L2.
+// received (and reduced) it instead of waiting for the whole block. Smaller segments fill the
+// pipeline sooner; larger ones cost fewer system calls. 64 KiB to 1 MiB measured the same for
+// large 2-rank allreduces; 128 KiB keeps the fill time of a 7-rank ring short.
 constexpr size_t kRingSegmentBytes = 128 << 10;
 
 // Staging buffer for data received before it is reduced: received bytes are reduced into the
-// destination straight from here, a piece at a time, while the data is still in cache.
+// destination straight from here, a piece at a time, while they are still in L2.
 constexpr size_t kRecvStagingBytes = 128 << 10;
 
 // Broadcast below this many bytes walks a binomial tree (log2(N) hops, latency-bound). Larger

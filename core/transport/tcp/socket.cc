@@ -22,9 +22,10 @@ namespace hora {
 namespace tcp {
 namespace {
 
-// Kernel buffer size requested for every connection. Large buffers let a whole pipeline segment
-// sit in flight while the receiver is busy reducing the previous one. The kernel caps the value
-// at net.core.{w,r}mem_max.
+// Kernel buffer size requested for every connection: room for many pipeline segments in flight
+// while the receiver is busy reducing, and for the bandwidth-delay product of fast links (setting
+// it turns the kernel's auto-tuning off). On loopback 512 KiB to 4 MiB measured the same. The
+// kernel caps the value at net.core.{w,r}mem_max.
 constexpr int kSocketBufferBytes = 4 << 20;
 
 std::string errnoText(int err) { return std::strerror(err); }
