@@ -228,15 +228,14 @@ fi
 if wants mpi; then
   if command -v mpirun >/dev/null 2>&1 && "$PY" -c 'import hora, sys; sys.exit(0 if hora.mpi_built() else 1)'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    MPI_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_allgather.py
-               tests/parallel/test_core_misc.py tests/parallel/test_core_errors.py)
-    MPI_FILES+=(tests/parallel/test_mpi_*.py)
+    MPI_FILES=(tests/parallel/test_core_*.py tests/parallel/test_mpi_*.py)
     for np in 2 3; do
+      envs=$(core_env "$np")
       for f in "${MPI_FILES[@]}"; do
-        [ -f "$f" ] || continue
-        run "mpirun np=$np $(basename "$f" .py)" env HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=mpi \
-          timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe -np "$np" \
-          "$PY" -m pytest -q -p no:cacheprovider "$f"
+        # shellcheck disable=SC2086
+        run "mpirun np=$np $(basename "$f" .py) ${envs:+[$envs]}" env $envs HORA_CONTROLLER=mpi \
+          HORA_CPU_OPERATIONS=mpi timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe --bind-to none \
+          -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$f"
       done
     done
   else

@@ -1,0 +1,98 @@
+"""Which transport hora.init() picks (HORA_CONTROLLER / HORA_CPU_OPERATIONS, mpirun), without
+starting the engine; and the comm= argument checks that need no MPI."""
+
+import hora
+import pytest
+from hora.common import discovery
+from hora.common.basics import _mpi_comm_argument
+from hora.errors import NotSupportedError
+
+MPIRUN = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+
+
+def choose(env, mpi_built=True, comm_given=False):
+    return discovery.select_transport(env, mpi_built=mpi_built, comm_given=comm_given)
+
+
+def test_defaults():
+    assert choose({}) == "tcp"
+    assert choose(MPIRUN) == "mpi"
+    assert choose({"PMI_RANK": "1", "PMI_SIZE": "4"}) == "mpi"
+    assert choose(MPIRUN, mpi_built=False) == "tcp"
+    assert choose({}, comm_given=True) == "mpi"
+
+
+def test_under_mpirun():
+    assert discovery.under_mpirun(MPIRUN)
+    assert not discovery.under_mpirun({"RANK": "0", "WORLD_SIZE": "2"})
+
+
+@pytest.mark.parametrize("value", ["tcp", "gloo", "GLOO", " Tcp "])
+def test_tcp_and_its_gloo_alias(value):
+    assert choose({**MPIRUN, "HORA_CONTROLLER": value}) == "tcp"
+    assert choose({**MPIRUN, "HORA_CPU_OPERATIONS": value}) == "tcp"
+
+
+def test_one_variable_sets_both_roles():
+    assert choose({"HORA_CONTROLLER": "mpi"}) == "mpi"
+    assert choose({"HORA_CPU_OPERATIONS": "mpi"}) == "mpi"
+    assert choose({"HORA_CONTROLLER": "mpi", "HORA_CPU_OPERATIONS": "MPI"}) == "mpi"
+
+
+def test_horovod_names_and_hora_precedence():
+    assert choose({"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}) == "mpi"
+    assert choose({**MPIRUN, "HOROVOD_CONTROLLER": "gloo"}) == "tcp"
+    assert choose({"HOROVOD_CONTROLLER": "gloo", "HORA_CONTROLLER": "mpi"}) == "mpi"
+
+
+def test_mixed_pair_is_not_supported_and_named():
+    with pytest.raises(NotSupportedError, match="HORA_CONTROLLER=mpi with HORA_CPU_OPERATIONS=tcp"):
+        choose({"HORA_CONTROLLER": "mpi", "HORA_CPU_OPERATIONS": "gloo"})
+    with pytest.raises(NotSupportedError, match="HORA_CONTROLLER=tcp with HORA_CPU_OPERATIONS=mpi"):
+        choose({"HORA_CONTROLLER": "tcp", "HORA_CPU_OPERATIONS": "mpi"})
+
+
+def test_unknown_transport_is_a_value_error():
+    with pytest.raises(ValueError, match="HORA_CONTROLLER='ccl'"):
+        choose({"HORA_CONTROLLER": "ccl"})
+
+
+def test_mpi_without_mpi_build():
+    with pytest.raises(NotSupportedError, match="no MPI"):
+        choose({"HORA_CONTROLLER": "mpi"}, mpi_built=False)
+    with pytest.raises(NotSupportedError, match="no MPI"):
+        choose({}, mpi_built=False, comm_given=True)
+
+
+def test_comm_with_tcp_is_refused():
+    with pytest.raises(NotSupportedError, match="comm"):
+        choose({"HORA_CONTROLLER": "tcp"}, comm_given=True)
+
+
+class FakeComm:
+    def py2f(self):
+        return 3
+
+
+def test_comm_argument_forms():
+    assert _mpi_comm_argument(None) == (-1, [])
+    assert _mpi_comm_argument(FakeComm()) == (3, [])
+    assert _mpi_comm_argument([2, 0, 1]) == (-1, [2, 0, 1])
+    assert _mpi_comm_argument(()) == (-1, [])
+    with pytest.raises(TypeError):
+        _mpi_comm_argument("0,1")
+    with pytest.raises(TypeError):
+        _mpi_comm_argument(7)
+    with pytest.raises(ValueError):
+        _mpi_comm_argument([0, True])
+
+
+def test_single_host_mpirun_with_tcp_needs_no_address():
+    info = discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    assert (info.store_host, info.store_port, info.serve_store) == ("127.0.0.1", 29400, True)
+    with pytest.raises(ValueError, match="rendezvous store"):
+        discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "1"})
+
+
+def test_mpi_built_is_a_bool():
+    assert isinstance(hora.mpi_built(), bool)
