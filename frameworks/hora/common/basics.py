@@ -105,6 +105,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
             info.cross_size, transport=transport, store_host=info.store_host,
             store_port=info.store_port, serve_store=info.serve_store, secret=info.secret,
+            listen_host=discovery.listen_host(info.store_host) if transport == "tcp" else "",
             process_sets=to_register, mpi_comm=comm_handle,
         )
         _topology = dict(_core.topology())

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import logging
 import os
 import re
 import socket
 from collections.abc import Mapping
 
+from hora.common import netaddr
 from hora.errors import NotSupportedError
 
 _log = logging.getLogger("hora")
@@ -374,3 +376,37 @@ def discover(environ: Mapping[str, str] | None = None) -> RankInfo:
         if info is not None:
             return _checked(info)
     return RankInfo(hostname=socket.gethostname())
+
+
+def listen_host(store_host: str) -> str:
+    """The address this rank listens on and advertises to its peers.
+
+    ``HORA_IFACE`` names an interface (``eth0``) or an address; otherwise, when the rendezvous
+    store is on another machine, the local address the routing table uses to reach it (the peers
+    reach this rank the same way); otherwise "" (the engine's default for a single host).
+
+    Raises:
+        ValueError: ``HORA_IFACE`` names an interface without an IPv4 address.
+    """
+    from hora import _core
+
+    iface = _core.lookup_env("IFACE")
+    if iface:
+        try:
+            ipaddress.ip_address(iface)
+            return iface
+        except ValueError:
+            pass
+        addresses = netaddr.interface_addresses()
+        if iface not in addresses:
+            raise ValueError(
+                f"HORA_IFACE={iface} is not an interface with an IPv4 address here "
+                f"(interfaces: {', '.join(sorted(addresses)) or 'none'})"
+            )
+        return addresses[iface]
+    if not store_host or store_host in ("localhost", "0.0.0.0") or store_host.startswith("127."):
+        return ""
+    try:
+        return netaddr.route_via_socket(socket.gethostbyname(store_host))
+    except OSError:
+        return ""

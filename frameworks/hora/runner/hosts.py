@@ -8,18 +8,14 @@ from the routing table).
 
 from __future__ import annotations
 
-import array
-import fcntl
 import ipaddress
 import json
 import re
 import socket
-import struct
 import subprocess
 
+from hora.common.netaddr import interface_addresses, route_via_socket
 from hora.runner.slots import HostSlots, check_unique, parse_host_entry
-
-_SIOCGIFADDR = 0x8915
 
 
 def parse_hostfile_text(text: str, source: str = "<hostfile>") -> list[HostSlots]:
@@ -88,24 +84,6 @@ def address_part(hostname: str) -> str:
     return host
 
 
-def interface_addresses() -> dict[str, str]:
-    """IPv4 address of every interface that has one: ``{"lo": "127.0.0.1", "eth0": ...}``."""
-    result: dict[str, str] = {}
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return result
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for name in names:
-            request = array.array("B", struct.pack("256s", name.encode()[:15]))
-            try:
-                fcntl.ioctl(s.fileno(), _SIOCGIFADDR, request, True)
-            except OSError:
-                continue  # no IPv4 address on this interface
-            result[name] = socket.inet_ntoa(request.tobytes()[20:24])
-    return result
-
-
 def _is_ip_literal(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -151,18 +129,6 @@ def route_via_ip_command(address: str) -> tuple[str, str | None] | None:
     if not routes or not routes[0].get("prefsrc"):
         return None
     return str(routes[0]["prefsrc"]), routes[0].get("dev")
-
-
-def route_via_socket(address: str) -> str:
-    """The source address the kernel picks for ``address`` (connect() on UDP sends nothing).
-
-    Raises:
-        OSError: no route to ``address``.
-    """
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect((address, 9))
-        return str(s.getsockname()[0])
 
 
 def interface_of(address: str) -> str | None:
