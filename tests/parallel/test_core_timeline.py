@@ -15,7 +15,7 @@ from hora.timeline import format_summary, load, summarize
 
 def _shared_path() -> str:
     """One path for every rank (only rank 0 writes it)."""
-    name = "hora_timeline_%s.json" % os.environ.get("HORA_RENDEZVOUS_PORT", str(os.getppid()))
+    name = f"hora_timeline_{os.environ.get('HORA_RENDEZVOUS_PORT', os.getppid())}.json"
     return os.path.join(tempfile.gettempdir(), name)
 
 
