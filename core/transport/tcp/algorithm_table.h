@@ -28,10 +28,20 @@ constexpr size_t kRecvStagingBytes = 128 << 10;
 // buffer once and the hops overlap.
 constexpr size_t kBroadcastChainMinBytes = 64 << 10;
 
-enum class AllreduceAlgorithm { RecursiveDoubling, Ring };
+enum class AllreduceAlgorithm { RecursiveDoubling, Ring, RankOrdered };
 enum class BroadcastAlgorithm { BinomialTree, Chain };
 
-inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size) {
+// Floating-point Sum and Product depend on the order of the operands. With two ranks every
+// algorithm computes a + b (commutative, so identical); from three ranks on, recursive doubling
+// and the ring reduce in orders that depend on the size and position, so a fused buffer would not
+// match its tensors run alone. Those cases run the rank-ordered allreduce, at every size.
+inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
+  return floating && orderSensitiveOp && size >= 3;
+}
+
+inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
+                                          bool rankOrder = false) {
+  if (rankOrder) return AllreduceAlgorithm::RankOrdered;
   if (bytes < kAllreduceRingMinBytes || count < static_cast<size_t>(size)) {
     return AllreduceAlgorithm::RecursiveDoubling;
   }

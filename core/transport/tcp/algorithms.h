@@ -33,6 +33,9 @@ void runTransfers(Links& links, Transfer* transfers, size_t count);
 void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 // Bandwidth-optimal allreduce: pipelined ring reduce-scatter followed by ring allgather.
 void allreduceRing(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+// Allreduce that reduces every element in rank order, so results do not depend on the buffer's
+// size or an element's position in it (see rank_ordered.cc).
+void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 // Ring reduce-scatter with per-rank counts (zeros allowed). in holds sum(counts) elements; out
 // receives this rank's block.
 void reduceScatterRing(Links& links, const void* in, void* out, const std::vector<size_t>& counts,

@@ -51,11 +51,15 @@ void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
                           " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
   if (size() == 1 || count == 0) return;
+  bool rankOrder = needsRankOrder(isFloating(dtype),
+                                  op == ReduceOp::Sum || op == ReduceOp::Product, size());
   run("allreduce", [&] {
-    if (chooseAllreduce(count * dtypeSize(dtype), count, size()) == AllreduceAlgorithm::Ring) {
-      allreduceRing(links_, buf, count, dtype, op);
-    } else {
-      allreduceRecursiveDoubling(links_, buf, count, dtype, op);
+    switch (chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder)) {
+      case AllreduceAlgorithm::Ring: allreduceRing(links_, buf, count, dtype, op); break;
+      case AllreduceAlgorithm::RankOrdered: allreduceRankOrdered(links_, buf, count, dtype, op); break;
+      case AllreduceAlgorithm::RecursiveDoubling:
+        allreduceRecursiveDoubling(links_, buf, count, dtype, op);
+        break;
     }
   });
 }
