@@ -71,6 +71,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.listenHost = options.listenHost;
   co.startTimeout = startTimeout;
   co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
+  co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
   Connection conn = transport->connect(co, *store_);
   world_ = std::move(conn.world);
@@ -113,7 +114,7 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     TensorEntry e;
     e.request = checkAndBuildRequest(op, topology_.rank, sets_);
     e.tensor = op.tensor;
-    e.handle = std::make_shared<Handle>();
+    e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;
     handles.push_back(e.handle);
     group.push_back(std::move(e));

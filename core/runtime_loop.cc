@@ -4,6 +4,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/common/spin.h"
 #include "core/ops/executor.h"
 #include "core/runtime_impl.h"
 
@@ -20,6 +21,7 @@ const char* kShutdownText =
 }  // namespace
 
 void RuntimeImpl::loop() {
+  requestPreciseSleeps();
   std::string reason;
   bool failure = false;
   try {
@@ -88,7 +90,7 @@ void RuntimeImpl::cycle() {
   }
 
   std::vector<ControlChannel::Message> messages;
-  control_->poll(messages, pollTimeout(wait, now));
+  control_->poll(messages, pollTimeout(wait, now), Micros(settings_.spinMicroseconds));
   if (coordinator_) inspectStalls(Clock::now());
   for (const auto& m : messages) {
     if (coordinator_) {

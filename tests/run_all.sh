@@ -169,12 +169,12 @@ fi
 #
 # The engine settings vary with the rank count so that each path is exercised somewhere: a 64 KiB
 # fusion threshold makes the "big" sizes larger than the threshold; the response cache is turned
-# off at 3 ranks; 1 and 4 ranks use the defaults.
+# off and waits sleep at once (no polling first) at 3 ranks; 1 and 4 ranks use the defaults.
 
 core_env() {
   case "$1" in
     2) echo "HORA_FUSION_THRESHOLD=65536" ;;
-    3) echo "HORA_FUSION_THRESHOLD=65536 HORA_CACHE_CAPACITY=0" ;;
+    3) echo "HORA_FUSION_THRESHOLD=65536 HORA_CACHE_CAPACITY=0 HORA_SPIN_MICROSECONDS=0" ;;
     *) echo "" ;;
   esac
 }

@@ -13,6 +13,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"CYCLE_TIME", "1", "ms (float) the background loop waits to batch newly enqueued tensors"},
       {"FUSION_THRESHOLD", "134217728", "bytes of one fused buffer; 0 disables fusion"},
       {"CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
+      {"SPIN_MICROSECONDS", "50",
+       "us a waiting thread polls, yielding its core, before it sleeps; 0 = sleep at once"},
       {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
       {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
       {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
@@ -112,6 +114,7 @@ Settings Settings::fromEnvironment() {
   s.cycleTimeMs = envDouble("CYCLE_TIME");
   s.fusionThreshold = envInt("FUSION_THRESHOLD");
   s.cacheCapacity = envInt("CACHE_CAPACITY");
+  s.spinMicroseconds = envInt("SPIN_MICROSECONDS");
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
@@ -133,6 +136,7 @@ Settings Settings::fromEnvironment() {
   if (s.cycleTimeMs < 0) throw InvalidArgument("HORA_CYCLE_TIME must be >= 0");
   if (s.fusionThreshold < 0) throw InvalidArgument("HORA_FUSION_THRESHOLD must be >= 0");
   if (s.cacheCapacity < 0) throw InvalidArgument("HORA_CACHE_CAPACITY must be >= 0");
+  if (s.spinMicroseconds < 0) throw InvalidArgument("HORA_SPIN_MICROSECONDS must be >= 0");
   if (s.timeoutSeconds <= 0) throw InvalidArgument("HORA_TIMEOUT_SECONDS must be > 0");
   return s;
 }

@@ -31,6 +31,7 @@ struct Settings {
   double cycleTimeMs = 1.0;                 // CYCLE_TIME
   int64_t fusionThreshold = 128ll << 20;    // FUSION_THRESHOLD (bytes; 0 disables fusion)
   int64_t cacheCapacity = 1024;             // CACHE_CAPACITY (0 disables the response cache)
+  int64_t spinMicroseconds = 50;            // SPIN_MICROSECONDS: polling before a wait sleeps
   double timeoutSeconds = 60.0;             // TIMEOUT_SECONDS: a silent peer fails pending work
   double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
   std::string logLevel = "warning";         // LOG_LEVEL

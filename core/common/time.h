@@ -6,6 +6,7 @@ namespace hora {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
+using Micros = std::chrono::microseconds;
 
 inline Millis secondsToMillis(double s) { return Millis(static_cast<long long>(s * 1000.0)); }
 

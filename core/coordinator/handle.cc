@@ -1,5 +1,9 @@
 #include "core/coordinator/handle.h"
 
+#include <algorithm>
+
+#include "core/common/spin.h"
+
 namespace hora {
 
 bool Handle::poll() const {
@@ -8,6 +12,8 @@ bool Handle::poll() const {
 }
 
 bool Handle::wait(std::optional<Millis> timeout) const {
+  Micros budget = timeout ? std::min<Micros>(spin_, *timeout) : spin_;
+  spinUntil(budget, [this] { return finished_.load(std::memory_order_acquire); });
   std::unique_lock<std::mutex> lock(mu_);
   if (!timeout) {
     cv_.wait(lock, [this] { return done_; });
@@ -32,6 +38,7 @@ void Handle::complete(std::exception_ptr error) {
     if (done_) return;
     error_ = error;
     done_ = true;
+    finished_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }

@@ -5,7 +5,9 @@
 // - Created by Runtime::enqueue, completed exactly once by the background thread with either
 //   success (results filled in first) or an exception_ptr. Never throws across threads: the
 //   caller's thread rethrows via rethrowIfFailed().
-// - poll(), wait(), error() are thread-safe. wait() blocks on a condition variable (no spinning).
+// - poll(), wait(), error() are thread-safe. wait() polls for at most the spin budget given at
+//   construction (yielding the core; see core/common/spin.h), then blocks on a condition variable.
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -19,6 +21,8 @@ namespace hora {
 
 class Handle {
  public:
+  explicit Handle(Micros spin = Micros(0)) : spin_(spin) {}
+
   bool poll() const;
   // True when done; false when the timeout passed first. nullopt waits without limit.
   bool wait(std::optional<Millis> timeout) const;
@@ -35,6 +39,8 @@ class Handle {
   void complete(std::exception_ptr error);
 
  private:
+  const Micros spin_;
+  std::atomic<bool> finished_{false};  // mirrors done_ for polling without the lock
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;

@@ -8,8 +8,10 @@
 // - Rank 0 may send to any rank; other ranks send only to rank 0.
 // - send() and poll() are called from the background thread only; wakeup() from any thread.
 // - poll() blocks until at least one message is available, wakeup() was called, or the timeout
-//   passes (a negative timeout waits forever); it appends what arrived to `out`. A peer whose
-//   connection closes or who sends a malformed frame makes poll() throw IoError naming that rank.
+//   passes (a negative timeout waits forever); it appends what arrived to `out`. For the first
+//   `spin` of that wait it polls, yielding the core, instead of sleeping (core/common/spin.h).
+//   A peer whose connection closes or who sends a malformed frame makes poll() throw IoError
+//   naming that rank.
 #include <string>
 #include <vector>
 
@@ -29,7 +31,7 @@ class ControlChannel {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void send(int to, const std::string& bytes) = 0;
-  virtual void poll(std::vector<Message>& out, Millis timeout) = 0;
+  virtual void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) = 0;
   virtual void wakeup() = 0;
 };
 

@@ -282,6 +282,27 @@ void testControlChannel(ControlChannel& ch) {
   ch.wakeup();
   ch.poll(got, Millis(10000));
   expect(got.empty(), "control: early wakeup");
+  // With a spin budget (polling before sleeping): the timeout and wakeup still end the poll,
+  // and a message sent meanwhile is received.
+  t0 = std::chrono::steady_clock::now();
+  ch.poll(got, Millis(30), Micros(500000));
+  waited = std::chrono::steady_clock::now() - t0;
+  expect(got.empty() && waited >= std::chrono::milliseconds(29) && waited < std::chrono::seconds(2),
+         "control: spinning poll timeout");
+  std::thread spinWaker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ch.wakeup();
+  });
+  ch.poll(got, Millis(-1), Micros(2000000));
+  spinWaker.join();
+  expect(got.empty(), "control: wakeup ends a spinning poll");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) {
+    for (int r = 1; r < n; ++r) ch.send(r, "while spinning");
+  } else {
+    while (got.empty()) ch.poll(got, Millis(10000), Micros(1000000));
+    expect(got[0].from == 0 && got[0].bytes == "while spinning", "control: message seen while spinning");
+  }
   expectThrows([&] { ch.send(me, "self"); }, "control: no route to self");
   MPI_Barrier(MPI_COMM_WORLD);
 }

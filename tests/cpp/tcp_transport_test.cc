@@ -578,6 +578,25 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
     ch.poll(got, Millis(-1));
     waker.join();
     require(got.empty(), "wakeup returns without messages");
+    // Polling first (a spin budget) changes nothing of what poll() returns or when.
+    start = Clock::now();
+    ch.poll(got, 30ms, Micros(500000));
+    auto took = Clock::now() - start;
+    require(got.empty() && took >= 25ms && took < 400ms, "the timeout ends a spinning poll");
+    std::thread spinWaker([&] {
+      std::this_thread::sleep_for(10ms);
+      ch.wakeup();
+    });
+    ch.poll(got, Millis(-1), Micros(2000000));
+    spinWaker.join();
+    require(got.empty(), "wakeup ends a spinning poll");
+    conn.world->barrier();
+    if (rank == 0) {
+      for (int r = 1; r < n; ++r) ch.send(r, "while spinning");
+    } else {
+      while (got.empty()) ch.poll(got, 5000ms, Micros(1000000));
+      require(got[0].from == 0 && got[0].bytes == "while spinning", "message seen while spinning");
+    }
     conn.world->barrier();
     // A peer that goes away makes rank 0's poll fail naming it. Ranks 1 and 2 stay connected
     // until rank 0 has seen that.

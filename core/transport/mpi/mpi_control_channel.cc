@@ -12,9 +12,10 @@ namespace {
 constexpr int kControlTag = 7;
 // Largest control message accepted (as the TCP channel): coordinator messages are far smaller.
 constexpr size_t kMaxControlMessageBytes = size_t(256) << 20;
-// Waiting: yield the processor between probes for this long, then sleep with a doubling back-off.
-constexpr std::chrono::microseconds kYieldFor{50};
-constexpr std::chrono::microseconds kFirstSleep{20};
+// A send the receiver has not matched yet: yield between tests for this long, then sleep.
+constexpr std::chrono::microseconds kSendSpin{50};
+// Waiting, after the spin budget: sleep with a doubling back-off.
+constexpr std::chrono::microseconds kFirstSleep{10};
 constexpr std::chrono::microseconds kMaxSleep{1000};
 
 }  // namespace
@@ -127,7 +128,7 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
                          " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
     }
-    if (elapsed < kYieldFor) {
+    if (elapsed < kSendSpin) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(sleep);
@@ -136,7 +137,7 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
   }
 }
 
-void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
+void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {
   size_t before = out.size();
   for (auto& m : stash_) out.push_back(std::move(m));
   stash_.clear();
@@ -151,7 +152,7 @@ void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
     if (woken_.exchange(false)) return;
     auto now = Clock::now();
     if (!forever && now >= deadline) return;
-    if (now - start < kYieldFor) {
+    if (now - start < spin) {
       std::this_thread::yield();
       continue;
     }

@@ -5,10 +5,10 @@
 //
 // A message is one MPI message of bytes (tag kControlTag); MPI's non-overtaking rule keeps each
 // sender's messages in order. poll() probes with MPI_Iprobe(MPI_ANY_SOURCE) and receives what
-// is there; while nothing is, it first yields the processor for a few rounds, then sleeps with a
-// back-off that starts at 20 us and doubles up to 1 ms, waiting on a condition variable that
-// wakeup() signals, so a wakeup from another thread ends the wait at once. No wait spins
-// without yielding or sleeping.
+// is there; while nothing is, it first polls for `spin` yielding the processor (core/common/
+// spin.h), then sleeps with a back-off that starts at 10 us and doubles up to 1 ms, waiting on a
+// condition variable that wakeup() signals, so a wakeup from another thread ends the wait at
+// once. No wait spins without yielding or sleeping.
 //
 // send() posts MPI_Isend and, until it completes, keeps receiving incoming messages into a
 // stash that the next poll() returns first: two ranks sending each other large messages (which
@@ -44,7 +44,7 @@ class MpiControlChannel : public ControlChannel {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void send(int to, const std::string& bytes) override;
-  void poll(std::vector<Message>& out, Millis timeout) override;
+  void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) override;
   void wakeup() override;
 
  private:

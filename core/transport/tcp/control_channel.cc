@@ -4,7 +4,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/common/errors.h"
 #include "core/transport/tcp/frame.h"
@@ -112,7 +114,7 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
   }
 }
 
-void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout) {
+void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {
   size_t before = out.size();
   for (auto& m : stash_) out.push_back(std::move(m));
   stash_.clear();
@@ -120,9 +122,12 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout) {
   std::vector<pollfd> fds;
   fds.push_back({wakeFd_, POLLIN, 0});
   for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
+  const auto spinEnd = Clock::now() + std::min<Clock::duration>(spin, deadline - Clock::now());
   for (;;) {
     // Once something arrived, only collect what else is already there.
     int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : pollTimeoutMs(deadline));
+    const bool spinning = wait != 0 && Clock::now() < spinEnd;
+    if (spinning) wait = 0;
     int rc = ::poll(fds.data(), fds.size(), wait);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -140,6 +145,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout) {
     }
     if (woken || out.size() > before) return;
     if (rc == 0 && timeout.count() >= 0 && Clock::now() >= deadline) return;
+    if (spinning) std::this_thread::yield();
   }
 }
 

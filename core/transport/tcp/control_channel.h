@@ -4,8 +4,8 @@
 // holds one socket to rank 0.
 //
 // Messages travel as frames (kControlMagic, version, length). poll() waits in poll(2) on the
-// sockets plus an eventfd that wakeup() signals from any thread; partial frames stay buffered
-// across calls. send() writes a whole frame; while the peer's window is full it keeps reading
+// sockets plus an eventfd that wakeup() signals from any thread (after polling them for `spin`);
+// partial frames stay buffered across calls. send() writes a whole frame; while the peer's window is full it keeps reading
 // incoming frames into a stash (so two ranks sending to each other never deadlock) and fails
 // with TimeoutError when nothing moves for the op timeout. A closed connection or a malformed
 // frame throws IoError naming the peer.
@@ -28,7 +28,7 @@ class TcpControlChannel : public ControlChannel {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void send(int to, const std::string& bytes) override;
-  void poll(std::vector<Message>& out, Millis timeout) override;
+  void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) override;
   void wakeup() override;
 
  private:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/common/errors.h"
 
@@ -59,12 +60,16 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     }
     if (!merged) pollSet_.push_back({fd, events, 0});
   }
-  auto deadline = Clock::now() + peers_->opTimeout;
+  const auto start = Clock::now();
+  const auto deadline = start + peers_->opTimeout;
+  const auto spinEnd = start + peers_->spin;
   for (;;) {
-    int rc = ::poll(pollSet_.data(), pollSet_.size(), pollTimeoutMs(deadline));
+    const bool spinning = Clock::now() < spinEnd;
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), spinning ? 0 : pollTimeoutMs(deadline));
     if (rc > 0) return;  // readiness, hangup or error: the next try call reports which
     if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0 && Clock::now() >= deadline) break;
+    if (spinning) std::this_thread::yield();
   }
   std::string who;
   for (size_t i = 0; i < count; ++i) {

@@ -3,7 +3,8 @@
 // world rank and is shared by the world communicator and every subset view of it; a TcpLinks maps
 // its group's ranks onto world ranks.
 //
-// Waits block in poll(2) for at most the op timeout; error messages name world ranks and the
+// Waits poll for up to the spin budget (yielding the core), then block in poll(2) for at most
+// the op timeout; error messages name world ranks and the
 // collective in progress (setOp). Once any collective fails, markFailed() shuts every data socket
 // down: the peers blocked on this rank see EOF at once instead of waiting out their timeouts, and
 // the communicators that share the sockets refuse further work. Single-threaded.
@@ -22,6 +23,7 @@ struct TcpPeerSockets {
   int worldRank = 0;
   int worldSize = 1;
   Millis opTimeout{60000};
+  Micros spin{0};               // polling before a wait blocks (core/common/spin.h)
   std::vector<Socket> sockets;  // by world rank; invalid for this rank
   std::string failure;          // why the mesh became unusable ("" while healthy)
   struct Buffer {

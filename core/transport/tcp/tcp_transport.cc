@@ -23,6 +23,7 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   peers->worldRank = options.rank;
   peers->worldSize = options.size;
   peers->opTimeout = options.opTimeout;
+  peers->spin = options.spin;
   peers->sockets = std::move(mesh.data);
   std::vector<int> world(options.size);
   std::iota(world.begin(), world.end(), 0);

@@ -1,0 +1,30 @@
+#pragma once
+// Waiting in two phases: poll for a short, bounded time while yielding the processor, then
+// block. A hand-off between threads that sleep costs a kernel wake-up (tens of microseconds when
+// the woken thread's core is idle, as in most VMs); a waiter that is still polling sees the event
+// at once. Yielding between polls lets any other runnable thread on the core go first, so an
+// oversubscribed machine loses at most the budget per wait, never a busy core.
+#include <thread>
+
+#include "core/common/time.h"
+
+namespace hora {
+
+// Polls ready() until it returns true (-> true) or `budget` passes (-> false).
+template <typename Ready>
+bool spinUntil(Micros budget, Ready&& ready) {
+  if (ready()) return true;
+  if (budget.count() <= 0) return false;
+  const auto deadline = Clock::now() + budget;
+  while (Clock::now() < deadline) {
+    std::this_thread::yield();
+    if (ready()) return true;
+  }
+  return false;
+}
+
+// Makes the calling thread's timed sleeps end on time (Linux timer slack of 1 us instead of the
+// default 50 us): the background thread's short back-off sleeps stay short.
+void requestPreciseSleeps();
+
+}  // namespace hora

@@ -1,0 +1,65 @@
+// Bounded polling before blocking: spinUntil and Handle::wait.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/common/spin.h"
+#include "core/coordinator/handle.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(SpinUntil, ReadyAtOnceOrWithinTheBudget) {
+  int calls = 0;
+  EXPECT_TRUE(spinUntil(Micros(0), [&] { return ++calls > 0; }));
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(spinUntil(Micros(0), [] { return false; }));
+
+  std::atomic<bool> flag{false};
+  std::thread setter([&] {
+    std::this_thread::sleep_for(2ms);
+    flag = true;
+  });
+  EXPECT_TRUE(spinUntil(Micros(5000000), [&] { return flag.load(); }));
+  setter.join();
+}
+
+TEST(SpinUntil, GivesUpWhenTheBudgetIsSpent) {
+  auto start = Clock::now();
+  EXPECT_FALSE(spinUntil(Micros(20000), [] { return false; }));
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, 20ms);
+  EXPECT_LT(took, 2000ms);  // generous: the box may be busy
+}
+
+TEST(HandleWait, CompletionDuringOrAfterTheSpin) {
+  for (auto delay : {0ms, 1ms, 30ms}) {  // within the budget, and after it (blocked on the cv)
+    Handle h(Micros(5000));
+    std::thread completer([&] {
+      std::this_thread::sleep_for(delay);
+      h.complete(nullptr);
+    });
+    EXPECT_TRUE(h.wait(std::nullopt));
+    EXPECT_TRUE(h.poll());
+    completer.join();
+  }
+}
+
+TEST(HandleWait, TimeoutShorterThanTheSpin) {
+  Handle h(Micros(10000000));
+  auto start = Clock::now();
+  EXPECT_FALSE(h.wait(Millis(20)));
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, 20ms);
+  EXPECT_LT(took, 2000ms);
+  h.complete(std::make_exception_ptr(std::runtime_error("failed")));
+  EXPECT_TRUE(h.wait(Millis(0)));
+  EXPECT_THROW(h.rethrowIfFailed(), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hora
