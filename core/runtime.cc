@@ -64,22 +64,24 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.startTimeout = secondsToMillis(settings_.startTimeoutSeconds);
   co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
   co.mpiComm = options.mpiComm;
-  openStore(options, uses("tcp"), uses("mpi"), co);
-  store_ = std::make_unique<PrefixStore>(*baseStore_,
-                                         "hora/init" + std::to_string(options.generation) + "/");
+  std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
+  store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
   world_ = std::move(conn.world);
   control_ = std::move(conn.control);
 }
 
 // Only TCP needs the store: MPI connects the ranks itself (mpirun). TCP beside MPI under mpirun,
-// where no launcher serves a store, bootstraps one over MPI and takes its secret.
-void RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi,
-                            ConnectOptions& co) {
+// where no launcher serves a store, bootstraps one over MPI and takes its secret. Returns the
+// generation that keeps this init's keys apart from earlier ones in a long-lived store; a
+// bootstrapped store is new for every init and needs none (and the ranks' counts of inits may
+// differ: init(comm=[...]) runs on some ranks only).
+std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi,
+                                   ConnectOptions& co) {
   const bool noStore = options.storeHost.empty();
   if (noStore && (topology_.size == 1 || !usesTcp)) {
     baseStore_ = std::make_unique<MemoryStore>();
-    return;
+    return std::to_string(options.generation);
   }
 #if HORA_HAVE_MPI
   if (noStore && usesMpi) {
@@ -87,7 +89,7 @@ void RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, bool us
     storeServer_ = std::move(bootstrapped.server);
     baseStore_ = std::move(bootstrapped.client);
     co.secret = bootstrapped.secret;
-    return;
+    return "-bootstrapped";
   }
 #else
   (void)usesMpi;  // makeTransport("mpi") already refused
@@ -100,6 +102,7 @@ void RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, bool us
   }
   baseStore_ = std::make_unique<TcpStoreClient>(options.storeHost, options.storePort,
                                                 options.secret, co.startTimeout);
+  return std::to_string(options.generation);
 }
 
 void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {

@@ -48,7 +48,8 @@ class RuntimeImpl final : public Runtime {
  private:
   // runtime.cc
   void connect(const RuntimeOptions& options);
-  void openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi, ConnectOptions& co);
+  std::string openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi,
+                        ConnectOptions& co);
   void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
   std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
                                          std::vector<int32_t> args);
