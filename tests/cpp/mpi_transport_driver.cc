@@ -362,6 +362,28 @@ void testMixedRoles() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A large message to a rank that makes no MPI calls for a while (busy in a collective on another
+// transport, waiting for this rank) must not hold the sender until the receiver matches it.
+void testSendDoesNotWaitForTheReceiver(ControlChannel& ch) {
+  std::string big(4 << 20, 'b');
+  if (ch.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::vector<ControlChannel::Message> got;
+    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+    bool ok = true;
+    for (auto& m : got) ok = ok && m.bytes == big;
+    expect(ok, "control: large messages from busy peers arrive");
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    ch.send(0, big);
+    expect(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300),
+           "control: send returns before the receiver matches it");
+    std::vector<ControlChannel::Message> got;
+    ch.poll(got, Millis(600));  // lets MPI finish the send
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 MPI_Comm dupWorld() {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
@@ -392,6 +414,7 @@ void run() {
   {
     mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(20000));
     testControlChannel(channel);
+    if (gSize > 1) testSendDoesNotWaitForTheReceiver(channel);
   }
   {
     MemoryStore store;

@@ -65,10 +65,15 @@ bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
 }
 
 void MpiControlChannel::reapSends() {
+  auto now = Clock::now();
   for (auto it = pending_.begin(); it != pending_.end();) {
     int done = 0;
     int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail("a send failed", rc);
+    if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(it->to) + " failed", rc);
+    if (!done && now - it->posted >= opTimeout_) {
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(it->to) +
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
+    }
     it = done ? pending_.erase(it) : std::next(it);
   }
 }
@@ -102,7 +107,7 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
   reapSends();
-  pending_.push_back({MPI_REQUEST_NULL, bytes});
+  pending_.push_back({MPI_REQUEST_NULL, bytes, to, Clock::now()});
   auto mine = std::prev(pending_.end());
   int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
                      comm_, &mine->request);
@@ -110,42 +115,17 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     pending_.erase(mine);
     fail("sending to rank " + std::to_string(to) + " failed", rc);
   }
-  auto start = Clock::now();
-  auto sleep = kFirstSleep;
-  for (;;) {
-    int done = 0;
-    rc = MPI_Test(&mine->request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(to) + " failed", rc);
-    if (done) {
-      pending_.erase(mine);
-      return;
-    }
-    // The receiver has not matched it yet (a large message): take in what peers send meanwhile.
-    receiveAvailable(stash_);
-    auto elapsed = Clock::now() - start;
-    if (elapsed >= opTimeout_) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
-    }
-    if (elapsed < kYieldFor) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, kMaxSleep);
-    }
-  }
+  reapSends();  // a small message is usually done at once
 }
 
 void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
   size_t before = out.size();
-  for (auto& m : stash_) out.push_back(std::move(m));
-  stash_.clear();
-  reapSends();
   const auto start = Clock::now();
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? Clock::time_point::max() : start + timeout;
   auto sleep = kFirstSleep;
   for (;;) {
+    reapSends();
     receiveAvailable(out);
     if (out.size() > before) return;
     if (woken_.exchange(false)) return;
