@@ -4,7 +4,7 @@ starting the engine; and the comm= argument checks that need no MPI."""
 import hora
 import pytest
 from hora.common import discovery
-from hora.common.basics import _mpi_comm_argument
+from hora.common.basics import _mpi_comm_argument, _require_mpi_launch
 from hora.errors import NotSupportedError
 
 MPIRUN = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
@@ -121,3 +121,27 @@ def test_single_host_mpirun_with_tcp_needs_no_address():
 
 def test_mpi_built_is_a_bool():
     assert isinstance(hora.mpi_built(), bool)
+
+
+LAUNCHER_VARS = (
+    "HORA_RANK", "HORA_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "RANK", "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
+    "SLURM_NTASKS",
+)
+
+
+@pytest.mark.parametrize("pair", [("mpi", "mpi"), ("mpi", "tcp"), ("tcp", "mpi")])
+def test_mpi_outside_mpirun_is_refused(monkeypatch, pair):
+    """horarun started 2 ranks but MPI sees each process alone: a clear error, not two jobs of 1."""
+    for var in LAUNCHER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HORA_RANK", "1")
+    monkeypatch.setenv("HORA_SIZE", "2")
+    monkeypatch.setenv("HORA_RENDEZVOUS_ADDR", "127.0.0.1")
+    monkeypatch.setenv("HORA_RENDEZVOUS_PORT", "29400")
+    with pytest.raises(NotSupportedError, match="start the job with mpirun"):
+        _require_mpi_launch(discovery.Transports(*pair), mpi_size=1)
+    _require_mpi_launch(discovery.Transports(*pair), mpi_size=2)  # mpirun under horarun --mpi
+    monkeypatch.setenv("HORA_SIZE", "1")
+    monkeypatch.setenv("HORA_RANK", "0")
+    _require_mpi_launch(discovery.Transports(*pair), mpi_size=1)  # a job of one

@@ -16,6 +16,7 @@ from typing import Any, Callable, Union
 from hora import _core
 from hora.common import discovery
 from hora.common import process_sets as _ps
+from hora.errors import NotSupportedError
 
 NOT_INITIALIZED = "Hora has not been initialized; use hora.init()."
 
@@ -48,6 +49,22 @@ def _mpi_comm_argument(comm: Any) -> tuple[int, list[int]]:
     return -1, ranks
 
 
+def _require_mpi_launch(transports: discovery.Transports, mpi_size: int) -> None:
+    """Refuse MPI in a job that another launcher started (horarun, torchrun, srun without MPI
+    support): every process would initialise MPI alone and run as a job of one."""
+    try:
+        launched = discovery.discover()
+    except ValueError:
+        return  # no consistent launcher view to compare with
+    if launched.size > 1 and launched.size != mpi_size:
+        raise NotSupportedError(
+            f"HORA_CONTROLLER={transports.controller} HORA_CPU_OPERATIONS="
+            f"{transports.cpu_operations} need MPI, but {launched.source} started this process as "
+            f"rank {launched.rank} of {launched.size} while MPI sees {mpi_size} process(es): "
+            "start the job with mpirun (or horarun --mpi), or set both to tcp"
+        )
+
+
 def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
     """Start Hora on this process; collective over every rank of the job.
 
@@ -74,8 +91,8 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         ValueError: inconsistent launcher variables, a ``comm`` list that is invalid or leaves
             this rank out, or invalid process sets.
         TypeError: ``comm`` is neither an mpi4py communicator nor a list of ranks.
-        NotSupportedError: a transport asked for is not built, or ``comm`` is given while
-            neither role runs on MPI.
+        NotSupportedError: a transport asked for is not built, ``comm`` is given while
+            neither role runs on MPI, or MPI is asked for in a job that mpirun did not start.
         HoraTimeoutError: not every rank arrived at the rendezvous in time.
     """
     global _topology, _atexit_registered
@@ -96,6 +113,8 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         if transports.uses_mpi:
             comm_handle, world_ranks = _mpi_comm_argument(comm)
             mpi = _core.mpi_comm_info(comm_handle, world_ranks)
+            if comm is None:
+                _require_mpi_launch(transports, int(mpi["size"]))
             comm_handle = int(mpi["comm"])
             info = discovery.RankInfo(
                 mpi["rank"], mpi["size"], mpi["local_rank"], mpi["local_size"],
