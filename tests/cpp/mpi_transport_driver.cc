@@ -384,6 +384,30 @@ void testSendDoesNotWaitForTheReceiver(ControlChannel& ch) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A send the receiver leaves unmatched times out only after this rank has waited the op timeout
+// in poll(); time spent elsewhere (busy in a collective) does not count.
+void testPendingSendTimeout(ControlChannel& ch) {
+  std::string big(4 << 20, 't');
+  if (ch.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    std::vector<ControlChannel::Message> got;
+    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+  } else {
+    ch.send(0, big);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // longer than the op timeout
+    std::vector<ControlChannel::Message> got;
+    bool early = false;
+    try {
+      ch.poll(got, Millis(50));
+    } catch (const TimeoutError&) {
+      early = true;
+    }
+    expect(!early, "control: time outside poll() does not count towards a send's timeout");
+    expectThrows([&] { ch.poll(got, Millis(500)); }, "control: an unmatched send times out in poll()");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 MPI_Comm dupWorld() {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
@@ -415,6 +439,10 @@ void run() {
     mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(20000));
     testControlChannel(channel);
     if (gSize > 1) testSendDoesNotWaitForTheReceiver(channel);
+  }
+  if (gSize > 1) {
+    mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(200));
+    testPendingSendTimeout(channel);
   }
   {
     MemoryStore store;

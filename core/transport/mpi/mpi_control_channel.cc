@@ -31,7 +31,11 @@ MpiControlChannel::~MpiControlChannel() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  reapSends();
+  // Drop what completed (a failure no longer matters here); what is left is cancelled below.
+  pending_.remove_if([](PendingSend& p) {
+    int done = 0;
+    return MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
+  });
   if (!pending_.empty()) {
     // Sends to ranks that never received them (they failed or left). MPI may still read the
     // buffers after the requests are released, so those buffers are deliberately never freed.
@@ -64,13 +68,13 @@ bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
   return woken_.exchange(false);
 }
 
-void MpiControlChannel::reapSends() {
-  auto now = Clock::now();
+void MpiControlChannel::reapSends(Clock::duration waited) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     int done = 0;
     int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(it->to) + " failed", rc);
-    if (!done && now - it->posted >= opTimeout_) {
+    if (!done) it->waited += waited;
+    if (!done && it->waited >= opTimeout_) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(it->to) +
                          " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
     }
@@ -106,8 +110,8 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
-  reapSends();
-  pending_.push_back({MPI_REQUEST_NULL, bytes, to, Clock::now()});
+  reapSends(Clock::duration(0));
+  pending_.push_back({MPI_REQUEST_NULL, bytes, to});
   auto mine = std::prev(pending_.end());
   int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
                      comm_, &mine->request);
@@ -115,7 +119,7 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     pending_.erase(mine);
     fail("sending to rank " + std::to_string(to) + " failed", rc);
   }
-  reapSends();  // a small message is usually done at once
+  reapSends(Clock::duration(0));  // a small message is usually done at once
 }
 
 void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
@@ -124,8 +128,11 @@ void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout) {
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? Clock::time_point::max() : start + timeout;
   auto sleep = kFirstSleep;
+  auto lastReap = start;
   for (;;) {
-    reapSends();
+    auto beforeReap = Clock::now();
+    reapSends(beforeReap - lastReap);
+    lastReap = beforeReap;
     receiveAvailable(out);
     if (out.size() > before) return;
     if (woken_.exchange(false)) return;

@@ -14,8 +14,9 @@
 // message only once the receiver matches it, and the receiver may be busy in a collective that
 // waits for this rank (always so when the collectives run on another transport, which makes no
 // MPI calls). The channel owns the buffer until the request completes; send() and poll() reap
-// completed requests, and one still pending after the op timeout makes them throw TimeoutError.
-// Destroying the channel cancels what is still pending.
+// completed requests. A send still pending after this rank has waited the op timeout in poll()
+// makes poll() throw TimeoutError (time spent elsewhere, in collectives that keep the receiver
+// busy too, does not count). Destroying the channel cancels what is still pending.
 //
 // A peer that dies normally makes the MPI launcher abort the job (MPI's fault handling); an MPI
 // error reported instead is thrown as IoError. Threads: send()/poll() from the background
@@ -53,15 +54,16 @@ class MpiControlChannel : public ControlChannel {
     MPI_Request request;
     std::string bytes;
     int to;
-    Clock::time_point posted;
+    Clock::duration waited{0};  // time this rank spent in poll() while it was pending
   };
 
   // Receives every message already available into out; returns how many.
   size_t receiveAvailable(std::vector<Message>& out);
   // Waits up to `wait` (or until wakeup()); returns true when woken.
   bool sleepFor(std::chrono::microseconds wait);
-  // Drops completed sends from pending_; throws TimeoutError for one older than the op timeout.
-  void reapSends();
+  // Drops completed sends from pending_. `waited` (time spent polling since the last call) is
+  // added to each one still pending; one that has waited the op timeout throws TimeoutError.
+  void reapSends(Clock::duration waited);
   [[noreturn]] void fail(const std::string& what, int rc) const;
 
   MpiContext& context_;
