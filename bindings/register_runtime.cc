@@ -79,7 +79,8 @@ void serveRendezvous(int port, const std::string& secret) {
 }
 
 void init(int rank, int size, int localRank, int localSize, int crossRank, int crossSize,
-          const std::string& transport, const std::string& storeHost, int storePort,
+          const std::string& transport, const std::string& controller,
+          const std::string& storeHost, int storePort,
           bool serveStore, const std::string& secret, const std::string& listenHost,
           const std::vector<std::vector<int>>& processSets, int64_t mpiComm) {
   if (size < 1 || rank < 0 || rank >= size) {
@@ -95,6 +96,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
   RuntimeOptions options;
   options.topology = Topology{rank, size, localRank, localSize, crossRank, crossSize};
   options.transport = transport;
+  options.controller = controller;
   options.storeHost = storeHost;
   options.storePort = storePort;
   options.secret = secret;
@@ -297,10 +299,13 @@ std::optional<std::string> lookupEnvVar(const std::string& name) {
 void registerRuntime(py::module_& m) {
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("local_rank"),
         py::arg("local_size"), py::arg("cross_rank"), py::arg("cross_size"),
-        py::arg("transport") = "tcp", py::arg("store_host") = "", py::arg("store_port") = 0,
+        py::arg("transport") = "tcp", py::arg("controller") = "", py::arg("store_host") = "",
+        py::arg("store_port") = 0,
         py::arg("serve_store") = false, py::arg("secret") = "", py::arg("listen_host") = "",
         py::arg("process_sets") = std::vector<std::vector<int>>{}, py::arg("mpi_comm") = -1,
         "Start the engine (collective: blocks until every rank connected; GIL released). "
+        "transport runs the collectives, controller the negotiation (\"\" = transport). "
+        "Without a store, TCP beside MPI bootstraps one over MPI. "
         "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running.");
   m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
   m.def("is_initialized", [] { return current() != nullptr; },
@@ -321,7 +326,8 @@ void registerRuntime(py::module_& m) {
   m.def("process_set_ids", [] { return requireRuntime()->processSetIds(); },
         "Ids of the registered process sets (0 is the world).");
   m.def("transport_name", [] { return requireRuntime()->transportName(); },
-        "Name of the transport the running engine uses.");
+        "Transport of the running engine: \"tcp\" or \"mpi\", or \"<controller>+<data>\" "
+        "when negotiation and collectives run on different ones (\"mpi+tcp\", \"tcp+mpi\").");
   m.def("start_timeline",
         [](const std::string& path, bool markCycles) {
           auto rt = requireRuntime();

@@ -4,11 +4,16 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/config.h"
 #include "core/coordinator/enqueue_checks.h"
 #include "core/runtime_impl.h"
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
+#include "core/transport/connect.h"
+#if HORA_HAVE_MPI
+#include "core/transport/mpi/mpi_bootstrap.h"
+#endif
 
 namespace hora {
 
@@ -46,36 +51,59 @@ RuntimeImpl::~RuntimeImpl() { shutdown(); }
 
 void RuntimeImpl::connect(const RuntimeOptions& options) {
   const Topology& t = topology_;
-  Millis startTimeout = secondsToMillis(settings_.startTimeoutSeconds);
-  // MPI connects the ranks itself (mpirun): the transport ignores the store.
-  if ((t.size == 1 || options.transport == "mpi") && options.storeHost.empty()) {
-    baseStore_ = std::make_unique<MemoryStore>();
-  } else {
-    if (options.storeHost.empty() || options.storePort <= 0) {
-      throw InvalidArgument("a job of " + std::to_string(t.size) +
-                            " ranks needs a rendezvous store: start it with horarun, or set "
-                            "HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT (or MASTER_ADDR and "
-                            "MASTER_PORT)");
-    }
-    baseStore_ = std::make_unique<TcpStoreClient>(options.storeHost, options.storePort,
-                                                  options.secret, startTimeout);
-  }
-  store_ = std::make_unique<PrefixStore>(*baseStore_,
-                                         "hora/init" + std::to_string(options.generation) + "/");
-  auto transport = makeTransport(options.transport);
-  transportName_ = transport->name();
+  auto data = makeTransport(options.transport);
+  auto controller =
+      makeTransport(options.controller.empty() ? options.transport : options.controller);
+  transportName_ = transportLabel(*controller, *data);
+  auto uses = [&](const char* name) { return controller->name() == name || data->name() == name; };
   ConnectOptions co;
   co.rank = t.rank;
   co.size = t.size;
   co.secret = options.secret;
   co.listenHost = options.listenHost;
-  co.startTimeout = startTimeout;
+  co.startTimeout = secondsToMillis(settings_.startTimeoutSeconds);
   co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
   co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
-  Connection conn = transport->connect(co, *store_);
+  std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
+  store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
+  Connection conn = connectRoles(*controller, *data, co, *store_);
   world_ = std::move(conn.world);
   control_ = std::move(conn.control);
+}
+
+// Only TCP needs the store: MPI connects the ranks itself (mpirun). TCP beside MPI under mpirun,
+// where no launcher serves a store, bootstraps one over MPI and takes its secret. Returns the
+// generation that keeps this init's keys apart from earlier ones in a long-lived store; a
+// bootstrapped store is new for every init and needs none (and the ranks' counts of inits may
+// differ: init(comm=[...]) runs on some ranks only).
+std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi,
+                                   ConnectOptions& co) {
+  const bool noStore = options.storeHost.empty();
+  if (noStore && (topology_.size == 1 || !usesTcp)) {
+    baseStore_ = std::make_unique<MemoryStore>();
+    return std::to_string(options.generation);
+  }
+#if HORA_HAVE_MPI
+  if (noStore && usesMpi) {
+    mpi::BootstrappedStore bootstrapped = mpi::bootstrapStore(co);
+    storeServer_ = std::move(bootstrapped.server);
+    baseStore_ = std::move(bootstrapped.client);
+    co.secret = bootstrapped.secret;
+    return "-bootstrapped";
+  }
+#else
+  (void)usesMpi;  // makeTransport("mpi") already refused
+#endif
+  if (noStore || options.storePort <= 0) {
+    throw InvalidArgument("a job of " + std::to_string(topology_.size) +
+                          " ranks needs a rendezvous store: start it with horarun, or set "
+                          "HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT (or MASTER_ADDR and "
+                          "MASTER_PORT)");
+  }
+  baseStore_ = std::make_unique<TcpStoreClient>(options.storeHost, options.storePort,
+                                                options.secret, co.startTimeout);
+  return std::to_string(options.generation);
 }
 
 void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {

@@ -21,6 +21,7 @@
 #include "core/fusion/fusion_buffer.h"
 #include "core/runtime.h"
 #include "core/store/store.h"
+#include "core/store/tcp_store.h"
 #include "core/timeline/timeline.h"
 #include "core/transport/transport.h"
 
@@ -47,6 +48,8 @@ class RuntimeImpl final : public Runtime {
  private:
   // runtime.cc
   void connect(const RuntimeOptions& options);
+  std::string openStore(const RuntimeOptions& options, bool usesTcp, bool usesMpi,
+                        ConnectOptions& co);
   void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
   std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
                                          std::vector<int32_t> args);
@@ -67,6 +70,7 @@ class RuntimeImpl final : public Runtime {
   Topology topology_;
   Settings settings_;
   std::string transportName_;
+  std::unique_ptr<TcpStoreServer> storeServer_;  // rank 0, when the store was bootstrapped
   std::unique_ptr<Store> baseStore_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Communicator> world_;

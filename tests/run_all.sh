@@ -5,7 +5,8 @@
 #   3. single-process pytest (tests/single)
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
-#   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3
+#   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
+#      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (they need NumPy 1.x)
 # Stops at the first failure (unless --keep-going) and ends with a timing table and the line
 # "summary: N passed, M failed", counting stages and test runs.
@@ -236,6 +237,21 @@ if wants mpi; then
         run "mpirun np=$np $(basename "$f" .py) ${envs:+[$envs]}" env $envs HORA_CONTROLLER=mpi \
           HORA_CPU_OPERATIONS=mpi timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe --bind-to none \
           -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$f"
+      done
+    done
+    # Negotiation on one transport, collectives on the other (TCP's store bootstrapped over MPI).
+    MIXED_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_allgather.py
+                 tests/parallel/test_core_broadcast.py tests/parallel/test_core_alltoall.py
+                 tests/parallel/test_core_reducescatter.py tests/parallel/test_core_misc.py)
+    for pair in mpi+tcp tcp+mpi; do
+      for np in 2 3; do
+        envs=$(core_env "$np")
+        for f in "${MIXED_FILES[@]}"; do
+          # shellcheck disable=SC2086
+          run "mpirun $pair np=$np $(basename "$f" .py) ${envs:+[$envs]}" env $envs \
+            HORA_CONTROLLER="${pair%+*}" HORA_CPU_OPERATIONS="${pair#*+}" timeout -k 20 "$RUN_TIMEOUT" \
+            mpirun --oversubscribe --bind-to none -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$f"
+        done
       done
     done
   else

@@ -1,8 +1,10 @@
 // The MPI transport under mpirun: every collective of MpiCommunicator against a reference
 // computed here (all dtypes and element-wise ops, several sizes), once with MPI's int counts and
 // once with a tiny maxCount that forces the chunked and point-to-point fallback paths; subsets;
-// the control channel (ordering, crossing large messages, wakeup, timeouts); and connect()'s
-// rank check. Run as `mpirun -np N mpi_transport_driver` (N = 1..4). Rank 0 prints
+// the control channel (ordering, crossing large messages, wakeup, timeouts); connect()'s rank
+// check; the rendezvous store bootstrapped over MPI (a fresh secret each time, strangers refused);
+// and jobs whose control and data roles run on different transports. Run as
+// `mpirun -np N mpi_transport_driver` (N = 1..4). Rank 0 prints
 // "mpi transport driver: N passed, M failed"; the exit code is non-zero on any failure.
 #include <algorithm>
 #include <chrono>
@@ -16,9 +18,14 @@
 #include "core/common/errors.h"
 #include "core/common/reduce.h"
 #include "core/store/memory_store.h"
+#include "core/store/prefix_store.h"
+#include "core/store/tcp_store.h"
+#include "core/transport/connect.h"
+#include "core/transport/mpi/mpi_bootstrap.h"
 #include "core/transport/mpi/mpi_communicator.h"
 #include "core/transport/mpi/mpi_context.h"
 #include "core/transport/mpi/mpi_control_channel.h"
+#include "core/transport/tcp/control_channel.h"
 #include "core/transport/transport.h"
 
 namespace hora {
@@ -307,6 +314,121 @@ void testControlChannel(ControlChannel& ch) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+ConnectOptions worldOptions() {
+  ConnectOptions o;
+  o.rank = gRank;
+  o.size = gSize;
+  o.startTimeout = Millis(20000);
+  o.opTimeout = Millis(20000);
+  return o;
+}
+
+void testStoreBootstrap() {
+  mpi::BootstrappedStore a = mpi::bootstrapStore(worldOptions());
+  expect(a.secret.size() == 64 && a.secret.find_first_not_of("0123456789abcdef") == std::string::npos,
+         "bootstrap: the secret is 64 hex digits");
+  expect((a.server != nullptr) == (gRank == 0), "bootstrap: rank 0 alone serves");
+  // Every rank reached the same store.
+  a.client->set("rank/" + std::to_string(gRank), a.secret);
+  bool same = true;
+  for (int r = 0; r < gSize; ++r) {
+    same = same && a.client->get("rank/" + std::to_string(r), Millis(20000)) == a.secret;
+  }
+  expect(same, "bootstrap: one store, one secret on every rank");
+  mpi::BootstrappedStore b = mpi::bootstrapStore(worldOptions());
+  expect(b.secret != a.secret, "bootstrap: each bootstrap draws a fresh secret");
+  if (gRank == 0) {
+    // A stranger who knows the address but not the secret (none, or another job's) is refused.
+    for (const std::string& guess : {std::string(), b.secret}) {
+      expectThrows([&] { TcpStoreClient("127.0.0.1", a.server->port(), guess, Millis(3000)); },
+                   "bootstrap: a client without the secret is refused");
+    }
+    TcpStoreClient insider("127.0.0.1", a.server->port(), a.secret, Millis(3000));
+    expect(insider.get("rank/0", Millis(1000)) == a.secret, "bootstrap: the secret opens the store");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0's servers outlive every other rank's use of them
+}
+
+// Negotiation on one transport, collectives on the other, over a store bootstrapped over MPI.
+void testMixedRoles() {
+  mpi::BootstrappedStore boot = mpi::bootstrapStore(worldOptions());
+  ConnectOptions o = worldOptions();
+  o.secret = boot.secret;
+  const std::pair<std::string, std::string> pairs[] = {{"mpi", "tcp"}, {"tcp", "mpi"}};
+  for (const auto& [controllerName, dataName] : pairs) {
+    std::string label = controllerName + "+" + dataName;
+    auto controller = makeTransport(controllerName);
+    auto data = makeTransport(dataName);
+    expect(transportLabel(*controller, *data) == label, label + ": label");
+    PrefixStore store(*boot.client, label);
+    Connection c = connectRoles(*controller, *data, o, store);
+    expect(c.world->backendName() == dataName, label + ": collectives on " + dataName);
+    bool controlOnMpi = dynamic_cast<mpi::MpiControlChannel*>(c.control.get()) != nullptr;
+    bool controlOnTcp = dynamic_cast<tcp::TcpControlChannel*>(c.control.get()) != nullptr;
+    expect(controllerName == "mpi" ? controlOnMpi : controlOnTcp, label + ": control on " + controllerName);
+    int one = 1;
+    c.world->allreduce(&one, 1, DataType::Int32, ReduceOp::Sum);
+    expect(one == gSize, label + ": allreduce");
+    std::vector<ControlChannel::Message> got;
+    if (gRank == 0) {
+      while (got.size() < static_cast<size_t>(gSize - 1)) c.control->poll(got, Millis(-1));
+      bool ok = true;
+      for (auto& m : got) ok = ok && m.bytes == "ready@" + std::to_string(m.from);
+      expect(ok, label + ": control messages");
+    } else {
+      c.control->send(0, "ready@" + std::to_string(gRank));
+    }
+    c.world->barrier();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A large message to a rank that makes no MPI calls for a while (busy in a collective on another
+// transport, waiting for this rank) must not hold the sender until the receiver matches it.
+void testSendDoesNotWaitForTheReceiver(ControlChannel& ch) {
+  std::string big(4 << 20, 'b');
+  if (ch.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::vector<ControlChannel::Message> got;
+    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+    bool ok = true;
+    for (auto& m : got) ok = ok && m.bytes == big;
+    expect(ok, "control: large messages from busy peers arrive");
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    ch.send(0, big);
+    expect(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300),
+           "control: send returns before the receiver matches it");
+    std::vector<ControlChannel::Message> got;
+    ch.poll(got, Millis(600));  // lets MPI finish the send
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A send the receiver leaves unmatched times out only after this rank has waited the op timeout
+// in poll(); time spent elsewhere (busy in a collective) does not count.
+void testPendingSendTimeout(ControlChannel& ch) {
+  std::string big(4 << 20, 't');
+  if (ch.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    std::vector<ControlChannel::Message> got;
+    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+  } else {
+    ch.send(0, big);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // longer than the op timeout
+    std::vector<ControlChannel::Message> got;
+    bool early = false;
+    try {
+      ch.poll(got, Millis(50));
+    } catch (const TimeoutError&) {
+      early = true;
+    }
+    expect(!early, "control: time outside poll() does not count towards a send's timeout");
+    expectThrows([&] { ch.poll(got, Millis(500)); }, "control: an unmatched send times out in poll()");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 MPI_Comm dupWorld() {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
@@ -337,6 +459,11 @@ void run() {
   {
     mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(20000));
     testControlChannel(channel);
+    if (gSize > 1) testSendDoesNotWaitForTheReceiver(channel);
+  }
+  if (gSize > 1) {
+    mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(200));
+    testPendingSendTimeout(channel);
   }
   {
     MemoryStore store;
@@ -354,6 +481,8 @@ void run() {
     c.world->allreduce(&one, 1, DataType::Int32, ReduceOp::Sum);
     expect(one == gSize, "connected world allreduce");
   }
+  testStoreBootstrap();
+  testMixedRoles();
 }
 
 }  // namespace

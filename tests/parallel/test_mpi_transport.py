@@ -1,6 +1,7 @@
 """The MPI transport under ``mpirun`` (no horarun): transport choice, topology from MPI,
-re-init after shutdown, ``init(comm=...)`` with an mpi4py communicator or a list of ranks, and
-the application's own MPI traffic running beside Hora's.
+re-init after shutdown, ``init(comm=...)`` with an mpi4py communicator or a list of ranks,
+negotiation and collectives on different transports (MPI beside TCP), and the application's own
+MPI traffic running beside Hora's.
 
 Run as ``mpirun -np N python -m pytest tests/parallel/test_mpi_transport.py`` (as root add
 ``--allow-run-as-root``; more ranks than cores need ``--oversubscribe``). Skipped as a whole, on
@@ -162,18 +163,31 @@ def test_init_comm_type_is_checked() -> None:
         _restore_world()
 
 
-def test_mixed_transports_are_refused(clean_transport_env: pytest.MonkeyPatch) -> None:
-    """A different controller and data transport is not supported: a clear error names both."""
+@pytest.mark.parametrize("controller,cpu", [("mpi", "gloo"), ("tcp", "mpi")])
+def test_mixed_transports(clean_transport_env: pytest.MonkeyPatch, controller: str, cpu: str) -> None:
+    """Negotiation on one transport and collectives on the other, under mpirun alone: the TCP
+    store is bootstrapped over MPI. Also on a reordered rank list (a communicator of its own)."""
+    label = f"{controller}+{'tcp' if cpu == 'gloo' else cpu}"
     hora.shutdown()
-    clean_transport_env.setenv("HORA_CONTROLLER", "mpi")
-    clean_transport_env.setenv("HORA_CPU_OPERATIONS", "gloo")
-    with pytest.raises(hora.NotSupportedError, match="HORA_CONTROLLER=mpi with HORA_CPU_OPERATIONS=tcp"):
+    clean_transport_env.setenv("HORA_CONTROLLER", controller)
+    clean_transport_env.setenv("HOROVOD_CPU_OPERATIONS", cpu)
+    try:
         hora.init()
-    assert not hora.is_initialized()
-    clean_transport_env.setenv("HORA_CPU_OPERATIONS", "MPI")
-    hora.init()
+        assert hora._core.transport_name() == label
+        assert hora.mpi_enabled() and hora.gloo_enabled()
+        assert isinstance(hora.mpi_threads_supported(), bool)
+        assert (rank(), size()) == (_world_rank(), _world_size())
+        _sum_check(label)
+        hora.shutdown()
+        order = list(range(_world_size()))[::-1]
+        hora.init(comm=order)
+        assert hora._core.transport_name() == label
+        assert hora.rank() == order.index(_world_rank())
+        _sum_check(label + "-reversed", ranks=order)
+    finally:
+        clean_transport_env.undo()
+        _restore_world()
     assert hora._core.transport_name() == "mpi"
-    _sum_check("both-mpi")
 
 
 def test_init_with_mpi4py_communicator() -> None:

@@ -12,8 +12,6 @@ namespace {
 constexpr int kControlTag = 7;
 // Largest control message accepted (as the TCP channel): coordinator messages are far smaller.
 constexpr size_t kMaxControlMessageBytes = size_t(256) << 20;
-// A send the receiver has not matched yet: yield between tests for this long, then sleep.
-constexpr std::chrono::microseconds kSendSpin{50};
 // Waiting, after the spin budget: sleep with a doubling back-off.
 constexpr std::chrono::microseconds kFirstSleep{10};
 constexpr std::chrono::microseconds kMaxSleep{1000};
@@ -32,7 +30,11 @@ MpiControlChannel::~MpiControlChannel() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  reapSends();
+  // Drop what completed (a failure no longer matters here); what is left is cancelled below.
+  pending_.remove_if([](PendingSend& p) {
+    int done = 0;
+    return MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
+  });
   if (!pending_.empty()) {
     // Sends to ranks that never received them (they failed or left). MPI may still read the
     // buffers after the requests are released, so those buffers are deliberately never freed.
@@ -65,11 +67,16 @@ bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
   return woken_.exchange(false);
 }
 
-void MpiControlChannel::reapSends() {
+void MpiControlChannel::reapSends(Clock::duration waited) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     int done = 0;
     int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail("a send failed", rc);
+    if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(it->to) + " failed", rc);
+    if (!done) it->waited += waited;
+    if (!done && it->waited >= opTimeout_) {
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(it->to) +
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
+    }
     it = done ? pending_.erase(it) : std::next(it);
   }
 }
@@ -102,8 +109,8 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
-  reapSends();
-  pending_.push_back({MPI_REQUEST_NULL, bytes});
+  reapSends(Clock::duration(0));
+  pending_.push_back({MPI_REQUEST_NULL, bytes, to});
   auto mine = std::prev(pending_.end());
   int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
                      comm_, &mine->request);
@@ -111,42 +118,20 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     pending_.erase(mine);
     fail("sending to rank " + std::to_string(to) + " failed", rc);
   }
-  auto start = Clock::now();
-  auto sleep = kFirstSleep;
-  for (;;) {
-    int done = 0;
-    rc = MPI_Test(&mine->request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(to) + " failed", rc);
-    if (done) {
-      pending_.erase(mine);
-      return;
-    }
-    // The receiver has not matched it yet (a large message): take in what peers send meanwhile.
-    receiveAvailable(stash_);
-    auto elapsed = Clock::now() - start;
-    if (elapsed >= opTimeout_) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
-    }
-    if (elapsed < kSendSpin) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, kMaxSleep);
-    }
-  }
+  reapSends(Clock::duration(0));  // a small message is usually done at once
 }
 
 void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {
   size_t before = out.size();
-  for (auto& m : stash_) out.push_back(std::move(m));
-  stash_.clear();
-  reapSends();
   const auto start = Clock::now();
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? Clock::time_point::max() : start + timeout;
   auto sleep = kFirstSleep;
+  auto lastReap = start;
   for (;;) {
+    auto beforeReap = Clock::now();
+    reapSends(beforeReap - lastReap);
+    lastReap = beforeReap;
     receiveAvailable(out);
     if (out.size() > before) return;
     if (woken_.exchange(false)) return;

@@ -10,11 +10,13 @@
 // condition variable that wakeup() signals, so a wakeup from another thread ends the wait at
 // once. No wait spins without yielding or sleeping.
 //
-// send() posts MPI_Isend and, until it completes, keeps receiving incoming messages into a
-// stash that the next poll() returns first: two ranks sending each other large messages (which
-// MPI delivers only once the receiver matches them) never deadlock. A send that does not
-// complete within the op timeout throws TimeoutError; its buffer stays owned by the channel
-// until the request completes or the channel is destroyed (which cancels it).
+// send() posts MPI_Isend and returns without waiting for it to complete: MPI delivers a large
+// message only once the receiver matches it, and the receiver may be busy in a collective that
+// waits for this rank (always so when the collectives run on another transport, which makes no
+// MPI calls). The channel owns the buffer until the request completes; send() and poll() reap
+// completed requests. A send still pending after this rank has waited the op timeout in poll()
+// makes poll() throw TimeoutError (time spent elsewhere, in collectives that keep the receiver
+// busy too, does not count). Destroying the channel cancels what is still pending.
 //
 // A peer that dies normally makes the MPI launcher abort the job (MPI's fault handling); an MPI
 // error reported instead is thrown as IoError. Threads: send()/poll() from the background
@@ -51,14 +53,17 @@ class MpiControlChannel : public ControlChannel {
   struct PendingSend {
     MPI_Request request;
     std::string bytes;
+    int to;
+    Clock::duration waited{0};  // time this rank spent in poll() while it was pending
   };
 
   // Receives every message already available into out; returns how many.
   size_t receiveAvailable(std::vector<Message>& out);
   // Waits up to `wait` (or until wakeup()); returns true when woken.
   bool sleepFor(std::chrono::microseconds wait);
-  // Drops completed sends from pending_.
-  void reapSends();
+  // Drops completed sends from pending_. `waited` (time spent polling since the last call) is
+  // added to each one still pending; one that has waited the op timeout throws TimeoutError.
+  void reapSends(Clock::duration waited);
   [[noreturn]] void fail(const std::string& what, int rc) const;
 
   MpiContext& context_;
@@ -68,7 +73,6 @@ class MpiControlChannel : public ControlChannel {
   Millis opTimeout_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<Message> stash_;      // messages received while send() waited
   std::list<PendingSend> pending_;  // sends whose requests have not completed yet
 
   std::mutex wakeMu_;

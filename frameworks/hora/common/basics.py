@@ -16,6 +16,7 @@ from typing import Any, Callable, Union
 from hora import _core
 from hora.common import discovery
 from hora.common import process_sets as _ps
+from hora.errors import NotSupportedError
 
 NOT_INITIALIZED = "Hora has not been initialized; use hora.init()."
 
@@ -48,6 +49,22 @@ def _mpi_comm_argument(comm: Any) -> tuple[int, list[int]]:
     return -1, ranks
 
 
+def _require_mpi_launch(transports: discovery.Transports, mpi_size: int) -> None:
+    """Refuse MPI in a job that another launcher started (horarun, torchrun, srun without MPI
+    support): every process would initialise MPI alone and run as a job of one."""
+    try:
+        launched = discovery.discover()
+    except ValueError:
+        return  # no consistent launcher view to compare with
+    if launched.size > 1 and launched.size != mpi_size:
+        raise NotSupportedError(
+            f"HORA_CONTROLLER={transports.controller} HORA_CPU_OPERATIONS="
+            f"{transports.cpu_operations} need MPI, but {launched.source} started this process as "
+            f"rank {launched.rank} of {launched.size} while MPI sees {mpi_size} process(es): "
+            "start the job with mpirun (or horarun --mpi), or set both to tcp"
+        )
+
+
 def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
     """Start Hora on this process; collective over every rank of the job.
 
@@ -62,9 +79,11 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         process_sets: static process sets (ProcessSet objects or lists of global ranks), which
             get ids 1, 2, ... in order; or ``"dynamic"`` to allow ``add_process_set`` later.
 
-    The transport is MPI or TCP, as ``hora.common.discovery.select_transport`` decides from
-    ``HORA_CONTROLLER`` / ``HORA_CPU_OPERATIONS`` (default: MPI under mpirun when built). Under
-    MPI, ``mpirun -np N python train.py`` needs no other launcher and no rendezvous store.
+    Negotiation runs on ``HORA_CONTROLLER`` and the CPU collectives on ``HORA_CPU_OPERATIONS``,
+    each MPI or TCP, as ``hora.common.discovery.select_transport`` decides (default: MPI for both
+    under mpirun when built, else TCP for both; the two may differ). When either is MPI,
+    ``mpirun -np N python train.py`` needs no other launcher and no rendezvous store: a TCP role
+    beside MPI gets its store from rank 0 over MPI, under a fresh random secret.
 
     Calling ``init()`` again while initialized does nothing.
 
@@ -72,7 +91,8 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         ValueError: inconsistent launcher variables, a ``comm`` list that is invalid or leaves
             this rank out, or invalid process sets.
         TypeError: ``comm`` is neither an mpi4py communicator nor a list of ranks.
-        NotSupportedError: the transports asked for are not available or not combinable.
+        NotSupportedError: a transport asked for is not built, ``comm`` is given while
+            neither role runs on MPI, or MPI is asked for in a job that mpirun did not start.
         HoraTimeoutError: not every rank arrived at the rendezvous in time.
     """
     global _topology, _atexit_registered
@@ -86,13 +106,15 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             os.environ["HORA_DYNAMIC_PROCESS_SETS"] = "1"
         elif process_sets is not None:
             requested = list(process_sets)
-        transport = discovery.select_transport(
+        transports = discovery.select_transport(
             mpi_built=bool(_core.mpi_built()), comm_given=comm is not None
         )
         comm_handle = -1
-        if transport == "mpi":
+        if transports.uses_mpi:
             comm_handle, world_ranks = _mpi_comm_argument(comm)
             mpi = _core.mpi_comm_info(comm_handle, world_ranks)
+            if comm is None:
+                _require_mpi_launch(transports, int(mpi["size"]))
             comm_handle = int(mpi["comm"])
             info = discovery.RankInfo(
                 mpi["rank"], mpi["size"], mpi["local_rank"], mpi["local_size"],
@@ -103,9 +125,10 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
         _core.init(
             info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
-            info.cross_size, transport=transport, store_host=info.store_host,
+            info.cross_size, transport=transports.cpu_operations,
+            controller=transports.controller, store_host=info.store_host,
             store_port=info.store_port, serve_store=info.serve_store, secret=info.secret,
-            listen_host=discovery.listen_host(info.store_host) if transport == "tcp" else "",
+            listen_host=discovery.listen_host(info.store_host) if transports.uses_tcp else "",
             process_sets=to_register, mpi_comm=comm_handle,
         )
         _topology = dict(_core.topology())
@@ -194,9 +217,15 @@ def mpi_built() -> bool:
     return bool(_core.mpi_built())
 
 
+def _transports_in_use() -> list[str]:
+    """Transports of the running engine: ``transport_name()`` is ``"tcp"``, ``"mpi"``, or
+    ``"<controller>+<data>"`` when the roles differ."""
+    return _core.transport_name().split("+") if is_initialized() else []
+
+
 def mpi_enabled() -> bool:
-    """True when the running engine uses MPI."""
-    return is_initialized() and _core.transport_name() == "mpi"
+    """True when the running engine uses MPI (for negotiation, collectives, or both)."""
+    return "mpi" in _transports_in_use()
 
 
 def gloo_built() -> bool:
@@ -205,8 +234,9 @@ def gloo_built() -> bool:
 
 
 def gloo_enabled() -> bool:
-    """True when the running engine uses the built-in TCP transport (Gloo's role)."""
-    return is_initialized() and _core.transport_name() == "tcp"
+    """True when the running engine uses the built-in TCP transport (Gloo's role) for
+    negotiation, collectives, or both."""
+    return "tcp" in _transports_in_use()
 
 
 def nccl_built() -> int:

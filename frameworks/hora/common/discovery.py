@@ -20,9 +20,10 @@ Sources, first match wins:
    several tasks looks like rank 0 of N here and would wait for the others: start it with srun.
 5. Alone: rank 0 of 1, no store.
 
-With the MPI transport none of this is needed: MPI already connected the ranks, and
-``hora.init()`` takes rank, size and host-local coordinates from the MPI communicator itself.
-``select_transport`` decides which transport runs (see its docstring).
+When either role runs on MPI none of this is needed: MPI already connected the ranks, and
+``hora.init()`` takes rank, size and host-local coordinates from the MPI communicator itself; a
+TCP role beside MPI gets its store from rank 0 over MPI. ``select_transport`` decides which
+transports run (see its docstring).
 
 The job secret proves to every connection that the peer belongs to this job. horarun generates a
 random one. Without a launcher, ``HORA_SECRET`` is used when set; otherwise every rank derives the
@@ -40,6 +41,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from hora.common import netaddr
 from hora.errors import NotSupportedError
@@ -316,43 +318,59 @@ def _transport_name(value: str, var: str) -> str:
     return name
 
 
+class Transports(NamedTuple):
+    """The transports of the two roles: ``controller`` negotiates, ``cpu_operations`` runs the
+    collectives on CPU tensors. Each is ``"mpi"`` or ``"tcp"``."""
+
+    controller: str
+    cpu_operations: str
+
+    @property
+    def uses_mpi(self) -> bool:
+        """True when either role runs on MPI (the job must then be started by mpirun)."""
+        return "mpi" in self
+
+    @property
+    def uses_tcp(self) -> bool:
+        """True when either role runs on TCP."""
+        return "tcp" in self
+
+
 def select_transport(
     environ: Mapping[str, str] | None = None, *, mpi_built: bool, comm_given: bool = False
-) -> str:
-    """The transport Hora runs on: ``"mpi"`` or ``"tcp"``.
+) -> Transports:
+    """The transports Hora runs on, one per role: ``Transports(controller, cpu_operations)``.
 
-    ``HORA_CONTROLLER`` (negotiation) and ``HORA_CPU_OPERATIONS`` (CPU tensors) each take
-    ``mpi`` or ``tcp`` (``gloo`` is accepted for ``tcp``); the ``HOROVOD_`` names work too. One
-    transport serves both roles, so when only one variable is set the other follows it. With
-    neither set, MPI is used when this build has it and the process runs under an MPI launcher
-    (``mpirun``/``mpiexec``) or a communicator was given to ``hora.init(comm=...)``; otherwise
-    the built-in TCP transport.
+    ``HORA_CONTROLLER`` (negotiation) and ``HORA_CPU_OPERATIONS`` (CPU collectives) each take
+    ``mpi`` or ``tcp`` (``gloo`` is accepted for ``tcp``); the ``HOROVOD_`` names work too. They
+    may differ: ``HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=tcp`` negotiates over MPI and runs the
+    collectives over TCP, and the reverse works too. When only one variable is set the other
+    follows it. With neither set, both are MPI when this build has it and the process runs under
+    an MPI launcher (``mpirun``/``mpiexec``) or a communicator was given to
+    ``hora.init(comm=...)``; otherwise both are the built-in TCP transport.
+
+    Any use of MPI needs the job started by an MPI launcher; with TCP beside MPI, the engine
+    bootstraps the TCP rendezvous over MPI, so mpirun alone still suffices.
 
     Raises:
         ValueError: a variable names an unknown transport.
-        NotSupportedError: the two variables name different transports (not supported), MPI
-            is asked for but not built, or a communicator is given while TCP is asked for.
+        NotSupportedError: MPI is asked for but not built, or a communicator is given while
+            neither role runs on MPI.
     """
     env = _Env(environ)
     controller_text = env.hora("CONTROLLER")
     cpu_text = env.hora("CPU_OPERATIONS")
     controller = _transport_name(controller_text, "HORA_CONTROLLER") if controller_text else None
     cpu = _transport_name(cpu_text, "HORA_CPU_OPERATIONS") if cpu_text else None
-    if controller and cpu and controller != cpu:
-        raise NotSupportedError(
-            f"HORA_CONTROLLER={controller} with HORA_CPU_OPERATIONS={cpu} is not supported: Hora "
-            "runs negotiation and CPU collectives on one transport; set both to mpi or both to "
-            "tcp (or leave them unset)"
-        )
-    chosen = controller or cpu
-    if chosen is None:
-        chosen = "mpi" if comm_given or (mpi_built and under_mpirun(environ)) else "tcp"
-    if comm_given and chosen != "mpi":
+    if controller is None and cpu is None:
+        controller = "mpi" if comm_given or (mpi_built and under_mpirun(environ)) else "tcp"
+    chosen = Transports(controller or cpu, cpu or controller)
+    if comm_given and not chosen.uses_mpi:
         raise NotSupportedError(
             "hora.init(comm=...) runs Hora on an MPI communicator, but HORA_CONTROLLER / "
-            "HORA_CPU_OPERATIONS select tcp; unset them or set them to mpi"
+            "HORA_CPU_OPERATIONS select tcp; unset them or set one of them to mpi"
         )
-    if chosen == "mpi" and not mpi_built:
+    if chosen.uses_mpi and not mpi_built:
         raise NotSupportedError(
             "the MPI transport was asked for (HORA_CONTROLLER / HORA_CPU_OPERATIONS = mpi, or "
             "hora.init(comm=...)), but this build of Hora has no MPI: install an MPI (for "

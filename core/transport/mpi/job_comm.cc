@@ -1,0 +1,40 @@
+#include "core/transport/mpi/job_comm.h"
+
+#include <limits>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace mpi {
+
+JobComm jobComm(const ConnectOptions& options) {
+  MpiContext& context = MpiContext::acquire();
+  JobComm job{MPI_COMM_WORLD, "MPI_COMM_WORLD"};
+  if (options.mpiComm >= 0) {
+    if (options.mpiComm > std::numeric_limits<MPI_Fint>::max()) {
+      throw InvalidArgument("mpi transport: " + std::to_string(options.mpiComm) +
+                            " is not an MPI communicator handle");
+    }
+    job.comm = MPI_Comm_f2c(static_cast<MPI_Fint>(options.mpiComm));
+    job.what = "the communicator given to hora.init(comm=...)";
+    if (job.comm == MPI_COMM_NULL) {
+      throw InvalidArgument("mpi transport: " + job.what + " is MPI_COMM_NULL");
+    }
+  }
+  int rank = 0, size = 1;
+  checkMpi(MPI_Comm_rank(job.comm, &rank), "mpi transport: MPI_Comm_rank of " + job.what);
+  checkMpi(MPI_Comm_size(job.comm, &size), "mpi transport: MPI_Comm_size of " + job.what);
+  if (rank != options.rank || size != options.size) {
+    throw InvalidArgument(
+        "mpi transport: this process is rank " + std::to_string(options.rank) + " of " +
+        std::to_string(options.size) + " for Hora, but rank " + std::to_string(rank) + " of " +
+        std::to_string(size) + " in " + job.what + " (MPI world rank " +
+        std::to_string(context.worldRank()) + " of " + std::to_string(context.worldSize()) +
+        "). Start the job with mpirun, or use the TCP transport (HORA_CONTROLLER=tcp "
+        "HORA_CPU_OPERATIONS=tcp) with horarun.");
+  }
+  return job;
+}
+
+}  // namespace mpi
+}  // namespace hora

@@ -1,0 +1,80 @@
+#include "core/transport/mpi/mpi_bootstrap.h"
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/transport/mpi/job_comm.h"
+#include "core/transport/tcp/handshake.h"
+#include "core/transport/tcp/socket.h"
+
+namespace hora {
+namespace mpi {
+namespace {
+
+constexpr size_t kSecretBytes = 32;
+// What rank 0 broadcasts: "ok <host:port> <secret>" or "error <why it could not serve>".
+const std::string kOk = "ok ";
+const std::string kFailed = "error ";
+
+std::string toHex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+// Rank 0's text on every rank: the length first, then the bytes.
+std::string broadcastText(const JobComm& job, std::string text) {
+  unsigned long long length = text.size();
+  checkMpi(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, 0, job.comm),
+           "store bootstrap: MPI_Bcast over " + job.what);
+  text.resize(length);
+  checkMpi(MPI_Bcast(&text[0], static_cast<int>(length), MPI_CHAR, 0, job.comm),
+           "store bootstrap: MPI_Bcast over " + job.what);
+  return text;
+}
+
+bool startsWith(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+BootstrappedStore bootstrapStore(const ConnectOptions& options) {
+  JobComm job = jobComm(options);
+  MpiContext::Lease lease;
+  BootstrappedStore out;
+  std::string message;
+  if (options.rank == 0) {
+    try {
+      std::string secret = toHex(tcp::randomBytes(kSecretBytes));
+      out.server = std::make_unique<TcpStoreServer>("", 0, secret);
+      std::string address =
+          tcp::joinHostPort(tcp::advertisedHost(options.listenHost), out.server->port());
+      message = kOk + address + " " + secret;
+      HORA_LOG(Debug, "rank 0: serving the rendezvous store for TCP at " << address);
+    } catch (const Error& e) {
+      message = kFailed + std::string(e.what());
+    }
+  }
+  message = broadcastText(job, message);
+  if (startsWith(message, kFailed)) {
+    throw IoError("rank 0 could not start the rendezvous store the TCP transport needs beside "
+                  "MPI: " + message.substr(kFailed.size()));
+  }
+  size_t space = message.find(' ', kOk.size());
+  HORA_CHECK(startsWith(message, kOk) && space != std::string::npos,
+             "malformed store bootstrap message");
+  std::string host;
+  int port = 0;
+  tcp::parseHostPort(message.substr(kOk.size(), space - kOk.size()), &host, &port);
+  out.secret = message.substr(space + 1);
+  HORA_CHECK(out.secret.size() == 2 * kSecretBytes, "malformed store bootstrap secret");
+  out.client = std::make_unique<TcpStoreClient>(host, port, out.secret, options.startTimeout);
+  return out;
+}
+
+}  // namespace mpi
+}  // namespace hora
