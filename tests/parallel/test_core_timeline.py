@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 
 import hora
 import numpy as np
@@ -17,6 +18,23 @@ def _shared_path() -> str:
     """One path for every rank (only rank 0 writes it)."""
     name = f"hora_timeline_{os.environ.get('HORA_RENDEZVOUS_PORT', os.getppid())}.json"
     return os.path.join(tempfile.gettempdir(), name)
+
+
+def _read_while_written(path: str) -> list:
+    """The timeline as it stands while rank 0's writer may be appending to it.
+
+    Every write leaves the file valid JSON; a read that overlaps a write can still see the old
+    closing bracket followed by the new tail, so a failed parse is retried (a file that is left
+    invalid fails every attempt).
+    """
+    for _ in range(50):
+        with open(path) as f:
+            text = f.read()
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            time.sleep(0.01)
+    return json.loads(text)
 
 
 def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
@@ -35,8 +53,7 @@ def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
             want = sum(range(size()))
             assert all(np.all(g == want) for g in grads)
             if rank() == 0:
-                with open(path) as f:
-                    snapshots.append(json.loads(f.read()))  # valid while the job runs
+                snapshots.append(_read_while_written(path))  # valid while the job runs
         hora.barrier()
     finally:
         hora.stop_timeline()
