@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -274,6 +275,34 @@ TEST_P(TcpCollectives, EveryCollectiveMatchesTheReference) {
 
 std::string ranksName(const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param); }
 INSTANTIATE_TEST_SUITE_P(Ranks, TcpCollectives, ::testing::Values(1, 2, 3, 4, 7), ranksName);
+
+// Float sums on 3+ ranks reduce every element in rank order, ((v0 + v1) + v2) ..., bit for bit,
+// also when each rank's block spans several pipeline segments. Random values make the order show.
+TEST(TcpTransport, FloatSumsFoldInRankOrderAcrossSegments) {
+  for (int n : {3, 5}) {
+    const size_t count = kRingSegmentBytes / 4 * static_cast<size_t>(n) * 3 + 7;
+    auto input = [count](int rank) {
+      std::mt19937 gen(1234 + rank);
+      std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
+      std::vector<float> v(count);
+      for (auto& x : v) x = dist(gen) * (rank % 2 == 0 ? 1e-3f : 1.0f);
+      return v;
+    };
+    std::vector<float> expected = input(0);
+    for (int r = 1; r < n; ++r) {
+      std::vector<float> next = input(r);
+      for (size_t i = 0; i < count; ++i) expected[i] = expected[i] + next[i];
+    }
+    MemoryStore store;
+    test::spawnRanks(n, [&](int rank) {
+      Connection conn = connect(store, options(rank, n));
+      std::vector<float> buf = input(rank);
+      conn.world->allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum);
+      require(std::memcmp(buf.data(), expected.data(), count * sizeof(float)) == 0,
+              [&] { return "rank " + std::to_string(rank) + " of " + std::to_string(n) + ": not the rank-order sum"; });
+    });
+  }
+}
 
 TEST(TcpTransport, SubsetsShareTheSocketsAndRunConcurrently) {
   const int n = 7;
