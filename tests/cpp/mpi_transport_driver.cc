@@ -383,14 +383,21 @@ void testMixedRoles() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Rank 0, busy elsewhere (no MPI calls) for `busy`, then takes in one message from every peer.
+std::vector<ControlChannel::Message> receiveFromEveryPeerAfter(ControlChannel& ch,
+                                                               std::chrono::milliseconds busy) {
+  std::this_thread::sleep_for(busy);
+  std::vector<ControlChannel::Message> got;
+  while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+  return got;
+}
+
 // A large message to a rank that makes no MPI calls for a while (busy in a collective on another
 // transport, waiting for this rank) must not hold the sender until the receiver matches it.
 void testSendDoesNotWaitForTheReceiver(ControlChannel& ch) {
   std::string big(4 << 20, 'b');
   if (ch.rank() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    std::vector<ControlChannel::Message> got;
-    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+    auto got = receiveFromEveryPeerAfter(ch, std::chrono::milliseconds(400));
     bool ok = true;
     for (auto& m : got) ok = ok && m.bytes == big;
     expect(ok, "control: large messages from busy peers arrive");
@@ -410,9 +417,7 @@ void testSendDoesNotWaitForTheReceiver(ControlChannel& ch) {
 void testPendingSendTimeout(ControlChannel& ch) {
   std::string big(4 << 20, 't');
   if (ch.rank() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-    std::vector<ControlChannel::Message> got;
-    while (got.size() < static_cast<size_t>(ch.size() - 1)) ch.poll(got, Millis(-1));
+    receiveFromEveryPeerAfter(ch, std::chrono::milliseconds(2000));
   } else {
     ch.send(0, big);
     std::this_thread::sleep_for(std::chrono::milliseconds(400));  // longer than the op timeout

@@ -1,6 +1,7 @@
 #include "core/transport/mpi/mpi_bootstrap.h"
 
 #include "core/common/errors.h"
+#include "core/common/hmac.h"
 #include "core/common/logging.h"
 #include "core/transport/mpi/job_comm.h"
 #include "core/transport/tcp/handshake.h"
@@ -14,16 +15,6 @@ constexpr size_t kSecretBytes = 32;
 // What rank 0 broadcasts: "ok <host:port> <secret>" or "error <why it could not serve>".
 const std::string kOk = "ok ";
 const std::string kFailed = "error ";
-
-std::string toHex(const std::string& bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
 
 // Rank 0's text on every rank: the length first, then the bytes.
 std::string broadcastText(const JobComm& job, std::string text) {
@@ -49,7 +40,8 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
   std::string message;
   if (options.rank == 0) {
     try {
-      std::string secret = toHex(tcp::randomBytes(kSecretBytes));
+      std::string random = tcp::randomBytes(kSecretBytes);
+      std::string secret = toHex(reinterpret_cast<const uint8_t*>(random.data()), random.size());
       out.server = std::make_unique<TcpStoreServer>("", 0, secret);
       std::string address =
           tcp::joinHostPort(tcp::advertisedHost(options.listenHost), out.server->port());

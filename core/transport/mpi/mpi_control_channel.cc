@@ -109,7 +109,6 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
-  reapSends(Clock::duration(0));
   pending_.push_back({MPI_REQUEST_NULL, bytes, to});
   auto mine = std::prev(pending_.end());
   int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
@@ -118,7 +117,8 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     pending_.erase(mine);
     fail("sending to rank " + std::to_string(to) + " failed", rc);
   }
-  reapSends(Clock::duration(0));  // a small message is usually done at once
+  reapSends(Clock::duration(0));  // drops this send (a small one is usually done at once) and
+                                  // any earlier one that completed meanwhile
 }
 
 void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {

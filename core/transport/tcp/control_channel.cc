@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "core/common/errors.h"
+#include "core/common/spin.h"
 #include "core/transport/tcp/frame.h"
 
 namespace hora {
@@ -122,12 +122,14 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   std::vector<pollfd> fds;
   fds.push_back({wakeFd_, POLLIN, 0});
   for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
-  const auto spinEnd = Clock::now() + std::min<Clock::duration>(spin, deadline - Clock::now());
+  if (out.size() == before && timeout.count() != 0) {
+    // Poll without sleeping first (core/common/spin.h); the loop below takes in what is there.
+    Micros budget = timeout.count() < 0 ? spin : std::min<Micros>(spin, timeout);
+    spinUntil(budget, [&] { return ::poll(fds.data(), fds.size(), 0) != 0; });
+  }
   for (;;) {
     // Once something arrived, only collect what else is already there.
     int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : pollTimeoutMs(deadline));
-    const bool spinning = wait != 0 && Clock::now() < spinEnd;
-    if (spinning) wait = 0;
     int rc = ::poll(fds.data(), fds.size(), wait);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -145,7 +147,6 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     }
     if (woken || out.size() > before) return;
     if (rc == 0 && timeout.count() >= 0 && Clock::now() >= deadline) return;
-    if (spinning) std::this_thread::yield();
   }
 }
 

@@ -5,10 +5,10 @@
 //
 // Messages travel as frames (kControlMagic, version, length). poll() waits in poll(2) on the
 // sockets plus an eventfd that wakeup() signals from any thread (after polling them for `spin`);
-// partial frames stay buffered across calls. send() writes a whole frame; while the peer's window is full it keeps reading
-// incoming frames into a stash (so two ranks sending to each other never deadlock) and fails
-// with TimeoutError when nothing moves for the op timeout. A closed connection or a malformed
-// frame throws IoError naming the peer.
+// partial frames stay buffered across calls. send() writes a whole frame; while the peer's
+// window is full it keeps reading incoming frames into a stash (so two ranks sending to each
+// other never deadlock) and fails with TimeoutError when nothing moves for the op timeout. A
+// closed connection or a malformed frame throws IoError naming the peer.
 #include <string>
 #include <vector>
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "core/common/errors.h"
+#include "core/common/spin.h"
 
 namespace hora {
 namespace tcp {
@@ -60,16 +60,15 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     }
     if (!merged) pollSet_.push_back({fd, events, 0});
   }
-  const auto start = Clock::now();
-  const auto deadline = start + peers_->opTimeout;
-  const auto spinEnd = start + peers_->spin;
+  // Readiness, hang-up or error ends the wait: the next try call reports which. Poll without
+  // sleeping first (core/common/spin.h); a failing poll(2) is reported by the blocking loop.
+  if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; })) return;
+  auto deadline = Clock::now() + peers_->opTimeout;
   for (;;) {
-    const bool spinning = Clock::now() < spinEnd;
-    int rc = ::poll(pollSet_.data(), pollSet_.size(), spinning ? 0 : pollTimeoutMs(deadline));
-    if (rc > 0) return;  // readiness, hangup or error: the next try call reports which
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), pollTimeoutMs(deadline));
+    if (rc > 0) return;
     if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0 && Clock::now() >= deadline) break;
-    if (spinning) std::this_thread::yield();
   }
   std::string who;
   for (size_t i = 0; i < count; ++i) {

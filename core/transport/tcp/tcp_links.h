@@ -4,10 +4,10 @@
 // its group's ranks onto world ranks.
 //
 // Waits poll for up to the spin budget (yielding the core), then block in poll(2) for at most
-// the op timeout; error messages name world ranks and the
-// collective in progress (setOp). Once any collective fails, markFailed() shuts every data socket
-// down: the peers blocked on this rank see EOF at once instead of waiting out their timeouts, and
-// the communicators that share the sockets refuse further work. Single-threaded.
+// the op timeout; error messages name world ranks and the collective in progress (setOp). Once
+// any collective fails, markFailed() shuts every data socket down: the peers blocked on this rank
+// see EOF at once instead of waiting out their timeouts, and the communicators that share the
+// sockets refuse further work. Single-threaded.
 #include <memory>
 #include <string>
 #include <vector>
