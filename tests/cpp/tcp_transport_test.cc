@@ -19,7 +19,7 @@
 #include "core/common/reduce.h"
 #include "core/config.h"
 #include "core/store/memory_store.h"
-#include "core/transport/tcp/algorithm_table.h"
+#include "core/collectives/algorithm_table.h"
 #include "core/transport/tcp/handshake.h"
 #include "core/transport/tcp/socket.h"
 #include "core/transport/transport.h"
@@ -120,7 +120,7 @@ std::string label(const Communicator& c, const char* op, size_t count, DataType 
 }
 
 // A count that spans several ring segments per block even with 7 ranks.
-size_t bigCount(int size) { return kRingSegmentBytes / 4 * static_cast<size_t>(size) * 2 + 13; }
+size_t bigCount(int size) { return collectives::kRingSegmentBytes / 4 * static_cast<size_t>(size) * 2 + 13; }
 
 // ---- per-collective checks (members[i] = the id used to make rank i's data) ----------------
 
@@ -244,17 +244,17 @@ void checkEverything(Communicator& c, const std::vector<int>& members) {
     c.barrier();
   }
   // Medium (recursive doubling just below the switch-over) and large (multi-segment ring).
-  size_t justBelow = kAllreduceRingMinBytes / 4 - 1;
+  size_t justBelow = collectives::kAllreduceRingMinBytes / 4 - 1;
   checkAllreduce(c, members, justBelow, DataType::Float32, ReduceOp::Sum);
   size_t big = bigCount(c.size());
   checkAllreduce(c, members, big, DataType::Float32, ReduceOp::Sum);
   checkAllreduce(c, members, big / 2 + 1, DataType::Float16, ReduceOp::Sum);
   checkAllreduce(c, members, big / 4 + 3, DataType::Int64, ReduceOp::Max);
   checkReduceScatter(c, members, big / c.size(), DataType::Float32, ReduceOp::Sum);
-  checkAllgatherv(c, kRingSegmentBytes + 77, false);
-  checkBroadcast(c, kRingSegmentBytes * 3 + 5, c.size() - 1);
-  checkAlltoallv(c, kRingSegmentBytes / 2 + 3);
-  checkSendRecv(c, kRingSegmentBytes * 2 + 1);
+  checkAllgatherv(c, collectives::kRingSegmentBytes + 77, false);
+  checkBroadcast(c, collectives::kRingSegmentBytes * 3 + 5, c.size() - 1);
+  checkAlltoallv(c, collectives::kRingSegmentBytes / 2 + 3);
+  checkSendRecv(c, collectives::kRingSegmentBytes * 2 + 1);
   c.barrier();
 }
 
@@ -280,7 +280,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TcpCollectives, ::testing::Values(1, 2, 3, 4, 7)
 // also when each rank's block spans several pipeline segments. Random values make the order show.
 TEST(TcpTransport, FloatSumsFoldInRankOrderAcrossSegments) {
   for (int n : {3, 5}) {
-    const size_t count = kRingSegmentBytes / 4 * static_cast<size_t>(n) * 3 + 7;
+    const size_t count = collectives::kRingSegmentBytes / 4 * static_cast<size_t>(n) * 3 + 7;
     auto input = [count](int rank) {
       std::mt19937 gen(1234 + rank);
       std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);

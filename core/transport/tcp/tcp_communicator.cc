@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/collectives/algorithm_table.h"
+#include "core/collectives/algorithms.h"
 #include "core/common/errors.h"
-#include "core/transport/tcp/algorithm_table.h"
-#include "core/transport/tcp/algorithms.h"
 
 namespace hora {
 namespace tcp {
@@ -51,14 +51,19 @@ void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
                           " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
   if (size() == 1 || count == 0) return;
-  bool rankOrder = needsRankOrder(isFloating(dtype),
-                                  op == ReduceOp::Sum || op == ReduceOp::Product, size());
+  bool rankOrder = collectives::needsRankOrder(isFloating(dtype),
+                                               op == ReduceOp::Sum || op == ReduceOp::Product, size());
   run("allreduce", [&] {
-    switch (chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder)) {
-      case AllreduceAlgorithm::Ring: allreduceRing(links_, buf, count, dtype, op); break;
-      case AllreduceAlgorithm::RankOrdered: allreduceRankOrdered(links_, buf, count, dtype, op); break;
+    using collectives::AllreduceAlgorithm;
+    switch (collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder)) {
+      case AllreduceAlgorithm::Ring:
+        collectives::allreduceRing(links_, buf, count, dtype, op);
+        break;
+      case AllreduceAlgorithm::RankOrdered:
+        collectives::allreduceRankOrdered(links_, buf, count, dtype, op);
+        break;
       case AllreduceAlgorithm::RecursiveDoubling:
-        allreduceRecursiveDoubling(links_, buf, count, dtype, op);
+        collectives::allreduceRecursiveDoubling(links_, buf, count, dtype, op);
         break;
     }
   });
@@ -66,17 +71,17 @@ void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
 
 void TcpCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
-  run("allgatherv", [&] { allgathervRing(links_, in, out, bytesPerRank); });
+  run("allgatherv", [&] { collectives::allgathervRing(links_, in, out, bytesPerRank); });
 }
 
 void TcpCommunicator::broadcast(void* buf, size_t bytes, int root) {
   checkPeer("broadcast", root);
   if (size() == 1 || bytes == 0) return;
   run("broadcast", [&] {
-    if (chooseBroadcast(bytes, size()) == BroadcastAlgorithm::Chain) {
-      broadcastChain(links_, buf, bytes, root);
+    if (collectives::chooseBroadcast(bytes, size()) == collectives::BroadcastAlgorithm::Chain) {
+      collectives::broadcastChain(links_, buf, bytes, root);
     } else {
-      broadcastBinomial(links_, buf, bytes, root);
+      collectives::broadcastBinomial(links_, buf, bytes, root);
     }
   });
 }
@@ -90,7 +95,7 @@ void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
     throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " + std::to_string(sendBytes[r]) +
                           " bytes but expects " + std::to_string(recvBytes[r]));
   }
-  run("alltoallv", [&] { alltoallvPairwise(links_, in, sendBytes, out, recvBytes); });
+  run("alltoallv", [&] { collectives::alltoallvPairwise(links_, in, sendBytes, out, recvBytes); });
 }
 
 void TcpCommunicator::reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
@@ -99,12 +104,12 @@ void TcpCommunicator::reduceScatter(const void* in, void* out, const std::vector
   if (op != ReduceOp::Sum && op != ReduceOp::Min && op != ReduceOp::Max && op != ReduceOp::Product) {
     throw InvalidArgument(prefix("reducescatter") + "reduce op " + reduceOpName(op) + " is not element-wise");
   }
-  run("reducescatter", [&] { reduceScatterRing(links_, in, out, countsPerRank, dtype, op); });
+  run("reducescatter", [&] { collectives::reduceScatterRing(links_, in, out, countsPerRank, dtype, op); });
 }
 
 void TcpCommunicator::barrier() {
   if (size() == 1) return;
-  run("barrier", [&] { barrierDissemination(links_); });
+  run("barrier", [&] { collectives::barrierDissemination(links_); });
 }
 
 void TcpCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom, void* recvBuf,
@@ -123,9 +128,9 @@ void TcpCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes
     return;
   }
   run("sendrecv", [&] {
-    Transfer t[2] = {{sendTo, true, const_cast<void*>(sendBuf), sendBytes},
-                     {recvFrom, false, recvBuf, recvBytes}};
-    runTransfers(links_, t, 2);
+    collectives::Transfer t[2] = {{sendTo, true, const_cast<void*>(sendBuf), sendBytes},
+                                  {recvFrom, false, recvBuf, recvBytes}};
+    collectives::runTransfers(links_, t, 2);
   });
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// TcpLinks: Links (see links.h) over the TCP data mesh. One TcpPeerSockets holds a socket per
+// TcpLinks: the TCP implementation of collectives::Links (core/collectives/links.h) over the TCP data mesh. One TcpPeerSockets holds a socket per
 // world rank and is shared by the world communicator and every subset view of it; a TcpLinks maps
 // its group's ranks onto world ranks.
 //
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/common/time.h"
-#include "core/transport/tcp/links.h"
+#include "core/collectives/links.h"
 #include "core/transport/tcp/socket.h"
 
 namespace hora {
@@ -35,7 +35,7 @@ struct TcpPeerSockets {
   void markFailed(const std::string& why);
 };
 
-class TcpLinks : public Links {
+class TcpLinks : public collectives::Links {
  public:
   TcpLinks(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank);
 

@@ -1,15 +1,16 @@
 // The ring engine and the ring collectives built on it: allreduce, reduce-scatter, allgatherv.
-#include "core/transport/tcp/ring.h"
+#include "core/collectives/ring.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/common/errors.h"
 #include "core/common/reduce.h"
-#include "core/transport/tcp/algorithm_table.h"
-#include "core/transport/tcp/algorithms.h"
+#include "core/collectives/algorithm_table.h"
+#include "core/collectives/algorithms.h"
 
 namespace hora {
+namespace collectives {
 namespace {
 
 // Walks a RingPlan. Holds the two cursors and the staging state of a reducing receive.
@@ -226,4 +227,5 @@ void allgathervRing(Links& links, const void* in, void* out, const std::vector<s
   runRing(links, plan);
 }
 
+}  // namespace collectives
 }  // namespace hora

@@ -1,6 +1,6 @@
 #pragma once
-// Collective algorithms as free functions over Links (see links.h), so every transport that can
-// provide point-to-point pipes gets them. Which one runs for a given op and size is decided in
+// Transport-neutral collective algorithms as free functions over Links (see links.h), so every
+// transport that can provide point-to-point pipes gets them; nothing here depends on a transport. Which one runs for a given op and size is decided in
 // algorithm_table.h, not here.
 //
 // Common rules: ranks are Links ranks; every member calls the same function with compatible
@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "core/common/dtype.h"
-#include "core/transport/tcp/links.h"
+#include "core/collectives/links.h"
 
 namespace hora {
+namespace collectives {
 
 // One point-to-point transfer for runTransfers.
 struct Transfer {
@@ -52,4 +53,5 @@ void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& 
 // Dissemination barrier: ceil(log2 N) rounds of one byte.
 void barrierDissemination(Links& links);
 
+}  // namespace collectives
 }  // namespace hora

@@ -1,7 +1,7 @@
 #pragma once
-// The pipelined ring engine behind ring allreduce, reduce-scatter, allgatherv and the chain
-// broadcast. A RingPlan is a list of steps; in each step a rank sends one block to sendPeer and
-// receives one block from recvPeer, either copying it into place or reducing it into place.
+// The transport-neutral pipelined ring engine (over Links) behind ring allreduce, reduce-scatter,
+// allgatherv and the chain broadcast. A RingPlan is a list of steps; in each step a rank sends one
+// block to sendPeer and receives one block from recvPeer, copying or reducing it into place.
 //
 // Steps are not run in lockstep: the send cursor and the receive cursor advance independently,
 // and the only dependency is that step t may send the bytes of its block that step t-1 has
@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "core/common/dtype.h"
-#include "core/transport/tcp/links.h"
+#include "core/collectives/links.h"
 
 namespace hora {
+namespace collectives {
 
 struct RingStep {
   int sendBlock = -1;  // -1: nothing to send in this step
@@ -45,4 +46,5 @@ inline int wrapRank(int i, int n) { return ((i % n) + n) % n; }
 void splitEvenly(size_t count, int parts, size_t elementSize, std::vector<size_t>* offsets,
                  std::vector<size_t>* bytes);
 
+}  // namespace collectives
 }  // namespace hora

@@ -1,10 +1,12 @@
 #pragma once
-// The one place that picks an algorithm per collective and size, and sizes pipeline segments.
-// The values were chosen from 2- and 4-rank measurements on loopback on a 2-core host; revisit
-// them with bench/ on real networks and larger jobs.
+// The one place that picks an algorithm per collective and size, and sizes pipeline segments, for
+// every transport that runs the algorithms of this folder. The values were chosen from 2- and
+// 4-rank measurements over TCP loopback on a 2-core host; revisit them with bench/ on real
+// networks, other transports and larger jobs.
 #include <cstddef>
 
 namespace hora {
+namespace collectives {
 
 // Allreduce below this many bytes uses recursive doubling: log2(N) rounds, each moving the whole
 // buffer, which is latency-optimal. At and above it the ring (reduce-scatter + allgather) wins:
@@ -53,4 +55,5 @@ inline BroadcastAlgorithm chooseBroadcast(size_t bytes, int size) {
                                                         : BroadcastAlgorithm::Chain;
 }
 
+}  // namespace collectives
 }  // namespace hora

@@ -1,9 +1,10 @@
 // Recursive-doubling allreduce, the small-message allreduce (see algorithm_table.h).
-#include "core/transport/tcp/algorithms.h"
+#include "core/collectives/algorithms.h"
 
 #include "core/common/reduce.h"
 
 namespace hora {
+namespace collectives {
 
 void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op) {
   int n = links.size(), r = links.rank();
@@ -50,4 +51,5 @@ void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType 
   }
 }
 
+}  // namespace collectives
 }  // namespace hora

@@ -1,10 +1,11 @@
 // Point-to-point building blocks (runTransfers) and the collectives made directly of them:
 // pairwise alltoallv and the dissemination barrier.
-#include "core/transport/tcp/algorithms.h"
+#include "core/collectives/algorithms.h"
 
 #include <cstring>
 
 namespace hora {
+namespace collectives {
 
 void runTransfers(Links& links, Transfer* transfers, size_t count) {
   std::vector<Links::Want> wants;
@@ -63,4 +64,5 @@ void barrierDissemination(Links& links) {
   }
 }
 
+}  // namespace collectives
 }  // namespace hora

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "core/common/reduce.h"
-#include "core/transport/tcp/algorithm_table.h"
-#include "core/transport/tcp/algorithms.h"
+#include "core/collectives/algorithm_table.h"
+#include "core/collectives/algorithms.h"
 
 namespace hora {
+namespace collectives {
 
 void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op) {
   const int n = links.size(), r = links.rank();
@@ -60,4 +61,5 @@ void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype,
   allgathervRing(links, base + offsets[r], base, bytes);
 }
 
+}  // namespace collectives
 }  // namespace hora

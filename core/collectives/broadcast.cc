@@ -1,8 +1,9 @@
 // Broadcast algorithms: binomial tree for small buffers, pipelined chain for large ones.
-#include "core/transport/tcp/algorithms.h"
-#include "core/transport/tcp/ring.h"
+#include "core/collectives/algorithms.h"
+#include "core/collectives/ring.h"
 
 namespace hora {
+namespace collectives {
 
 void broadcastBinomial(Links& links, void* buf, size_t bytes, int root) {
   int n = links.size();
@@ -43,4 +44,5 @@ void broadcastChain(Links& links, void* buf, size_t bytes, int root) {
   runRing(links, plan);
 }
 
+}  // namespace collectives
 }  // namespace hora

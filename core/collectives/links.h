@@ -1,8 +1,9 @@
 #pragma once
-// Links: the point-to-point layer the collective algorithms are written against. It offers
-// non-blocking byte pipes between the members of one group (ranks 0..size()-1 of a Communicator)
-// and one way to block until some pipe can move. The TCP transport implements it over sockets; a
-// shared-memory transport can implement it over ring buffers and reuse every algorithm.
+// Links: the transport-neutral point-to-point layer every algorithm in core/collectives/ is written
+// against. It offers non-blocking byte pipes between the members of one group (ranks 0..size()-1
+// of a Communicator) and one way to block until some pipe can move. Nothing here knows how bytes
+// travel: a transport implements Links (TCP over sockets in core/transport/tcp/links.h; shared
+// memory over ring buffers) and gets every algorithm without changing this folder.
 //
 // Contract:
 // - Byte streams: per (peer, direction) bytes arrive in the order sent, with no framing. Every
@@ -20,6 +21,7 @@
 #include <cstdint>
 
 namespace hora {
+namespace collectives {
 
 class Links {
  public:
@@ -42,4 +44,5 @@ class Links {
 constexpr int kScratchRecv = 0;  // staging for received data about to be reduced
 constexpr int kScratchWork = 1;  // a working copy (reduce-scatter of a const input)
 
+}  // namespace collectives
 }  // namespace hora
