@@ -6,16 +6,16 @@
 #include "core/common/errors.h"
 #include "core/store/memory_store.h"
 #include "core/store/tcp_store_protocol.h"
-#include "core/transport/tcp/frame.h"
-#include "core/transport/tcp/handshake.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/frame.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace hora {
 
 using namespace store_protocol;
 
 struct TcpStoreClient::Connection {
-  tcp::Socket sock;
+  net::Socket sock;
 };
 
 struct TcpStoreClient::Reply {
@@ -41,18 +41,18 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, const std::str
 
 TcpStoreClient::~TcpStoreClient() = default;
 
-std::string TcpStoreClient::where() const { return "store at " + tcp::joinHostPort(host_, port_); }
+std::string TcpStoreClient::where() const { return "store at " + net::joinHostPort(host_, port_); }
 
 std::unique_ptr<TcpStoreClient::Connection> TcpStoreClient::open() {
   auto deadline = Clock::now() + connectTimeout_;
   auto c = std::make_unique<Connection>();
   try {
-    c->sock = tcp::connectWithRetry(host_, port_, deadline);
+    c->sock = net::connectWithRetry(host_, port_, deadline);
   } catch (const IoError& e) {
     throw IoError(where() + " is unreachable: " + e.what());
   }
-  tcp::Handshake hs = tcp::Handshake::connector(secret_, tcp::PeerKind::Store, -1, -1);
-  tcp::runHandshake(c->sock.fd(), hs, deadline, where());
+  net::Handshake hs = net::Handshake::connector(secret_, net::PeerKind::Store, -1, -1);
+  net::runHandshake(c->sock.fd(), hs, deadline, where());
   return c;
 }
 
@@ -68,25 +68,25 @@ TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& pay
   if (!c) c = open();
   // On any failure the connection is dropped with the exception, never returned to the pool.
   auto deadline = Clock::now() + replyTimeout;
-  std::string frame = tcp::buildFrame(tcp::kStoreMagic, type, payload);
-  tcp::sendAll(c->sock.fd(), frame.data(), frame.size(), deadline, where());
-  uint8_t header[tcp::kFrameHeaderBytes];
-  tcp::recvAll(c->sock.fd(), header, sizeof(header), deadline, where());
-  tcp::FrameHeader h = tcp::decodeHeader(header);
-  std::string bad = tcp::validateHeader(h, tcp::kStoreMagic, kMaxFrameBytes);
+  std::string frame = net::buildFrame(net::kStoreMagic, type, payload);
+  net::sendAll(c->sock.fd(), frame.data(), frame.size(), deadline, where());
+  uint8_t header[net::kFrameHeaderBytes];
+  net::recvAll(c->sock.fd(), header, sizeof(header), deadline, where());
+  net::FrameHeader h = net::decodeHeader(header);
+  std::string bad = net::validateHeader(h, net::kStoreMagic, kMaxFrameBytes);
   if (!bad.empty()) throw IoError(where() + " sent a malformed reply: " + bad);
   Reply reply{h.type, std::string(h.length, '\0')};
-  if (h.length > 0) tcp::recvAll(c->sock.fd(), &reply.payload[0], h.length, deadline, where());
+  if (h.length > 0) net::recvAll(c->sock.fd(), &reply.payload[0], h.length, deadline, where());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_.push_back(std::move(c));
   }
   if (reply.type == kError) {
-    tcp::Reader r(reply.payload);
+    net::Reader r(reply.payload);
     throw InvalidArgument(r.str());
   }
   if (reply.type == kTimedOut) {
-    tcp::Reader r(reply.payload);
+    net::Reader r(reply.payload);
     Millis timeout(static_cast<int64_t>(r.u64()));
     uint32_t n = r.u32();
     std::vector<std::string> missing;
@@ -97,33 +97,33 @@ TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& pay
 }
 
 void TcpStoreClient::set(const std::string& key, const std::string& value) {
-  Reply r = call(kSet, tcp::Writer().str(key).str(value).take(), std::max(connectTimeout_, kReplyGrace));
+  Reply r = call(kSet, net::Writer().str(key).str(value).take(), std::max(connectTimeout_, kReplyGrace));
   if (r.type != kOk) throw IoError(where() + ": unexpected reply to set");
 }
 
 std::string TcpStoreClient::get(const std::string& key, Millis timeout) {
   uint64_t ms = clampMs(timeout);
-  Reply r = call(kGet, tcp::Writer().u64(ms).str(key).take(), Millis(ms) + kReplyGrace);
-  tcp::Reader reader(r.payload);
+  Reply r = call(kGet, net::Writer().u64(ms).str(key).take(), Millis(ms) + kReplyGrace);
+  net::Reader reader(r.payload);
   std::string value = reader.str();
   if (r.type != kValue || !reader.ok()) throw IoError(where() + ": unexpected reply to get");
   return value;
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
-  Reply r = call(kAdd, tcp::Writer().str(key).i64(delta).take(), std::max(connectTimeout_, kReplyGrace));
-  tcp::Reader reader(r.payload);
+  Reply r = call(kAdd, net::Writer().str(key).i64(delta).take(), std::max(connectTimeout_, kReplyGrace));
+  net::Reader reader(r.payload);
   int64_t value = reader.i64();
   if (r.type != kCounter || !reader.ok()) throw IoError(where() + ": unexpected reply to add");
   return value;
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
-  tcp::Writer w;
+  net::Writer w;
   w.u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   Reply r = call(kCheck, w.take(), std::max(connectTimeout_, kReplyGrace));
-  tcp::Reader reader(r.payload);
+  net::Reader reader(r.payload);
   uint8_t present = reader.u8();
   if (r.type != kBool || !reader.ok()) throw IoError(where() + ": unexpected reply to check");
   return present != 0;
@@ -131,7 +131,7 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) {
   uint64_t ms = clampMs(timeout);
-  tcp::Writer w;
+  net::Writer w;
   w.u64(ms).u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   Reply r = call(kWait, w.take(), Millis(ms) + kReplyGrace);

@@ -2,7 +2,7 @@
 // TcpStoreServer / TcpStoreClient: the rendezvous store of a multi-process job. The launcher (or
 // rank 0) runs the server; every rank talks to it through a client.
 //
-// Security: every connection starts with the handshake of core/transport/tcp/handshake.h; a
+// Security: every connection starts with the handshake of core/net/handshake.h; a
 // client that cannot prove knowledge of the secret is logged and dropped, and sees IoError
 // "... authentication failed ...". Frames carry magic + version + length; a malformed frame or an
 // oversized length drops that one connection (with a log line) while the server keeps serving.

@@ -1,6 +1,6 @@
 #pragma once
 // Request and reply types of the TCP store protocol (frames with kStoreMagic, see
-// core/transport/tcp/frame.h). Payload fields are little endian; strings are u32 length + bytes.
+// core/net/frame.h). Payload fields are little endian; strings are u32 length + bytes.
 //
 //   Set   {key, value}                 -> Ok
 //   Get   {timeoutMs u64, key}         -> Value {value} | TimedOut {missing keys}

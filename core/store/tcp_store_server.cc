@@ -13,16 +13,16 @@
 #include "core/store/memory_store.h"
 #include "core/store/tcp_store.h"
 #include "core/store/tcp_store_protocol.h"
-#include "core/transport/tcp/frame.h"
-#include "core/transport/tcp/handshake.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/frame.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace hora {
 
 using namespace store_protocol;
-using tcp::Handshake;
-using tcp::IoStatus;
-using tcp::Socket;
+using net::Handshake;
+using net::IoStatus;
+using net::Socket;
 
 class TcpStoreServer::Impl {
  public:
@@ -60,7 +60,7 @@ class TcpStoreServer::Impl {
   void onReadable(Conn& c);
   void handshakeStep(Conn& c, const char* data, size_t n);
   void processFrames(Conn& c);
-  void handle(Conn& c, uint16_t type, tcp::Reader& r);
+  void handle(Conn& c, uint16_t type, net::Reader& r);
   void reply(Conn& c, uint16_t type, const std::string& payload);
   void flush(Conn& c);
   void drop(Conn& c, const std::string& why, bool warn);
@@ -82,7 +82,7 @@ class TcpStoreServer::Impl {
 
 TcpStoreServer::Impl::Impl(const std::string& host, int port, const std::string& secret)
     : secret_(secret) {
-  listener_ = tcp::listenOn(host, port, &port_);
+  listener_ = net::listenOn(host, port, &port_);
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) throw IoError("store server: cannot create eventfd");
   thread_ = std::thread([this] { run(); });
@@ -158,17 +158,17 @@ int TcpStoreServer::Impl::nextTimeoutMs() const {
   for (const auto& c : conns_) {
     if (!c->authed) next = std::min(next, c->handshakeDeadline);
   }
-  return next == Clock::time_point::max() ? -1 : tcp::pollTimeoutMs(next);
+  return next == Clock::time_point::max() ? -1 : net::pollTimeoutMs(next);
 }
 
 void TcpStoreServer::Impl::acceptAll() {
   for (;;) {
     std::string peer;
-    Socket s = tcp::acceptPending(listener_.fd(), &peer);
+    Socket s = net::acceptPending(listener_.fd(), &peer);
     if (!s.valid()) return;
-    auto validate = [](tcp::PeerKind kind, int) {
-      if (kind == tcp::PeerKind::Store) return std::string();
-      return std::string("a ") + tcp::peerKindName(kind) + " connection reached the store";
+    auto validate = [](net::PeerKind kind, int) {
+      if (kind == net::PeerKind::Store) return std::string();
+      return std::string("a ") + net::peerKindName(kind) + " connection reached the store";
     };
     auto c = std::make_unique<Conn>(std::move(s), peer, Handshake::acceptor(secret_, -1, validate));
     c->handshakeDeadline = Clock::now() + Millis(kHandshakeTimeoutMs);
@@ -197,7 +197,7 @@ void TcpStoreServer::Impl::onReadable(Conn& c) {
   while (!c.dead) {
     size_t want = c.authed ? sizeof(buf) : std::min(sizeof(buf), c.hs.inputWanted());
     if (want == 0) return;
-    tcp::IoResult r = tcp::recvSome(c.sock.fd(), buf, want);
+    net::IoResult r = net::recvSome(c.sock.fd(), buf, want);
     if (r.status == IoStatus::WouldBlock) return;
     if (r.status != IoStatus::Ok) {
       return drop(c, c.authed ? "client disconnected" : "closed during the handshake", false);
@@ -214,14 +214,14 @@ void TcpStoreServer::Impl::onReadable(Conn& c) {
 void TcpStoreServer::Impl::processFrames(Conn& c) {
   while (!c.dead && !c.waiting) {
     size_t avail = c.in.size() - c.inPos;
-    if (avail < tcp::kFrameHeaderBytes) break;
+    if (avail < net::kFrameHeaderBytes) break;
     auto* p = reinterpret_cast<const uint8_t*>(c.in.data() + c.inPos);
-    tcp::FrameHeader h = tcp::decodeHeader(p);
-    std::string bad = tcp::validateHeader(h, tcp::kStoreMagic, kMaxFrameBytes);
+    net::FrameHeader h = net::decodeHeader(p);
+    std::string bad = net::validateHeader(h, net::kStoreMagic, kMaxFrameBytes);
     if (!bad.empty()) return drop(c, bad, true);
-    if (avail < tcp::kFrameHeaderBytes + h.length) break;
-    tcp::Reader r(p + tcp::kFrameHeaderBytes, h.length);
-    c.inPos += tcp::kFrameHeaderBytes + h.length;
+    if (avail < net::kFrameHeaderBytes + h.length) break;
+    net::Reader r(p + net::kFrameHeaderBytes, h.length);
+    c.inPos += net::kFrameHeaderBytes + h.length;
     handle(c, h.type, r);
   }
   if (c.inPos == c.in.size()) {
@@ -233,7 +233,7 @@ void TcpStoreServer::Impl::processFrames(Conn& c) {
   }
 }
 
-void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, tcp::Reader& r) {
+void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
   auto readKeys = [&r] {
     uint32_t n = r.u32();
     std::vector<std::string> keys;
@@ -260,18 +260,18 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, tcp::Reader& r) {
       try {
         if (it != values_.end()) now = parseCounter(key, it->second);
       } catch (const InvalidArgument& e) {
-        return reply(c, kError, tcp::Writer().str(e.what()).take());
+        return reply(c, kError, net::Writer().str(e.what()).take());
       }
       now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(delta));
       values_[key] = std::to_string(now);
-      reply(c, kCounter, tcp::Writer().i64(now).take());
+      reply(c, kCounter, net::Writer().i64(now).take());
       notifyWaiters();
       return;
     }
     case kCheck: {
       auto keys = readKeys();
       if (malformed()) break;
-      return reply(c, kBool, tcp::Writer().u8(missing(keys).empty() ? 1 : 0).take());
+      return reply(c, kBool, net::Writer().u8(missing(keys).empty() ? 1 : 0).take());
     }
     case kGet:
     case kWait: {
@@ -294,7 +294,7 @@ void TcpStoreServer::Impl::notifyWaiters() {
     Waiter& w = waiters_[i];
     if (!w.conn->dead && missing(w.keys).empty()) {
       if (w.type == kGet) {
-        reply(*w.conn, kValue, tcp::Writer().str(values_[w.keys[0]]).take());
+        reply(*w.conn, kValue, net::Writer().str(values_[w.keys[0]]).take());
       } else {
         reply(*w.conn, kOk, "");
       }
@@ -314,7 +314,7 @@ void TcpStoreServer::Impl::expire(Clock::time_point now) {
     Waiter& w = waiters_[i];
     if (!w.conn->dead && w.deadline <= now) {
       auto keys = missing(w.keys);
-      tcp::Writer out;
+      net::Writer out;
       out.u64(w.timeoutMs).u32(static_cast<uint32_t>(keys.size()));
       for (const auto& k : keys) out.str(k);
       reply(*w.conn, kTimedOut, out.take());
@@ -340,13 +340,13 @@ std::vector<std::string> TcpStoreServer::Impl::missing(const std::vector<std::st
 }
 
 void TcpStoreServer::Impl::reply(Conn& c, uint16_t type, const std::string& payload) {
-  c.out += tcp::buildFrame(tcp::kStoreMagic, type, payload);
+  c.out += net::buildFrame(net::kStoreMagic, type, payload);
   flush(c);
 }
 
 void TcpStoreServer::Impl::flush(Conn& c) {
   while (!c.dead && c.outPos < c.out.size()) {
-    tcp::IoResult r = tcp::sendSome(c.sock.fd(), c.out.data() + c.outPos, c.out.size() - c.outPos);
+    net::IoResult r = net::sendSome(c.sock.fd(), c.out.data() + c.outPos, c.out.size() - c.outPos);
     if (r.status == IoStatus::WouldBlock) return;
     if (r.status != IoStatus::Ok) return drop(c, "client disconnected", false);
     c.outPos += r.bytes;

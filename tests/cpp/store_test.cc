@@ -13,9 +13,9 @@
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
-#include "core/transport/tcp/frame.h"
-#include "core/transport/tcp/handshake.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/frame.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -164,17 +164,17 @@ TEST(PrefixStore, KeepsGenerationsApart) {
 
 // ---- TCP store defences ------------------------------------------------------------------
 
-tcp::Socket rawConnect(int port) {
-  return tcp::connectWithRetry("127.0.0.1", port, Clock::now() + 2000ms);
+net::Socket rawConnect(int port) {
+  return net::connectWithRetry("127.0.0.1", port, Clock::now() + 2000ms);
 }
 
 // True once the server has closed the connection (EOF or reset) within a second.
 bool serverClosed(int fd) {
   char buf[256];
   auto deadline = Clock::now() + 2000ms;
-  while (tcp::waitFor(fd, POLLIN, deadline)) {
-    tcp::IoResult r = tcp::recvSome(fd, buf, sizeof(buf));
-    if (r.status == tcp::IoStatus::Closed || r.status == tcp::IoStatus::Failed) return true;
+  while (net::waitFor(fd, POLLIN, deadline)) {
+    net::IoResult r = net::recvSome(fd, buf, sizeof(buf));
+    if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) return true;
   }
   return false;
 }
@@ -199,36 +199,36 @@ TEST(TcpStore, GarbageBeforeAndAfterAuthenticationDropsOnlyThatConnection) {
 
   // Garbage instead of a handshake (e.g. an HTTP probe).
   {
-    tcp::Socket s = rawConnect(server.port());
+    net::Socket s = rawConnect(server.port());
     std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(100, 'z');
-    tcp::sendAll(s.fd(), junk.data(), junk.size(), Clock::now() + 1000ms, "test");
+    net::sendAll(s.fd(), junk.data(), junk.size(), Clock::now() + 1000ms, "test");
     EXPECT_TRUE(serverClosed(s.fd()));
   }
   // A correct handshake followed by a frame with a bad magic.
   {
-    tcp::Socket s = rawConnect(server.port());
-    tcp::Handshake hs = tcp::Handshake::connector(kSecret, tcp::PeerKind::Store, -1, -1);
-    tcp::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
-    std::string frame = tcp::buildFrame(0xdeadbeef, 1, "payload");
-    tcp::sendAll(s.fd(), frame.data(), frame.size(), Clock::now() + 1000ms, "test");
+    net::Socket s = rawConnect(server.port());
+    net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+    net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+    std::string frame = net::buildFrame(0xdeadbeef, 1, "payload");
+    net::sendAll(s.fd(), frame.data(), frame.size(), Clock::now() + 1000ms, "test");
     EXPECT_TRUE(serverClosed(s.fd()));
   }
   // A correct handshake followed by an absurd length.
   {
-    tcp::Socket s = rawConnect(server.port());
-    tcp::Handshake hs = tcp::Handshake::connector(kSecret, tcp::PeerKind::Store, -1, -1);
-    tcp::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
-    tcp::FrameHeader h;
-    h.magic = tcp::kStoreMagic;
+    net::Socket s = rawConnect(server.port());
+    net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+    net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+    net::FrameHeader h;
+    h.magic = net::kStoreMagic;
     h.type = 1;
     h.length = 0xfffffff0u;
-    uint8_t header[tcp::kFrameHeaderBytes];
-    tcp::encodeHeader(h, header);
-    tcp::sendAll(s.fd(), header, sizeof(header), Clock::now() + 1000ms, "test");
+    uint8_t header[net::kFrameHeaderBytes];
+    net::encodeHeader(h, header);
+    net::sendAll(s.fd(), header, sizeof(header), Clock::now() + 1000ms, "test");
     EXPECT_TRUE(serverClosed(s.fd()));
   }
   // A silent connection does not block anyone.
-  tcp::Socket silent = rawConnect(server.port());
+  net::Socket silent = rawConnect(server.port());
   // The server kept serving the honest client throughout.
   EXPECT_EQ(good.get("k", 100ms), "v");
   TcpStoreClient late("127.0.0.1", server.port(), kSecret, Millis(2000));
@@ -257,7 +257,7 @@ TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {
 
 TEST(TcpStore, ClientRetriesUntilServerIsUpAndFailsWhenNeverUp) {
   int port = 0;
-  { tcp::listenOn("127.0.0.1", 0, &port); }  // a port that is free again
+  { net::listenOn("127.0.0.1", 0, &port); }  // a port that is free again
   auto start = Clock::now();
   EXPECT_THROW(TcpStoreClient("127.0.0.1", port, kSecret, Millis(200)), IoError);
   EXPECT_LT(Clock::now() - start, 2000ms);

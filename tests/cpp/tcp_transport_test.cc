@@ -20,8 +20,8 @@
 #include "core/config.h"
 #include "core/store/memory_store.h"
 #include "core/collectives/algorithm_table.h"
-#include "core/transport/tcp/handshake.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/spawn.h"
 
@@ -397,18 +397,18 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
   std::thread stranger([&] {
     std::string host;
     int port = 0;
-    tcp::parseHostPort(store.get("addr/1", 5000ms), &host, &port);
+    net::parseHostPort(store.get("addr/1", 5000ms), &host, &port);
     auto deadline = Clock::now() + 5000ms;
     // 1. Garbage instead of a handshake.
     {
-      tcp::Socket s = tcp::connectWithRetry(host, port, deadline);
+      net::Socket s = net::connectWithRetry(host, port, deadline);
       std::string junk(300, 'G');
-      tcp::sendAll(s.fd(), junk.data(), junk.size(), deadline, "stranger");
+      net::sendAll(s.fd(), junk.data(), junk.size(), deadline, "stranger");
       char buf[64];
       for (;;) {
-        if (!tcp::waitFor(s.fd(), POLLIN, deadline)) break;
-        tcp::IoResult r = tcp::recvSome(s.fd(), buf, sizeof(buf));
-        if (r.status == tcp::IoStatus::Closed || r.status == tcp::IoStatus::Failed) {
+        if (!net::waitFor(s.fd(), POLLIN, deadline)) break;
+        net::IoResult r = net::recvSome(s.fd(), buf, sizeof(buf));
+        if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) {
           outcomes.push_back("garbage dropped");
           break;
         }
@@ -416,10 +416,10 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
     }
     // 2. A handshake with the wrong secret, posing as rank 2.
     {
-      tcp::Socket s = tcp::connectWithRetry(host, port, deadline);
-      tcp::Handshake hs = tcp::Handshake::connector("wrong", tcp::PeerKind::Data, 2, 1);
+      net::Socket s = net::connectWithRetry(host, port, deadline);
+      net::Handshake hs = net::Handshake::connector("wrong", net::PeerKind::Data, 2, 1);
       try {
-        tcp::runHandshake(s.fd(), hs, deadline, "stranger");
+        net::runHandshake(s.fd(), hs, deadline, "stranger");
       } catch (const IoError& e) {
         if (std::string(e.what()).find("authentication failed") != std::string::npos) {
           outcomes.push_back("wrong secret refused");
@@ -427,7 +427,7 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
       }
     }
     // 3. A silent connection, held open until the job has connected.
-    tcp::Socket silent = tcp::connectWithRetry(host, port, deadline);
+    net::Socket silent = net::connectWithRetry(host, port, deadline);
     {
       std::lock_guard<std::mutex> lock(m);
       strangersDone = true;

@@ -4,8 +4,8 @@
 #include "core/common/hmac.h"
 #include "core/common/logging.h"
 #include "core/transport/mpi/job_comm.h"
-#include "core/transport/tcp/handshake.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace hora {
 namespace mpi {
@@ -40,11 +40,11 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
   std::string message;
   if (options.rank == 0) {
     try {
-      std::string random = tcp::randomBytes(kSecretBytes);
+      std::string random = net::randomBytes(kSecretBytes);
       std::string secret = toHex(reinterpret_cast<const uint8_t*>(random.data()), random.size());
       out.server = std::make_unique<TcpStoreServer>("", 0, secret);
       std::string address =
-          tcp::joinHostPort(tcp::advertisedHost(options.listenHost), out.server->port());
+          net::joinHostPort(net::advertisedHost(options.listenHost), out.server->port());
       message = kOk + address + " " + secret;
       HORA_LOG(Debug, "rank 0: serving the rendezvous store for TCP at " << address);
     } catch (const Error& e) {
@@ -61,7 +61,7 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
              "malformed store bootstrap message");
   std::string host;
   int port = 0;
-  tcp::parseHostPort(message.substr(kOk.size(), space - kOk.size()), &host, &port);
+  net::parseHostPort(message.substr(kOk.size(), space - kOk.size()), &host, &port);
   out.secret = message.substr(space + 1);
   HORA_CHECK(out.secret.size() == 2 * kSecretBytes, "malformed store bootstrap secret");
   out.client = std::make_unique<TcpStoreClient>(host, port, out.secret, options.startTimeout);

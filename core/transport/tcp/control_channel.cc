@@ -9,7 +9,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/spin.h"
-#include "core/transport/tcp/frame.h"
+#include "core/net/frame.h"
 
 namespace hora {
 namespace tcp {
@@ -23,7 +23,7 @@ constexpr size_t kReadChunk = 64 << 10;
 
 }  // namespace
 
-TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<Socket> sockets, Millis opTimeout)
+TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets, Millis opTimeout)
     : rank_(rank), size_(size), opTimeout_(opTimeout) {
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
     if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
@@ -61,23 +61,23 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   for (;;) {
     size_t old = p.in.size();
     p.in.resize(old + kReadChunk);
-    IoResult r = recvSome(p.sock.fd(), &p.in[old], kReadChunk);
+    net::IoResult r = net::recvSome(p.sock.fd(), &p.in[old], kReadChunk);
     p.in.resize(old + r.bytes);
-    if (r.status == IoStatus::WouldBlock) break;
-    if (r.status != IoStatus::Ok) {
-      fail(p.rank, "closed (" + describe(r) + "); that rank probably exited or failed, see its log");
+    if (r.status == net::IoStatus::WouldBlock) break;
+    if (r.status != net::IoStatus::Ok) {
+      fail(p.rank, "closed (" + net::describe(r) + "); that rank probably exited or failed, see its log");
     }
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
   }
   size_t at = 0;
-  while (p.in.size() - at >= kFrameHeaderBytes) {
-    FrameHeader h = decodeHeader(reinterpret_cast<const uint8_t*>(p.in.data() + at));
-    std::string bad = validateHeader(h, kControlMagic, kMaxControlMessageBytes);
+  while (p.in.size() - at >= net::kFrameHeaderBytes) {
+    net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(p.in.data() + at));
+    std::string bad = net::validateHeader(h, net::kControlMagic, kMaxControlMessageBytes);
     if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
     if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
-    if (p.in.size() - at < kFrameHeaderBytes + h.length) break;
-    out.push_back({p.rank, p.in.substr(at + kFrameHeaderBytes, h.length)});
-    at += kFrameHeaderBytes + h.length;
+    if (p.in.size() - at < net::kFrameHeaderBytes + h.length) break;
+    out.push_back({p.rank, p.in.substr(at + net::kFrameHeaderBytes, h.length)});
+    at += net::kFrameHeaderBytes + h.length;
   }
   p.in.erase(0, at);
 }
@@ -88,16 +88,16 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
   Peer& target = peer(to);
-  std::string frame = buildFrame(kControlMagic, kMessageType, bytes);
+  std::string frame = net::buildFrame(net::kControlMagic, kMessageType, bytes);
   size_t sent = 0;
   std::vector<pollfd> fds;
   while (sent < frame.size()) {
-    IoResult r = sendSome(target.sock.fd(), frame.data() + sent, frame.size() - sent);
-    if (r.status == IoStatus::Ok) {
+    net::IoResult r = net::sendSome(target.sock.fd(), frame.data() + sent, frame.size() - sent);
+    if (r.status == net::IoStatus::Ok) {
       sent += r.bytes;
       continue;
     }
-    if (r.status != IoStatus::WouldBlock) fail(to, "closed while sending (" + describe(r) + ")");
+    if (r.status != net::IoStatus::WouldBlock) fail(to, "closed while sending (" + net::describe(r) + ")");
     // The peer's window is full: wait for room, draining what peers send us meanwhile.
     fds.clear();
     fds.push_back({target.sock.fd(), POLLOUT, 0});
@@ -129,7 +129,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   }
   for (;;) {
     // Once something arrived, only collect what else is already there.
-    int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : pollTimeoutMs(deadline));
+    int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : net::pollTimeoutMs(deadline));
     int rc = ::poll(fds.data(), fds.size(), wait);
     if (rc < 0) {
       if (errno == EINTR) continue;

@@ -3,7 +3,7 @@
 // control connections made by the mesh: rank 0 holds one socket per other rank, every other rank
 // holds one socket to rank 0.
 //
-// Messages travel as frames (kControlMagic, version, length). poll() waits in poll(2) on the
+// Messages travel as frames (net::kControlMagic, version, length). poll() waits in poll(2) on the
 // sockets plus an eventfd that wakeup() signals from any thread (after polling them for `spin`);
 // partial frames stay buffered across calls. send() writes a whole frame; while the peer's
 // window is full it keeps reading incoming frames into a stash (so two ranks sending to each
@@ -14,7 +14,7 @@
 
 #include "core/common/time.h"
 #include "core/transport/control_channel.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/socket.h"
 
 namespace hora {
 namespace tcp {
@@ -22,7 +22,7 @@ namespace tcp {
 class TcpControlChannel : public ControlChannel {
  public:
   // sockets: indexed by world rank, as MeshSockets::control.
-  TcpControlChannel(int rank, int size, std::vector<Socket> sockets, Millis opTimeout);
+  TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets, Millis opTimeout);
   ~TcpControlChannel() override;
 
   int rank() const override { return rank_; }
@@ -34,7 +34,7 @@ class TcpControlChannel : public ControlChannel {
  private:
   struct Peer {
     int rank;
-    Socket sock;
+    net::Socket sock;
     std::string in;  // received bytes not yet parsed into whole frames
   };
 

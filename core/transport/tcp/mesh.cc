@@ -6,7 +6,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
-#include "core/transport/tcp/handshake.h"
+#include "core/net/handshake.h"
 
 namespace hora {
 namespace tcp {
@@ -20,7 +20,7 @@ std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 // A connection this rank must open.
 struct Target {
   int rank = -1;
-  PeerKind kind = PeerKind::Data;
+  net::PeerKind kind = net::PeerKind::Data;
   std::string host;
   int port = 0;
   bool done = false;
@@ -32,9 +32,9 @@ struct Target {
 
 // One connection being set up, in either direction.
 struct Attempt {
-  Attempt(Socket s, Handshake h) : sock(std::move(s)), hs(std::move(h)) {}
-  Socket sock;
-  Handshake hs;
+  Attempt(net::Socket s, net::Handshake h) : sock(std::move(s)), hs(std::move(h)) {}
+  net::Socket sock;
+  net::Handshake hs;
   Target* target = nullptr;  // outgoing attempts only
   bool connecting = false;   // non-blocking connect not yet complete
   bool claimed = false;      // incoming: passed validation, owns its (kind, rank) slot
@@ -61,7 +61,7 @@ class MeshBuilder {
   void pump(Attempt& a);
   void finish(Attempt& a);
   void abandon(Attempt& a, const std::string& why);
-  std::string validate(PeerKind kind, int rank);
+  std::string validate(net::PeerKind kind, int rank);
   bool complete() const;
   int expectedIncoming() const;
   [[noreturn]] void timedOut();
@@ -70,7 +70,7 @@ class MeshBuilder {
   const ConnectOptions& o_;
   Store& store_;
   Clock::time_point deadline_;
-  Socket listener_;
+  net::Socket listener_;
   std::vector<Target> targets_;
   std::vector<std::unique_ptr<Attempt>> attempts_;
   std::vector<bool> claimedData_, claimedControl_;
@@ -99,7 +99,7 @@ MeshSockets MeshBuilder::build() {
     for (const auto& t : targets_) {
       if (!t.done && !t.active) wake = std::min(wake, t.retryAt);
     }
-    int rc = ::poll(fds.data(), fds.size(), pollTimeoutMs(wake));
+    int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
     size_t polled = fds.size() - 1;
     for (size_t i = 0; i < polled && rc > 0; ++i) {
@@ -108,10 +108,10 @@ MeshSockets MeshBuilder::build() {
     if (rc > 0 && fds[0].revents != 0) {
       for (;;) {
         std::string peer;
-        Socket s = acceptPending(listener_.fd(), &peer);
+        net::Socket s = net::acceptPending(listener_.fd(), &peer);
         if (!s.valid()) break;
-        auto validator = [this](PeerKind kind, int rank) { return validate(kind, rank); };
-        auto a = std::make_unique<Attempt>(std::move(s), Handshake::acceptor(o_.secret, o_.rank, validator));
+        auto validator = [this](net::PeerKind kind, int rank) { return validate(kind, rank); };
+        auto a = std::make_unique<Attempt>(std::move(s), net::Handshake::acceptor(o_.secret, o_.rank, validator));
         a->peer = peer;
         attempts_.push_back(std::move(a));
         pump(*attempts_.back());
@@ -128,22 +128,22 @@ MeshSockets MeshBuilder::build() {
 
 void MeshBuilder::publish() {
   int port = 0;
-  listener_ = listenOn("0.0.0.0", 0, &port);
-  std::string address = joinHostPort(advertisedHost(o_.listenHost), port);
+  listener_ = net::listenOn("0.0.0.0", 0, &port);
+  std::string address = net::joinHostPort(net::advertisedHost(o_.listenHost), port);
   HORA_LOG(Debug, me() << ": listening for peers at " << address);
   store_.set(addressKey(o_.rank), address);
 }
 
 void MeshBuilder::resolveTargets() {
   // Data connections go to every lower rank, plus the control connection to rank 0.
-  auto addTarget = [this](int rank, PeerKind kind) {
+  auto addTarget = [this](int rank, net::PeerKind kind) {
     Target t;
     t.rank = rank;
     t.kind = kind;
     targets_.push_back(t);
   };
-  for (int j = 0; j < o_.rank; ++j) addTarget(j, PeerKind::Data);
-  if (o_.rank > 0) addTarget(0, PeerKind::Control);
+  for (int j = 0; j < o_.rank; ++j) addTarget(j, net::PeerKind::Data);
+  if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
   std::vector<std::string> keys;
   for (int j = 0; j < o_.rank; ++j) keys.push_back(addressKey(j));
   try {
@@ -159,7 +159,7 @@ void MeshBuilder::resolveTargets() {
                        " to publish their address (not started, or failed before connecting)");
   }
   for (auto& t : targets_) {
-    parseHostPort(store_.get(addressKey(t.rank), Millis(0)), &t.host, &t.port);
+    net::parseHostPort(store_.get(addressKey(t.rank), Millis(0)), &t.host, &t.port);
     t.retryAt = Clock::now();
   }
 }
@@ -169,63 +169,63 @@ void MeshBuilder::startDue(Clock::time_point now) {
     if (t.done || t.active || t.retryAt > now) continue;
     bool pending = false;
     int err = 0;
-    Socket s = startConnect(t.host, t.port, &pending, &err);
+    net::Socket s = net::startConnect(t.host, t.port, &pending, &err);
     if (!s.valid()) {
       t.lastError = std::strerror(err);
       t.retryAt = now + t.backoff;
       t.backoff = std::min(t.backoff * 2, kMaxRetry);
       continue;
     }
-    Handshake hs = Handshake::connector(o_.secret, t.kind, o_.rank, t.rank);
+    net::Handshake hs = net::Handshake::connector(o_.secret, t.kind, o_.rank, t.rank);
     auto a = std::make_unique<Attempt>(std::move(s), std::move(hs));
     a->target = &t;
     a->connecting = pending;
-    a->peer = joinHostPort(t.host, t.port);
+    a->peer = net::joinHostPort(t.host, t.port);
     t.active = true;
     attempts_.push_back(std::move(a));
     if (!pending) pump(*attempts_.back());
   }
 }
 
-std::string MeshBuilder::validate(PeerKind kind, int rank) {
+std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
   if (rank < 0 || rank >= o_.size) return "claims rank " + std::to_string(rank) + " outside the job";
-  if (kind == PeerKind::Data) {
+  if (kind == net::PeerKind::Data) {
     if (rank <= o_.rank) return "rank " + std::to_string(rank) + " should not connect to a higher rank";
     if (claimedData_[rank]) return "a second data connection claims rank " + std::to_string(rank);
     claimedData_[rank] = true;
     return "";
   }
-  if (kind == PeerKind::Control) {
+  if (kind == net::PeerKind::Control) {
     if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
     if (claimedControl_[rank]) return "a second control connection claims rank " + std::to_string(rank);
     claimedControl_[rank] = true;
     return "";
   }
-  return std::string("a ") + peerKindName(kind) + " client reached a rank's data port";
+  return std::string("a ") + net::peerKindName(kind) + " client reached a rank's data port";
 }
 
 void MeshBuilder::pump(Attempt& a) {
   if (a.connecting) {
-    int err = connectResult(a.sock.fd());
+    int err = net::connectResult(a.sock.fd());
     if (err != 0) return abandon(a, std::strerror(err));
     a.connecting = false;
   }
   char buf[256];
   for (;;) {
     if (a.hs.outputPending() > 0) {
-      IoResult r = sendSome(a.sock.fd(), a.hs.outputData(), a.hs.outputPending());
-      if (r.status == IoStatus::WouldBlock) return;
-      if (r.status != IoStatus::Ok) return abandon(a, describe(r) + " during the handshake");
+      net::IoResult r = net::sendSome(a.sock.fd(), a.hs.outputData(), a.hs.outputPending());
+      if (r.status == net::IoStatus::WouldBlock) return;
+      if (r.status != net::IoStatus::Ok) return abandon(a, net::describe(r) + " during the handshake");
       a.hs.outputSent(r.bytes);
       continue;
     }
-    if (a.hs.state() == Handshake::State::Failed) return abandon(a, a.hs.failure());
-    if (a.hs.state() == Handshake::State::Done) return finish(a);
-    IoResult r = recvSome(a.sock.fd(), buf, std::min(sizeof(buf), a.hs.inputWanted()));
-    if (r.status == IoStatus::WouldBlock) return;
-    if (r.status != IoStatus::Ok) return abandon(a, describe(r) + " during the handshake");
+    if (a.hs.state() == net::Handshake::State::Failed) return abandon(a, a.hs.failure());
+    if (a.hs.state() == net::Handshake::State::Done) return finish(a);
+    net::IoResult r = net::recvSome(a.sock.fd(), buf, std::min(sizeof(buf), a.hs.inputWanted()));
+    if (r.status == net::IoStatus::WouldBlock) return;
+    if (r.status != net::IoStatus::Ok) return abandon(a, net::describe(r) + " during the handshake");
     a.hs.input(buf, r.bytes);
-    if (a.hs.state() == Handshake::State::Done && a.target == nullptr) a.claimed = true;
+    if (a.hs.state() == net::Handshake::State::Done && a.target == nullptr) a.claimed = true;
   }
 }
 
@@ -235,14 +235,14 @@ void MeshBuilder::finish(Attempt& a) {
     Target& t = *a.target;
     t.done = true;
     t.active = false;
-    (t.kind == PeerKind::Data ? mesh_.data : mesh_.control)[t.rank] = std::move(a.sock);
-    HORA_LOG(Debug, me() << ": " << peerKindName(t.kind) << " connection to rank " << t.rank << " ready");
+    (t.kind == net::PeerKind::Data ? mesh_.data : mesh_.control)[t.rank] = std::move(a.sock);
+    HORA_LOG(Debug, me() << ": " << net::peerKindName(t.kind) << " connection to rank " << t.rank << " ready");
     return;
   }
   int rank = a.hs.peerRank();
-  (a.hs.peerKind() == PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
+  (a.hs.peerKind() == net::PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
   ++incomingDone_;
-  HORA_LOG(Debug, me() << ": " << peerKindName(a.hs.peerKind()) << " connection from rank " << rank
+  HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank " << rank
                        << " ready");
 }
 
@@ -268,8 +268,8 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why) {
     return;
   }
   // A validated connection that broke before it finished gives its slot back.
-  if (a.claimed || a.hs.state() == Handshake::State::Done) {
-    (a.hs.peerKind() == PeerKind::Data ? claimedData_ : claimedControl_)[a.hs.peerRank()] = false;
+  if (a.claimed || a.hs.state() == net::Handshake::State::Done) {
+    (a.hs.peerKind() == net::PeerKind::Data ? claimedData_ : claimedControl_)[a.hs.peerRank()] = false;
   }
   HORA_LOG(Warning, me() << ": dropping connection from " << a.peer << ": " << why);
 }
@@ -294,8 +294,8 @@ void MeshBuilder::timedOut() {
   for (const auto& t : targets_) {
     if (t.done) continue;
     missing.insert(t.rank);
-    details += "; " + std::string(peerKindName(t.kind)) + " connection to rank " + std::to_string(t.rank) +
-               " at " + joinHostPort(t.host, t.port) + " not made" +
+    details += "; " + std::string(net::peerKindName(t.kind)) + " connection to rank " + std::to_string(t.rank) +
+               " at " + net::joinHostPort(t.host, t.port) + " not made" +
                (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")");
   }
   for (int j = o_.rank + 1; j < o_.size; ++j) {

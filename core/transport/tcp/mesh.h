@@ -2,7 +2,7 @@
 // Mesh set-up: connects this rank to every other rank of the job before any collective runs.
 //
 //   1. Listen on an ephemeral port on every interface; publish "addr/<rank>" = "host:port" in the
-//      store (host from options.listenHost, see advertisedHost()).
+//      store (host from options.listenHost, see net::advertisedHost()).
 //   2. Data plane: one connection per pair of ranks; the higher rank connects to the lower.
 //      Control plane: a star; every rank > 0 opens a second connection to rank 0.
 //   3. Every connection runs the handshake (handshake.h): both ends prove the job secret, and the
@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "core/store/store.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/socket.h"
 #include "core/transport/transport.h"
 
 namespace hora {
 namespace tcp {
 
 struct MeshSockets {
-  std::vector<Socket> data;     // by world rank; invalid for this rank
-  std::vector<Socket> control;  // by world rank: rank 0 holds 1..N-1; others hold [0] only
+  std::vector<net::Socket> data;     // by world rank; invalid for this rank
+  std::vector<net::Socket> control;  // by world rank: rank 0 holds 1..N-1; others hold [0] only
 };
 
 MeshSockets connectMesh(const ConnectOptions& options, Store& store);

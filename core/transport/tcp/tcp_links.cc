@@ -24,25 +24,25 @@ int TcpLinks::fdOf(int peer) const {
   return peers_->sockets[worldRanks_[peer]].fd();
 }
 
-void TcpLinks::closed(int peer, const IoResult& r, const char* direction) const {
+void TcpLinks::closed(int peer, const net::IoResult& r, const char* direction) const {
   throw IoError("rank " + std::to_string(peers_->worldRank) + ": connection to rank " +
                 std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " + op_ +
-                " (" + describe(r) + "); that rank probably exited or failed, see its log");
+                " (" + net::describe(r) + "); that rank probably exited or failed, see its log");
 }
 
 size_t TcpLinks::trySend(int peer, const void* data, size_t bytes) {
   if (bytes == 0) return 0;
-  IoResult r = sendSome(fdOf(peer), data, bytes);
-  if (r.status == IoStatus::Ok) return r.bytes;
-  if (r.status == IoStatus::WouldBlock) return 0;
+  net::IoResult r = net::sendSome(fdOf(peer), data, bytes);
+  if (r.status == net::IoStatus::Ok) return r.bytes;
+  if (r.status == net::IoStatus::WouldBlock) return 0;
   closed(peer, r, "sending");
 }
 
 size_t TcpLinks::tryRecv(int peer, void* data, size_t bytes) {
   if (bytes == 0) return 0;
-  IoResult r = recvSome(fdOf(peer), data, bytes);
-  if (r.status == IoStatus::Ok) return r.bytes;
-  if (r.status == IoStatus::WouldBlock) return 0;
+  net::IoResult r = net::recvSome(fdOf(peer), data, bytes);
+  if (r.status == net::IoStatus::Ok) return r.bytes;
+  if (r.status == net::IoStatus::WouldBlock) return 0;
   closed(peer, r, "receiving");
 }
 
@@ -65,7 +65,7 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
   if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; })) return;
   auto deadline = Clock::now() + peers_->opTimeout;
   for (;;) {
-    int rc = ::poll(pollSet_.data(), pollSet_.size(), pollTimeoutMs(deadline));
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(deadline));
     if (rc > 0) return;
     if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0 && Clock::now() >= deadline) break;

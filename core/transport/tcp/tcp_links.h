@@ -14,7 +14,7 @@
 
 #include "core/common/time.h"
 #include "core/collectives/links.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/socket.h"
 
 namespace hora {
 namespace tcp {
@@ -24,7 +24,7 @@ struct TcpPeerSockets {
   int worldSize = 1;
   Millis opTimeout{60000};
   Micros spin{0};               // polling before a wait blocks (core/common/spin.h)
-  std::vector<Socket> sockets;  // by world rank; invalid for this rank
+  std::vector<net::Socket> sockets;  // by world rank; invalid for this rank
   std::string failure;          // why the mesh became unusable ("" while healthy)
   struct Buffer {
     std::unique_ptr<uint8_t[]> data;
@@ -53,7 +53,7 @@ class TcpLinks : public collectives::Links {
 
  private:
   int fdOf(int peer) const;
-  [[noreturn]] void closed(int peer, const IoResult& r, const char* direction) const;
+  [[noreturn]] void closed(int peer, const net::IoResult& r, const char* direction) const;
 
   std::shared_ptr<TcpPeerSockets> peers_;
   std::vector<int> worldRanks_;

@@ -1,4 +1,4 @@
-#include "core/transport/tcp/handshake.h"
+#include "core/net/handshake.h"
 
 #include <errno.h>
 #include <sys/random.h>
@@ -8,11 +8,11 @@
 
 #include "core/common/errors.h"
 #include "core/common/hmac.h"
-#include "core/transport/tcp/frame.h"
-#include "core/transport/tcp/socket.h"
+#include "core/net/frame.h"
+#include "core/net/socket.h"
 
 namespace hora {
-namespace tcp {
+namespace net {
 namespace {
 
 constexpr size_t kNonceBytes = 32;
@@ -241,5 +241,5 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
   if (hs.state() == Handshake::State::Failed) throw IoError(what + ": " + hs.failure());
 }
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora

@@ -1,5 +1,5 @@
 #pragma once
-// POSIX socket helpers shared by the TCP transport and the TCP store.
+// POSIX socket helpers shared by the TCP transport, the TCP store and the store bootstrap over MPI.
 //
 // Contract:
 // - Socket owns one file descriptor (move-only) and closes it on destruction.
@@ -16,7 +16,7 @@
 #include "core/common/time.h"
 
 namespace hora {
-namespace tcp {
+namespace net {
 
 class Socket {
  public:
@@ -89,5 +89,5 @@ std::string advertisedHost(const std::string& listenHost);
 std::string joinHostPort(const std::string& host, int port);
 void parseHostPort(const std::string& text, std::string* host, int* port);
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora

@@ -1,9 +1,9 @@
-#include "core/transport/tcp/frame.h"
+#include "core/net/frame.h"
 
 #include <cstring>
 
 namespace hora {
-namespace tcp {
+namespace net {
 
 void encodeHeader(const FrameHeader& h, uint8_t* out) {
   Writer w;
@@ -129,5 +129,5 @@ std::string Reader::str() {
   return s;
 }
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora

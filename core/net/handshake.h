@@ -20,7 +20,7 @@
 #include "core/common/time.h"
 
 namespace hora {
-namespace tcp {
+namespace net {
 
 enum class PeerKind : uint8_t { Store = 1, Data = 2, Control = 3 };
 const char* peerKindName(PeerKind kind);
@@ -81,5 +81,5 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
 // Cryptographically random bytes from the kernel.
 std::string randomBytes(size_t n);
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora

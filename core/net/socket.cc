@@ -1,4 +1,4 @@
-#include "core/transport/tcp/socket.h"
+#include "core/net/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include "core/common/errors.h"
 
 namespace hora {
-namespace tcp {
+namespace net {
 namespace {
 
 // Kernel buffer size requested for every connection: room for many pipeline segments in flight
@@ -323,5 +323,5 @@ void parseHostPort(const std::string& text, std::string* host, int* port) {
   *port = static_cast<int>(value);
 }
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora

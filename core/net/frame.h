@@ -12,7 +12,7 @@
 #include <string>
 
 namespace hora {
-namespace tcp {
+namespace net {
 
 constexpr uint16_t kProtocolVersion = 1;
 constexpr uint32_t kControlMagic = 0x4c544348;    // "HCTL"
@@ -73,5 +73,5 @@ class Reader {
   bool ok_ = true;
 };
 
-}  // namespace tcp
+}  // namespace net
 }  // namespace hora
