@@ -2,9 +2,9 @@
 
 #include "core/common/errors.h"
 #include "core/config.h"
-#include "core/transport/tcp/tcp_transport.h"
+#include "core/transport/tcp/transport.h"
 #if HORA_HAVE_MPI
-#include "core/transport/mpi/mpi_transport.h"
+#include "core/transport/mpi/transport.h"
 #endif
 
 namespace hora {

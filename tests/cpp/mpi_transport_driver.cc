@@ -21,10 +21,10 @@
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
 #include "core/transport/connect.h"
+#include "core/transport/mpi/communicator.h"
+#include "core/transport/mpi/control_channel.h"
 #include "core/transport/mpi/mpi_bootstrap.h"
-#include "core/transport/mpi/mpi_communicator.h"
 #include "core/transport/mpi/mpi_context.h"
-#include "core/transport/mpi/mpi_control_channel.h"
 #include "core/transport/tcp/control_channel.h"
 #include "core/transport/transport.h"
 

@@ -1,4 +1,4 @@
-#include "core/transport/mpi/mpi_control_channel.h"
+#include "core/transport/mpi/control_channel.h"
 
 #include <algorithm>
 #include <thread>

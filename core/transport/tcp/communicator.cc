@@ -1,4 +1,4 @@
-#include "core/transport/tcp/tcp_communicator.h"
+#include "core/transport/tcp/communicator.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,11 +1,11 @@
-#include "core/transport/tcp/tcp_transport.h"
+#include "core/transport/tcp/transport.h"
 
 #include <numeric>
 
 #include "core/common/errors.h"
+#include "core/transport/tcp/communicator.h"
 #include "core/transport/tcp/control_channel.h"
 #include "core/transport/tcp/mesh.h"
-#include "core/transport/tcp/tcp_communicator.h"
 
 namespace hora {
 namespace tcp {

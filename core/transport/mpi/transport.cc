@@ -1,9 +1,9 @@
-#include "core/transport/mpi/mpi_transport.h"
+#include "core/transport/mpi/transport.h"
 
 #include "core/common/errors.h"
+#include "core/transport/mpi/communicator.h"
+#include "core/transport/mpi/control_channel.h"
 #include "core/transport/mpi/job_comm.h"
-#include "core/transport/mpi/mpi_communicator.h"
-#include "core/transport/mpi/mpi_control_channel.h"
 
 namespace hora {
 namespace mpi {

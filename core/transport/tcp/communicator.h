@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/transport/communicator.h"
-#include "core/transport/tcp/tcp_links.h"
+#include "core/transport/tcp/links.h"
 
 namespace hora {
 namespace tcp {

@@ -1,4 +1,4 @@
-#include "core/transport/tcp/tcp_links.h"
+#include "core/transport/tcp/links.h"
 
 #include <errno.h>
 

@@ -1,4 +1,4 @@
-#include "core/transport/mpi/mpi_communicator.h"
+#include "core/transport/mpi/communicator.h"
 
 #include <algorithm>
 #include <cstring>
