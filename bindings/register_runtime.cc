@@ -19,9 +19,7 @@
 #include "core/config.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
-#if HORA_HAVE_MPI
-#include "core/transport/mpi/mpi_context.h"
-#endif
+#include "core/transport/backends.h"
 
 namespace py = pybind11;
 
@@ -233,12 +231,11 @@ void removeProcessSet(int id) {
 
 // MPI: initialise MPI if needed and describe the communicator the engine would run on.
 py::dict mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
-#if HORA_HAVE_MPI
-  mpi::MpiCommInfo info;
+  MpiCommInfo info;
   {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
-    info = mpi::describeMpiComm(commF, worldRanks);
+    info = hora::mpiCommInfo(commF, worldRanks);
   }
   py::dict d;
   d["comm"] = info.commF;
@@ -249,19 +246,6 @@ py::dict mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
   d["cross_rank"] = info.crossRank;
   d["cross_size"] = info.crossSize;
   return d;
-#else
-  (void)commF;
-  (void)worldRanks;
-  throw NotSupported("this build of Hora has no MPI transport (MPI was not found when it was built)");
-#endif
-}
-
-bool mpiThreadsSupported() {
-#if HORA_HAVE_MPI
-  return mpi::MpiContext::acquire().threadLevel() == MPI_THREAD_MULTIPLE;
-#else
-  throw NotSupported("this build of Hora has no MPI transport (MPI was not found when it was built)");
-#endif
 }
 
 int ncclBuilt() {
@@ -348,9 +332,9 @@ void registerRuntime(py::module_& m) {
         "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
         "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "
         "MPI_COMM_WORLD), or of the MPI_COMM_WORLD ranks listed. Collective over it.");
-  m.def("mpi_threads_supported", &mpiThreadsSupported,
+  m.def("mpi_threads_supported", &mpiThreadMultiple,
         "MPI: True when MPI runs at MPI_THREAD_MULTIPLE (initialises MPI if needed).");
-  m.def("mpi_built", [] { return HORA_HAVE_MPI != 0; }, "True when the MPI transport was built.");
+  m.def("mpi_built", [] { return transportBuilt("mpi"); }, "True when the MPI transport was built.");
   m.def("nccl_built", &ncclBuilt, "NCCL version code, 0 when NCCL was not built.");
   m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");
   m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");

@@ -4,16 +4,13 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
-#include "core/config.h"
 #include "core/coordinator/enqueue_checks.h"
 #include "core/runtime_impl.h"
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
+#include "core/transport/backends.h"
 #include "core/transport/connect.h"
-#if HORA_HAVE_MPI
-#include "core/transport/mpi/mpi_bootstrap.h"
-#endif
 
 namespace hora {
 
@@ -84,17 +81,13 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
     baseStore_ = std::make_unique<MemoryStore>();
     return std::to_string(options.generation);
   }
-#if HORA_HAVE_MPI
   if (noStore && usesMpi) {
-    mpi::BootstrappedStore bootstrapped = mpi::bootstrapStore(co);
+    BootstrappedStore bootstrapped = bootstrapStoreOverMpi(co);
     storeServer_ = std::move(bootstrapped.server);
     baseStore_ = std::move(bootstrapped.client);
     co.secret = bootstrapped.secret;
     return "-bootstrapped";
   }
-#else
-  (void)usesMpi;  // makeTransport("mpi") already refused
-#endif
   if (noStore || options.storePort <= 0) {
     throw InvalidArgument("a job of " + std::to_string(topology_.size) +
                           " ranks needs a rendezvous store: start it with horarun, or set "

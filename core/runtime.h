@@ -22,6 +22,7 @@
 #include "core/common/tensor.h"
 #include "core/coordinator/handle.h"
 #include "core/coordinator/messages.h"
+#include "core/coordinator/op_request.h"
 
 namespace hora {
 
@@ -50,20 +51,6 @@ struct RuntimeOptions {
                                     // on (hora.init(comm=...)); -1 = MPI_COMM_WORLD
   std::vector<std::vector<int>> processSets;  // static sets, ids 1, 2, ... in this order
   Settings settings;
-};
-
-// What a frontend asks for, one tensor.
-struct OpRequest {
-  OpKind kind = OpKind::Allreduce;
-  std::string name;
-  int processSetId = 0;
-  TensorView tensor;            // input; for allreduce/broadcast/adasum also the output (in place)
-  ReduceOp reduceOp = ReduceOp::Sum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int rootRank = 0;             // world rank
-  std::vector<int32_t> splits;  // alltoall (empty = equal split)
-  std::string callSite;
 };
 
 class Runtime {

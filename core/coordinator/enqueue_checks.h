@@ -4,8 +4,8 @@
 // caller's thread (InvalidArgument -> ValueError in Python): unknown or foreign process set,
 // unsupported dtype or device, bad root, bad splits, scalars where rows are needed.
 #include "core/coordinator/messages.h"
+#include "core/coordinator/op_request.h"
 #include "core/coordinator/process_set_table.h"
-#include "core/runtime.h"
 
 namespace hora {
 

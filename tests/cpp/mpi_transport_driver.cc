@@ -324,7 +324,7 @@ ConnectOptions worldOptions() {
 }
 
 void testStoreBootstrap() {
-  mpi::BootstrappedStore a = mpi::bootstrapStore(worldOptions());
+  BootstrappedStore a = mpi::bootstrapStore(worldOptions());
   expect(a.secret.size() == 64 && a.secret.find_first_not_of("0123456789abcdef") == std::string::npos,
          "bootstrap: the secret is 64 hex digits");
   expect((a.server != nullptr) == (gRank == 0), "bootstrap: rank 0 alone serves");
@@ -335,7 +335,7 @@ void testStoreBootstrap() {
     same = same && a.client->get("rank/" + std::to_string(r), Millis(20000)) == a.secret;
   }
   expect(same, "bootstrap: one store, one secret on every rank");
-  mpi::BootstrappedStore b = mpi::bootstrapStore(worldOptions());
+  BootstrappedStore b = mpi::bootstrapStore(worldOptions());
   expect(b.secret != a.secret, "bootstrap: each bootstrap draws a fresh secret");
   if (gRank == 0) {
     // A stranger who knows the address but not the secret (none, or another job's) is refused.
@@ -351,7 +351,7 @@ void testStoreBootstrap() {
 
 // Negotiation on one transport, collectives on the other, over a store bootstrapped over MPI.
 void testMixedRoles() {
-  mpi::BootstrappedStore boot = mpi::bootstrapStore(worldOptions());
+  BootstrappedStore boot = mpi::bootstrapStore(worldOptions());
   ConnectOptions o = worldOptions();
   o.secret = boot.secret;
   const std::pair<std::string, std::string> pairs[] = {{"mpi", "tcp"}, {"tcp", "mpi"}};

@@ -3,9 +3,9 @@
 #include "core/common/errors.h"
 #include "core/common/hmac.h"
 #include "core/common/logging.h"
-#include "core/transport/mpi/job_comm.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/transport/mpi/job_comm.h"
 
 namespace hora {
 namespace mpi {

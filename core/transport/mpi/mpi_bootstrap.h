@@ -11,21 +11,11 @@
 // advertisedHost(options.listenHost) (HORA_IFACE, else this host's resolved name). A rank 0 that
 // cannot start the server still broadcasts, so every rank fails with the same IoError instead of
 // hanging.
-#include <memory>
-#include <string>
-
-#include "core/store/store.h"
-#include "core/store/tcp_store.h"
+#include "core/transport/backends.h"
 #include "core/transport/transport.h"
 
 namespace hora {
 namespace mpi {
-
-struct BootstrappedStore {
-  std::unique_ptr<TcpStoreServer> server;  // rank 0 only; must outlive every use of the store
-  std::unique_ptr<Store> client;
-  std::string secret;                      // 64 hex digits; the TCP transport proves it too
-};
 
 BootstrappedStore bootstrapStore(const ConnectOptions& options);
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/common/dtype.h"
+#include "core/transport/backends.h"
 
 namespace hora {
 namespace mpi {
@@ -104,17 +105,6 @@ int groupTag(const std::vector<int>& ranks);
 
 // Name of an MPI thread level ("MPI_THREAD_MULTIPLE", ...).
 const char* threadLevelName(int level);
-
-// Where a process sits in an MPI communicator (the communicator the engine will run on).
-struct MpiCommInfo {
-  int64_t commF = -1;  // Fortran handle of the communicator (MPI_Comm_c2f)
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;   // among the members on this host (MPI_COMM_TYPE_SHARED)
-  int localSize = 1;
-  int crossRank = 0;   // among the members with the same local rank
-  int crossSize = 1;
-};
 
 // Initialises MPI if needed and describes the communicator the engine should run on: the one
 // whose Fortran handle is commF (an mpi4py communicator's py2f()), the MPI_COMM_WORLD ranks
