@@ -112,10 +112,10 @@ DataType resolveDtype(const DLDataType& t, const std::optional<std::string>& dty
   return dtype;
 }
 
-int resolveDevice(const DLDevice& device) {
-  if (device.device_type == kDLCPU) return kCpuDevice;
+Device resolveDevice(const DLDevice& device) {
+  if (device.device_type == kDLCPU) return Device::cpu();
 #if HORA_HAVE_NCCL
-  if (device.device_type == kDLCUDA) return device.device_id;
+  if (device.device_type == kDLCUDA) return Device::cuda(device.device_id);
 #endif
   throw InvalidArgument("tensor is on DLPack device type " + std::to_string(device.device_type) +
                         " (id " + std::to_string(device.device_id) +

@@ -66,6 +66,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
   world_ = std::move(conn.world);
+  dataCapabilities_ = world_->capabilities();
   control_ = std::move(conn.control);
 }
 
@@ -133,7 +134,7 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
   auto now = Clock::now();
   for (auto& op : requests) {
     TensorEntry e;
-    e.request = checkAndBuildRequest(op, topology_.rank, sets_);
+    e.request = checkAndBuildRequest(op, topology_.rank, sets_, dataCapabilities_);
     e.tensor = op.tensor;
     e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;

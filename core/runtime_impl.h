@@ -74,6 +74,7 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<Store> baseStore_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Communicator> world_;
+  Capabilities dataCapabilities_;  // world_'s, read by enqueue() on the caller's thread
   std::unique_ptr<ControlChannel> control_;
   ProcessSetTable sets_;
   TensorQueue queue_;

@@ -7,17 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "core/common/device.h"
 #include "core/common/dtype.h"
 
 namespace hora {
 
-constexpr int kCpuDevice = -1;
-
 struct TensorView {
-  void* data = nullptr;          // host memory for device == kCpuDevice
+  void* data = nullptr;          // host memory on the CPU, device memory on a GPU
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
-  int device = kCpuDevice;       // CUDA ordinal for GPU tensors
+  Device device;                 // CPU unless the frontend says otherwise
+
+  // GPU tensors are produced asynchronously on a stream. readyEvent is the producer's event
+  // (a cudaEvent_t) and stream its stream (a cudaStream_t), as opaque handles; both are null for
+  // CPU tensors. No code may read a GPU buffer before this event has completed: a GPU transport
+  // waits for it, or orders its own stream after it, before touching data.
+  void* readyEvent = nullptr;
+  void* stream = nullptr;
 
   int64_t numel() const;
   size_t bytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }

@@ -3,7 +3,6 @@
 #include <numeric>
 
 #include "core/common/errors.h"
-#include "core/config.h"
 
 namespace hora {
 namespace {
@@ -23,7 +22,8 @@ bool carriesTensor(OpKind k) {
 
 }  // namespace
 
-Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets) {
+Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets,
+                             const Capabilities& data) {
   const std::string& name = op.name;
   require(!name.empty(), "every tensor needs a name");
   require(sets.contains(op.processSetId),
@@ -38,9 +38,9 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
   const TensorView& t = op.tensor;
   if (carriesTensor(kind)) {
     require(static_cast<int>(t.dtype) < kNumDataTypes, "Tensor type is not supported.");
-    require(t.device < 0 || HORA_HAVE_NCCL,
-            "tensor '" + name + "' is on GPU " + std::to_string(t.device) +
-                ", but this build of Hora has no NCCL support; move it to the CPU");
+    require(data.accepts(t.device),
+            "tensor '" + name + "' is on " + t.device.name() +
+                ", but the transport of this job does not take tensors there; move it to the CPU");
     for (int64_t d : t.shape) require(d >= 0, "tensor '" + name + "' has a negative dimension");
     require(t.data != nullptr || t.numel() == 0, "tensor '" + name + "' has no data");
   }
@@ -91,7 +91,7 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
   r.rank = worldRank;
   r.dtype = t.dtype;
   r.shape = t.shape;
-  r.device = t.device;
+  r.device = t.device.code();
   r.reduceOp = op.reduceOp;
   r.prescale = op.prescale;
   r.postscale = op.postscale;

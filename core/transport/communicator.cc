@@ -8,6 +8,8 @@ void Communicator::notSupported(const char* op) const {
   throw NotSupported("backend " + backendName() + " does not support " + op);
 }
 
+Capabilities Communicator::capabilities() const { return Capabilities::cpuComplete(); }
+
 void Communicator::allreduce(void*, size_t, DataType, ReduceOp) { notSupported("allreduce"); }
 void Communicator::allgatherv(const void*, void*, const std::vector<size_t>&) {
   notSupported("allgatherv");

@@ -11,7 +11,10 @@
 // - Reductions take ReduceOp Sum, Min, Max or Product (Average is Sum plus scaling, done by the
 //   caller). Buffers are never retained after a call returns.
 // - A backend that lacks an operation inherits the default body, which throws NotSupported with
-//   "backend X does not support Y".
+//   "backend X does not support Y", and leaves it out of capabilities().
+// - capabilities() says what the backend runs natively (devices, ops, reductions, dtypes,
+//   subsets); callers check requests against it before they reach the backend. The default is
+//   Capabilities::cpuComplete().
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "core/common/dtype.h"
+#include "core/transport/capabilities.h"
 
 namespace hora {
 
@@ -29,6 +33,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backendName() const = 0;
+  virtual Capabilities capabilities() const;
 
   // buf holds count elements on every rank; on return it holds the reduction over all ranks.
   virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op);

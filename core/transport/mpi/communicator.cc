@@ -96,7 +96,7 @@ void MpiCommunicator::checkPeer(const char* op, int peer) const {
 }
 
 void MpiCommunicator::checkElementwise(const char* op, ReduceOp reduceOp) const {
-  if (halfOpIndex(reduceOp) < 0) {
+  if (!capabilities().reduces(reduceOp)) {
     throw InvalidArgument(prefix(op) + "reduce op " + reduceOpName(reduceOp) +
                           " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }

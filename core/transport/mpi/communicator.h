@@ -40,6 +40,9 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backendName() const override { return "mpi"; }
+  // Host memory, every operation natively, the element-wise reductions (user-defined MPI ops for
+  // float16 and bfloat16, mpi_datatypes.h), every dtype, subsets.
+  Capabilities capabilities() const override { return Capabilities::cpuComplete(); }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;

@@ -46,7 +46,7 @@ void TcpCommunicator::checkPeer(const char* op, int peer) const {
 }
 
 void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
-  if (op != ReduceOp::Sum && op != ReduceOp::Min && op != ReduceOp::Max && op != ReduceOp::Product) {
+  if (!capabilities().reduces(op)) {
     throw InvalidArgument(prefix("allreduce") + "reduce op " + reduceOpName(op) +
                           " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
@@ -101,7 +101,7 @@ void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
 void TcpCommunicator::reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
                                     DataType dtype, ReduceOp op) {
   checkPerRank("reducescatter", countsPerRank.size());
-  if (op != ReduceOp::Sum && op != ReduceOp::Min && op != ReduceOp::Max && op != ReduceOp::Product) {
+  if (!capabilities().reduces(op)) {
     throw InvalidArgument(prefix("reducescatter") + "reduce op " + reduceOpName(op) + " is not element-wise");
   }
   run("reducescatter", [&] { collectives::reduceScatterRing(links_, in, out, countsPerRank, dtype, op); });

@@ -26,6 +26,8 @@ class TcpCommunicator : public Communicator {
   int rank() const override { return links_.rank(); }
   int size() const override { return links_.size(); }
   std::string backendName() const override { return "tcp"; }
+  // Host memory, every operation over Links, the element-wise reductions, every dtype, subsets.
+  Capabilities capabilities() const override { return Capabilities::cpuComplete(); }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;

@@ -1,0 +1,15 @@
+#include "core/transport/capabilities.h"
+
+namespace hora {
+
+Capabilities Capabilities::cpuComplete() {
+  Capabilities c;
+  c.ops.set();
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
+    c.reduceOps.set(static_cast<size_t>(op));
+  }
+  c.dtypes.set();
+  return c;
+}
+
+}  // namespace hora
