@@ -1,0 +1,103 @@
+// Device and Communicator capabilities: what a backend declares, and the enqueue checks that
+// consult it before a request reaches the backend.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/common/errors.h"
+#include "core/coordinator/enqueue_checks.h"
+#include "core/coordinator/process_set_table.h"
+#include "core/store/memory_store.h"
+#include "core/transport/transport.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+TEST(Device, CodeRoundTripsAndNames) {
+  EXPECT_EQ(Device::cpu().code(), -1);
+  EXPECT_EQ(Device::cuda(3).code(), 3);
+  EXPECT_EQ(Device::fromCode(-1), Device::cpu());
+  EXPECT_EQ(Device::fromCode(2), Device::cuda(2));
+  EXPECT_NE(Device::cuda(0), Device::cuda(1));
+  EXPECT_NE(Device::cuda(0), Device::cpu());
+  EXPECT_EQ(Device::cuda(1).name(), "GPU 1");
+  EXPECT_EQ(Device::cpu().name(), "CPU");
+}
+
+TEST(Capabilities, CpuCompleteIsTheWholeContractOnHostMemory) {
+  Capabilities c = Capabilities::cpuComplete();
+  EXPECT_TRUE(c.accepts(Device::cpu()));
+  EXPECT_FALSE(c.accepts(Device::cuda(0)));
+  EXPECT_TRUE(c.subsets);
+  for (int i = 0; i < kNumCollectiveOps; ++i) EXPECT_TRUE(c.supports(static_cast<CollectiveOp>(i)));
+  for (int i = 0; i < kNumDataTypes; ++i) EXPECT_TRUE(c.carries(static_cast<DataType>(i)));
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
+    EXPECT_TRUE(c.reduces(op)) << reduceOpName(op);
+  }
+  EXPECT_FALSE(c.reduces(ReduceOp::Average));
+  EXPECT_FALSE(c.reduces(ReduceOp::Adasum));
+  EXPECT_FALSE(c.reduces(static_cast<ReduceOp>(200)));
+}
+
+TEST(Capabilities, TcpCommunicatorDeclaresHostMemoryOnly) {
+  MemoryStore store;
+  test::spawnRanks(2, [&](int rank) {
+    ConnectOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.secret = "capabilities-test";
+    o.listenHost = "127.0.0.1";
+    o.startTimeout = Millis(20000);
+    o.opTimeout = Millis(20000);
+    Connection conn = makeTransport("tcp")->connect(o, store);
+    Capabilities c = conn.world->capabilities();
+    EXPECT_TRUE(c.accepts(Device::cpu()));
+    EXPECT_FALSE(c.accepts(Device::cuda(0)));
+    EXPECT_TRUE(c.reduces(ReduceOp::Sum));
+    EXPECT_FALSE(c.reduces(ReduceOp::Average));
+    // A reduction the backend does not declare is refused before anything is sent.
+    float x = 1;
+    EXPECT_THROW(conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Average), InvalidArgument);
+    conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Sum);
+    EXPECT_EQ(x, 2.0f);
+  });
+}
+
+OpRequest requestOn(Device device, std::vector<float>& v) {
+  OpRequest op;
+  op.kind = OpKind::Allreduce;
+  op.name = "t";
+  op.tensor.data = v.data();
+  op.tensor.dtype = DataType::Float32;
+  op.tensor.shape = {static_cast<int64_t>(v.size())};
+  op.tensor.device = device;
+  return op;
+}
+
+TEST(Capabilities, EnqueueRefusesADeviceTheTransportDoesNotTake) {
+  ProcessSetTable sets(0);
+  sets.add(0, {0}, nullptr);
+  std::vector<float> v(4, 1.0f);
+  Capabilities cpuOnly = Capabilities::cpuComplete();
+
+  OpRequest onCpu = requestOn(Device::cpu(), v);
+  EXPECT_EQ(checkAndBuildRequest(onCpu, 0, sets, cpuOnly).device, -1);
+
+  OpRequest onGpu = requestOn(Device::cuda(1), v);
+  try {
+    checkAndBuildRequest(onGpu, 0, sets, cpuOnly);
+    FAIL() << "a GPU tensor passed the checks of a CPU-only transport";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU 1"), std::string::npos) << e.what();
+  }
+
+  Capabilities withCuda = cpuOnly;
+  withCuda.cudaMemory = true;
+  OpRequest onGpuAgain = requestOn(Device::cuda(1), v);
+  EXPECT_EQ(checkAndBuildRequest(onGpuAgain, 0, sets, withCuda).device, 1);
+}
+
+}  // namespace
+}  // namespace hora
