@@ -5,7 +5,6 @@
 
 #include "core/common/dtype.h"
 #include "core/common/errors.h"
-#include "core/config.h"
 
 namespace py = pybind11;
 
@@ -114,9 +113,6 @@ DataType resolveDtype(const DLDataType& t, const std::optional<std::string>& dty
 
 Device resolveDevice(const DLDevice& device) {
   if (device.device_type == kDLCPU) return Device::cpu();
-#if HORA_HAVE_NCCL
-  if (device.device_type == kDLCUDA) return Device::cuda(device.device_id);
-#endif
   throw InvalidArgument("tensor is on DLPack device type " + std::to_string(device.device_type) +
                         " (id " + std::to_string(device.device_id) +
                         "), but this build of Hora supports only CPU tensors; move it to the CPU");

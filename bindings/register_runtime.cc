@@ -248,16 +248,6 @@ py::dict mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
   return d;
 }
 
-int ncclBuilt() {
-#if HORA_HAVE_NCCL && defined(HORA_NCCL_VERSION_CODE)
-  return HORA_NCCL_VERSION_CODE;
-#elif HORA_HAVE_NCCL
-  return 1;
-#else
-  return 0;
-#endif
-}
-
 py::list envVars() {
   py::list out;
   for (const EnvVarInfo& v : allEnvVars()) {
@@ -335,7 +325,7 @@ void registerRuntime(py::module_& m) {
   m.def("mpi_threads_supported", &mpiThreadMultiple,
         "MPI: True when MPI runs at MPI_THREAD_MULTIPLE (initialises MPI if needed).");
   m.def("mpi_built", [] { return transportBuilt("mpi"); }, "True when the MPI transport was built.");
-  m.def("nccl_built", &ncclBuilt, "NCCL version code, 0 when NCCL was not built.");
+  m.def("nccl_built", [] { return 0; }, "NCCL version code; always 0: this build has no NCCL.");
   m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");
   m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");
   m.def("lookup_env", &lookupEnvVar, py::arg("name"),

@@ -64,16 +64,6 @@ def test_basics() -> None:
     assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
 
 
-@pytest.mark.gpu
-def test_gpu_tensor_allreduce() -> None:
-    """CUDA tensors (skipped on every rank when there is no GPU)."""
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    t = torch.ones(4, device="cuda")
-    out = hvd.allreduce(t, op=hvd.Sum, name="gpu.ones")
-    assert out.device.type == "cuda" and float(out.sum()) == 4 * size()
-
-
 # ---------------------------------------------------------------------------------- allreduce
 
 
