@@ -119,9 +119,10 @@ void Handshake::input(const void* data, size_t n) {
   if (in_.size() == inExpected_) onMessage();
 }
 
-void Handshake::fail(const std::string& why) {
+void Handshake::fail(HandshakeFailure kind, const std::string& why) {
   state_ = State::Failed;
   failure_ = why;
+  failureKind_ = kind;
   step_ = Step::Finished;
 }
 
@@ -133,7 +134,7 @@ void Handshake::onMessage() {
                       h.length != in_.size() - kFrameHeaderBytes)) {
     bad = "unexpected handshake message type " + std::to_string(h.type);
   }
-  if (!bad.empty()) return fail("malformed handshake: " + bad);
+  if (!bad.empty()) return fail(HandshakeFailure::Malformed, "malformed handshake: " + bad);
   Reader r(in_.data() + kFrameHeaderBytes, h.length);
   in_.clear();
 
@@ -178,7 +179,9 @@ void Handshake::onMessage() {
       w.u8(status).u32(static_cast<uint32_t>(localRank_)).bytes(proofBack.data(), kMacBytes);
       out_ = buildFrame(kHandshakeMagic, kWelcome, w.data());
       outSent_ = 0;
-      if (status != kAccepted) return fail(why);
+      if (status != kAccepted) {
+        return fail(status == kBadProof ? HandshakeFailure::BadProof : HandshakeFailure::Refused, why);
+      }
       step_ = Step::Finished;
       state_ = State::Done;
       return;
@@ -189,15 +192,20 @@ void Handshake::onMessage() {
       std::string proof(kMacBytes, '\0');
       r.bytes(&proof[0], kMacBytes);
       if (status == kBadProof) {
-        return fail("authentication failed: the peer rejected our proof of the job secret (is the "
+        return fail(HandshakeFailure::BadProof,
+                    "authentication failed: the peer rejected our proof of the job secret (is the "
                     "secret the same on every rank?)");
       }
-      if (status != kAccepted) return fail("the peer refused the connection (unexpected or duplicate rank)");
+      if (status != kAccepted) {
+        return fail(HandshakeFailure::Refused,
+                    "the peer refused the connection (unexpected or duplicate rank)");
+      }
       if (!macEqual(proof, welcomeMac(secret_, nonceC_, nonceA_, status, rank))) {
-        return fail("authentication failed: the peer could not prove it knows the job secret");
+        return fail(HandshakeFailure::BadProof,
+                    "authentication failed: the peer could not prove it knows the job secret");
       }
       if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
-        return fail("reached rank " + std::to_string(rank) + " instead of rank " +
+        return fail(HandshakeFailure::WrongPeer, "reached rank " + std::to_string(rank) + " instead of rank " +
                     std::to_string(expectedPeerRank_));
       }
       peerRank_ = rank;

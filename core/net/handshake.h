@@ -25,6 +25,16 @@ namespace net {
 enum class PeerKind : uint8_t { Store = 1, Data = 2, Control = 3 };
 const char* peerKindName(PeerKind kind);
 
+// Why a handshake failed, for callers that treat the cases differently (a rejection is worth a
+// warning; a malformed or misdirected exchange is routine while peers start).
+enum class HandshakeFailure {
+  None,       // not failed
+  Malformed,  // bytes that are not a handshake message of this protocol version
+  BadProof,   // a proof of the job secret did not verify, on either side
+  Refused,    // the acceptor authenticated the connector but would not take it (kind, rank)
+  WrongPeer,  // the acceptor proved the secret but is not the rank the connector wanted
+};
+
 class Handshake {
  public:
   enum class State { Running, Done, Failed };
@@ -38,6 +48,7 @@ class Handshake {
 
   State state() const { return state_; }
   const std::string& failure() const { return failure_; }
+  HandshakeFailure failureKind() const { return failureKind_; }
   PeerKind peerKind() const { return peerKind_; }
   int peerRank() const { return peerRank_; }
 
@@ -53,7 +64,7 @@ class Handshake {
   enum class Step { ReadChallenge, ReadHello, ReadWelcome, Finished };
   Handshake() = default;
   void onMessage();
-  void fail(const std::string& why);
+  void fail(HandshakeFailure kind, const std::string& why);
 
   bool isAcceptor_ = false;
   std::string secret_;
@@ -63,6 +74,7 @@ class Handshake {
   Step step_ = Step::Finished;
   State state_ = State::Running;
   std::string failure_;
+  HandshakeFailure failureKind_ = HandshakeFailure::None;
   PeerKind localKind_ = PeerKind::Store;
   PeerKind peerKind_ = PeerKind::Store;
   int peerRank_ = -1;

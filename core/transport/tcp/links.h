@@ -1,7 +1,7 @@
 #pragma once
-// TcpLinks: the TCP implementation of collectives::Links (core/collectives/links.h) over the TCP data mesh. One TcpPeerSockets holds a socket per
-// world rank and is shared by the world communicator and every subset view of it; a TcpLinks maps
-// its group's ranks onto world ranks.
+// TcpLinks: the TCP implementation of collectives::Links (core/collectives/links.h), over the data
+// mesh. One TcpPeerSockets holds a socket per world rank and is shared by the world communicator
+// and every subset view of it; a TcpLinks maps its group's ranks onto world ranks.
 //
 // Waits poll for up to the spin budget (yielding the core), then block in poll(2) for at most
 // the op timeout; error messages name world ranks and the collective in progress (setOp). Once

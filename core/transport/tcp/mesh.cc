@@ -17,6 +17,10 @@ constexpr Millis kMaxRetry{500};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 
+// How an outgoing attempt failed: refused or reset connections are routine while peers start;
+// a handshake that rejected the secret or the rank is worth a warning.
+enum class Setback { Routine, Rejected };
+
 // A connection this rank must open.
 struct Target {
   int rank = -1;
@@ -60,7 +64,7 @@ class MeshBuilder {
   void startDue(Clock::time_point now);
   void pump(Attempt& a);
   void finish(Attempt& a);
-  void abandon(Attempt& a, const std::string& why);
+  void abandon(Attempt& a, const std::string& why, Setback setback);
   std::string validate(net::PeerKind kind, int rank);
   bool complete() const;
   int expectedIncoming() const;
@@ -111,7 +115,8 @@ MeshSockets MeshBuilder::build() {
         net::Socket s = net::acceptPending(listener_.fd(), &peer);
         if (!s.valid()) break;
         auto validator = [this](net::PeerKind kind, int rank) { return validate(kind, rank); };
-        auto a = std::make_unique<Attempt>(std::move(s), net::Handshake::acceptor(o_.secret, o_.rank, validator));
+        auto a = std::make_unique<Attempt>(std::move(s),
+                                           net::Handshake::acceptor(o_.secret, o_.rank, validator));
         a->peer = peer;
         attempts_.push_back(std::move(a));
         pump(*attempts_.back());
@@ -207,7 +212,7 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
 void MeshBuilder::pump(Attempt& a) {
   if (a.connecting) {
     int err = net::connectResult(a.sock.fd());
-    if (err != 0) return abandon(a, std::strerror(err));
+    if (err != 0) return abandon(a, std::strerror(err), Setback::Routine);
     a.connecting = false;
   }
   char buf[256];
@@ -215,15 +220,23 @@ void MeshBuilder::pump(Attempt& a) {
     if (a.hs.outputPending() > 0) {
       net::IoResult r = net::sendSome(a.sock.fd(), a.hs.outputData(), a.hs.outputPending());
       if (r.status == net::IoStatus::WouldBlock) return;
-      if (r.status != net::IoStatus::Ok) return abandon(a, net::describe(r) + " during the handshake");
+      if (r.status != net::IoStatus::Ok) {
+        return abandon(a, net::describe(r) + " during the handshake", Setback::Routine);
+      }
       a.hs.outputSent(r.bytes);
       continue;
     }
-    if (a.hs.state() == net::Handshake::State::Failed) return abandon(a, a.hs.failure());
+    if (a.hs.state() == net::Handshake::State::Failed) {
+      net::HandshakeFailure kind = a.hs.failureKind();
+      bool rejected = kind == net::HandshakeFailure::BadProof || kind == net::HandshakeFailure::Refused;
+      return abandon(a, a.hs.failure(), rejected ? Setback::Rejected : Setback::Routine);
+    }
     if (a.hs.state() == net::Handshake::State::Done) return finish(a);
     net::IoResult r = net::recvSome(a.sock.fd(), buf, std::min(sizeof(buf), a.hs.inputWanted()));
     if (r.status == net::IoStatus::WouldBlock) return;
-    if (r.status != net::IoStatus::Ok) return abandon(a, net::describe(r) + " during the handshake");
+    if (r.status != net::IoStatus::Ok) {
+      return abandon(a, net::describe(r) + " during the handshake", Setback::Routine);
+    }
     a.hs.input(buf, r.bytes);
     if (a.hs.state() == net::Handshake::State::Done && a.target == nullptr) a.claimed = true;
   }
@@ -246,7 +259,7 @@ void MeshBuilder::finish(Attempt& a) {
                        << " ready");
 }
 
-void MeshBuilder::abandon(Attempt& a, const std::string& why) {
+void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
   a.dead = true;
   a.sock.reset();
   if (a.target != nullptr) {
@@ -256,9 +269,7 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why) {
     t.retryAt = Clock::now() + t.backoff;
     t.backoff = std::min(t.backoff * 2, kMaxRetry);
     // Refused or reset connections are routine while peers start; a rejected handshake is not.
-    bool rejected =
-        why.find("authentication") != std::string::npos || why.find("refused the") != std::string::npos;
-    if (rejected) {
+    if (setback == Setback::Rejected) {
       HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why
                              << "), retrying");
     } else {
