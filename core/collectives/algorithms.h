@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/common/dtype.h"
 #include "core/collectives/links.h"
+#include "core/common/dtype.h"
 
 namespace hora {
 namespace collectives {

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "core/common/reduce.h"
 #include "core/collectives/algorithm_table.h"
 #include "core/collectives/algorithms.h"
+#include "core/common/reduce.h"
 
 namespace hora {
 namespace collectives {

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/common/errors.h"
-#include "core/common/reduce.h"
 #include "core/collectives/algorithm_table.h"
 #include "core/collectives/algorithms.h"
+#include "core/common/errors.h"
+#include "core/common/reduce.h"
 
 namespace hora {
 namespace collectives {

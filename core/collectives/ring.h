@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/common/dtype.h"
 #include "core/collectives/links.h"
+#include "core/common/dtype.h"
 
 namespace hora {
 namespace collectives {

@@ -1,3 +1,12 @@
+// Frame headers and payload fields, always little endian byte by byte (never a memcpy of a host
+// integer), so peers on hosts of either byte order read the same values, and the encoding does not
+// depend on alignment.
+//
+// Header layout (kFrameHeaderBytes = 12):  magic u32 | version u16 | type u16 | length u32
+// The magic comes first so the very first read tells a foreign or misdirected stream apart; the
+// version next so an incompatible peer is named as such instead of failing later on a payload;
+// the length last, checked against the receiver's limit before any payload is buffered, so a
+// corrupt or hostile length cannot make the receiver allocate gigabytes.
 #include "core/net/frame.h"
 
 #include <cstring>
@@ -21,6 +30,8 @@ FrameHeader decodeHeader(const uint8_t* in) {
   return h;
 }
 
+// Checked in the order a human would want to read the answer: wrong protocol first (nothing else
+// about the frame means anything then), then wrong version, then size.
 std::string validateHeader(const FrameHeader& h, uint32_t magic, uint32_t maxLength) {
   if (h.magic != magic) return "bad frame magic (not a hora peer, or the wrong port)";
   if (h.version != kProtocolVersion) {
@@ -76,6 +87,9 @@ Writer& Writer::str(const std::string& s) {
   return *this;
 }
 
+// Every read goes through take(): an overrun marks the reader failed and later reads return zeros,
+// so a decoder can read a whole message and check ok() once instead of after every field, and a
+// truncated payload can never read past its buffer.
 bool Reader::take(size_t n) {
   if (!ok_ || size_ - pos_ < n) {
     ok_ = false;
@@ -122,6 +136,7 @@ void Reader::bytes(void* out, size_t n) {
 }
 
 std::string Reader::str() {
+  // The length is untrusted: take() checks it against what is left before anything is allocated.
   uint32_t n = u32();
   if (!take(n)) return std::string();
   std::string s(reinterpret_cast<const char*>(p_ + pos_), n);

@@ -1,3 +1,21 @@
+// The connection handshake (protocol summary in handshake.h). Three fixed-size frames:
+//
+//   Challenge  acceptor -> connector   nonceA (32 random bytes)
+//   Hello      connector -> acceptor   kind u8, rank u32, nonceC, HMAC(secret, "hora-hello" nonceA
+//                                      kind rank nonceC)
+//   Welcome    acceptor -> connector   status u8, rank u32, HMAC(secret, "hora-welcome" nonceC
+//                                      nonceA status rank) or 32 zero bytes when status != accepted
+//
+// What each step proves:
+// - The Hello MAC covers the acceptor's fresh nonceA, so it proves the connector knows the secret
+//   now: a recorded Hello is useless against any later Challenge. It also binds the claimed kind
+//   and rank, so an eavesdropper cannot replay the proof under another rank.
+// - The Welcome MAC covers the connector's fresh nonceC (and nonceA, status and rank), so the
+//   connector knows it reached a process that holds the secret, not a squatter on the port, and
+//   which rank that process is.
+// - Both MACs start with a distinct label, so a Hello proof can never pass as a Welcome proof.
+// Every message has a fixed length, so the reader asks for exactly one message at a time and
+// never consumes bytes that belong to the stream after the handshake.
 #include "core/net/handshake.h"
 
 #include <errno.h>
@@ -15,8 +33,9 @@ namespace hora {
 namespace net {
 namespace {
 
+// 256-bit nonces: a repeat is never expected, so an old proof never verifies again.
 constexpr size_t kNonceBytes = 32;
-constexpr size_t kMacBytes = 32;
+constexpr size_t kMacBytes = 32;  // HMAC-SHA256
 
 enum MessageType : uint16_t { kChallenge = 1, kHello = 2, kWelcome = 3 };
 enum WelcomeStatus : uint8_t { kAccepted = 0, kBadProof = 1, kRefused = 2 };
@@ -45,6 +64,7 @@ std::string welcomeMac(const std::string& secret, const std::string& nonceC, con
   return mac(secret, w.data());
 }
 
+// Constant time, so a stranger cannot learn a valid proof byte by byte from response timings.
 bool macEqual(const std::string& a, const std::string& b) {
   return a.size() == b.size() && constantTimeEqual(a.data(), b.data(), a.size());
 }
@@ -74,6 +94,8 @@ std::string randomBytes(size_t n) {
   return out;
 }
 
+// The acceptor speaks first: its nonce must be in the connector's proof, so the connector cannot
+// prepare (or replay) a Hello before it has seen this connection's challenge.
 Handshake Handshake::acceptor(const std::string& secret, int localRank, Validator validate) {
   Handshake h;
   h.isAcceptor_ = true;
@@ -127,6 +149,8 @@ void Handshake::fail(HandshakeFailure kind, const std::string& why) {
 }
 
 void Handshake::onMessage() {
+  // Indexed by step_: the one message type each step accepts. A message out of order is as bad
+  // as a wrong magic: the peer does not speak this protocol (or is probing it).
   static const uint16_t kExpectedType[] = {kChallenge, kHello, kWelcome};
   FrameHeader h = decodeHeader(reinterpret_cast<const uint8_t*>(in_.data()));
   std::string bad = validateHeader(h, kHandshakeMagic, 1024);
@@ -160,6 +184,8 @@ void Handshake::onMessage() {
       r.bytes(&proof[0], kMacBytes);
       uint8_t status = kAccepted;
       std::string why;
+      // The proof is checked before anything it claims is believed: an unauthenticated peer gets
+      // the same answer whatever kind or rank it names.
       if (!macEqual(proof, helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
         status = kBadProof;
         why = "authentication failed: the peer's proof of the job secret is wrong";
@@ -191,6 +217,8 @@ void Handshake::onMessage() {
       int rank = static_cast<int32_t>(r.u32());
       std::string proof(kMacBytes, '\0');
       r.bytes(&proof[0], kMacBytes);
+      // A rejection carries no MAC, so these statuses are believed without proof. That is safe:
+      // believing one only ends a connection, which an attacker on the path could do anyway.
       if (status == kBadProof) {
         return fail(HandshakeFailure::BadProof,
                     "authentication failed: the peer rejected our proof of the job secret (is the "
@@ -204,9 +232,12 @@ void Handshake::onMessage() {
         return fail(HandshakeFailure::BadProof,
                     "authentication failed: the peer could not prove it knows the job secret");
       }
+      // The rank is inside the Welcome MAC, so it is the acceptor's real rank: a mismatch means
+      // the address led to another rank of this job (a stale or mixed-up address), not a stranger.
       if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
-        return fail(HandshakeFailure::WrongPeer, "reached rank " + std::to_string(rank) + " instead of rank " +
-                    std::to_string(expectedPeerRank_));
+        return fail(HandshakeFailure::WrongPeer,
+                    "reached rank " + std::to_string(rank) + " instead of rank " +
+                        std::to_string(expectedPeerRank_));
       }
       peerRank_ = rank;
       peerKind_ = localKind_;
@@ -219,6 +250,9 @@ void Handshake::onMessage() {
   HORA_CHECK(false, "handshake message after the end");
 }
 
+// Blocking driver. Pending output is sent even after a failure, so a rejection reaches the peer
+// (which then reports why, not just EOF), and the handshake's own failure is reported in
+// preference to the I/O error that may follow it.
 void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::string& what) {
   char buf[256];
   while (hs.state() == Handshake::State::Running || hs.outputPending() > 0) {

@@ -1,14 +1,20 @@
 // TcpStoreClient: blocking request/reply over a pool of authenticated connections.
+//
+// Each call takes a connection of its own for the whole request/reply (protocol in
+// tcp_store_protocol.h and tcp_store_server.cc): the server answers a connection's requests in
+// order and parks blocking ones, so two threads sharing a connection would wait behind each
+// other. A connection that failed in any way mid-call is discarded, never pooled again: its
+// stream position is unknown, and the next reply read from it could belong to the wrong request.
 #include "core/store/tcp_store.h"
 
 #include <algorithm>
 
 #include "core/common/errors.h"
-#include "core/store/memory_store.h"
-#include "core/store/tcp_store_protocol.h"
 #include "core/net/frame.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/store/memory_store.h"
+#include "core/store/tcp_store_protocol.h"
 
 namespace hora {
 
@@ -26,9 +32,12 @@ struct TcpStoreClient::Reply {
 namespace {
 
 // Extra time a client gives the server beyond a request's own timeout before it calls the server
-// unresponsive; requests without a timeout of their own get at least this long.
+// unresponsive; requests without a timeout of their own get at least this long. The server's
+// TimedOut reply, sent at the request's own deadline, normally arrives well inside it, so the
+// caller sees which keys were missing instead of a bare socket timeout.
 constexpr Millis kReplyGrace{30000};
 
+// Negative timeouts mean "do not wait"; huge ones are clamped as the server would clamp them.
 uint64_t clampMs(Millis t) { return static_cast<uint64_t>(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs)); }
 
 }  // namespace
@@ -51,6 +60,7 @@ std::unique_ptr<TcpStoreClient::Connection> TcpStoreClient::open() {
   } catch (const IoError& e) {
     throw IoError(where() + " is unreachable: " + e.what());
   }
+  // The store has no rank: the client claims none (-1) and accepts any rank the server names.
   net::Handshake hs = net::Handshake::connector(secret_, net::PeerKind::Store, -1, -1);
   net::runHandshake(c->sock.fd(), hs, deadline, where());
   return c;
@@ -81,6 +91,8 @@ TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& pay
     std::lock_guard<std::mutex> lock(mutex_);
     idle_.push_back(std::move(c));
   }
+  // Error and TimedOut are answers, not failures of the connection (it went back to the pool
+  // above); they become the typed errors the Store contract promises.
   if (reply.type == kError) {
     net::Reader r(reply.payload);
     throw InvalidArgument(r.str());

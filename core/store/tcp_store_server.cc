@@ -1,4 +1,22 @@
 // TcpStoreServer: the single-threaded poll(2) loop that serves every store client.
+//
+// Protocol (types in tcp_store_protocol.h): a client connects, passes the handshake of
+// core/net/handshake.h as a Store peer, then sends request frames (kStoreMagic) and reads exactly
+// one reply frame per request, in order. The server never sends anything unasked.
+//
+// Why one thread and no locks: the ranks of a job talk to this server mostly at start-up, with
+// tiny requests; one event loop serves every connection without contention, and a slow or
+// stalled client can only stall its own connection.
+//
+// Blocking requests (Get of a missing key, Wait) are parked, not polled: the connection stops
+// reading further requests (so its replies stay in request order) and the parked request is
+// answered by the Set/Add that provides the keys, or by its own deadline (a TimedOut reply that
+// names the missing keys). Clients therefore never spin against the server.
+//
+// A connection is dropped, with a warning, on anything that is not this protocol (a failed
+// handshake, a bad frame header, an unknown request type, a payload that does not decode), because
+// a byte stream cannot be resynchronised after garbage; other connections carry on. A client that
+// simply disconnects is dropped quietly.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -10,12 +28,12 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
-#include "core/store/memory_store.h"
-#include "core/store/tcp_store.h"
-#include "core/store/tcp_store_protocol.h"
 #include "core/net/frame.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/store/memory_store.h"
+#include "core/store/tcp_store.h"
+#include "core/store/tcp_store_protocol.h"
 
 namespace hora {
 
@@ -32,6 +50,9 @@ class TcpStoreServer::Impl {
   void stop();
 
  private:
+  // One client. in/out are buffers with a read position instead of erase-from-front, so a burst of
+  // small frames costs no copying; handshakeDeadline bounds how long an unauthenticated
+  // connection may hold a slot (a port scanner or a stuck peer cannot pile them up forever).
   struct Conn {
     Conn(Socket s, std::string p, Handshake h) : sock(std::move(s)), peer(std::move(p)), hs(std::move(h)) {}
     Socket sock;
@@ -46,6 +67,7 @@ class TcpStoreServer::Impl {
     bool waiting = false;  // a Get/Wait is parked in waiters_
     bool dead = false;
   };
+  // A parked Get/Wait; timeoutMs is echoed in the TimedOut reply for the client's message.
   struct Waiter {
     Conn* conn;
     uint16_t type;
@@ -166,6 +188,8 @@ void TcpStoreServer::Impl::acceptAll() {
     std::string peer;
     Socket s = net::acceptPending(listener_.fd(), &peer);
     if (!s.valid()) return;
+    // Only store clients may stay: a data or control connection here is a rank given the store's
+    // address by mistake, and refusing it in the handshake tells that rank so at once.
     auto validate = [](net::PeerKind kind, int) {
       if (kind == net::PeerKind::Store) return std::string();
       return std::string("a ") + net::peerKindName(kind) + " connection reached the store";
@@ -195,6 +219,8 @@ void TcpStoreServer::Impl::handshakeStep(Conn& c, const char* data, size_t n) {
 void TcpStoreServer::Impl::onReadable(Conn& c) {
   char buf[64 * 1024];
   while (!c.dead) {
+    // During the handshake read only what the handshake asks for: bytes after it belong to the
+    // first request and must not be fed to the handshake.
     size_t want = c.authed ? sizeof(buf) : std::min(sizeof(buf), c.hs.inputWanted());
     if (want == 0) return;
     net::IoResult r = net::recvSome(c.sock.fd(), buf, want);
@@ -211,12 +237,16 @@ void TcpStoreServer::Impl::onReadable(Conn& c) {
   }
 }
 
+// Handles every complete frame buffered for c, in order. Stops at a parked request: the frames
+// after it wait in c.in until it is answered, which keeps one reply per request, in order.
 void TcpStoreServer::Impl::processFrames(Conn& c) {
   while (!c.dead && !c.waiting) {
     size_t avail = c.in.size() - c.inPos;
     if (avail < net::kFrameHeaderBytes) break;
     auto* p = reinterpret_cast<const uint8_t*>(c.in.data() + c.inPos);
     net::FrameHeader h = net::decodeHeader(p);
+    // The header is checked before the payload is awaited: a bogus length never makes the server
+    // buffer up to it.
     std::string bad = net::validateHeader(h, net::kStoreMagic, kMaxFrameBytes);
     if (!bad.empty()) return drop(c, bad, true);
     if (avail < net::kFrameHeaderBytes + h.length) break;
@@ -227,7 +257,7 @@ void TcpStoreServer::Impl::processFrames(Conn& c) {
   if (c.inPos == c.in.size()) {
     c.in.clear();
     c.inPos = 0;
-  } else if (c.inPos > (1u << 20)) {
+  } else if (c.inPos > (1u << 20)) {  // compact now and then, not after every frame
     c.in.erase(0, c.inPos);
     c.inPos = 0;
   }
@@ -240,6 +270,8 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
     for (uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
     return keys;
   };
+  // A payload must decode exactly: short (an overrun) or with bytes left over, it was not written
+  // by this protocol's client.
   auto malformed = [&] { return !r.ok() || !r.atEnd(); };
   switch (type) {
     case kSet: {
@@ -257,11 +289,14 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
       if (malformed()) break;
       auto it = values_.find(key);
       int64_t now = 0;
+      // Adding to a key that holds something other than a counter is the caller's mistake, not
+      // a protocol error: it is answered with an Error reply and the connection stays.
       try {
         if (it != values_.end()) now = parseCounter(key, it->second);
       } catch (const InvalidArgument& e) {
         return reply(c, kError, net::Writer().str(e.what()).take());
       }
+      // Wraps like a two's-complement integer instead of overflowing (undefined for int64_t).
       now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(delta));
       values_[key] = std::to_string(now);
       reply(c, kCounter, net::Writer().i64(now).take());
@@ -275,6 +310,7 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
     }
     case kGet:
     case kWait: {
+      // Clamped so the deadline below cannot overflow, whatever the client asked for.
       uint64_t timeoutMs = std::min(r.u64(), kMaxWaitMs);
       std::vector<std::string> keys = type == kGet ? std::vector<std::string>{r.str()} : readKeys();
       if (malformed()) break;
@@ -288,6 +324,8 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
   drop(c, "malformed request payload", true);
 }
 
+// Answers every parked request whose keys are all present, then lets those connections go on
+// with the requests they sent meanwhile. Called after every change to values_.
 void TcpStoreServer::Impl::notifyWaiters() {
   std::vector<Conn*> resumed;
   for (size_t i = 0; i < waiters_.size();) {
@@ -308,6 +346,8 @@ void TcpStoreServer::Impl::notifyWaiters() {
   for (Conn* c : resumed) processFrames(*c);
 }
 
+// Deadlines: parked requests past theirs get TimedOut (and their connections resume); connections
+// still unauthenticated past the handshake deadline are dropped.
 void TcpStoreServer::Impl::expire(Clock::time_point now) {
   std::vector<Conn*> resumed;
   for (size_t i = 0; i < waiters_.size();) {
@@ -344,6 +384,8 @@ void TcpStoreServer::Impl::reply(Conn& c, uint16_t type, const std::string& payl
   flush(c);
 }
 
+// Writes what the socket takes now; the rest goes out when poll() reports POLLOUT, so a client
+// that does not read its replies never blocks the loop.
 void TcpStoreServer::Impl::flush(Conn& c) {
   while (!c.dead && c.outPos < c.out.size()) {
     net::IoResult r = net::sendSome(c.sock.fd(), c.out.data() + c.outPos, c.out.size() - c.outPos);

@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "core/common/errors.h"
-#include "core/store/memory_store.h"
-#include "core/store/prefix_store.h"
-#include "core/store/tcp_store.h"
 #include "core/net/frame.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/store/memory_store.h"
+#include "core/store/prefix_store.h"
+#include "core/store/tcp_store.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/collectives/algorithm_table.h"
 #include "core/common/errors.h"
 #include "core/common/reduce.h"
 #include "core/config.h"
-#include "core/store/memory_store.h"
-#include "core/collectives/algorithm_table.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/store/memory_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/spawn.h"
 

@@ -1,3 +1,10 @@
+// The TCP control channel: negotiation messages between rank 0 and every other rank, on their own
+// connections so a collective in progress on the data mesh never reads a control message.
+//
+// Wire: one frame per message (net::kControlMagic, kMessageType, the message bytes as payload).
+// Frames are the unit of delivery: a message is handed to the coordinator only once every byte of
+// it has arrived, and a frame that fails validation ends the channel (IoError naming the peer),
+// since a TCP byte stream cannot be resynchronised after a bad header.
 #include "core/transport/tcp/control_channel.h"
 
 #include <errno.h>
@@ -18,7 +25,11 @@ namespace {
 // Largest control message accepted. Coordinator messages are far smaller; a bigger announced
 // length means a corrupt or foreign stream.
 constexpr uint32_t kMaxControlMessageBytes = 256u << 20;
+// The only frame type today. Another type from a peer means it speaks some other revision of
+// this protocol: refused rather than misread.
 constexpr uint16_t kMessageType = 1;
+// Read granularity: large enough that a burst of responses takes a few syscalls, small enough
+// that an idle channel does not hold much unused buffer.
 constexpr size_t kReadChunk = 64 << 10;
 
 }  // namespace
@@ -28,6 +39,8 @@ TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
     if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
   }
+  // wakeup() may come from any thread while the background thread sleeps in poll(2): an eventfd
+  // in the same poll set ends that sleep without a lock or a timeout tick.
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) {
     throw IoError("rank " + std::to_string(rank) + ": cannot create eventfd: " + std::strerror(errno));
@@ -57,6 +70,8 @@ void TcpControlChannel::wakeup() {
   (void)ignored;
 }
 
+// Reads what p's socket holds now and appends every complete frame to out; a partial frame stays
+// in p.in for the next call.
 void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   for (;;) {
     size_t old = p.in.size();
@@ -74,6 +89,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(p.in.data() + at));
     std::string bad = net::validateHeader(h, net::kControlMagic, kMaxControlMessageBytes);
     if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
+    // Checked on the header alone, before waiting for the payload: a corrupt length must not make
+    // this rank buffer up to it.
     if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
     if (p.in.size() - at < net::kFrameHeaderBytes + h.length) break;
     out.push_back({p.rank, p.in.substr(at + net::kFrameHeaderBytes, h.length)});
@@ -98,7 +115,9 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
       continue;
     }
     if (r.status != net::IoStatus::WouldBlock) fail(to, "closed while sending (" + net::describe(r) + ")");
-    // The peer's window is full: wait for room, draining what peers send us meanwhile.
+    // The peer's window is full: wait for room, draining what peers send us meanwhile. Rank 0 and
+    // a rank that both send a large message at once would otherwise each wait for the other to
+    // read. What arrives here goes to stash_ and is handed out by the next poll(), in order.
     fds.clear();
     fds.push_back({target.sock.fd(), POLLOUT, 0});
     for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
@@ -116,6 +135,8 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
 
 void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {
   size_t before = out.size();
+  // Messages read while send() waited for room come first: they arrived before anything still in
+  // the sockets.
   for (auto& m : stash_) out.push_back(std::move(m));
   stash_.clear();
   auto deadline = timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;

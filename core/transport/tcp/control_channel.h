@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/common/time.h"
-#include "core/transport/control_channel.h"
 #include "core/net/socket.h"
+#include "core/transport/control_channel.h"
 
 namespace hora {
 namespace tcp {

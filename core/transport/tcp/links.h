@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/common/time.h"
 #include "core/collectives/links.h"
+#include "core/common/time.h"
 #include "core/net/socket.h"
 
 namespace hora {

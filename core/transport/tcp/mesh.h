@@ -15,8 +15,8 @@
 // The returned sockets are non-blocking and tuned (TCP_NODELAY, large buffers).
 #include <vector>
 
-#include "core/store/store.h"
 #include "core/net/socket.h"
+#include "core/store/store.h"
 #include "core/transport/transport.h"
 
 namespace hora {
