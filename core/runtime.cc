@@ -140,7 +140,8 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
   auto now = Clock::now();
   for (auto& op : requests) {
     TensorEntry e;
-    e.request = checkAndBuildRequest(op, topology_.rank, sets_);
+    checkAndCompleteRequest(op, topology_.rank, sets_);
+    e.request = std::move(op.request);
     e.tensor = op.tensor;
     e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;
@@ -153,11 +154,11 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
 }
 
 std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::string& name,
-                                                    std::vector<int32_t> args) {
+                                                    ProcessSetChange change) {
   OpRequest op;
-  op.kind = kind;
-  op.name = name + "." + std::to_string(controlCounter_++);
-  op.splits = std::move(args);
+  op.request.kind = kind;
+  op.request.name = name + "." + std::to_string(controlCounter_++);
+  op.request.processSet = std::move(change);
   auto handle = enqueue({op}).front();
   handle->wait(std::nullopt);
   handle->rethrowIfFailed();
@@ -174,7 +175,9 @@ int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
   bool valid = !sorted.empty() && sorted.front() >= 0 && sorted.back() < topology_.size &&
                std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
   if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
-  return enqueueControl(OpKind::AddProcessSet, "process_set.add", sorted)->processSetId;
+  ProcessSetChange change;
+  change.ranks = std::move(sorted);
+  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change))->processSetId;
 }
 
 void RuntimeImpl::removeProcessSet(int id) {
@@ -182,7 +185,9 @@ void RuntimeImpl::removeProcessSet(int id) {
     throw InvalidArgument("removing process sets needs dynamic process sets: set "
                           "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
   }
-  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", {id});
+  ProcessSetChange change;
+  change.id = id;
+  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change));
 }
 
 void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {

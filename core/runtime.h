@@ -52,20 +52,6 @@ struct RuntimeOptions {
   Settings settings;
 };
 
-// What a frontend asks for, one tensor.
-struct OpRequest {
-  OpKind kind = OpKind::Allreduce;
-  std::string name;
-  int processSetId = 0;
-  TensorView tensor;            // input; for allreduce/broadcast/adasum also the output (in place)
-  ReduceOp reduceOp = ReduceOp::Sum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int rootRank = 0;             // world rank
-  std::vector<int32_t> splits;  // alltoall (empty = equal split)
-  std::string callSite;
-};
-
 class Runtime {
  public:
   static std::unique_ptr<Runtime> start(const RuntimeOptions& options);

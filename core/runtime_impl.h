@@ -52,7 +52,7 @@ class RuntimeImpl final : public Runtime {
                         ConnectOptions& co);
   void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
   std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
-                                         std::vector<int32_t> args);
+                                         ProcessSetChange change);
   void wakeLoop();
 
   // runtime_loop.cc

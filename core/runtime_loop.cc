@@ -222,13 +222,13 @@ void RuntimeImpl::applyResponse(const Response& r) {
 
 void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
   if (r.kind == OpKind::AddProcessSet) {
-    int id = static_cast<int>(r.sizes.front());
-    std::vector<int> ranks(r.sizes.begin() + 1, r.sizes.end());
+    int id = r.processSet.id;
+    std::vector<int> ranks(r.processSet.ranks.begin(), r.processSet.ranks.end());
     bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
     sets_.add(id, ranks, member ? world_->subset(ranks) : nullptr);
     if (entry != nullptr) entry->handle->processSetId = id;
   } else {
-    sets_.remove(static_cast<int>(r.sizes.front()));
+    sets_.remove(r.processSet.id);
   }
 }
 

@@ -8,8 +8,8 @@
 namespace hora {
 namespace {
 
-constexpr uint8_t kRequestBatchVersion = 1;
-constexpr uint8_t kResponseBatchVersion = 1;
+constexpr uint8_t kRequestBatchVersion = 2;
+constexpr uint8_t kResponseBatchVersion = 2;
 
 class Writer {
  public:
@@ -104,6 +104,8 @@ void writeRequest(Writer& w, const Request& r) {
   w.pod(r.postscale);
   w.pod(r.rootRank);
   w.vec(r.splits);
+  w.pod(r.processSet.id);
+  w.vec(r.processSet.ranks);
   w.str(r.callSite);
 }
 
@@ -121,6 +123,8 @@ Request readRequest(Reader& rd) {
   r.postscale = rd.pod<double>();
   r.rootRank = rd.pod<int32_t>();
   r.splits = rd.vec<int32_t>();
+  r.processSet.id = rd.pod<int32_t>();
+  r.processSet.ranks = rd.vec<int32_t>();
   r.callSite = rd.str();
   return r;
 }
@@ -135,9 +139,13 @@ void writeResponse(Writer& w, const Response& r) {
   w.pod(r.prescale);
   w.pod(r.postscale);
   w.pod(r.rootRank);
-  w.vec(r.sizes);
+  w.vec(r.elementCounts);
   w.vec(r.rowElements);
+  w.vec(r.gatheredRows);
   w.vec(r.cacheSlots);
+  w.vec(r.splitsMatrix);
+  w.pod(r.processSet.id);
+  w.vec(r.processSet.ranks);
   w.pod<uint8_t>(static_cast<uint8_t>(r.errorCode));
   w.str(r.errorMessage);
   w.pod(r.lastJoinedRank);
@@ -155,9 +163,13 @@ Response readResponse(Reader& rd) {
   r.prescale = rd.pod<double>();
   r.postscale = rd.pod<double>();
   r.rootRank = rd.pod<int32_t>();
-  r.sizes = rd.vec<int64_t>();
+  r.elementCounts = rd.vec<int64_t>();
   r.rowElements = rd.vec<int64_t>();
+  r.gatheredRows = rd.vec<int64_t>();
   r.cacheSlots = rd.vec<int32_t>();
+  r.splitsMatrix = rd.vec<int64_t>();
+  r.processSet.id = rd.pod<int32_t>();
+  r.processSet.ranks = rd.vec<int32_t>();
   r.errorCode = checkedEnum<ResponseError>(rd.pod<uint8_t>(), 2, "error code");
   r.errorMessage = rd.str();
   r.lastJoinedRank = rd.pod<int32_t>();

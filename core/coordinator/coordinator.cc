@@ -243,7 +243,7 @@ void Coordinator::assignSlot(const std::string& key, const PendingTensor& p, Res
 void Coordinator::finishProcessSetResponse(Response& r) {
   const std::string& name = r.names.front();
   if (r.kind == OpKind::AddProcessSet) {
-    std::vector<int> ranks(r.sizes.begin(), r.sizes.end());
+    std::vector<int> ranks(r.processSet.ranks.begin(), r.processSet.ranks.end());
     int existing = sets_.findByRanks(ranks);
     if (existing >= 0) {
       r = errorResponse(name, 0, ResponseError::InvalidArgument,
@@ -251,10 +251,10 @@ void Coordinator::finishProcessSetResponse(Response& r) {
                             std::to_string(existing) + ")");
       return;
     }
-    r.sizes.insert(r.sizes.begin(), nextProcessSetId_++);
+    r.processSet.id = nextProcessSetId_++;
     return;
   }
-  int id = r.sizes.empty() ? -1 : static_cast<int>(r.sizes.front());
+  int id = r.processSet.id;
   if (id <= 0 || !sets_.contains(id)) {
     r = errorResponse(name, 0, ResponseError::InvalidArgument,
                       "cannot remove process set " + std::to_string(id) +

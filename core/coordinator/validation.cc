@@ -124,9 +124,11 @@ Response constructResponse(const NegotiationInput& in) {
     return mismatch("BROADCAST root ranks", [](const Request& r) { return std::to_string(r.rootRank); });
   }
   if ((kind == OpKind::AddProcessSet || kind == OpKind::RemoveProcessSet) &&
-      differs([&](const Request& r) { return r.splits == first.splits; })) {
+      differs([&](const Request& r) { return r.processSet == first.processSet; })) {
     return mismatch("process set arguments", [](const Request& r) {
-      return shapeString(std::vector<int64_t>(r.splits.begin(), r.splits.end()));
+      const auto& args = r.kind == OpKind::AddProcessSet ? r.processSet.ranks
+                                                         : std::vector<int32_t>{r.processSet.id};
+      return shapeString(std::vector<int64_t>(args.begin(), args.end()));
     });
   }
 
@@ -156,19 +158,19 @@ Response constructResponse(const NegotiationInput& in) {
   switch (kind) {
     case OpKind::Allreduce:
     case OpKind::Adasum:
-      resp.sizes = {product(first.shape)};
+      resp.elementCounts = {product(first.shape)};
       break;
     case OpKind::Reducescatter:
-      resp.sizes = {product(first.shape)};
+      resp.elementCounts = {product(first.shape)};
       resp.rowElements = {product(tail(first.shape))};
       break;
     case OpKind::Allgather:
-      resp.sizes.assign(in.setSize, 0);
-      for (size_t i = 0; i < reqs.size(); ++i) resp.sizes[in.setRanks[i]] = reqs[i].shape[0];
+      resp.gatheredRows.assign(in.setSize, 0);
+      for (size_t i = 0; i < reqs.size(); ++i) resp.gatheredRows[in.setRanks[i]] = reqs[i].shape[0];
       resp.rowElements = {product(tail(first.shape))};
       break;
     case OpKind::Alltoall:
-      resp.sizes.assign(static_cast<size_t>(in.setSize) * in.setSize, 0);
+      resp.splitsMatrix.assign(static_cast<size_t>(in.setSize) * in.setSize, 0);
       for (size_t i = 0; i < reqs.size(); ++i) {
         if (static_cast<int>(reqs[i].splits.size()) != in.setSize) {
           return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
@@ -176,14 +178,14 @@ Response constructResponse(const NegotiationInput& in) {
                                "(tensor '" + name + "', rank " + std::to_string(reqs[i].rank) + ").");
         }
         for (int j = 0; j < in.setSize; ++j) {
-          resp.sizes[static_cast<size_t>(in.setRanks[i]) * in.setSize + j] = reqs[i].splits[j];
+          resp.splitsMatrix[static_cast<size_t>(in.setRanks[i]) * in.setSize + j] = reqs[i].splits[j];
         }
       }
       resp.rowElements = {product(tail(first.shape))};
       break;
     case OpKind::AddProcessSet:
     case OpKind::RemoveProcessSet:
-      resp.sizes.assign(first.splits.begin(), first.splits.end());
+      resp.processSet = first.processSet;
       break;
     default:
       break;

@@ -19,6 +19,8 @@ Request sampleRequest() {
   r.postscale = 3.25;
   r.rootRank = 1;
   r.splits = {1, 2, 4};
+  r.processSet.id = 6;
+  r.processSet.ranks = {0, 3};
   r.callSite = "train.py:42";
   return r;
 }
@@ -50,8 +52,12 @@ TEST(Codec, ResponseBatchRoundTrips) {
   r.names = {"a", "b"};
   r.processSetId = 1;
   r.dtype = DataType::Float16;
-  r.sizes = {1, 2, 3, 4};
+  r.elementCounts = {7, 8};
   r.rowElements = {5, 6};
+  r.gatheredRows = {1, 2, 3, 4};
+  r.splitsMatrix = {9, 10, 11, 12};
+  r.processSet.id = 4;
+  r.processSet.ranks = {1, 2};
   r.cacheSlots = {0, -1};
   r.errorCode = ResponseError::Mismatch;
   r.errorMessage = "nope";
@@ -68,8 +74,11 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(x.kind, OpKind::Allgather);
   EXPECT_EQ(x.names, r.names);
   EXPECT_EQ(x.dtype, DataType::Float16);
-  EXPECT_EQ(x.sizes, r.sizes);
+  EXPECT_EQ(x.elementCounts, r.elementCounts);
   EXPECT_EQ(x.rowElements, r.rowElements);
+  EXPECT_EQ(x.gatheredRows, r.gatheredRows);
+  EXPECT_EQ(x.splitsMatrix, r.splitsMatrix);
+  EXPECT_EQ(x.processSet, r.processSet);
   EXPECT_EQ(x.cacheSlots, r.cacheSlots);
   EXPECT_EQ(x.errorCode, ResponseError::Mismatch);
   EXPECT_EQ(x.errorMessage, "nope");

@@ -40,10 +40,10 @@ void runJob(int n, const std::function<void(Runtime&, int)>& body,
 
 OpRequest allreduceOf(std::vector<float>& v, const std::string& name) {
   OpRequest r;
-  r.kind = OpKind::Allreduce;
-  r.name = name;
+  r.request.kind = OpKind::Allreduce;
+  r.request.name = name;
   r.tensor = {v.data(), DataType::Float32, {static_cast<int64_t>(v.size())}};
-  r.callSite = "train.py:7";
+  r.request.callSite = "train.py:7";
   return r;
 }
 
