@@ -87,6 +87,15 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(d.shutdownReason, "bye");
 }
 
+TEST(Codec, IntegersAreLittleEndianOnTheWire) {
+  RequestBatch b;
+  b.appliedBatches = 0x0102030405060708ull;
+  std::string bytes = encodeRequestBatch(b);
+  ASSERT_GE(bytes.size(), 9u);
+  // Byte 0 is the version; the u64 follows, least significant byte first on every host.
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<uint8_t>(bytes[1 + i]), 8 - i) << "byte " << i;
+}
+
 TEST(Codec, TruncatedOrCorruptMessagesThrowIoError) {
   RequestBatch b;
   b.requests = {sampleRequest()};
