@@ -5,7 +5,7 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/coordinator/tensor_queue.h"
-#include "core/coordinator/validation.h"
+#include "core/coordinator/response_builder.h"
 #include "core/fusion/fusion_planner.h"
 
 namespace hora {
@@ -204,7 +204,7 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
   for (const auto& q : p.requests) in.setRanks.push_back(sets_.setRankOf(p.processSetId, q.rank));
   in.setSize = sets_.size(p.processSetId);
   in.someRanksJoined = someJoined;
-  Response r = constructResponse(in);
+  Response r = negotiateResponse(in);
   if (r.kind == OpKind::AddProcessSet || r.kind == OpKind::RemoveProcessSet) {
     finishProcessSetResponse(r);
   }
