@@ -61,6 +61,9 @@ class RuntimeImpl final : public Runtime {
   void sendRequests(Clock::time_point now);
   void applyBatch(const ResponseBatch& batch);
   void applyResponse(const Response& r);
+  void applyControl(const Response& r);  // errors, join, barrier, process-set changes
+  void runBarrier(const Response& r);
+  void runData(const Response& r);        // collectives on tensors, through core/ops
   void applyProcessSetChange(const Response& r, TensorEntry* entry);
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);

@@ -149,44 +149,56 @@ void RuntimeImpl::completeNamed(const Response& r, std::exception_ptr error) {
 }
 
 void RuntimeImpl::applyResponse(const Response& r) {
+  if (isDataOp(r.kind)) {
+    runData(r);
+  } else {
+    applyControl(r);
+  }
+}
+
+// Responses without tensors: the runtime handles them itself, no op function involved.
+void RuntimeImpl::applyControl(const Response& r) {
   switch (r.kind) {
-    case OpKind::Error: {
-      std::exception_ptr error;
-      if (r.errorCode == ResponseError::InvalidArgument) {
-        error = std::make_exception_ptr(InvalidCollectiveError(r.errorMessage));
-      } else {
-        error = std::make_exception_ptr(MismatchError(r.errorMessage));
-      }
-      completeNamed(r, error);
+    case OpKind::Error:
+      completeNamed(r, r.errorCode == ResponseError::InvalidArgument
+                           ? std::make_exception_ptr(InvalidCollectiveError(r.errorMessage))
+                           : std::make_exception_ptr(MismatchError(r.errorMessage)));
       return;
-    }
     case OpKind::Join: {
-      auto key = tensorKey(0, r.names.front());
-      if (TensorEntry* e = queue_.find(key)) e->handle->lastJoinedRank = r.lastJoinedRank;
+      // Join requests live in the world set: the coordinator only answers once every rank joined.
+      if (TensorEntry* e = queue_.find(tensorKey(0, r.names.front()))) {
+        e->handle->lastJoinedRank = r.lastJoinedRank;
+      }
       completeNamed(r, nullptr);
       return;
     }
+    case OpKind::Barrier:
+      runBarrier(r);
+      return;
     case OpKind::AddProcessSet:
     case OpKind::RemoveProcessSet:
       applyProcessSetChange(r, queue_.find(tensorKey(0, r.names.front())));
       completeNamed(r, nullptr);
       return;
     default:
-      break;
+      throwInternal(__FILE__, __LINE__, std::string("no control path for ") + opKindName(r.kind));
   }
-  int setRank = sets_.setRank(r.processSetId);
-  if (setRank < 0) return;  // not a member: nothing to run here
+}
+
+void RuntimeImpl::runBarrier(const Response& r) {
+  if (sets_.setRank(r.processSetId) < 0) return;  // not a member: nothing to wait for
+  try {
+    sets_.communicator(r.processSetId)->barrier();
+  } catch (...) {
+    completeNamed(r, std::current_exception());
+    throw;
+  }
+  completeNamed(r, nullptr);
+}
+
+void RuntimeImpl::runData(const Response& r) {
+  if (sets_.setRank(r.processSetId) < 0) return;  // not a member: nothing to run here
   Communicator* comm = sets_.communicator(r.processSetId);
-  if (r.kind == OpKind::Barrier) {
-    try {
-      comm->barrier();
-    } catch (...) {
-      completeNamed(r, std::current_exception());
-      throw;
-    }
-    completeNamed(r, nullptr);
-    return;
-  }
 
   // Take the entries out of the queue before running, so that a frontend woken by completion
   // can reuse the name at once.
