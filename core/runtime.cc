@@ -32,7 +32,8 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
                           std::to_string(t.size));
   }
   setLogLevel(settings_.logLevel);
-  setLogRank(t.rank);
+  setLogRank(t.rank);  // for threads this runtime does not own
+  LogRankScope logRank(t.rank);
   connect(options);
   addStaticProcessSets(options.processSets);
   if (t.rank == 0) {
@@ -44,7 +45,10 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     }
   }
   running_ = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    LogRankScope logRank(topology_.rank);
+    loop();
+  });
 }
 
 RuntimeImpl::~RuntimeImpl() { shutdown(); }
@@ -192,6 +196,7 @@ void RuntimeImpl::removeProcessSet(int id) {
 
 void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {
   if (topology_.rank != 0) return;
+  LogRankScope logRank(topology_.rank);  // the timeline's writer thread inherits it
   TimelineOptions o;
   o.path = path;
   o.markCycles = markCycles;

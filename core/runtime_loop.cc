@@ -22,6 +22,8 @@ const char* kShutdownText =
 
 void RuntimeImpl::loop() {
   requestPreciseSleeps();
+  HORA_LOG(Debug, "background loop started (" << transportName_ << ", " << topology_.size
+                  << " ranks)");
   std::string reason;
   bool failure = false;
   try {

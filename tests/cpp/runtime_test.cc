@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/common/errors.h"
+#include "core/common/logging.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
 #include "tests/cpp/spawn.h"
@@ -229,6 +230,25 @@ TEST(Runtime, ShutdownOnOneRankFailsPendingWorkElsewhere) {
     ASSERT_TRUE(h->wait(Millis(15000))) << "pending work must fail, not hang";
     EXPECT_THROW(h->rethrowIfFailed(), ShutdownError);
   });
+}
+
+// Ranks as threads: every runtime's lines carry its own rank, not the last one started.
+TEST(Runtime, EachRuntimeLogsWithItsOwnRank) {
+  const int n = 3;
+  testing::internal::CaptureStderr();
+  runJob(n, [&](Runtime& rt, int) {
+    std::vector<float> v(2, 1.0f);
+    waitOk(rt.enqueue({allreduceOf(v, "x")}).front());
+  }, [](RuntimeOptions& o) { o.settings.logLevel = "debug"; });
+  std::string out = testing::internal::GetCapturedStderr();
+  setLogLevel("warning");
+  setLogRank(-1);
+  for (int rank = 0; rank < n; ++rank) {
+    std::string line = "DEBUG rank " + std::to_string(rank) + "] background loop started";
+    size_t first = out.find(line);
+    EXPECT_NE(first, std::string::npos) << out;
+    EXPECT_EQ(out.find(line, first + 1), std::string::npos) << "twice: " << line;
+  }
 }
 
 TEST(Runtime, ReinitAfterShutdown) {
