@@ -24,6 +24,8 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeOptions& options) {
 RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : topology_(options.topology),
       settings_(options.settings),
+      cycleTimeMs_(options.settings.cycleTimeMs),
+      tuned_{options.settings.fusionThreshold, options.settings.cycleTimeMs},
       sets_(options.topology.rank),
       participant_(static_cast<size_t>(options.settings.cacheCapacity)) {
   const Topology& t = topology_;
@@ -131,6 +133,14 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
 void RuntimeImpl::wakeLoop() {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_ && control_) control_->wakeup();
+}
+
+Settings RuntimeImpl::settings() const {
+  Settings s = settings_;
+  std::lock_guard<std::mutex> lock(tunedMu_);
+  s.fusionThreshold = tuned_.fusionThreshold;
+  s.cycleTimeMs = tuned_.cycleTimeMs;
+  return s;
 }
 
 bool RuntimeImpl::running() const {

@@ -60,7 +60,9 @@ class Runtime {
   virtual void shutdown() = 0;
   virtual bool running() const = 0;
   virtual const Topology& topology() const = 0;
-  virtual const Settings& settings() const = 0;
+  // A snapshot: the settings given at start, with the values autotune has chosen since (cycle
+  // time, fusion threshold). Safe from any thread; later tuning does not change a returned copy.
+  virtual Settings settings() const = 0;
 
   virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) = 0;
 

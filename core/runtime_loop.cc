@@ -63,7 +63,7 @@ void RuntimeImpl::cycle() {
   Millis wait(-1);
   bool haveWork = !fresh_.empty() || participant_.hasResends();
   auto cycleTime = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(settings_.cycleTimeMs));
+      std::chrono::duration<double, std::milli>(cycleTimeMs_));
   if (haveWork) {
     if (participant_.outstanding() == 0 || now - lastSend_ >= cycleTime) {
       sendRequests(now);
@@ -134,7 +134,12 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
   participant_.batchApplied();
-  if (batch.cycleTimeMs >= 0) settings_.cycleTimeMs = batch.cycleTimeMs;
+  if (batch.cycleTimeMs >= 0 || batch.fusionThreshold >= 0) {
+    if (batch.cycleTimeMs >= 0) cycleTimeMs_ = batch.cycleTimeMs;
+    std::lock_guard<std::mutex> lock(tunedMu_);
+    tuned_.cycleTimeMs = cycleTimeMs_;
+    if (batch.fusionThreshold >= 0) tuned_.fusionThreshold = batch.fusionThreshold;
+  }
   if (batch.shutdown) {
     stopReason_ = batch.shutdownReason;
     stopped_ = true;

@@ -19,7 +19,7 @@ namespace hora {
 namespace {
 
 // Version 2: typed per-kind fields (element counts, gathered rows, splits matrix, process-set
-// change) instead of one overloaded size vector.
+// change) instead of one overloaded size vector; the tuned fusion threshold in response batches.
 constexpr uint8_t kRequestBatchVersion = 2;
 constexpr uint8_t kResponseBatchVersion = 2;
 
@@ -191,6 +191,7 @@ std::string encodeResponseBatch(const ResponseBatch& b) {
   w.u32(static_cast<uint32_t>(b.responses.size()));
   for (const auto& r : b.responses) writeResponse(w, r);
   w.f64(b.cycleTimeMs);
+  w.i64(b.fusionThreshold);
   w.boolean(b.shutdown);
   w.str(b.shutdownReason);
   return w.take();
@@ -205,6 +206,7 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
   auto n = rd.count(kMinResponseBytes);
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
   b.cycleTimeMs = rd.f64();
+  b.fusionThreshold = rd.i64();
   b.shutdown = rd.boolean();
   b.shutdownReason = rd.str();
   expectEnd(rd);

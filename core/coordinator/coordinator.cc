@@ -91,6 +91,7 @@ PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
       if (auto tuned = autotuner_.onStep(p.firstSeen)) {
         settings_.fusionThreshold = tuned->fusionThreshold;
         newCycleTimeMs_ = tuned->cycleTimeMs;
+        newFusionThreshold_ = tuned->fusionThreshold;
       }
     }
   }
@@ -278,7 +279,10 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   }
   for (auto& r : immediate_) singles.push_back(std::move(r));
   immediate_.clear();
-  if (singles.empty() && evictions_.empty() && !shutdown_ && newCycleTimeMs_ < 0) return false;
+  if (singles.empty() && evictions_.empty() && !shutdown_ && newCycleTimeMs_ < 0 &&
+      newFusionThreshold_ < 0) {
+    return false;
+  }
   if (autotuner_.active()) {
     for (const auto& r : singles) {
       if (r.kind != OpKind::Error) {
@@ -294,6 +298,8 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
                               [this](int setId) { return sets_.contains(setId) ? sets_.size(setId) : 1; });
   out->cycleTimeMs = newCycleTimeMs_;
   newCycleTimeMs_ = -1;
+  out->fusionThreshold = newFusionThreshold_;
+  newFusionThreshold_ = -1;
   out->shutdown = shutdown_;
   out->shutdownReason = shutdownReason_;
   return true;

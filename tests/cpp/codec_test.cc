@@ -66,6 +66,8 @@ TEST(Codec, ResponseBatchRoundTrips) {
   b.responses = {r};
   b.shutdown = true;
   b.shutdownReason = "bye";
+  b.cycleTimeMs = 2.5;
+  b.fusionThreshold = 1 << 22;
   ResponseBatch d = decodeResponseBatch(encodeResponseBatch(b));
   EXPECT_EQ(d.sequence, 77u);
   EXPECT_EQ(d.evictedSlots, b.evictedSlots);
@@ -85,6 +87,8 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(x.lastJoinedRank, 3);
   EXPECT_TRUE(x.withJoinedRanks);
   EXPECT_EQ(d.shutdownReason, "bye");
+  EXPECT_EQ(d.cycleTimeMs, 2.5);
+  EXPECT_EQ(d.fusionThreshold, 1 << 22);
 }
 
 TEST(Codec, IntegersAreLittleEndianOnTheWire) {
