@@ -184,19 +184,20 @@ py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::s
   }
 
   OpRequest base;
-  base.kind = opKind;
-  base.processSetId = processSetId;
-  base.reduceOp = static_cast<ReduceOp>(reduceOp);
-  base.prescale = prescale;
-  base.postscale = postscale;
-  base.rootRank = rootRank;
-  base.splits = toSplits(splits);
-  base.callSite = callSite;
+  Request& q = base.request;
+  q.kind = opKind;
+  q.processSetId = processSetId;
+  q.reduceOp = static_cast<ReduceOp>(reduceOp);
+  q.prescale = prescale;
+  q.postscale = postscale;
+  q.rootRank = rootRank;
+  q.splits = toSplits(splits);
+  q.callSite = callSite;
 
   std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
   std::vector<OpRequest> requests(n, base);
   for (size_t i = 0; i < n; ++i) {
-    requests[i].name = names[i];
+    requests[i].request.name = names[i];
     if (noTensor) continue;  // empty view: no data, no shape
     std::optional<std::string> override;
     if (dtypeOverrides) override = (*dtypeOverrides)[i];

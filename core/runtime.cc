@@ -21,6 +21,8 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeOptions& options) {
 RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : topology_(options.topology),
       settings_(options.settings),
+      cycleTimeMs_(options.settings.cycleTimeMs),
+      tuned_{options.settings.fusionThreshold, options.settings.cycleTimeMs},
       sets_(options.topology.rank),
       participant_(static_cast<size_t>(options.settings.cacheCapacity)) {
   const Topology& t = topology_;
@@ -29,7 +31,8 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
                           std::to_string(t.size));
   }
   setLogLevel(settings_.logLevel);
-  setLogRank(t.rank);
+  setLogRank(t.rank);  // for threads this runtime does not own
+  LogRankScope logRank(t.rank);
   connect(options);
   addStaticProcessSets(options.processSets);
   if (t.rank == 0) {
@@ -41,7 +44,10 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     }
   }
   running_ = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    LogRankScope logRank(topology_.rank);
+    loop();
+  });
 }
 
 RuntimeImpl::~RuntimeImpl() { shutdown(); }
@@ -123,6 +129,14 @@ void RuntimeImpl::wakeLoop() {
   if (running_ && control_) control_->wakeup();
 }
 
+Settings RuntimeImpl::settings() const {
+  Settings s = settings_;
+  std::lock_guard<std::mutex> lock(tunedMu_);
+  s.fusionThreshold = tuned_.fusionThreshold;
+  s.cycleTimeMs = tuned_.cycleTimeMs;
+  return s;
+}
+
 bool RuntimeImpl::running() const {
   std::lock_guard<std::mutex> lock(mu_);
   return running_;
@@ -134,7 +148,8 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
   auto now = Clock::now();
   for (auto& op : requests) {
     TensorEntry e;
-    e.request = checkAndBuildRequest(op, topology_.rank, sets_, dataCapabilities_);
+    checkAndCompleteRequest(op, topology_.rank, sets_, dataCapabilities_);
+    e.request = std::move(op.request);
     e.tensor = op.tensor;
     e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;
@@ -147,11 +162,11 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
 }
 
 std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::string& name,
-                                                    std::vector<int32_t> args) {
+                                                    ProcessSetChange change) {
   OpRequest op;
-  op.kind = kind;
-  op.name = name + "." + std::to_string(controlCounter_++);
-  op.splits = std::move(args);
+  op.request.kind = kind;
+  op.request.name = name + "." + std::to_string(controlCounter_++);
+  op.request.processSet = std::move(change);
   auto handle = enqueue({op}).front();
   handle->wait(std::nullopt);
   handle->rethrowIfFailed();
@@ -168,7 +183,9 @@ int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
   bool valid = !sorted.empty() && sorted.front() >= 0 && sorted.back() < topology_.size &&
                std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
   if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
-  return enqueueControl(OpKind::AddProcessSet, "process_set.add", sorted)->processSetId;
+  ProcessSetChange change;
+  change.ranks = std::move(sorted);
+  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change))->processSetId;
 }
 
 void RuntimeImpl::removeProcessSet(int id) {
@@ -176,11 +193,14 @@ void RuntimeImpl::removeProcessSet(int id) {
     throw InvalidArgument("removing process sets needs dynamic process sets: set "
                           "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
   }
-  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", {id});
+  ProcessSetChange change;
+  change.id = id;
+  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change));
 }
 
 void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {
   if (topology_.rank != 0) return;
+  LogRankScope logRank(topology_.rank);  // the timeline's writer thread inherits it
   TimelineOptions o;
   o.path = path;
   o.markCycles = markCycles;

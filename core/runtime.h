@@ -22,7 +22,7 @@
 #include "core/common/tensor.h"
 #include "core/coordinator/handle.h"
 #include "core/coordinator/messages.h"
-#include "core/coordinator/op_request.h"
+#include "core/coordinator/messages.h"
 
 namespace hora {
 
@@ -61,7 +61,9 @@ class Runtime {
   virtual void shutdown() = 0;
   virtual bool running() const = 0;
   virtual const Topology& topology() const = 0;
-  virtual const Settings& settings() const = 0;
+  // A snapshot: the settings given at start, with the values autotune has chosen since (cycle
+  // time, fusion threshold). Safe from any thread; later tuning does not change a returned copy.
+  virtual Settings settings() const = 0;
 
   virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) = 0;
 

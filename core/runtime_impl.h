@@ -5,7 +5,9 @@
 // Threads: frontends call enqueue()/process-set queries from any thread; one background thread
 // owns the participant, the coordinator (rank 0), the communicators and the fusion buffer.
 // mu_ guards `running_` and the control channel's lifetime, so that wakeup() never touches a
-// channel the background thread has torn down.
+// channel the background thread has torn down. settings_ never changes after construction; the
+// values autotune changes live in cycleTimeMs_ (loop only) and are published to tuned_ under
+// tunedMu_ for settings().
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -35,7 +37,7 @@ class RuntimeImpl final : public Runtime {
   void shutdown() override;
   bool running() const override;
   const Topology& topology() const override { return topology_; }
-  const Settings& settings() const override { return settings_; }
+  Settings settings() const override;
   std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) override;
   int addProcessSet(const std::vector<int>& ranks) override;
   void removeProcessSet(int id) override;
@@ -52,7 +54,7 @@ class RuntimeImpl final : public Runtime {
                         ConnectOptions& co);
   void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
   std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
-                                         std::vector<int32_t> args);
+                                         ProcessSetChange change);
   void wakeLoop();
 
   // runtime_loop.cc
@@ -61,6 +63,9 @@ class RuntimeImpl final : public Runtime {
   void sendRequests(Clock::time_point now);
   void applyBatch(const ResponseBatch& batch);
   void applyResponse(const Response& r);
+  void applyControl(const Response& r);  // errors, join, barrier, process-set changes
+  void runBarrier(const Response& r);
+  void runData(const Response& r);        // collectives on tensors, through core/ops
   void applyProcessSetChange(const Response& r, TensorEntry* entry);
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);
@@ -68,7 +73,10 @@ class RuntimeImpl final : public Runtime {
   void inspectStalls(Clock::time_point now);
 
   Topology topology_;
-  Settings settings_;
+  const Settings settings_;                   // as given at start
+  double cycleTimeMs_;                        // background thread: the cycle time in force
+  mutable std::mutex tunedMu_;
+  TunedParams tuned_;                         // guarded by tunedMu_: what settings() reports
   std::string transportName_;
   std::unique_ptr<TcpStoreServer> storeServer_;  // rank 0, when the store was bootstrapped
   std::unique_ptr<Store> baseStore_;

@@ -22,6 +22,8 @@ const char* kShutdownText =
 
 void RuntimeImpl::loop() {
   requestPreciseSleeps();
+  HORA_LOG(Debug, "background loop started (" << transportName_ << ", " << topology_.size
+                  << " ranks)");
   std::string reason;
   bool failure = false;
   try {
@@ -61,7 +63,7 @@ void RuntimeImpl::cycle() {
   Millis wait(-1);
   bool haveWork = !fresh_.empty() || participant_.hasResends();
   auto cycleTime = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(settings_.cycleTimeMs));
+      std::chrono::duration<double, std::milli>(cycleTimeMs_));
   if (haveWork) {
     if (participant_.outstanding() == 0 || now - lastSend_ >= cycleTime) {
       sendRequests(now);
@@ -132,7 +134,12 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
   participant_.batchApplied();
-  if (batch.cycleTimeMs >= 0) settings_.cycleTimeMs = batch.cycleTimeMs;
+  if (batch.cycleTimeMs >= 0 || batch.fusionThreshold >= 0) {
+    if (batch.cycleTimeMs >= 0) cycleTimeMs_ = batch.cycleTimeMs;
+    std::lock_guard<std::mutex> lock(tunedMu_);
+    tuned_.cycleTimeMs = cycleTimeMs_;
+    if (batch.fusionThreshold >= 0) tuned_.fusionThreshold = batch.fusionThreshold;
+  }
   if (batch.shutdown) {
     stopReason_ = batch.shutdownReason;
     stopped_ = true;
@@ -149,44 +156,56 @@ void RuntimeImpl::completeNamed(const Response& r, std::exception_ptr error) {
 }
 
 void RuntimeImpl::applyResponse(const Response& r) {
+  if (isDataOp(r.kind)) {
+    runData(r);
+  } else {
+    applyControl(r);
+  }
+}
+
+// Responses without tensors: the runtime handles them itself, no op function involved.
+void RuntimeImpl::applyControl(const Response& r) {
   switch (r.kind) {
-    case OpKind::Error: {
-      std::exception_ptr error;
-      if (r.errorCode == ResponseError::InvalidArgument) {
-        error = std::make_exception_ptr(InvalidCollectiveError(r.errorMessage));
-      } else {
-        error = std::make_exception_ptr(MismatchError(r.errorMessage));
-      }
-      completeNamed(r, error);
+    case OpKind::Error:
+      completeNamed(r, r.errorCode == ResponseError::InvalidArgument
+                           ? std::make_exception_ptr(InvalidCollectiveError(r.errorMessage))
+                           : std::make_exception_ptr(MismatchError(r.errorMessage)));
       return;
-    }
     case OpKind::Join: {
-      auto key = tensorKey(0, r.names.front());
-      if (TensorEntry* e = queue_.find(key)) e->handle->lastJoinedRank = r.lastJoinedRank;
+      // Join requests live in the world set: the coordinator only answers once every rank joined.
+      if (TensorEntry* e = queue_.find(tensorKey(0, r.names.front()))) {
+        e->handle->lastJoinedRank = r.lastJoinedRank;
+      }
       completeNamed(r, nullptr);
       return;
     }
+    case OpKind::Barrier:
+      runBarrier(r);
+      return;
     case OpKind::AddProcessSet:
     case OpKind::RemoveProcessSet:
       applyProcessSetChange(r, queue_.find(tensorKey(0, r.names.front())));
       completeNamed(r, nullptr);
       return;
     default:
-      break;
+      throwInternal(__FILE__, __LINE__, std::string("no control path for ") + opKindName(r.kind));
   }
-  int setRank = sets_.setRank(r.processSetId);
-  if (setRank < 0) return;  // not a member: nothing to run here
+}
+
+void RuntimeImpl::runBarrier(const Response& r) {
+  if (sets_.setRank(r.processSetId) < 0) return;  // not a member: nothing to wait for
+  try {
+    sets_.communicator(r.processSetId)->barrier();
+  } catch (...) {
+    completeNamed(r, std::current_exception());
+    throw;
+  }
+  completeNamed(r, nullptr);
+}
+
+void RuntimeImpl::runData(const Response& r) {
+  if (sets_.setRank(r.processSetId) < 0) return;  // not a member: nothing to run here
   Communicator* comm = sets_.communicator(r.processSetId);
-  if (r.kind == OpKind::Barrier) {
-    try {
-      comm->barrier();
-    } catch (...) {
-      completeNamed(r, std::current_exception());
-      throw;
-    }
-    completeNamed(r, nullptr);
-    return;
-  }
 
   // Take the entries out of the queue before running, so that a frontend woken by completion
   // can reuse the name at once.
@@ -222,13 +241,13 @@ void RuntimeImpl::applyResponse(const Response& r) {
 
 void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
   if (r.kind == OpKind::AddProcessSet) {
-    int id = static_cast<int>(r.sizes.front());
-    std::vector<int> ranks(r.sizes.begin() + 1, r.sizes.end());
+    int id = r.processSet.id;
+    std::vector<int> ranks(r.processSet.ranks.begin(), r.processSet.ranks.end());
     bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
     sets_.add(id, ranks, member ? world_->subset(ranks) : nullptr);
     if (entry != nullptr) entry->handle->processSetId = id;
   } else {
-    sets_.remove(static_cast<int>(r.sizes.front()));
+    sets_.remove(r.processSet.id);
   }
 }
 

@@ -12,6 +12,8 @@ namespace {
 std::atomic<int> gLevel{static_cast<int>(LogLevel::Warning)};
 std::atomic<int> gRank{-1};
 std::atomic<bool> gHideTime{false};
+constexpr int kNoThreadRank = -2;        // this thread has no LogRankScope: use gRank
+thread_local int tRank = kNoThreadRank;
 
 const char* kNames[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
 
@@ -26,6 +28,11 @@ void setLogLevel(const std::string& level) {
 void setLogRank(int rank) { gRank = rank; }
 void setLogHideTime(bool hide) { gHideTime = hide; }
 
+int currentLogRank() { return tRank != kNoThreadRank ? tRank : gRank.load(); }
+
+LogRankScope::LogRankScope(int rank) : previous_(tRank) { tRank = rank; }
+LogRankScope::~LogRankScope() { tRank = previous_; }
+
 bool logEnabled(LogLevel level) { return static_cast<int>(level) >= gLevel.load(); }
 
 void logLine(LogLevel level, const std::string& message) {
@@ -37,7 +44,8 @@ void logLine(LogLevel level, const std::string& message) {
     std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S ", &tm);
   }
   std::string line = std::string("[") + stamp + "hora " + kNames[static_cast<int>(level)];
-  if (gRank >= 0) line += " rank " + std::to_string(gRank.load());
+  int rank = currentLogRank();
+  if (rank >= 0) line += " rank " + std::to_string(rank);
   line += "] " + message + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
 }

@@ -1,172 +1,155 @@
 #include "core/coordinator/codec.h"
 
-#include <cstring>
-#include <type_traits>
-
 #include "core/common/errors.h"
+#include "core/common/wire.h"
+
+// Layout: a batch starts with its version byte, then the fields in the order written below; every
+// integer is little-endian (core/common/wire.h), vectors and strings carry a u32 count. Fields are
+// positional, with no tags: ranks of one job run one build, and the version byte turns a mix of
+// builds into a clear error instead of misread fields. Any change to the field order or types
+// below must bump the version.
+//
+// Decoding never trusts a length: WireReader checks every count against the bytes left before it
+// allocates, enums are checked against their largest value, and a batch must end exactly where
+// its last field does. A malformed batch throws IoError; the background loop treats that like a
+// broken connection (the job stops with the error on every pending handle), because a rank that
+// misread its instructions cannot be allowed to run collectives out of step with the others.
 
 namespace hora {
 namespace {
 
-constexpr uint8_t kRequestBatchVersion = 1;
-constexpr uint8_t kResponseBatchVersion = 1;
+// Version 2: typed per-kind fields (element counts, gathered rows, splits matrix, process-set
+// change) instead of one overloaded size vector; the tuned fusion threshold in response batches.
+constexpr uint8_t kRequestBatchVersion = 2;
+constexpr uint8_t kResponseBatchVersion = 2;
 
-class Writer {
- public:
-  template <typename T>
-  void pod(T v) {
-    static_assert(std::is_trivially_copyable<T>::value, "pod only");
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  void str(const std::string& s) {
-    pod<uint32_t>(static_cast<uint32_t>(s.size()));
-    out_.append(s);
-  }
-  template <typename T>
-  void vec(const std::vector<T>& v) {
-    pod<uint32_t>(static_cast<uint32_t>(v.size()));
-    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-  void strings(const std::vector<std::string>& v) {
-    pod<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (const auto& s : v) str(s);
-  }
-  std::string take() { return std::move(out_); }
+// Items in a vector or batch take at least this many bytes each; bounds counts before allocating.
+constexpr size_t kMinRequestBytes = 1;
+constexpr size_t kMinResponseBytes = 1;
+constexpr size_t kMinStringBytes = 4;
+constexpr uint8_t kMaxReduceOp = static_cast<uint8_t>(ReduceOp::Product);
 
- private:
-  std::string out_;
-};
+void failIfTruncated(const WireReader& rd) {
+  if (!rd.ok()) throw IoError("malformed negotiation message: truncated");
+}
 
-class Reader {
- public:
-  explicit Reader(const std::string& in) : p_(in.data()), end_(in.data() + in.size()) {}
+std::vector<std::string> readStrings(WireReader& rd) {
+  uint32_t n = rd.count(kMinStringBytes);
+  std::vector<std::string> v;
+  v.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) v.push_back(rd.str());
+  return v;
+}
 
-  template <typename T>
-  T pod() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, p_, sizeof(T));
-    p_ += sizeof(T);
-    return v;
-  }
-  std::string str() {
-    auto n = pod<uint32_t>();
-    need(n);
-    std::string s(p_, n);
-    p_ += n;
-    return s;
-  }
-  template <typename T>
-  std::vector<T> vec() {
-    auto n = pod<uint32_t>();
-    need(static_cast<size_t>(n) * sizeof(T));
-    std::vector<T> v(n);
-    if (n > 0) std::memcpy(v.data(), p_, n * sizeof(T));
-    p_ += n * sizeof(T);
-    return v;
-  }
-  std::vector<std::string> strings() {
-    auto n = pod<uint32_t>();
-    need(n);  // every string takes at least its 4-byte length
-    std::vector<std::string> v;
-    v.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) v.push_back(str());
-    return v;
-  }
-  void expectEnd() const {
-    if (p_ != end_) throw IoError("malformed negotiation message: trailing bytes");
-  }
+void writeStrings(WireWriter& w, const std::vector<std::string>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& s : v) w.str(s);
+}
 
- private:
-  void need(size_t n) const {
-    if (static_cast<size_t>(end_ - p_) < n) throw IoError("malformed negotiation message: truncated");
-  }
-  const char* p_;
-  const char* end_;
-};
+// Trailing bytes mean the sender wrote fields this build does not know: as bad as missing ones.
+void expectEnd(const WireReader& rd) {
+  failIfTruncated(rd);
+  if (!rd.atEnd()) throw IoError("malformed negotiation message: trailing bytes");
+}
 
+// An enum value from the wire must name a known value: a corrupt byte must not become an
+// out-of-range OpKind that later code switches on.
 template <typename E>
 E checkedEnum(uint8_t v, uint8_t maxValue, const char* what) {
   if (v > maxValue) throw IoError(std::string("malformed negotiation message: bad ") + what);
   return static_cast<E>(v);
 }
 
-void writeRequest(Writer& w, const Request& r) {
-  w.pod<uint8_t>(static_cast<uint8_t>(r.kind));
+void writeRequest(WireWriter& w, const Request& r) {
+  w.u8(static_cast<uint8_t>(r.kind));
   w.str(r.name);
-  w.pod(r.processSetId);
-  w.pod(r.rank);
-  w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
+  w.i32(r.processSetId);
+  w.i32(r.rank);
+  w.u8(static_cast<uint8_t>(r.dtype));
   w.vec(r.shape);
-  w.pod(r.device);
-  w.pod<uint8_t>(static_cast<uint8_t>(r.reduceOp));
-  w.pod(r.prescale);
-  w.pod(r.postscale);
-  w.pod(r.rootRank);
+  w.i32(r.device);
+  w.u8(static_cast<uint8_t>(r.reduceOp));
+  w.f64(r.prescale);
+  w.f64(r.postscale);
+  w.i32(r.rootRank);
   w.vec(r.splits);
+  w.i32(r.processSet.id);
+  w.vec(r.processSet.ranks);
   w.str(r.callSite);
 }
 
-Request readRequest(Reader& rd) {
+Request readRequest(WireReader& rd) {
   Request r;
-  r.kind = checkedEnum<OpKind>(rd.pod<uint8_t>(), 10, "op kind");
+  r.kind = checkedEnum<OpKind>(rd.u8(), kMaxOpKind, "op kind");
   r.name = rd.str();
-  r.processSetId = rd.pod<int32_t>();
-  r.rank = rd.pod<int32_t>();
-  r.dtype = checkedEnum<DataType>(rd.pod<uint8_t>(), kNumDataTypes - 1, "dtype");
+  r.processSetId = rd.i32();
+  r.rank = rd.i32();
+  r.dtype = checkedEnum<DataType>(rd.u8(), kNumDataTypes - 1, "dtype");
   r.shape = rd.vec<int64_t>();
-  r.device = rd.pod<int32_t>();
-  r.reduceOp = checkedEnum<ReduceOp>(rd.pod<uint8_t>(), 5, "reduce op");
-  r.prescale = rd.pod<double>();
-  r.postscale = rd.pod<double>();
-  r.rootRank = rd.pod<int32_t>();
+  r.device = rd.i32();
+  r.reduceOp = checkedEnum<ReduceOp>(rd.u8(), kMaxReduceOp, "reduce op");
+  r.prescale = rd.f64();
+  r.postscale = rd.f64();
+  r.rootRank = rd.i32();
   r.splits = rd.vec<int32_t>();
+  r.processSet.id = rd.i32();
+  r.processSet.ranks = rd.vec<int32_t>();
   r.callSite = rd.str();
   return r;
 }
 
-void writeResponse(Writer& w, const Response& r) {
-  w.pod<uint8_t>(static_cast<uint8_t>(r.kind));
-  w.strings(r.names);
-  w.pod(r.processSetId);
-  w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
-  w.pod(r.device);
-  w.pod<uint8_t>(static_cast<uint8_t>(r.reduceOp));
-  w.pod(r.prescale);
-  w.pod(r.postscale);
-  w.pod(r.rootRank);
-  w.vec(r.sizes);
+void writeResponse(WireWriter& w, const Response& r) {
+  w.u8(static_cast<uint8_t>(r.kind));
+  writeStrings(w, r.names);
+  w.i32(r.processSetId);
+  w.u8(static_cast<uint8_t>(r.dtype));
+  w.i32(r.device);
+  w.u8(static_cast<uint8_t>(r.reduceOp));
+  w.f64(r.prescale);
+  w.f64(r.postscale);
+  w.i32(r.rootRank);
+  w.vec(r.elementCounts);
   w.vec(r.rowElements);
+  w.vec(r.gatheredRows);
   w.vec(r.cacheSlots);
-  w.pod<uint8_t>(static_cast<uint8_t>(r.errorCode));
+  w.vec(r.splitsMatrix);
+  w.i32(r.processSet.id);
+  w.vec(r.processSet.ranks);
+  w.u8(static_cast<uint8_t>(r.errorCode));
   w.str(r.errorMessage);
-  w.pod(r.lastJoinedRank);
-  w.pod<uint8_t>(r.withJoinedRanks ? 1 : 0);
+  w.i32(r.lastJoinedRank);
+  w.boolean(r.withJoinedRanks);
 }
 
-Response readResponse(Reader& rd) {
+Response readResponse(WireReader& rd) {
   Response r;
-  r.kind = checkedEnum<OpKind>(rd.pod<uint8_t>(), 10, "op kind");
-  r.names = rd.strings();
-  r.processSetId = rd.pod<int32_t>();
-  r.dtype = checkedEnum<DataType>(rd.pod<uint8_t>(), kNumDataTypes - 1, "dtype");
-  r.device = rd.pod<int32_t>();
-  r.reduceOp = checkedEnum<ReduceOp>(rd.pod<uint8_t>(), 5, "reduce op");
-  r.prescale = rd.pod<double>();
-  r.postscale = rd.pod<double>();
-  r.rootRank = rd.pod<int32_t>();
-  r.sizes = rd.vec<int64_t>();
+  r.kind = checkedEnum<OpKind>(rd.u8(), kMaxOpKind, "op kind");
+  r.names = readStrings(rd);
+  r.processSetId = rd.i32();
+  r.dtype = checkedEnum<DataType>(rd.u8(), kNumDataTypes - 1, "dtype");
+  r.device = rd.i32();
+  r.reduceOp = checkedEnum<ReduceOp>(rd.u8(), kMaxReduceOp, "reduce op");
+  r.prescale = rd.f64();
+  r.postscale = rd.f64();
+  r.rootRank = rd.i32();
+  r.elementCounts = rd.vec<int64_t>();
   r.rowElements = rd.vec<int64_t>();
+  r.gatheredRows = rd.vec<int64_t>();
   r.cacheSlots = rd.vec<int32_t>();
-  r.errorCode = checkedEnum<ResponseError>(rd.pod<uint8_t>(), 2, "error code");
+  r.splitsMatrix = rd.vec<int64_t>();
+  r.processSet.id = rd.i32();
+  r.processSet.ranks = rd.vec<int32_t>();
+  r.errorCode = checkedEnum<ResponseError>(rd.u8(), kMaxResponseError, "error code");
   r.errorMessage = rd.str();
-  r.lastJoinedRank = rd.pod<int32_t>();
-  r.withJoinedRanks = rd.pod<uint8_t>() != 0;
+  r.lastJoinedRank = rd.i32();
+  r.withJoinedRanks = rd.boolean();
   return r;
 }
 
-void expectVersion(Reader& rd, uint8_t version, const char* what) {
-  auto v = rd.pod<uint8_t>();
+// A batch from another build of Hora: say so rather than misreading its fields.
+void expectVersion(WireReader& rd, uint8_t version, const char* what) {
+  auto v = rd.u8();
+  failIfTruncated(rd);
   if (v != version) {
     throw IoError(std::string("negotiation ") + what + " has version " + std::to_string(v) +
                   ", this build speaks " + std::to_string(version) +
@@ -177,54 +160,56 @@ void expectVersion(Reader& rd, uint8_t version, const char* what) {
 }  // namespace
 
 std::string encodeRequestBatch(const RequestBatch& b) {
-  Writer w;
-  w.pod(kRequestBatchVersion);
-  w.pod(b.appliedBatches);
+  WireWriter w;
+  w.u8(kRequestBatchVersion);
+  w.u64(b.appliedBatches);
   w.vec(b.cacheBits);
-  w.pod<uint32_t>(static_cast<uint32_t>(b.requests.size()));
+  w.u32(static_cast<uint32_t>(b.requests.size()));
   for (const auto& r : b.requests) writeRequest(w, r);
-  w.pod<uint8_t>(b.shutdown ? 1 : 0);
+  w.boolean(b.shutdown);
   return w.take();
 }
 
 RequestBatch decodeRequestBatch(const std::string& bytes) {
-  Reader rd(bytes);
+  WireReader rd(bytes);
   expectVersion(rd, kRequestBatchVersion, "request");
   RequestBatch b;
-  b.appliedBatches = rd.pod<uint64_t>();
+  b.appliedBatches = rd.u64();
   b.cacheBits = rd.vec<uint64_t>();
-  auto n = rd.pod<uint32_t>();
+  auto n = rd.count(kMinRequestBytes);
   for (uint32_t i = 0; i < n; ++i) b.requests.push_back(readRequest(rd));
-  b.shutdown = rd.pod<uint8_t>() != 0;
-  rd.expectEnd();
+  b.shutdown = rd.boolean();
+  expectEnd(rd);
   return b;
 }
 
 std::string encodeResponseBatch(const ResponseBatch& b) {
-  Writer w;
-  w.pod(kResponseBatchVersion);
-  w.pod(b.sequence);
+  WireWriter w;
+  w.u8(kResponseBatchVersion);
+  w.u64(b.sequence);
   w.vec(b.evictedSlots);
-  w.pod<uint32_t>(static_cast<uint32_t>(b.responses.size()));
+  w.u32(static_cast<uint32_t>(b.responses.size()));
   for (const auto& r : b.responses) writeResponse(w, r);
-  w.pod(b.cycleTimeMs);
-  w.pod<uint8_t>(b.shutdown ? 1 : 0);
+  w.f64(b.cycleTimeMs);
+  w.i64(b.fusionThreshold);
+  w.boolean(b.shutdown);
   w.str(b.shutdownReason);
   return w.take();
 }
 
 ResponseBatch decodeResponseBatch(const std::string& bytes) {
-  Reader rd(bytes);
+  WireReader rd(bytes);
   expectVersion(rd, kResponseBatchVersion, "response");
   ResponseBatch b;
-  b.sequence = rd.pod<uint64_t>();
+  b.sequence = rd.u64();
   b.evictedSlots = rd.vec<int32_t>();
-  auto n = rd.pod<uint32_t>();
+  auto n = rd.count(kMinResponseBytes);
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
-  b.cycleTimeMs = rd.pod<double>();
-  b.shutdown = rd.pod<uint8_t>() != 0;
+  b.cycleTimeMs = rd.f64();
+  b.fusionThreshold = rd.i64();
+  b.shutdown = rd.boolean();
   b.shutdownReason = rd.str();
-  rd.expectEnd();
+  expectEnd(rd);
   return b;
 }
 

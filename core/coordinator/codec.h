@@ -24,6 +24,8 @@ struct ResponseBatch {
   std::vector<int32_t> evictedSlots;  // applied before the responses
   std::vector<Response> responses;
   double cycleTimeMs = -1;            // >= 0: every rank adopts this cycle time (autotune)
+  int64_t fusionThreshold = -1;       // >= 0: the threshold rank 0 fuses with now (autotune;
+                                      // only rank 0 fuses, the others report it)
   bool shutdown = false;
   std::string shutdownReason;
 };

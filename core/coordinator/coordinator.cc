@@ -5,7 +5,7 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/coordinator/tensor_queue.h"
-#include "core/coordinator/validation.h"
+#include "core/coordinator/response_builder.h"
 #include "core/fusion/fusion_planner.h"
 
 namespace hora {
@@ -91,6 +91,7 @@ PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
       if (auto tuned = autotuner_.onStep(p.firstSeen)) {
         settings_.fusionThreshold = tuned->fusionThreshold;
         newCycleTimeMs_ = tuned->cycleTimeMs;
+        newFusionThreshold_ = tuned->fusionThreshold;
       }
     }
   }
@@ -204,7 +205,7 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
   for (const auto& q : p.requests) in.setRanks.push_back(sets_.setRankOf(p.processSetId, q.rank));
   in.setSize = sets_.size(p.processSetId);
   in.someRanksJoined = someJoined;
-  Response r = constructResponse(in);
+  Response r = negotiateResponse(in);
   if (r.kind == OpKind::AddProcessSet || r.kind == OpKind::RemoveProcessSet) {
     finishProcessSetResponse(r);
   }
@@ -243,7 +244,7 @@ void Coordinator::assignSlot(const std::string& key, const PendingTensor& p, Res
 void Coordinator::finishProcessSetResponse(Response& r) {
   const std::string& name = r.names.front();
   if (r.kind == OpKind::AddProcessSet) {
-    std::vector<int> ranks(r.sizes.begin(), r.sizes.end());
+    std::vector<int> ranks(r.processSet.ranks.begin(), r.processSet.ranks.end());
     int existing = sets_.findByRanks(ranks);
     if (existing >= 0) {
       r = errorResponse(name, 0, ResponseError::InvalidArgument,
@@ -251,10 +252,10 @@ void Coordinator::finishProcessSetResponse(Response& r) {
                             std::to_string(existing) + ")");
       return;
     }
-    r.sizes.insert(r.sizes.begin(), nextProcessSetId_++);
+    r.processSet.id = nextProcessSetId_++;
     return;
   }
-  int id = r.sizes.empty() ? -1 : static_cast<int>(r.sizes.front());
+  int id = r.processSet.id;
   if (id <= 0 || !sets_.contains(id)) {
     r = errorResponse(name, 0, ResponseError::InvalidArgument,
                       "cannot remove process set " + std::to_string(id) +
@@ -278,7 +279,10 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   }
   for (auto& r : immediate_) singles.push_back(std::move(r));
   immediate_.clear();
-  if (singles.empty() && evictions_.empty() && !shutdown_ && newCycleTimeMs_ < 0) return false;
+  if (singles.empty() && evictions_.empty() && !shutdown_ && newCycleTimeMs_ < 0 &&
+      newFusionThreshold_ < 0) {
+    return false;
+  }
   if (autotuner_.active()) {
     for (const auto& r : singles) {
       if (r.kind != OpKind::Error) {
@@ -294,6 +298,8 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
                               [this](int setId) { return sets_.contains(setId) ? sets_.size(setId) : 1; });
   out->cycleTimeMs = newCycleTimeMs_;
   newCycleTimeMs_ = -1;
+  out->fusionThreshold = newFusionThreshold_;
+  newFusionThreshold_ = -1;
   out->shutdown = shutdown_;
   out->shutdownReason = shutdownReason_;
   return true;

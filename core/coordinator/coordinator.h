@@ -90,6 +90,7 @@ class Coordinator {
   Autotuner autotuner_;
   std::string firstKey_;            // the first tensor ever negotiated: a new step when it recurs
   double newCycleTimeMs_ = -1;      // to announce in the next batch
+  int64_t newFusionThreshold_ = -1;  // likewise
   bool warnedFull_ = false;
   bool shutdown_ = false;
   std::string shutdownReason_;

@@ -15,28 +15,24 @@ bool needsRows(OpKind k) {
   return k == OpKind::Allgather || k == OpKind::Alltoall || k == OpKind::Reducescatter;
 }
 
-bool carriesTensor(OpKind k) {
-  return k != OpKind::Join && k != OpKind::Barrier && k != OpKind::AddProcessSet &&
-         k != OpKind::RemoveProcessSet;
-}
-
 }  // namespace
 
-Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets,
+void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets,
                              const Capabilities& data) {
-  const std::string& name = op.name;
+  Request& r = op.request;
+  const std::string& name = r.name;
   require(!name.empty(), "every tensor needs a name");
-  require(sets.contains(op.processSetId),
-          "process set " + std::to_string(op.processSetId) + " is not known (tensor '" + name + "')");
-  int setRank = sets.setRank(op.processSetId);
+  require(sets.contains(r.processSetId),
+          "process set " + std::to_string(r.processSetId) + " is not known (tensor '" + name + "')");
+  int setRank = sets.setRank(r.processSetId);
   require(setRank >= 0, "tensor '" + name + "': Rank " + std::to_string(worldRank) +
                             " is not a member of the provided process set.");
-  int setSize = sets.size(op.processSetId);
+  int setSize = sets.size(r.processSetId);
 
-  if (op.kind == OpKind::Allreduce && op.reduceOp == ReduceOp::Adasum) op.kind = OpKind::Adasum;
-  const OpKind kind = op.kind;
+  if (r.kind == OpKind::Allreduce && r.reduceOp == ReduceOp::Adasum) r.kind = OpKind::Adasum;
+  const OpKind kind = r.kind;
   const TensorView& t = op.tensor;
-  if (carriesTensor(kind)) {
+  if (isDataOp(kind)) {
     require(static_cast<int>(t.dtype) < kNumDataTypes, "Tensor type is not supported.");
     require(data.accepts(t.device),
             "tensor '" + name + "' is on " + t.device.name() +
@@ -49,7 +45,7 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
                                   "' needs at least one dimension; got a scalar (rank-zero tensor)");
   }
   if (kind == OpKind::Reducescatter) {
-    require(op.reduceOp == ReduceOp::Sum || op.reduceOp == ReduceOp::Average,
+    require(r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average,
             "Reducescatter currently only supports AVERAGE and SUM.");
   }
   if (kind == OpKind::Adasum) {
@@ -57,25 +53,25 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
                                      "' is " + dtypeName(t.dtype));
   }
   if (kind == OpKind::Broadcast) {
-    require(sets.setRankOf(op.processSetId, op.rootRank) >= 0,
-            "broadcast received invalid root rank " + std::to_string(op.rootRank) +
+    require(sets.setRankOf(r.processSetId, r.rootRank) >= 0,
+            "broadcast received invalid root rank " + std::to_string(r.rootRank) +
                 " for provided process set (tensor '" + name + "')");
   }
   if (kind == OpKind::Alltoall) {
     int64_t dim0 = t.shape[0];
-    if (op.splits.empty()) {
+    if (r.splits.empty()) {
       require(dim0 % setSize == 0,
               "alltoall of '" + name + "' without splits needs the first dimension (" +
                   std::to_string(dim0) + ") to be divisible by the number of ranks (" +
                   std::to_string(setSize) + ")");
-      op.splits.assign(setSize, static_cast<int32_t>(dim0 / setSize));
+      r.splits.assign(setSize, static_cast<int32_t>(dim0 / setSize));
     }
-    require(static_cast<int>(op.splits.size()) == setSize,
+    require(static_cast<int>(r.splits.size()) == setSize,
             "Number of entries in splits does not equal number of workers (tensor '" + name +
-                "': " + std::to_string(op.splits.size()) + " splits, " + std::to_string(setSize) +
+                "': " + std::to_string(r.splits.size()) + " splits, " + std::to_string(setSize) +
                 " workers).");
     int64_t sum = 0;
-    for (int32_t s : op.splits) {
+    for (int32_t s : r.splits) {
       require(s >= 0, "alltoall splits of '" + name + "' must not be negative");
       sum += s;
     }
@@ -84,21 +80,10 @@ Request checkAndBuildRequest(OpRequest& op, int worldRank, const ProcessSetTable
                              std::to_string(dim0) + ")");
   }
 
-  Request r;
-  r.kind = kind;
-  r.name = name;
-  r.processSetId = op.processSetId;
   r.rank = worldRank;
   r.dtype = t.dtype;
   r.shape = t.shape;
   r.device = t.device.code();
-  r.reduceOp = op.reduceOp;
-  r.prescale = op.prescale;
-  r.postscale = op.postscale;
-  r.rootRank = op.rootRank;
-  r.splits = op.splits;
-  r.callSite = op.callSite;
-  return r;
 }
 
 }  // namespace hora

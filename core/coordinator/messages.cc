@@ -19,11 +19,25 @@ const char* opKindName(OpKind k) {
   return "UNKNOWN";
 }
 
+bool isDataOp(OpKind k) {
+  switch (k) {
+    case OpKind::Allreduce:
+    case OpKind::Adasum:
+    case OpKind::Allgather:
+    case OpKind::Broadcast:
+    case OpKind::Alltoall:
+    case OpKind::Reducescatter:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool Request::sameParams(const Request& o) const {
   return kind == o.kind && processSetId == o.processSetId && dtype == o.dtype &&
          shape == o.shape && device == o.device && reduceOp == o.reduceOp &&
          prescale == o.prescale && postscale == o.postscale && rootRank == o.rootRank &&
-         splits == o.splits;
+         splits == o.splits && processSet == o.processSet;
 }
 
 }  // namespace hora

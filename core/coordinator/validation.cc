@@ -1,7 +1,6 @@
 #include "core/coordinator/validation.h"
 
 #include <cctype>
-#include <functional>
 #include <sstream>
 
 #include "core/common/tensor.h"
@@ -10,21 +9,6 @@ namespace hora {
 namespace {
 
 constexpr size_t kMaxRanksListed = 16;
-
-// "rank 0: float32, rank 1: int32, ..." over every contributing rank.
-std::string perRank(const NegotiationInput& in, const std::function<std::string(const Request&)>& f) {
-  std::ostringstream os;
-  const auto& reqs = *in.requests;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (i == kMaxRanksListed) {
-      os << ", ...";
-      break;
-    }
-    if (i > 0) os << ", ";
-    os << "rank " << reqs[i].rank << ": " << f(reqs[i]);
-  }
-  return os.str();
-}
 
 std::string num(double v) {
   std::ostringstream os;
@@ -36,13 +20,114 @@ std::vector<int64_t> tail(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
 }
 
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t n = 1;
-  for (auto d : v) n *= d;
-  return n;
+bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+bool anyKind(OpKind) { return true; }
+bool sameShapeKind(OpKind k) {
+  return k == OpKind::Allreduce || k == OpKind::Adasum || k == OpKind::Broadcast ||
+         k == OpKind::Reducescatter;
+}
+bool rowsKind(OpKind k) { return k == OpKind::Allgather || k == OpKind::Alltoall; }
+bool reducingKind(OpKind k) { return k == OpKind::Allreduce || k == OpKind::Reducescatter; }
+bool broadcastKind(OpKind k) { return k == OpKind::Broadcast; }
+bool processSetKind(OpKind k) { return k == OpKind::AddProcessSet || k == OpKind::RemoveProcessSet; }
+
+// One parameter every rank must submit identically (for the kinds it applies to).
+struct AgreementRule {
+  const char* what;          // "Mismatched <what> for tensor ..."
+  bool namesKind;            // what is prefixed with the op kind: "ALLGATHER tensor shapes"
+  bool (*appliesTo)(OpKind);
+  bool (*agrees)(const Request& a, const Request& b);
+  std::string (*show)(const Request& r);  // this rank's value, for the message
+};
+
+std::string showShape(const Request& r) { return shapeString(r.shape); }
+
+// In check order. The first rule fixes the op kind that selects the others.
+const AgreementRule kRules[] = {
+    {"operations", false, anyKind,
+     [](const Request& a, const Request& b) { return a.kind == b.kind; },
+     [](const Request& r) { return std::string(opKindName(r.kind)); }},
+    {"data types", false, anyKind,
+     [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
+     [](const Request& r) { return std::string(dtypeName(r.dtype)); }},
+    {"CPU/GPU device selection", true, anyKind,
+     [](const Request& a, const Request& b) { return a.device == b.device; },
+     [](const Request& r) {
+       return r.device < 0 ? std::string("CPU") : "GPU " + std::to_string(r.device);
+     }},
+    {"tensor shapes", true, sameShapeKind,
+     [](const Request& a, const Request& b) { return a.shape == b.shape; }, showShape},
+    {"tensor shapes (all dimensions but the first must match)", true, rowsKind,
+     [](const Request& a, const Request& b) {
+       return a.shape.size() == b.shape.size() && tail(a.shape) == tail(b.shape);
+     },
+     showShape},
+    {"reduction operations", false, reducingKind,
+     [](const Request& a, const Request& b) { return a.reduceOp == b.reduceOp; },
+     [](const Request& r) { return std::string(reduceOpName(r.reduceOp)); }},
+    {"prescale factors", false, anyKind,
+     [](const Request& a, const Request& b) { return a.prescale == b.prescale; },
+     [](const Request& r) { return num(r.prescale); }},
+    {"postscale factors", false, anyKind,
+     [](const Request& a, const Request& b) { return a.postscale == b.postscale; },
+     [](const Request& r) { return num(r.postscale); }},
+    {"root ranks", true, broadcastKind,
+     [](const Request& a, const Request& b) { return a.rootRank == b.rootRank; },
+     [](const Request& r) { return std::to_string(r.rootRank); }},
+    {"process set arguments", false, processSetKind,
+     [](const Request& a, const Request& b) { return a.processSet == b.processSet; },
+     [](const Request& r) {
+       const auto& args = r.kind == OpKind::AddProcessSet ? r.processSet.ranks
+                                                          : std::vector<int32_t>{r.processSet.id};
+       return shapeString(std::vector<int64_t>(args.begin(), args.end()));
+     }},
+};
+
+// "Mismatched <what> for tensor 'x': rank 0: float32, rank 1: int32. Every rank must ..."
+Response mismatch(const NegotiationInput& in, const AgreementRule& rule) {
+  const auto& reqs = *in.requests;
+  const Request& first = reqs.front();
+  std::string what = rule.namesKind ? opKindName(first.kind) + std::string(" ") + rule.what
+                                    : std::string(rule.what);
+  std::ostringstream ranks;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i == kMaxRanksListed) {
+      ranks << ", ...";
+      break;
+    }
+    if (i > 0) ranks << ", ";
+    ranks << "rank " << reqs[i].rank << ": " << rule.show(reqs[i]);
+  }
+  return errorResponse(first.name, first.processSetId, ResponseError::Mismatch,
+                       "Mismatched " + what + " for tensor '" + first.name + "': " + ranks.str() +
+                           ". Every rank must submit the same " + what + " under one name.");
 }
 
-bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+// What the ranks agreed on must also be able to run.
+std::optional<Response> checkRunnable(const NegotiationInput& in) {
+  const auto& reqs = *in.requests;
+  const Request& first = reqs.front();
+  const std::string& name = first.name;
+  if (in.someRanksJoined && first.kind != OpKind::Allreduce && first.kind != OpKind::Barrier) {
+    return joinUnsupportedResponse(name, first.processSetId, first.kind);
+  }
+  if (first.kind == OpKind::Adasum && !isPowerOfTwo(in.setSize)) {
+    return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
+                         "Running Adasum with non-power of 2 ranks is not supported yet (tensor '" +
+                             name + "', " + std::to_string(in.setSize) + " ranks).");
+  }
+  if (first.kind == OpKind::Alltoall) {
+    for (const auto& r : reqs) {
+      if (static_cast<int>(r.splits.size()) != in.setSize) {
+        return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
+                             "Number of entries in splits does not equal number of workers "
+                             "(tensor '" + name + "', rank " + std::to_string(r.rank) + ").");
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -66,129 +151,16 @@ Response joinUnsupportedResponse(const std::string& name, int processSetId, OpKi
                            "sparse_as_dense=True if using DistributedOptimizer.");
 }
 
-Response constructResponse(const NegotiationInput& in) {
+std::optional<Response> checkAgreement(const NegotiationInput& in) {
   const auto& reqs = *in.requests;
   const Request& first = reqs.front();
-  const std::string& name = first.name;
-  auto mismatch = [&](const std::string& what,
-                      const std::function<std::string(const Request&)>& f) {
-    return errorResponse(name, first.processSetId, ResponseError::Mismatch,
-                         "Mismatched " + what + " for tensor '" + name + "': " + perRank(in, f) +
-                             ". Every rank must submit the same " + what + " under one name.");
-  };
-  auto differs = [&](const std::function<bool(const Request&)>& same) {
+  for (const AgreementRule& rule : kRules) {
+    if (!rule.appliesTo(first.kind)) continue;
     for (const auto& r : reqs) {
-      if (!same(r)) return true;
-    }
-    return false;
-  };
-
-  if (differs([&](const Request& r) { return r.kind == first.kind; })) {
-    return mismatch("operations", [](const Request& r) { return opKindName(r.kind); });
-  }
-  const OpKind kind = first.kind;
-  const std::string kindName = opKindName(kind);
-  if (differs([&](const Request& r) { return r.dtype == first.dtype; })) {
-    return mismatch("data types", [](const Request& r) { return dtypeName(r.dtype); });
-  }
-  if (differs([&](const Request& r) { return r.device == first.device; })) {
-    return mismatch(kindName + " CPU/GPU device selection", [](const Request& r) {
-      return r.device < 0 ? std::string("CPU") : "GPU " + std::to_string(r.device);
-    });
-  }
-  auto shapeOf = [](const Request& r) { return shapeString(r.shape); };
-  bool sameShapeRequired = kind == OpKind::Allreduce || kind == OpKind::Adasum ||
-                           kind == OpKind::Broadcast || kind == OpKind::Reducescatter;
-  if (sameShapeRequired && differs([&](const Request& r) { return r.shape == first.shape; })) {
-    return mismatch(kindName + " tensor shapes", shapeOf);
-  }
-  if (kind == OpKind::Allgather || kind == OpKind::Alltoall) {
-    if (differs([&](const Request& r) { return r.shape.size() == first.shape.size(); }) ||
-        differs([&](const Request& r) { return tail(r.shape) == tail(first.shape); })) {
-      return mismatch(kindName + " tensor shapes (all dimensions but the first must match)",
-                      shapeOf);
+      if (!rule.agrees(first, r)) return mismatch(in, rule);
     }
   }
-  bool reduces = kind == OpKind::Allreduce || kind == OpKind::Reducescatter;
-  if (reduces && differs([&](const Request& r) { return r.reduceOp == first.reduceOp; })) {
-    return mismatch("reduction operations", [](const Request& r) { return reduceOpName(r.reduceOp); });
-  }
-  if (differs([&](const Request& r) { return r.prescale == first.prescale; })) {
-    return mismatch("prescale factors", [](const Request& r) { return num(r.prescale); });
-  }
-  if (differs([&](const Request& r) { return r.postscale == first.postscale; })) {
-    return mismatch("postscale factors", [](const Request& r) { return num(r.postscale); });
-  }
-  if (kind == OpKind::Broadcast &&
-      differs([&](const Request& r) { return r.rootRank == first.rootRank; })) {
-    return mismatch("BROADCAST root ranks", [](const Request& r) { return std::to_string(r.rootRank); });
-  }
-  if ((kind == OpKind::AddProcessSet || kind == OpKind::RemoveProcessSet) &&
-      differs([&](const Request& r) { return r.splits == first.splits; })) {
-    return mismatch("process set arguments", [](const Request& r) {
-      return shapeString(std::vector<int64_t>(r.splits.begin(), r.splits.end()));
-    });
-  }
-
-  if (in.someRanksJoined && kind != OpKind::Allreduce && kind != OpKind::Barrier) {
-    return joinUnsupportedResponse(name, first.processSetId, kind);
-  }
-  if (kind == OpKind::Adasum) {
-    if (!isPowerOfTwo(in.setSize)) {
-      return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
-                           "Running Adasum with non-power of 2 ranks is not supported yet (tensor '" +
-                               name + "', " + std::to_string(in.setSize) + " ranks).");
-    }
-  }
-
-  Response resp;
-  resp.kind = kind;
-  resp.names = {name};
-  resp.processSetId = first.processSetId;
-  resp.dtype = first.dtype;
-  resp.device = first.device;
-  resp.reduceOp = first.reduceOp;
-  resp.prescale = first.prescale;
-  resp.postscale = first.postscale;
-  resp.rootRank = first.rootRank;
-  resp.withJoinedRanks = in.someRanksJoined;
-  resp.cacheSlots = {-1};
-  switch (kind) {
-    case OpKind::Allreduce:
-    case OpKind::Adasum:
-      resp.sizes = {product(first.shape)};
-      break;
-    case OpKind::Reducescatter:
-      resp.sizes = {product(first.shape)};
-      resp.rowElements = {product(tail(first.shape))};
-      break;
-    case OpKind::Allgather:
-      resp.sizes.assign(in.setSize, 0);
-      for (size_t i = 0; i < reqs.size(); ++i) resp.sizes[in.setRanks[i]] = reqs[i].shape[0];
-      resp.rowElements = {product(tail(first.shape))};
-      break;
-    case OpKind::Alltoall:
-      resp.sizes.assign(static_cast<size_t>(in.setSize) * in.setSize, 0);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        if (static_cast<int>(reqs[i].splits.size()) != in.setSize) {
-          return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
-                               "Number of entries in splits does not equal number of workers "
-                               "(tensor '" + name + "', rank " + std::to_string(reqs[i].rank) + ").");
-        }
-        for (int j = 0; j < in.setSize; ++j) {
-          resp.sizes[static_cast<size_t>(in.setRanks[i]) * in.setSize + j] = reqs[i].splits[j];
-        }
-      }
-      resp.rowElements = {product(tail(first.shape))};
-      break;
-    case OpKind::AddProcessSet:
-    case OpKind::RemoveProcessSet:
-      resp.sizes.assign(first.splits.begin(), first.splits.end());
-      break;
-    default:
-      break;
-  }
-  return resp;
+  return checkRunnable(in);
 }
 
 }  // namespace hora

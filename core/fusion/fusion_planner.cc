@@ -15,7 +15,9 @@ bool compatible(const Response& a, const Response& b) {
 
 void append(Response& group, const Response& r) {
   group.names.insert(group.names.end(), r.names.begin(), r.names.end());
-  group.sizes.insert(group.sizes.end(), r.sizes.begin(), r.sizes.end());
+  group.elementCounts.insert(group.elementCounts.end(), r.elementCounts.begin(),
+                             r.elementCounts.end());
+  group.gatheredRows.insert(group.gatheredRows.end(), r.gatheredRows.begin(), r.gatheredRows.end());
   group.rowElements.insert(group.rowElements.end(), r.rowElements.begin(), r.rowElements.end());
   group.cacheSlots.insert(group.cacheSlots.end(), r.cacheSlots.begin(), r.cacheSlots.end());
 }
@@ -27,11 +29,15 @@ int64_t fusionBytes(const Response& r, int setSize) {
   if (r.kind == OpKind::Allgather) {
     for (size_t t = 0; t < r.names.size(); ++t) {
       int64_t rows = 0;
-      for (int i = 0; i < setSize; ++i) rows += r.sizes[t * setSize + i];
+      for (int i = 0; i < setSize; ++i) rows += r.gatheredRows[t * setSize + i];
       elements += rows * r.rowElements[t];
     }
+  } else if (r.kind == OpKind::Alltoall) {
+    int64_t rows = 0;
+    for (int64_t n : r.splitsMatrix) rows += n;
+    elements = r.rowElements.empty() ? 0 : rows * r.rowElements.front();
   } else {
-    for (int64_t n : r.sizes) elements += n;
+    for (int64_t n : r.elementCounts) elements += n;
   }
   return elements * static_cast<int64_t>(dtypeSize(r.dtype));
 }

@@ -13,7 +13,8 @@
 
 namespace hora {
 
-// Bytes a response occupies in a fusion buffer (for allgather: the gathered output).
+// Bytes a response occupies in a fusion buffer (allgather: the gathered output; alltoall: the
+// rows every rank sends).
 int64_t fusionBytes(const Response& r, int setSize);
 
 std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,

@@ -65,7 +65,7 @@ void runAdasum(const Response& r, OpContext& cx) {
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     TensorEntry* e = cx.entries[t];
     HORA_CHECK(e != nullptr, "adasum without a local tensor");
-    const size_t n = static_cast<size_t>(r.sizes[t]);
+    const size_t n = static_cast<size_t>(r.elementCounts[t]);
     const size_t bytes = n * dtypeSize(r.dtype);
     void* mine = e->tensor.data;
     if (r.prescale != 1.0) scaleInPlace(mine, n, r.dtype, r.prescale);

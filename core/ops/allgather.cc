@@ -21,7 +21,7 @@ void runAllgather(const Response& r, OpContext& cx) {
   const int n = cx.comm.size(), me = cx.comm.rank();
   const size_t elem = dtypeSize(r.dtype);
   const size_t tensors = r.tensorCount();
-  auto rows = [&](size_t t, int rank) { return static_cast<size_t>(r.sizes[t * n + rank]); };
+  auto rows = [&](size_t t, int rank) { return static_cast<size_t>(r.gatheredRows[t * n + rank]); };
   auto rowBytes = [&](size_t t) { return static_cast<size_t>(r.rowElements[t]) * elem; };
 
   std::vector<size_t> blockBytes(n, 0);

@@ -14,7 +14,7 @@ double effectivePostscale(const Response& r, int setSize) {
 void runAllreduce(const Response& r, OpContext& cx) {
   const size_t elem = dtypeSize(r.dtype);
   size_t total = 0;
-  for (int64_t n : r.sizes) total += static_cast<size_t>(n);
+  for (int64_t n : r.elementCounts) total += static_cast<size_t>(n);
 
   // One tensor of our own runs in place; fused tensors, and zeros for a joined rank, run in the
   // persistent fusion buffer.
@@ -25,7 +25,7 @@ void runAllreduce(const Response& r, OpContext& cx) {
     ActivityScope a(cx, r, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;
     for (size_t t = 0; t < r.tensorCount(); ++t) {
-      size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;
+      size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
       if (cx.entries[t] != nullptr) {
         if (bytes > 0) std::memcpy(buf + off, cx.entries[t]->tensor.data, bytes);
       } else {
@@ -48,7 +48,7 @@ void runAllreduce(const Response& r, OpContext& cx) {
     ActivityScope a(cx, r, "MEMCPY_OUT_FUSION_BUFFER");
     size_t off = 0;
     for (size_t t = 0; t < r.tensorCount(); ++t) {
-      size_t bytes = static_cast<size_t>(r.sizes[t]) * elem;
+      size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
       if (cx.entries[t] != nullptr && bytes > 0) {
         std::memcpy(cx.entries[t]->tensor.data, buf + off, bytes);
       }

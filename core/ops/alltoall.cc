@@ -3,7 +3,7 @@
 
 namespace hora {
 
-// sizes holds the splits matrix: sizes[i * n + j] rows go from set rank i to set rank j.
+// splitsMatrix[i * n + j] rows go from set rank i to set rank j.
 void runAlltoall(const Response& r, OpContext& cx) {
   const int n = cx.comm.size(), me = cx.comm.rank();
   TensorEntry* e = cx.entries.at(0);
@@ -13,8 +13,8 @@ void runAlltoall(const Response& r, OpContext& cx) {
   std::vector<int32_t> received(n);
   int64_t rows = 0;
   for (int j = 0; j < n; ++j) {
-    sendBytes[j] = static_cast<size_t>(r.sizes[static_cast<size_t>(me) * n + j]) * rowBytes;
-    received[j] = static_cast<int32_t>(r.sizes[static_cast<size_t>(j) * n + me]);
+    sendBytes[j] = static_cast<size_t>(r.splitsMatrix[static_cast<size_t>(me) * n + j]) * rowBytes;
+    received[j] = static_cast<int32_t>(r.splitsMatrix[static_cast<size_t>(j) * n + me]);
     recvBytes[j] = static_cast<size_t>(received[j]) * rowBytes;
     rows += received[j];
   }

@@ -25,7 +25,7 @@ void runReducescatter(const Response& r, OpContext& cx) {
   std::vector<int64_t> dim0(tensors);
   for (size_t t = 0; t < tensors; ++t) {
     HORA_CHECK(cx.entries[t] != nullptr, "reducescatter without a local tensor");
-    dim0[t] = r.rowElements[t] > 0 ? r.sizes[t] / r.rowElements[t] : cx.entries[t]->tensor.shape[0];
+    dim0[t] = r.rowElements[t] > 0 ? r.elementCounts[t] / r.rowElements[t] : cx.entries[t]->tensor.shape[0];
   }
   std::vector<size_t> counts(n, 0);
   for (int k = 0; k < n; ++k) {

@@ -82,7 +82,10 @@ void Timeline::start(const TimelineOptions& options) {
   writeAll(fd_, header, 0);
   endOffset_ = static_cast<int64_t>(header.size()) - 1;
   markCycles_ = options.markCycles;
-  writer_ = std::thread([this] { writerLoop(); });
+  writer_ = std::thread([this, rank = currentLogRank()] {
+    LogRankScope logRank(rank);
+    writerLoop();
+  });
   enabled_ = true;
 }
 

@@ -67,8 +67,8 @@ TEST(Capabilities, TcpCommunicatorDeclaresHostMemoryOnly) {
 
 OpRequest requestOn(Device device, std::vector<float>& v) {
   OpRequest op;
-  op.kind = OpKind::Allreduce;
-  op.name = "t";
+  op.request.kind = OpKind::Allreduce;
+  op.request.name = "t";
   op.tensor.data = v.data();
   op.tensor.dtype = DataType::Float32;
   op.tensor.shape = {static_cast<int64_t>(v.size())};
@@ -83,11 +83,12 @@ TEST(Capabilities, EnqueueRefusesADeviceTheTransportDoesNotTake) {
   Capabilities cpuOnly = Capabilities::cpuComplete();
 
   OpRequest onCpu = requestOn(Device::cpu(), v);
-  EXPECT_EQ(checkAndBuildRequest(onCpu, 0, sets, cpuOnly).device, -1);
+  checkAndCompleteRequest(onCpu, 0, sets, cpuOnly);
+  EXPECT_EQ(onCpu.request.device, -1);
 
   OpRequest onGpu = requestOn(Device::cuda(1), v);
   try {
-    checkAndBuildRequest(onGpu, 0, sets, cpuOnly);
+    checkAndCompleteRequest(onGpu, 0, sets, cpuOnly);
     FAIL() << "a GPU tensor passed the checks of a CPU-only transport";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("GPU 1"), std::string::npos) << e.what();
@@ -96,7 +97,8 @@ TEST(Capabilities, EnqueueRefusesADeviceTheTransportDoesNotTake) {
   Capabilities withCuda = cpuOnly;
   withCuda.cudaMemory = true;
   OpRequest onGpuAgain = requestOn(Device::cuda(1), v);
-  EXPECT_EQ(checkAndBuildRequest(onGpuAgain, 0, sets, withCuda).device, 1);
+  checkAndCompleteRequest(onGpuAgain, 0, sets, withCuda);
+  EXPECT_EQ(onGpuAgain.request.device, 1);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ Request sampleRequest() {
   r.postscale = 3.25;
   r.rootRank = 1;
   r.splits = {1, 2, 4};
+  r.processSet.id = 6;
+  r.processSet.ranks = {0, 3};
   r.callSite = "train.py:42";
   return r;
 }
@@ -50,8 +52,12 @@ TEST(Codec, ResponseBatchRoundTrips) {
   r.names = {"a", "b"};
   r.processSetId = 1;
   r.dtype = DataType::Float16;
-  r.sizes = {1, 2, 3, 4};
+  r.elementCounts = {7, 8};
   r.rowElements = {5, 6};
+  r.gatheredRows = {1, 2, 3, 4};
+  r.splitsMatrix = {9, 10, 11, 12};
+  r.processSet.id = 4;
+  r.processSet.ranks = {1, 2};
   r.cacheSlots = {0, -1};
   r.errorCode = ResponseError::Mismatch;
   r.errorMessage = "nope";
@@ -60,6 +66,8 @@ TEST(Codec, ResponseBatchRoundTrips) {
   b.responses = {r};
   b.shutdown = true;
   b.shutdownReason = "bye";
+  b.cycleTimeMs = 2.5;
+  b.fusionThreshold = 1 << 22;
   ResponseBatch d = decodeResponseBatch(encodeResponseBatch(b));
   EXPECT_EQ(d.sequence, 77u);
   EXPECT_EQ(d.evictedSlots, b.evictedSlots);
@@ -68,14 +76,28 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(x.kind, OpKind::Allgather);
   EXPECT_EQ(x.names, r.names);
   EXPECT_EQ(x.dtype, DataType::Float16);
-  EXPECT_EQ(x.sizes, r.sizes);
+  EXPECT_EQ(x.elementCounts, r.elementCounts);
   EXPECT_EQ(x.rowElements, r.rowElements);
+  EXPECT_EQ(x.gatheredRows, r.gatheredRows);
+  EXPECT_EQ(x.splitsMatrix, r.splitsMatrix);
+  EXPECT_EQ(x.processSet, r.processSet);
   EXPECT_EQ(x.cacheSlots, r.cacheSlots);
   EXPECT_EQ(x.errorCode, ResponseError::Mismatch);
   EXPECT_EQ(x.errorMessage, "nope");
   EXPECT_EQ(x.lastJoinedRank, 3);
   EXPECT_TRUE(x.withJoinedRanks);
   EXPECT_EQ(d.shutdownReason, "bye");
+  EXPECT_EQ(d.cycleTimeMs, 2.5);
+  EXPECT_EQ(d.fusionThreshold, 1 << 22);
+}
+
+TEST(Codec, IntegersAreLittleEndianOnTheWire) {
+  RequestBatch b;
+  b.appliedBatches = 0x0102030405060708ull;
+  std::string bytes = encodeRequestBatch(b);
+  ASSERT_GE(bytes.size(), 9u);
+  // Byte 0 is the version; the u64 follows, least significant byte first on every host.
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<uint8_t>(bytes[1 + i]), 8 - i) << "byte " << i;
 }
 
 TEST(Codec, TruncatedOrCorruptMessagesThrowIoError) {

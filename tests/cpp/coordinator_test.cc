@@ -96,7 +96,7 @@ TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
   auto out = job.answer();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{4}));
+  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{4}));
 }
 
 TEST(Coordinator, SecondStepTravelsAsCacheBits) {
@@ -133,7 +133,7 @@ TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {
   auto out = job.answer();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{6}));
+  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{6}));
 }
 
 TEST(Coordinator, MismatchNamesEveryRank) {

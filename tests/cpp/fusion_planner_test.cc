@@ -10,7 +10,7 @@ Response allreduce(const std::string& name, int64_t elements, DataType dtype = D
   r.kind = OpKind::Allreduce;
   r.names = {name};
   r.dtype = dtype;
-  r.sizes = {elements};
+  r.elementCounts = {elements};
   r.cacheSlots = {-1};
   return r;
 }
@@ -22,7 +22,7 @@ TEST(FusionPlanner, FusesCompatibleUpToThreshold) {
   auto out = planFusion(in, 80, oneSet);  // 40 bytes each: two fit
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].names, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{10, 10}));
+  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{10, 10}));
   EXPECT_EQ(out[0].cacheSlots.size(), 2u);
   EXPECT_EQ(out[1].names, (std::vector<std::string>{"c"}));
 }
@@ -66,14 +66,14 @@ TEST(FusionPlanner, AllgatherBytesCountEveryRank) {
   g.kind = OpKind::Allgather;
   g.names = {"g"};
   g.dtype = DataType::Float32;
-  g.sizes = {3, 5};       // dim0 on rank 0 and rank 1
+  g.gatheredRows = {3, 5};  // dim0 on rank 0 and rank 1
   g.rowElements = {2};
   EXPECT_EQ(fusionBytes(g, 2), (3 + 5) * 2 * 4);
   Response h = g;
   h.names = {"h"};
   auto out = planFusion({g, h}, 1 << 10, oneSet);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].sizes, (std::vector<int64_t>{3, 5, 3, 5}));
+  EXPECT_EQ(out[0].gatheredRows, (std::vector<int64_t>{3, 5, 3, 5}));
   EXPECT_EQ(out[0].rowElements, (std::vector<int64_t>{2, 2}));
 }
 

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 #include <unistd.h>
 
 #include "core/common/errors.h"
@@ -40,10 +41,10 @@ void runJob(int n, const std::function<void(Runtime&, int)>& body,
 
 OpRequest allreduceOf(std::vector<float>& v, const std::string& name) {
   OpRequest r;
-  r.kind = OpKind::Allreduce;
-  r.name = name;
+  r.request.kind = OpKind::Allreduce;
+  r.request.name = name;
   r.tensor = {v.data(), DataType::Float32, {static_cast<int64_t>(v.size())}};
-  r.callSite = "train.py:7";
+  r.request.callSite = "train.py:7";
   return r;
 }
 
@@ -134,7 +135,11 @@ namespace {
 
 TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
   std::string log = "/tmp/hora_autotune_" + std::to_string(getpid()) + ".csv";
+  // What settings() reports after each step, per rank.
+  std::vector<std::vector<std::pair<int64_t, double>>> tuned(2);
   runJob(2, [&](Runtime& rt, int rank) {
+    static_assert(std::is_same<decltype(rt.settings()), Settings>::value,
+                  "settings() hands out a snapshot, not the loop's state");
     for (int step = 0; step < 80; ++step) {
       std::vector<std::vector<float>> g(4, std::vector<float>(64, static_cast<float>(rank + step)));
       std::vector<OpRequest> reqs;
@@ -144,6 +149,9 @@ TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
         h->rethrowIfFailed();
       }
       for (int t = 0; t < 4; ++t) ASSERT_EQ(g[t][0], static_cast<float>(2 * step + 1));
+      Settings now = rt.settings();
+      EXPECT_TRUE(now.autotune);
+      tuned[rank].emplace_back(now.fusionThreshold, now.cycleTimeMs);
     }
   }, [&](RuntimeOptions& o) {
     o.settings.autotune = true;
@@ -159,6 +167,13 @@ TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
   EXPECT_GE(lines, 1 + 8 + 5) << "every threshold and cycle-time candidate is scored:\n" << csv;
   EXPECT_NE(csv.find(",0,"), std::string::npos) << "fusion off is a candidate";
   EXPECT_NE(csv.find(",134217728,"), std::string::npos);
+  // A rank starts a step only after applying every batch of the previous one, and rank 0 tunes
+  // only when a step starts: after each step both ranks report the same tuned values, and the
+  // tuner visibly moved (fusion off is one of its candidates).
+  EXPECT_EQ(tuned[0], tuned[1]);
+  bool visitedFusionOff = false;
+  for (const auto& v : tuned[1]) visitedFusionOff = visitedFusionOff || v.first == 0;
+  EXPECT_TRUE(visitedFusionOff);
   ::unlink(log.c_str());
 }
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/common/errors.h"
+#include "core/common/logging.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
 #include "tests/cpp/spawn.h"
@@ -41,9 +42,9 @@ void runJob(int n, const std::function<void(Runtime&, int)>& body,
 OpRequest allreduceOf(std::vector<float>& v, const std::string& name,
                       ReduceOp op = ReduceOp::Sum) {
   OpRequest r;
-  r.kind = OpKind::Allreduce;
-  r.name = name;
-  r.reduceOp = op;
+  r.request.kind = OpKind::Allreduce;
+  r.request.name = name;
+  r.request.reduceOp = op;
   r.tensor.data = v.data();
   r.tensor.dtype = DataType::Float32;
   r.tensor.shape = {static_cast<int64_t>(v.size())};
@@ -125,8 +126,8 @@ TEST(Runtime, AverageAndScales) {
   runJob(2, [&](Runtime& rt, int rank) {
     std::vector<float> v(5, static_cast<float>(rank + 1));
     OpRequest r = allreduceOf(v, "avg", ReduceOp::Average);
-    r.prescale = 2.0;
-    r.postscale = 0.5;
+    r.request.prescale = 2.0;
+    r.request.postscale = 0.5;
     waitOk(rt.enqueue({r}).front());
     for (float x : v) EXPECT_FLOAT_EQ(x, 1.5f);  // ((1*2 + 2*2) / 2) * 0.5
   });
@@ -137,8 +138,8 @@ TEST(Runtime, AllgatherWithUnevenFirstDimension) {
   runJob(n, [&](Runtime& rt, int rank) {
     std::vector<int32_t> mine(static_cast<size_t>(rank + 1) * 2, rank);
     OpRequest r;
-    r.kind = OpKind::Allgather;
-    r.name = "ag";
+    r.request.kind = OpKind::Allgather;
+    r.request.name = "ag";
     r.tensor = {mine.data(), DataType::Int32, {rank + 1, 2}};
     auto h = rt.enqueue({r}).front();
     waitOk(h);
@@ -186,8 +187,8 @@ TEST(Runtime, JoinLetsOthersFinishAndReturnsLastRank) {
       for (float x : v) EXPECT_FLOAT_EQ(x, 5.0f / 3);  // joined ranks add zeros
     }
     OpRequest j;
-    j.kind = OpKind::Join;
-    j.name = "join.noname";
+    j.request.kind = OpKind::Join;
+    j.request.name = "join.noname";
     auto h = rt.enqueue({j}).front();
     waitOk(h);
     EXPECT_EQ(h->lastJoinedRank, 0);
@@ -200,7 +201,7 @@ TEST(Runtime, StaticProcessSetRunsOnItsMembersOnly) {
     EXPECT_EQ(rt.processSetRanks(1), (std::vector<int>{0, 2}));
     std::vector<float> v(2, static_cast<float>(rank));
     OpRequest r = allreduceOf(v, "x");
-    r.processSetId = 1;
+    r.request.processSetId = 1;
     if (rank == 1) {
       EXPECT_THROW(rt.enqueue({r}), InvalidArgument);
     } else {
@@ -229,6 +230,25 @@ TEST(Runtime, ShutdownOnOneRankFailsPendingWorkElsewhere) {
     ASSERT_TRUE(h->wait(Millis(15000))) << "pending work must fail, not hang";
     EXPECT_THROW(h->rethrowIfFailed(), ShutdownError);
   });
+}
+
+// Ranks as threads: every runtime's lines carry its own rank, not the last one started.
+TEST(Runtime, EachRuntimeLogsWithItsOwnRank) {
+  const int n = 3;
+  testing::internal::CaptureStderr();
+  runJob(n, [&](Runtime& rt, int) {
+    std::vector<float> v(2, 1.0f);
+    waitOk(rt.enqueue({allreduceOf(v, "x")}).front());
+  }, [](RuntimeOptions& o) { o.settings.logLevel = "debug"; });
+  std::string out = testing::internal::GetCapturedStderr();
+  setLogLevel("warning");
+  setLogRank(-1);
+  for (int rank = 0; rank < n; ++rank) {
+    std::string line = "DEBUG rank " + std::to_string(rank) + "] background loop started";
+    size_t first = out.find(line);
+    EXPECT_NE(first, std::string::npos) << out;
+    EXPECT_EQ(out.find(line, first + 1), std::string::npos) << "twice: " << line;
+  }
 }
 
 TEST(Runtime, ReinitAfterShutdown) {
