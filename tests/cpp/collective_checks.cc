@@ -55,17 +55,18 @@ std::string where(const Communicator& comm) {
 
 // Ranks running as threads ask for the same reference at the same time: it is computed once.
 std::shared_ptr<const Bytes> sharedReduction(uint64_t seed, const std::vector<int>& members, size_t count,
-                                             DataType dtype, ReduceOp op, bool orderRevealing) {
+                                             DataType dtype, ReduceOp op, ValueKind kind) {
   static std::mutex mutex;
   static std::string lastKey;
   static std::shared_ptr<const Bytes> last;
   std::string key = std::to_string(seed) + "/" + std::to_string(count) + "/" + std::to_string(int(dtype)) +
-                    "/" + std::to_string(int(op)) + "/" + (orderRevealing ? "r" : "e");
+                    "/" + std::to_string(int(op)) + "/" + (kind.orderRevealing ? "r" : "e") +
+                    (kind.integersWrap ? "w" : "s");
   for (int m : members) key += "/" + std::to_string(m);
   std::lock_guard<std::mutex> lock(mutex);
   if (key != lastKey || !last) {
     last.reset();  // frees the previous (possibly large) reference first
-    last = std::make_shared<const Bytes>(referenceReduction(seed, members, count, dtype, op, orderRevealing));
+    last = std::make_shared<const Bytes>(referenceReduction(seed, members, count, dtype, op, kind));
     lastKey = key;
   }
   return last;
@@ -92,12 +93,14 @@ std::string compareBytes(const Bytes& got, const Bytes& want, const std::string&
 
 std::string checkAllreduce(Communicator& comm, const Case& c, const CheckContext& context) {
   const std::vector<int> members = membersOf(comm, context);
-  const bool revealing = context.rankOrderedFloats && isFloating(c.dtype) &&
-                         (c.op == ReduceOp::Sum || c.op == ReduceOp::Product);
+  ValueKind kind;
+  kind.orderRevealing = context.rankOrderedFloats && isFloating(c.dtype) &&
+                        (c.op == ReduceOp::Sum || c.op == ReduceOp::Product);
+  kind.integersWrap = context.integersWrap;
   const uint64_t seed = seedOf(c);
-  Bytes buf = makeValues(seed, members[comm.rank()], c.count, c.dtype, c.op, revealing);
+  Bytes buf = makeValues(seed, members[comm.rank()], c.count, c.dtype, c.op, kind);
   comm.allreduce(buf.data(), c.count, c.dtype, c.op);
-  auto want = sharedReduction(seed, members, c.count, c.dtype, c.op, revealing);
+  auto want = sharedReduction(seed, members, c.count, c.dtype, c.op, kind);
   std::string diff = compareElements(buf.data(), want->data(), c.count, c.dtype);
   return diff.empty() ? "" : where(comm) + "allreduce: " + diff;
 }
@@ -111,11 +114,13 @@ std::string checkReduceScatter(Communicator& comm, const Case& c, const CheckCon
   const std::vector<size_t> at = prefixSums(counts);
   const size_t total = at[n], es = dtypeSize(c.dtype);
   const uint64_t seed = seedOf(c);
-  const Bytes original = makeValues(seed, members[r], total, c.dtype, c.op, false);
+  ValueKind kind;
+  kind.integersWrap = context.integersWrap;
+  const Bytes original = makeValues(seed, members[r], total, c.dtype, c.op, kind);
   Bytes in = original;
   Bytes out(counts[r] * es, 0x5a);
   comm.reduceScatter(in.data(), out.data(), counts, c.dtype, c.op);
-  auto all = sharedReduction(seed, members, total, c.dtype, c.op, false);
+  auto all = sharedReduction(seed, members, total, c.dtype, c.op, kind);
   std::string diff = compareElements(out.data(), all->data() + at[r] * es, counts[r], c.dtype);
   if (!diff.empty()) return where(comm) + "reducescatter: " + diff;
   if (in != original) return where(comm) + "reducescatter modified its input";

@@ -10,6 +10,8 @@
 // even after every step, as the engine defines them). The reference folds in rank order; inputs are
 // exact (order-independent) unless the transport promises rank-order floating reductions, in which
 // case floating Sum/Product allreduce inputs make the order visible and the check is bit-exact.
+// Integer inputs span the full range, so sums and products wrap, unless the transport leaves
+// overflow undefined.
 //
 // Every rank of the communicator must run the same cases in the same order. runCase() returns ""
 // when the case passed on this rank, else what went wrong; it throws only what the transport throws.
@@ -39,6 +41,9 @@ struct Case {
 struct CheckContext {
   // The transport reduces floating Sum/Product in rank order, bit for bit, at every size.
   bool rankOrderedFloats = false;
+  // Integer sums and products wrap on overflow, as in NumPy (the engine's own kernels). When false,
+  // integer inputs stay small enough never to overflow.
+  bool integersWrap = true;
   // members[i] is the data identity of communicator rank i (its world rank for a subset); empty
   // means 0..size-1.
   std::vector<int> members;

@@ -170,13 +170,24 @@ float referenceBfloat16ToFloat(uint16_t b) {
   return f;
 }
 
-Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op, bool orderRevealing) {
+Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op, ValueKind kind) {
+  const bool orderRevealing = kind.orderRevealing;
+  const bool isSigned = dtype == DataType::Int8 || dtype == DataType::Int16 || dtype == DataType::Int32 ||
+                        dtype == DataType::Int64;
   Bytes b(count * dtypeSize(dtype));
   uint8_t* p = b.data();
   const uint64_t base = mix64(seed ^ mix64(static_cast<uint64_t>(dataRank) + 0x51ed27));
   for (size_t i = 0; i < count; ++i) {
     uint64_t h = mix64(base + i);
     uint64_t raw = op == ReduceOp::Product ? (h | 1) : h;
+    if (!kind.integersWrap && (op == ReduceOp::Sum || op == ReduceOp::Product)) {
+      // |sum| <= 4 per rank; products of 1, 2 (on the first six ranks only) and -1 stay within int8.
+      int64_t v = op == ReduceOp::Sum ? static_cast<int64_t>(h % 9) - 4
+                                      : ((h % 3 == 0 && dataRank < 6) ? 2 : 1);
+      if (op == ReduceOp::Product && isSigned && (h & 8)) v = -v;
+      if (!isSigned && v < 0) v = -v;
+      raw = static_cast<uint64_t>(v);
+    }
     switch (dtype) {
       case DataType::UInt8: store<uint8_t>(p, i, static_cast<uint8_t>(raw)); break;
       case DataType::Int8: store<int8_t>(p, i, static_cast<int8_t>(raw)); break;
@@ -232,10 +243,10 @@ void referenceFold(uint8_t* acc, const uint8_t* x, size_t count, DataType dtype,
 }
 
 Bytes referenceReduction(uint64_t seed, const std::vector<int>& members, size_t count, DataType dtype,
-                         ReduceOp op, bool orderRevealing) {
-  Bytes acc = makeValues(seed, members[0], count, dtype, op, orderRevealing);
+                         ReduceOp op, ValueKind kind) {
+  Bytes acc = makeValues(seed, members[0], count, dtype, op, kind);
   for (size_t k = 1; k < members.size(); ++k) {
-    Bytes x = makeValues(seed, members[k], count, dtype, op, orderRevealing);
+    Bytes x = makeValues(seed, members[k], count, dtype, op, kind);
     referenceFold(acc.data(), x.data(), count, dtype, op);
   }
   return acc;
