@@ -199,6 +199,11 @@ TEST(Coordinator, StaleBitIsIgnoredAndResent) {
   job.answer();  // b evicts a's slot
   job.coordinator().ingest(0, stale);  // too old: ignored
   EXPECT_TRUE(job.answer().empty());
+  // Slot 0 now holds b. Rank 1 asks for b again (by bit); rank 0 has not. Counted as a hit, rank 0's
+  // stale bit for a would make b ready and run it on a rank that never submitted it.
+  job.enqueue(1, "b", {1});
+  job.send(1);
+  EXPECT_TRUE(job.answer().empty()) << "a stale bit counted as a hit on the slot's new tensor";
   job.enqueue(1, "a", {1});
   job.send(1);
   RequestBatch resent = job.send(0);  // rank 0 resends a in full after the eviction
@@ -206,6 +211,12 @@ TEST(Coordinator, StaleBitIsIgnoredAndResent) {
   auto out = job.answer();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].names[0], "a");
+  // b runs once rank 0 asks for it too.
+  job.enqueue(0, "b", {1});
+  job.send(0);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names[0], "b");
 }
 
 TEST(Coordinator, JoinedRanksLetAllreduceRunAndJoinReturnsLastRank) {
