@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -236,15 +237,21 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
     cv.notify_all();
     std::this_thread::sleep_for(300ms);
   });
-  test::spawnRanks(n, [&](int rank) {
-    if (rank == 2) {  // arrives only after the strangers had their go at rank 1
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [&] { return strangersDone; });
-    }
-    Connection conn = connect(store, options(rank, n));
-    checkAllreduce(*conn.world, {0, 1, 2}, 1001, DataType::Float32, ReduceOp::Sum);
-  });
+  std::exception_ptr failure;  // rethrown once the stranger's thread is joined
+  try {
+    test::spawnRanks(n, [&](int rank) {
+      if (rank == 2) {  // arrives only after the strangers had their go at rank 1
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return strangersDone; });
+      }
+      Connection conn = connect(store, options(rank, n));
+      checkAllreduce(*conn.world, {0, 1, 2}, 1001, DataType::Float32, ReduceOp::Sum);
+    });
+  } catch (...) {
+    failure = std::current_exception();
+  }
   stranger.join();
+  if (failure) std::rethrow_exception(failure);
   EXPECT_EQ(outcomes, (std::vector<std::string>{"garbage dropped", "wrong secret refused"}));
 }
 
