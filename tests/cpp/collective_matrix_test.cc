@@ -40,7 +40,9 @@ struct MatrixParam {
   Case c;
 };
 
-void PrintTo(const MatrixParam& p, std::ostream* os) { *os << p.transport.registryName << " " << fullCaseName(p.c); }
+void PrintTo(const MatrixParam& p, std::ostream* os) {
+  *os << p.transport.registryName << " " << fullCaseName(p.c);
+}
 
 // N connected ranks of one transport, kept for the cases that follow.
 struct RankGroup {
@@ -157,22 +159,19 @@ TEST_P(Alltoallv, MatchesReference) { runMatrixCase(GetParam()); }
 TEST_P(Barrier, NoRankLeavesBeforeEveryRankEntered) { runMatrixCase(GetParam()); }
 TEST_P(SendRecv, MatchesReference) { runMatrixCase(GetParam()); }
 
-// Every collective's suite for one transport, its tests named Label/Collective.Test/case.
-#define HORA_COLLECTIVE_MATRIX(Label, transport)                                                        \
-  INSTANTIATE_TEST_SUITE_P(Label, Allreduce, ::testing::ValuesIn(paramsFor(transport, Collective::Allreduce)), \
-                           paramName);                                                                  \
-  INSTANTIATE_TEST_SUITE_P(Label, ReduceScatter,                                                        \
-                           ::testing::ValuesIn(paramsFor(transport, Collective::ReduceScatter)), paramName); \
-  INSTANTIATE_TEST_SUITE_P(Label, Allgatherv,                                                           \
-                           ::testing::ValuesIn(paramsFor(transport, Collective::Allgatherv)), paramName); \
-  INSTANTIATE_TEST_SUITE_P(Label, Broadcast, ::testing::ValuesIn(paramsFor(transport, Collective::Broadcast)), \
-                           paramName);                                                                  \
-  INSTANTIATE_TEST_SUITE_P(Label, Alltoallv, ::testing::ValuesIn(paramsFor(transport, Collective::Alltoallv)), \
-                           paramName);                                                                  \
-  INSTANTIATE_TEST_SUITE_P(Label, Barrier, ::testing::ValuesIn(paramsFor(transport, Collective::Barrier)),   \
-                           paramName);                                                                  \
-  INSTANTIATE_TEST_SUITE_P(Label, SendRecv, ::testing::ValuesIn(paramsFor(transport, Collective::SendRecv)), \
+// Every collective's suite for one transport, its tests named Label/Collective.Test/case. Each
+// suite is named after its Collective.
+#define HORA_MATRIX_SUITE(Label, Suite, transport)                                                   \
+  INSTANTIATE_TEST_SUITE_P(Label, Suite, ::testing::ValuesIn(paramsFor(transport, Collective::Suite)), \
                            paramName)
+#define HORA_COLLECTIVE_MATRIX(Label, transport)       \
+  HORA_MATRIX_SUITE(Label, Allreduce, transport);      \
+  HORA_MATRIX_SUITE(Label, ReduceScatter, transport);  \
+  HORA_MATRIX_SUITE(Label, Allgatherv, transport);     \
+  HORA_MATRIX_SUITE(Label, Broadcast, transport);      \
+  HORA_MATRIX_SUITE(Label, Alltoallv, transport);      \
+  HORA_MATRIX_SUITE(Label, Barrier, transport);        \
+  HORA_MATRIX_SUITE(Label, SendRecv, transport)
 
 // The transports under test, one line each.
 HORA_COLLECTIVE_MATRIX(Tcp, kTcp);
