@@ -1,6 +1,7 @@
 // Negotiation without a transport: N participants and one coordinator exchange batches directly.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 
 #include "core/coordinator/coordinator.h"
@@ -27,13 +28,15 @@ class Job {
   }
 
   void enqueue(int rank, const std::string& name, std::vector<int64_t> shape,
-               OpKind kind = OpKind::Allreduce, DataType dtype = DataType::Float32) {
+               OpKind kind = OpKind::Allreduce, DataType dtype = DataType::Float32,
+               const std::function<void(Request&)>& tweak = nullptr) {
     TensorEntry e;
     e.request.kind = kind;
     e.request.name = name;
     e.request.rank = rank;
     e.request.shape = std::move(shape);
     e.request.dtype = dtype;
+    if (tweak) tweak(e.request);
     e.handle = std::make_shared<Handle>();
     std::vector<TensorEntry> group;
     group.push_back(std::move(e));
@@ -164,6 +167,60 @@ TEST(Coordinator, DtypeMismatch) {
   EXPECT_NE(out[0].errorMessage.find("rank 1: int32"), std::string::npos);
 }
 
+// Every parameter that must agree across ranks: a difference on rank 1 is an error response
+// that names what differs and what each rank asked for.
+TEST(Coordinator, EveryAgreementCheckNamesEachRanksValue) {
+  struct Disagreement {
+    const char* what;
+    std::function<void(Request&, bool odd)> tweak;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Disagreement> cases = {
+      {"op kind", [](Request& r, bool odd) { r.kind = odd ? OpKind::Allgather : OpKind::Allreduce; },
+       {"Mismatched operations", "rank 0: ALLREDUCE", "rank 1: ALLGATHER"}},
+      {"reduce op", [](Request& r, bool odd) { r.reduceOp = odd ? ReduceOp::Max : ReduceOp::Sum; },
+       {"Mismatched reduction operations", "rank 1: MAX"}},
+      {"reducescatter op",
+       [](Request& r, bool odd) {
+         r.kind = OpKind::Reducescatter;
+         r.reduceOp = odd ? ReduceOp::Min : ReduceOp::Sum;
+       },
+       {"Mismatched reduction operations", "rank 1: MIN"}},
+      {"broadcast root",
+       [](Request& r, bool odd) {
+         r.kind = OpKind::Broadcast;
+         r.rootRank = odd ? 1 : 0;
+       },
+       {"Mismatched BROADCAST root ranks", "rank 0: 0", "rank 1: 1"}},
+      {"prescale", [](Request& r, bool odd) { r.prescale = odd ? 2.0 : 1.0; },
+       {"Mismatched prescale factors", "rank 1: 2"}},
+      {"postscale", [](Request& r, bool odd) { r.postscale = odd ? 0.5 : 1.0; },
+       {"Mismatched postscale factors", "rank 1: 0.5"}},
+      {"allgather rows",
+       [](Request& r, bool odd) {
+         r.kind = OpKind::Allgather;
+         r.shape = {2, odd ? 4 : 3};
+       },
+       {"all dimensions but the first must match", "rank 0: [2, 3]", "rank 1: [2, 4]"}},
+  };
+  for (const auto& d : cases) {
+    SCOPED_TRACE(d.what);
+    Job job(2, 16);
+    for (int r = 0; r < 2; ++r) {
+      job.enqueue(r, "t", {2, 3}, OpKind::Allreduce, DataType::Float32,
+                  [&](Request& q) { d.tweak(q, r == 1); });
+    }
+    job.send(0);
+    job.send(1);
+    auto out = job.answer();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].kind, OpKind::Error);
+    for (const auto& piece : d.expected) {
+      EXPECT_NE(out[0].errorMessage.find(piece), std::string::npos) << out[0].errorMessage;
+    }
+  }
+}
+
 TEST(Coordinator, CachedOnOneRankChangedOnAnotherStillRaisesMismatch) {
   Job job(2, 16);
   for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {4});
@@ -199,6 +256,11 @@ TEST(Coordinator, StaleBitIsIgnoredAndResent) {
   job.answer();  // b evicts a's slot
   job.coordinator().ingest(0, stale);  // too old: ignored
   EXPECT_TRUE(job.answer().empty());
+  // Slot 0 now holds b. Rank 1 asks for b again (by bit); rank 0 has not. Counted as a hit, rank 0's
+  // stale bit for a would make b ready and run it on a rank that never submitted it.
+  job.enqueue(1, "b", {1});
+  job.send(1);
+  EXPECT_TRUE(job.answer().empty()) << "a stale bit counted as a hit on the slot's new tensor";
   job.enqueue(1, "a", {1});
   job.send(1);
   RequestBatch resent = job.send(0);  // rank 0 resends a in full after the eviction
@@ -206,6 +268,12 @@ TEST(Coordinator, StaleBitIsIgnoredAndResent) {
   auto out = job.answer();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].names[0], "a");
+  // b runs once rank 0 asks for it too.
+  job.enqueue(0, "b", {1});
+  job.send(0);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names[0], "b");
 }
 
 TEST(Coordinator, JoinedRanksLetAllreduceRunAndJoinReturnsLastRank) {

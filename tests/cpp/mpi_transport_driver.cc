@@ -1,6 +1,7 @@
-// The MPI transport under mpirun: every collective of MpiCommunicator against a reference
-// computed here (all dtypes and element-wise ops, several sizes), once with MPI's int counts and
-// once with a tiny maxCount that forces the chunked and point-to-point fallback paths; subsets;
+// The MPI transport under mpirun: every collective of MpiCommunicator through the shared checks of
+// collective_checks.h (the cases the gtest matrix runs on other transports), once with MPI's int
+// counts and once with a tiny maxCount that forces the chunked and point-to-point fallback paths;
+// subsets;
 // the control channel (ordering, crossing large messages, wakeup, timeouts); connect()'s rank
 // check; the rendezvous store bootstrapped over MPI (a fresh secret each time, strangers refused);
 // and jobs whose control and data roles run on different transports. Run as
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "core/common/errors.h"
-#include "core/common/reduce.h"
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
@@ -27,75 +27,16 @@
 #include "core/transport/mpi/mpi_context.h"
 #include "core/transport/tcp/control_channel.h"
 #include "core/transport/transport.h"
+#include "tests/cpp/collective_checks.h"
 
 namespace hora {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
 
 int gRank = 0;
 int gSize = 1;
 int gPassed = 0;
 int gFailed = 0;
-
-const DataType kDtypes[] = {DataType::UInt8,   DataType::Int8,    DataType::UInt16, DataType::Int16,
-                            DataType::Int32,   DataType::Int64,   DataType::Float16, DataType::BFloat16,
-                            DataType::Float32, DataType::Float64, DataType::Bool};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product};
-
-bool isSigned(DataType t) {
-  return t == DataType::Int8 || t == DataType::Int16 || t == DataType::Int32 || t == DataType::Int64 ||
-         isFloating(t);
-}
-
-void setValue(void* buf, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::UInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case DataType::Int8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case DataType::UInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
-    case DataType::Int16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
-    case DataType::Int32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::Int64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case DataType::Float16: static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v)); break;
-    case DataType::BFloat16: static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v)); break;
-    case DataType::Float32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::Float64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::Bool: static_cast<uint8_t*>(buf)[i] = v != 0.0 ? 1 : 0; break;
-  }
-}
-
-// Rank r's input for a test: values whose reduction over 4 ranks is exact in every dtype and
-// does not overflow, so the order MPI reduces in does not matter.
-Bytes input(int r, size_t count, DataType t, ReduceOp op, int salt) {
-  Bytes b(count * dtypeSize(t));
-  for (size_t i = 0; i < count; ++i) {
-    unsigned h = static_cast<unsigned>((i * 2654435761u) ^ (static_cast<unsigned>(r) * 40503u) ^
-                                       (static_cast<unsigned>(salt) * 97u));
-    double v;
-    if (t == DataType::Bool) {
-      v = (h >> 3) & 1;
-    } else if (op == ReduceOp::Product) {
-      v = 1 + (h % 2);
-      if (isSigned(t) && (h & 8)) v = -v;
-      if (isFloating(t) && (h & 16)) v = 0.5;
-    } else {
-      v = static_cast<double>(h % 9);
-      if (isSigned(t)) v -= 4;
-      if (isFloating(t)) v += (h & 32) ? 0.5 : 0.0;
-    }
-    setValue(b.data(), i, t, v);
-  }
-  return b;
-}
-
-Bytes reduceRef(size_t count, DataType t, ReduceOp op, int salt, int n) {
-  Bytes acc = input(0, count, t, op, salt);
-  for (int r = 1; r < n; ++r) {
-    Bytes x = input(r, count, t, op, salt);
-    if (count > 0) reduceInto(acc.data(), x.data(), count, t, op);
-  }
-  return acc;
-}
 
 void expect(bool ok, const std::string& what) {
   if (ok) {
@@ -116,116 +57,23 @@ void expectThrows(const std::function<void()>& body, const std::string& what) {
   expect(false, what + " (no error)");
 }
 
-Bytes pattern(int r, size_t bytes, int salt) {
-  Bytes b(bytes);
-  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<uint8_t>(r * 31 + i * 7 + salt);
-  return b;
-}
-
-void testCollectives(Communicator& comm, const std::string& label) {
-  const int n = comm.size(), me = comm.rank();
-  const size_t sizes[] = {0, 1, 17, 1001};
-  int salt = 0;
-  for (DataType t : kDtypes) {
-    for (ReduceOp op : kOps) {
-      for (size_t count : sizes) {
-        ++salt;
-        Bytes buf = input(me, count, t, op, salt);
-        comm.allreduce(buf.data(), count, t, op);
-        expect(buf == reduceRef(count, t, op, salt, n),
-               label + " allreduce " + dtypeName(t) + " " + reduceOpName(op) + " " + std::to_string(count));
-      }
-    }
+// Every case of the shared collective checks for this communicator's size. A failed case prints
+// as label/Collective/case, the name the gtest matrix gives the same case on other transports.
+// MPI makes no promise about the order it reduces in, so floating inputs are exact; and it leaves
+// integer overflow undefined (Open MPI's AVX op saturates 8- and 16-bit sums, open-mpi/ompi#8045),
+// so integer sums and products stay in range.
+void testCollectives(Communicator& comm, const std::string& label, bool large, Store& store) {
+  test::CheckContext context;
+  context.store = &store;
+  context.integersWrap = false;
+  for (const test::Case& c : test::allMatrixCases(comm.size(), large)) {
+    // Each label runs each case once, so the name is a key prefix no other run shares.
+    std::string name = label + "/" + test::fullCaseName(c);
+    context.storePrefix = name;
+    std::string failure = test::runCase(comm, c, context);
+    expect(failure.empty(), failure.empty() ? name : name + ": " + failure);
   }
-  for (DataType t : {DataType::Float16, DataType::BFloat16, DataType::Int32, DataType::Float64, DataType::Bool}) {
-    for (size_t rows : {size_t(0), size_t(1), size_t(13)}) {
-      ++salt;
-      std::vector<size_t> counts(n);
-      for (int k = 0; k < n; ++k) counts[k] = rows + static_cast<size_t>(k % 2);
-      size_t total = 0, mine = 0;
-      for (int k = 0; k < n; ++k) {
-        if (k == me) mine = total;
-        total += counts[k];
-      }
-      Bytes in = input(me, total, t, ReduceOp::Sum, salt);
-      Bytes out(counts[me] * dtypeSize(t));
-      comm.reduceScatter(in.data(), out.data(), counts, t, ReduceOp::Sum);
-      Bytes ref = reduceRef(total, t, ReduceOp::Sum, salt, n);
-      Bytes want(ref.begin() + mine * dtypeSize(t), ref.begin() + (mine + counts[me]) * dtypeSize(t));
-      expect(out == want, label + " reducescatter " + dtypeName(t) + " " + std::to_string(rows));
-    }
-  }
-  for (bool inPlace : {false, true}) {
-    for (size_t unit : {size_t(1), size_t(4), size_t(24)}) {
-      ++salt;
-      std::vector<size_t> bytes(n);
-      for (int k = 0; k < n; ++k) bytes[k] = unit * static_cast<size_t>((k * 3 + salt) % 5);
-      size_t total = 0, mine = 0;
-      for (int k = 0; k < n; ++k) {
-        if (k == me) mine = total;
-        total += bytes[k];
-      }
-      Bytes out(total, 0xee), want;
-      for (int k = 0; k < n; ++k) {
-        Bytes p = pattern(k, bytes[k], salt);
-        want.insert(want.end(), p.begin(), p.end());
-      }
-      Bytes own = pattern(me, bytes[me], salt);
-      if (inPlace) {
-        std::copy(own.begin(), own.end(), out.begin() + mine);
-        comm.allgatherv(out.data() + mine, out.data(), bytes);
-      } else {
-        comm.allgatherv(own.data(), out.data(), bytes);
-      }
-      expect(out == want, label + " allgatherv unit " + std::to_string(unit) + (inPlace ? " in place" : ""));
-    }
-  }
-  for (int root = 0; root < n; ++root) {
-    for (size_t bytes : {size_t(0), size_t(1), size_t(100003)}) {
-      Bytes buf = me == root ? pattern(root, bytes, 5) : Bytes(bytes, 0);
-      comm.broadcast(buf.data(), bytes, root);
-      expect(buf == pattern(root, bytes, 5), label + " broadcast root " + std::to_string(root));
-    }
-  }
-  for (size_t unit : {size_t(1), size_t(8)}) {
-    // Rank i sends (i + j) % 3 units to rank j.
-    std::vector<size_t> send(n), recv(n);
-    for (int j = 0; j < n; ++j) {
-      send[j] = unit * static_cast<size_t>((me + j) % 3);
-      recv[j] = unit * static_cast<size_t>((j + me) % 3);
-    }
-    Bytes in, want;
-    for (int j = 0; j < n; ++j) {
-      Bytes p = pattern(me * 10 + j, send[j], 9);
-      in.insert(in.end(), p.begin(), p.end());
-      Bytes q = pattern(j * 10 + me, recv[j], 9);
-      want.insert(want.end(), q.begin(), q.end());
-    }
-    Bytes out(want.size(), 0);
-    comm.alltoallv(in.data(), send, out.data(), recv);
-    expect(out == want, label + " alltoallv unit " + std::to_string(unit));
-  }
-  comm.barrier();
-  expect(true, label + " barrier");
-  {
-    int to = (me + 1) % n, from = (me + n - 1) % n;
-    Bytes send = pattern(me, 5000, 3), recv(5000, 0);
-    comm.sendRecv(to, send.data(), send.size(), from, recv.data(), recv.size());
-    expect(recv == pattern(from, 5000, 3), label + " sendrecv ring");
-    // Only send (to the next) or only receive (from the previous), alternating by parity.
-    if (n % 2 == 0) {
-      Bytes one = pattern(me, 77, 4), got(77, 0);
-      if (me % 2 == 0) {
-        comm.sendRecv(me + 1, one.data(), one.size(), 0, nullptr, 0);
-      } else {
-        comm.sendRecv(0, nullptr, 0, me - 1, got.data(), got.size());
-        expect(got == pattern(me - 1, 77, 4), label + " sendrecv one-sided");
-      }
-    }
-    Bytes self = pattern(me, 64, 6), back(64, 0);
-    comm.sendRecv(me, self.data(), self.size(), me, back.data(), back.size());
-    expect(back == self, label + " sendrecv self");
-  }
+  const int n = comm.size();
   expectThrows([&] { comm.broadcast(nullptr, 4, n); }, label + " broadcast bad root");
   expectThrows([&] { comm.allreduce(nullptr, 4, DataType::Float32, ReduceOp::Average); },
                label + " allreduce average refused");
@@ -444,23 +292,29 @@ void run() {
   mpi::MpiContext& context = mpi::MpiContext::acquire();
   gRank = context.worldRank();
   gSize = context.worldSize();
+  // Where the barrier checks leave their marks.
+  BootstrappedStore marks = mpi::bootstrapStore(worldOptions());
   for (size_t maxCount : {size_t(INT_MAX), size_t(7)}) {
-    std::string label = maxCount == INT_MAX ? "world" : "world/max7";
+    // With a tiny maxCount (chunked and point-to-point paths) only the small cases: large buffers
+    // would take hundreds of thousands of calls.
+    const bool large = maxCount == INT_MAX;
+    std::string label = large ? "Mpi" : "MpiMax7";
     mpi::MpiCommunicator world(dupWorld(), gRank, maxCount);
-    testCollectives(world, label);
+    testCollectives(world, label, large, *marks.client);
     std::vector<int> all(gSize);
     for (int i = 0; i < gSize; ++i) all[i] = i;
-    testCollectives(*world.subset(all), label + "/subset-all");
+    testCollectives(*world.subset(all), label + "/subset-all", false, *marks.client);
     if (gSize > 2) {
       // The odd ranks and, separately, the even ranks, created concurrently.
       std::vector<int> part;
       for (int i = gRank % 2; i < gSize; i += 2) part.push_back(i);
       auto sub = world.subset(part);
       expect(sub->size() == static_cast<int>(part.size()) && sub->rank() == gRank / 2, label + " subset rank");
-      testCollectives(*sub, label + "/parity");
+      testCollectives(*sub, label + "/parity" + std::to_string(gRank % 2), false, *marks.client);
     }
     expectThrows([&] { world.subset({gSize}); }, label + " subset outside");
   }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0's store outlives every rank's use of it
   {
     mpi::MpiControlChannel channel(dupWorld(), gRank, Millis(20000));
     testControlChannel(channel);

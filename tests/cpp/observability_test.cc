@@ -167,10 +167,18 @@ TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
   EXPECT_GE(lines, 1 + 8 + 5) << "every threshold and cycle-time candidate is scored:\n" << csv;
   EXPECT_NE(csv.find(",0,"), std::string::npos) << "fusion off is a candidate";
   EXPECT_NE(csv.find(",134217728,"), std::string::npos);
-  // A rank starts a step only after applying every batch of the previous one, and rank 0 tunes
-  // only when a step starts: after each step both ranks report the same tuned values, and the
-  // tuner visibly moved (fusion off is one of its candidates).
-  EXPECT_EQ(tuned[0], tuned[1]);
+  // Rank 1 takes the tuned values from rank 0's response batches: both ranks pass through the
+  // same sequence of settings. Rank 0 may move to the next candidate before its own thread reads
+  // the snapshot of a step, so the sequences are compared without their repeats, not step by step.
+  auto changes = [](const std::vector<std::pair<int64_t, double>>& seq) {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& v : seq) {
+      if (out.empty() || out.back() != v) out.push_back(v);
+    }
+    return out;
+  };
+  EXPECT_EQ(changes(tuned[0]), changes(tuned[1]));
+  // The tuner visibly moved (fusion off is one of its candidates).
   bool visitedFusionOff = false;
   for (const auto& v : tuned[1]) visitedFusionOff = visitedFusionOff || v.first == 0;
   EXPECT_TRUE(visitedFusionOff);

@@ -2,9 +2,12 @@
 // transport and a TCP rendezvous store served in this process.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
@@ -77,6 +80,30 @@ TEST(Runtime, FusedAllreduceOverSeveralSteps) {
       }
     }
   }, [](RuntimeOptions& o) { o.settings.fusionThreshold = 256; });
+}
+
+// A barrier releases no rank before every rank entered it. Each rank marks its entry just before
+// submitting the barrier; the late rank of each round waits first, so a rank let through early
+// would find its mark missing. Only the order is asserted.
+TEST(Runtime, BarrierReleasesNoRankBeforeEveryRankEntered) {
+  const int n = 3;
+  std::atomic<bool> entered[n][n] = {};
+  runJob(n, [&](Runtime& rt, int rank) {
+    for (int late = 0; late < n; ++late) {
+      if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      entered[late][rank] = true;
+      OpRequest r;
+      r.request.kind = OpKind::Barrier;
+      r.request.name = "barrier.noname";
+      auto handles = rt.enqueue({r});
+      ASSERT_EQ(handles.size(), 1u);
+      waitOk(handles[0]);
+      for (int q = 0; q < n; ++q) {
+        EXPECT_TRUE(entered[late][q]) << "rank " << rank << " left round " << late
+                                      << "'s barrier before rank " << q << " entered it";
+      }
+    }
+  });
 }
 
 // Fused results equal one-by-one results to the bit, for float sums on 3 ranks, whatever the

@@ -6,6 +6,11 @@ Each rank builds every rank's input from a seed, so the expected result is compu
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
 import hora
 import hora.torch as hvd
 import numpy as np
@@ -757,9 +762,27 @@ def test_join_allgather_is_an_error() -> None:
 
 
 def test_barrier() -> None:
-    """Barriers complete on the global set, repeatedly."""
-    for _ in range(3):
+    """No rank leaves a barrier before every rank entered it.
+
+    Each rank marks its entry in a shared directory just before the barrier; in round ``late``
+    that rank waits first, so a rank let through early finds the late rank's mark missing.
+    """
+    shared = hvd.broadcast_object(
+        tempfile.mkdtemp(prefix="hora-torch-barrier-") if rank() == 0 else None,
+        root_rank=0,
+        name="t_barrier.dir",
+    )
+    directory = Path(shared)
+    for late in range(size()):
+        if rank() == late:
+            time.sleep(0.05)
+        (directory / f"{late}.{rank()}").write_text("entered")
         hvd.barrier()
+        missing = [q for q in range(size()) if not (directory / f"{late}.{q}").exists()]
+        assert missing == [], f"round {late}: left the barrier before rank(s) {missing} entered it"
+    hvd.barrier()  # every rank has checked before the directory goes
+    if rank() == 0:
+        shutil.rmtree(directory)
 
 
 def test_synchronize_raises_horovod_internal_error_and_frees_name() -> None:

@@ -1,0 +1,181 @@
+// Every collective of every transport that can run its ranks as threads, against the shared
+// checks of collective_checks.h: transport x ranks (1, 2, 3, 4, 7) x count x dtype x op, one named
+// test per case, e.g. Tcp/Allreduce.MatchesReference/np3_count1003_float32_Sum.
+//
+// A transport joins the matrix with one HORA_COLLECTIVE_MATRIX line at the end of this file. Ranks
+// stay connected from one case to the next (connecting is the slow part); a case that throws drops
+// its connections, and the next case connects afresh.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <ostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/store/memory_store.h"
+#include "core/transport/transport.h"
+#include "tests/cpp/collective_checks.h"
+
+namespace hora {
+namespace test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct TransportUnderTest {
+  const char* registryName;  // makeTransport(registryName)
+  bool rankOrderedFloats;    // reduces floating Sum/Product in rank order (see CheckContext)
+};
+
+const TransportUnderTest kTcp{"tcp", true};
+
+const int kRanks[] = {1, 2, 3, 4, 7};
+
+struct MatrixParam {
+  TransportUnderTest transport;
+  Case c;
+};
+
+void PrintTo(const MatrixParam& p, std::ostream* os) {
+  *os << p.transport.registryName << " " << fullCaseName(p.c);
+}
+
+// N connected ranks of one transport, kept for the cases that follow.
+struct RankGroup {
+  MemoryStore store;
+  std::vector<Connection> connections;
+};
+
+std::map<std::string, std::unique_ptr<RankGroup>>& groups() {
+  static std::map<std::string, std::unique_ptr<RankGroup>> g;
+  return g;
+}
+
+std::unique_ptr<RankGroup> connectGroup(const TransportUnderTest& t, int n) {
+  auto group = std::make_unique<RankGroup>();
+  group->connections.resize(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      ConnectOptions o;
+      o.rank = rank;
+      o.size = n;
+      o.secret = "collective-matrix";
+      o.listenHost = "127.0.0.1";
+      o.startTimeout = 20000ms;
+      o.opTimeout = 20000ms;
+      try {
+        Connection c = makeTransport(t.registryName)->connect(o, group->store);
+        if (c.world->rank() != rank || c.world->size() != n) {
+          errors[rank] = "connected as rank " + std::to_string(c.world->rank()) + " of " +
+                         std::to_string(c.world->size());
+        } else if (c.world->backendName() != makeTransport(t.registryName)->name()) {
+          errors[rank] = "backend name " + c.world->backendName();
+        }
+        group->connections[rank] = std::move(c);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int rank = 0; rank < n; ++rank) {
+    if (!errors[rank].empty()) {
+      ADD_FAILURE() << "connecting rank " << rank << " of " << n << ": " << errors[rank];
+      return nullptr;
+    }
+  }
+  return group;
+}
+
+void runMatrixCase(const MatrixParam& p) {
+  const int n = p.c.ranks;
+  const std::string key = std::string(p.transport.registryName) + "/" + std::to_string(n);
+  auto& slot = groups()[key];
+  if (!slot) slot = connectGroup(p.transport, n);
+  ASSERT_NE(slot, nullptr);
+  RankGroup& group = *slot;
+  static std::atomic<int> runs{0};
+  CheckContext context;
+  context.rankOrderedFloats = p.transport.rankOrderedFloats;
+  context.store = &group.store;
+  context.storePrefix = "case" + std::to_string(runs++);
+  std::vector<std::string> failures(n);
+  std::atomic<bool> threw{false};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        failures[rank] = runCase(*group.connections[rank].world, p.c, context);
+      } catch (const std::exception& e) {
+        failures[rank] = "rank " + std::to_string(rank) + " threw: " + e.what();
+        threw = true;
+        // Closing this rank's connections fails its peers' pending calls at once.
+        group.connections[rank] = Connection();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& f : failures) {
+    if (!f.empty()) ADD_FAILURE() << fullCaseName(p.c) << ": " << f;
+  }
+  if (threw) slot.reset();
+}
+
+std::vector<MatrixParam> paramsFor(const TransportUnderTest& t, Collective c) {
+  std::vector<MatrixParam> out;
+  for (int n : kRanks) {
+    for (const Case& k : matrixCases(c, n)) out.push_back({t, k});
+  }
+  return out;
+}
+
+std::string paramName(const ::testing::TestParamInfo<MatrixParam>& info) { return caseName(info.param.c); }
+
+// Connections live for one suite (one collective of one transport).
+class MatrixSuite : public ::testing::TestWithParam<MatrixParam> {
+ public:
+  static void TearDownTestSuite() { groups().clear(); }
+};
+
+class Allreduce : public MatrixSuite {};
+class ReduceScatter : public MatrixSuite {};
+class Allgatherv : public MatrixSuite {};
+class Broadcast : public MatrixSuite {};
+class Alltoallv : public MatrixSuite {};
+class Barrier : public MatrixSuite {};
+class SendRecv : public MatrixSuite {};
+
+TEST_P(Allreduce, MatchesReference) { runMatrixCase(GetParam()); }
+TEST_P(ReduceScatter, MatchesReference) { runMatrixCase(GetParam()); }
+TEST_P(Allgatherv, MatchesReference) { runMatrixCase(GetParam()); }
+TEST_P(Broadcast, MatchesReference) { runMatrixCase(GetParam()); }
+TEST_P(Alltoallv, MatchesReference) { runMatrixCase(GetParam()); }
+TEST_P(Barrier, NoRankLeavesBeforeEveryRankEntered) { runMatrixCase(GetParam()); }
+TEST_P(SendRecv, MatchesReference) { runMatrixCase(GetParam()); }
+
+// Every collective's suite for one transport, its tests named Label/Collective.Test/case. Each
+// suite is named after its Collective.
+#define HORA_MATRIX_SUITE(Label, Suite, transport)                                                   \
+  INSTANTIATE_TEST_SUITE_P(Label, Suite, ::testing::ValuesIn(paramsFor(transport, Collective::Suite)), \
+                           paramName)
+#define HORA_COLLECTIVE_MATRIX(Label, transport)       \
+  HORA_MATRIX_SUITE(Label, Allreduce, transport);      \
+  HORA_MATRIX_SUITE(Label, ReduceScatter, transport);  \
+  HORA_MATRIX_SUITE(Label, Allgatherv, transport);     \
+  HORA_MATRIX_SUITE(Label, Broadcast, transport);      \
+  HORA_MATRIX_SUITE(Label, Alltoallv, transport);      \
+  HORA_MATRIX_SUITE(Label, Barrier, transport);        \
+  HORA_MATRIX_SUITE(Label, SendRecv, transport)
+
+// The transports under test, one line each.
+HORA_COLLECTIVE_MATRIX(Tcp, kTcp);
+
+}  // namespace
+}  // namespace test
+}  // namespace hora
