@@ -1,7 +1,8 @@
 #pragma once
 // Transport-neutral collective algorithms as free functions over Links (see links.h), so every
 // transport that can provide point-to-point pipes gets them; nothing here depends on a transport.
-// Which one runs for a given op and size is decided in algorithm_table.h, not here.
+// Which one runs for a given op and size is decided in algorithm_table.h and applied in
+// dispatch.h, not here.
 //
 // Common rules: ranks are Links ranks; every member calls the same function with compatible
 // arguments; buffers are host memory and are not retained; errors come from Links (IoError,

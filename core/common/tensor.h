@@ -16,7 +16,7 @@ struct TensorView {
   void* data = nullptr;          // host memory on the CPU, device memory on a GPU
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
-  Device device;                 // CPU unless the frontend says otherwise
+  Device device = Device::cpu();  // initialised here, so {data, dtype, shape} needs no device
 
   // GPU tensors are produced asynchronously on a stream. readyEvent is the producer's event
   // (a cudaEvent_t) and stream its stream (a cudaStream_t), as opaque handles; both are null for

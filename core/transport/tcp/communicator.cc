@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/collectives/algorithm_table.h"
 #include "core/collectives/algorithms.h"
+#include "core/collectives/dispatch.h"
 #include "core/common/errors.h"
 
 namespace hora {
@@ -51,22 +51,7 @@ void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
                           " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
   if (size() == 1 || count == 0) return;
-  bool rankOrder = collectives::needsRankOrder(isFloating(dtype),
-                                               op == ReduceOp::Sum || op == ReduceOp::Product, size());
-  run("allreduce", [&] {
-    using collectives::AllreduceAlgorithm;
-    switch (collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder)) {
-      case AllreduceAlgorithm::Ring:
-        collectives::allreduceRing(links_, buf, count, dtype, op);
-        break;
-      case AllreduceAlgorithm::RankOrdered:
-        collectives::allreduceRankOrdered(links_, buf, count, dtype, op);
-        break;
-      case AllreduceAlgorithm::RecursiveDoubling:
-        collectives::allreduceRecursiveDoubling(links_, buf, count, dtype, op);
-        break;
-    }
-  });
+  run("allreduce", [&] { collectives::allreduce(links_, buf, count, dtype, op); });
 }
 
 void TcpCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
@@ -77,13 +62,7 @@ void TcpCommunicator::allgatherv(const void* in, void* out, const std::vector<si
 void TcpCommunicator::broadcast(void* buf, size_t bytes, int root) {
   checkPeer("broadcast", root);
   if (size() == 1 || bytes == 0) return;
-  run("broadcast", [&] {
-    if (collectives::chooseBroadcast(bytes, size()) == collectives::BroadcastAlgorithm::Chain) {
-      collectives::broadcastChain(links_, buf, bytes, root);
-    } else {
-      collectives::broadcastBinomial(links_, buf, bytes, root);
-    }
-  });
+  run("broadcast", [&] { collectives::broadcast(links_, buf, bytes, root); });
 }
 
 void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,

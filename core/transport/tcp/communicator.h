@@ -3,8 +3,8 @@
 // of it. Views made by subset() share the world's sockets (TcpPeerSockets) and differ only in the
 // mapping of their ranks to world ranks.
 //
-// Each call validates its arguments (InvalidArgument, nothing sent), picks an algorithm from
-// algorithm_table.h and runs it over TcpLinks. A failure inside a collective (IoError,
+// Each call validates its arguments (InvalidArgument, nothing sent) and runs the transport-neutral
+// collective (core/collectives/, which picks the algorithm) over TcpLinks. A failure inside a collective (IoError,
 // TimeoutError) leaves the byte streams misaligned, so it shuts the shared mesh down: every later
 // call on this communicator or any view of it throws IoError quoting the first failure, and peers
 // blocked on this rank fail fast. Used by one thread at a time, as Communicator requires.

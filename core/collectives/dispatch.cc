@@ -1,0 +1,34 @@
+#include "core/collectives/dispatch.h"
+
+#include "core/collectives/algorithm_table.h"
+#include "core/collectives/algorithms.h"
+
+namespace hora {
+namespace collectives {
+
+void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op) {
+  bool rankOrder =
+      needsRankOrder(isFloating(dtype), op == ReduceOp::Sum || op == ReduceOp::Product, links.size());
+  switch (chooseAllreduce(count * dtypeSize(dtype), count, links.size(), rankOrder)) {
+    case AllreduceAlgorithm::Ring:
+      allreduceRing(links, buf, count, dtype, op);
+      break;
+    case AllreduceAlgorithm::RankOrdered:
+      allreduceRankOrdered(links, buf, count, dtype, op);
+      break;
+    case AllreduceAlgorithm::RecursiveDoubling:
+      allreduceRecursiveDoubling(links, buf, count, dtype, op);
+      break;
+  }
+}
+
+void broadcast(Links& links, void* buf, size_t bytes, int root) {
+  if (chooseBroadcast(bytes, links.size()) == BroadcastAlgorithm::Chain) {
+    broadcastChain(links, buf, bytes, root);
+  } else {
+    broadcastBinomial(links, buf, bytes, root);
+  }
+}
+
+}  // namespace collectives
+}  // namespace hora

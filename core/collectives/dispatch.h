@@ -1,0 +1,22 @@
+#pragma once
+// The collectives that have more than one algorithm, with the choice made here from
+// algorithm_table.h, so every Links-based Communicator (TCP today, shared memory next) forwards
+// to the same code and picks the same algorithm for the same op, size and group. The collectives
+// with one algorithm are called directly (algorithms.h).
+//
+// Same rules as algorithms.h: every member calls with compatible arguments; errors come from
+// Links. The callers check their arguments (reduce op, root) before calling.
+#include <cstddef>
+
+#include "core/collectives/links.h"
+#include "core/common/dtype.h"
+
+namespace hora {
+namespace collectives {
+
+// op is Sum, Min, Max or Product.
+void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+void broadcast(Links& links, void* buf, size_t bytes, int root);
+
+}  // namespace collectives
+}  // namespace hora
