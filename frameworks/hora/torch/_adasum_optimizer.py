@@ -13,8 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from hora.torch._async_ops import Adasum, allreduce_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import Adasum, allreduce_async_, synchronize
 from hora.torch._optimizer_utils import (
     TOO_MANY_PASSES,
     ZERO_GRAD_RACE,

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import broadcast_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import broadcast_async_, synchronize
 
 _ROOT_WAS_EMPTY = "__hora_root_state_was_empty__"
 

@@ -27,8 +27,8 @@ from hora.torch._async_ops import (
     allreduce_async_,
     grouped_allreduce_async_,
     sparse_allreduce_async,
+    synchronize,
 )
-from hora.torch._handles import synchronize
 from hora.torch._optimizer_utils import (
     STEP_AFTER_SYNC,
     TOO_MANY_PASSES,

@@ -16,8 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from hora.common.basics import size
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import Sum, allreduce_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import Sum, allreduce_async_, synchronize
 
 __all__ = ["SyncBatchNorm"]
 
