@@ -3,7 +3,7 @@
 ``hora`` and each frontend (``hora.torch``, ``hora.tensorflow``, ``hora.mxnet``, Keras) start
 from this list and extend it with their own collectives and wrappers::
 
-    from hora.common.api import *  # noqa: F403
+    from hora.common.api import *
     from hora.common import api
     __all__ = api.__all__ + ["allreduce", ...]
 """

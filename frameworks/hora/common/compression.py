@@ -69,7 +69,8 @@ class CastCompressor(Compressor):
 def make_compression(float16: Any, bfloat16: Any, dtype_of: Callable[[Any], Any],
                      is_floating: Callable[[Any], bool],
                      cast: Callable[[Any, Any], Any]) -> tuple[type, type, type]:
-    """A frontend's ``(FP16Compressor, BF16Compressor, Compression)`` from its cast hooks."""
+    """A frontend's ``(FP16Compressor, BF16Compressor, Compression)`` from its cast hooks;
+    without a ``bfloat16`` dtype, ``Compression`` has no ``bf16``."""
     hooks = {"dtype_of": staticmethod(dtype_of), "is_floating": staticmethod(is_floating),
              "cast": staticmethod(cast)}
     fp16 = type("FP16Compressor", (CastCompressor,), {
@@ -78,7 +79,10 @@ def make_compression(float16: Any, bfloat16: Any, dtype_of: Callable[[Any], Any]
     bf16 = type("BF16Compressor", (CastCompressor,), {
         **hooks, "wire_dtype": bfloat16,
         "__doc__": "Sends floating-point tensors as bfloat16 (float32's range, float16's size)."})
+    members = {"none": NoneCompressor, "fp16": fp16}
+    if bfloat16 is not None:
+        members["bf16"] = bf16
     compression = type("Compression", (), {
-        "none": NoneCompressor, "fp16": fp16, "bf16": bf16,
+        **members,
         "__doc__": "The available compressors, used as ``compression=hvd.Compression.fp16``."})
     return fp16, bf16, compression

@@ -304,27 +304,16 @@ def submit(
     return handles
 
 
-def enqueue(
-    collective: str,
-    buffers: Sequence[Any],
-    *,
-    name: str | None = None,
-    names: Sequence[str] | None = None,
-    grouped: bool = False,
-    op: int | None = None,
-    average: bool | None = None,
-    prescale: float = 1.0,
-    postscale: float = 1.0,
-    root_rank: int = 0,
-    splits: Any = None,
-    process_set: ProcessSet = global_process_set,
-) -> list:
+def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
+            names: Sequence[str] | None = None, grouped: bool = False, op: int | None = None,
+            average: bool | None = None, **request: Any) -> list:
     """Submit one frontend call of ``collective`` (a key of ``OPS``).
 
     The pipeline every frontend shares: the op table gives the engine kind, names are
     ``names`` when given, else Horovod's automatic names from ``name`` (``<prefix>.<name>``, or
     ``<base>_<i>of<n>`` when ``grouped``), the reduce op is resolved (``average=`` and Adasum for
-    allreduce; Average by default for reducescatter), then ``submit`` checks and enqueues.
+    allreduce; Average by default for reducescatter), then ``submit`` checks and enqueues
+    (``request``: its prescale, postscale, root_rank, splits and process_set).
     Returns one engine handle per buffer ([] for an empty group).
     """
     spec = OPS[collective]
@@ -343,8 +332,7 @@ def enqueue(
         op = Average if op is None else int(op)
     else:
         op = Sum
-    return submit(kind, buffers, names, op=op, prescale=prescale, postscale=postscale,
-                  root_rank=root_rank, splits=splits, process_set=process_set)
+    return submit(kind, buffers, names, op=op, **request)
 
 
 def engine_error(exc: BaseException) -> BaseException:

@@ -7,6 +7,8 @@ names ending in ``_async`` return an integer handle for ``poll`` / ``synchronize
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import hora as _hora
@@ -60,8 +62,10 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         ValueError: both ``average`` and ``op`` given; unsupported dtype.
         HoraError: the ranks disagree on shape, dtype or op, or communication failed.
     """
-    return _allreduce([tensor], False, average, name, compression, op, prescale_factor,
-                      postscale_factor, process_set)[0]
+    op = handle_average_backwards_compatibility(op, average)
+    return _compressed("allreduce", [tensor], False, compression, name=name, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       process_set=process_set)[0]
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -82,21 +86,20 @@ def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
 
     Differentiable.
     """
-    return _allreduce(tensors, True, average, name, compression, op, prescale_factor,
-                      postscale_factor, process_set)
-
-
-def _allreduce(tensors: list[torch.Tensor], grouped: bool, average: bool | None,
-               name: str | None, compression: type[Compressor], op: int | None,
-               prescale_factor: float, postscale_factor: float,
-               process_set: ProcessSet) -> list[torch.Tensor]:
     op = handle_average_backwards_compatibility(op, average)
+    return _compressed("allreduce", list(tensors), True, compression, name=name, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       process_set=process_set)
+
+
+def _compressed(collective: str, tensors: list[torch.Tensor], grouped: bool,
+                compression: type[Compressor], **args: Any) -> list[torch.Tensor]:
+    """A differentiable call on the compressed tensors; returns the decompressed outputs."""
     pairs = [compression.compress(t) for t in tensors]
     if not pairs:
         return []
-    reduced = _run("allreduce", [p[0] for p in pairs], grouped, name=name, op=op,
-                   prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
-    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+    outs = _run(collective, [p[0] for p in pairs], grouped, **args)
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
 def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
@@ -162,8 +165,9 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
 
     The first ``dim0 % size`` ranks get one row more. Differentiable.
     """
-    return _reducescatter([tensor], False, name, compression, op, process_set, prescale_factor,
-                          postscale_factor)[0]
+    return _compressed("reducescatter", [tensor], False, compression, name=name, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       process_set=process_set)[0]
 
 
 def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
@@ -172,19 +176,9 @@ def grouped_reducescatter(tensors: list[torch.Tensor], name: str | None = None,
                           prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> list[torch.Tensor]:
     """Reducescatter a list of tensors as one group; returns a list. Differentiable."""
-    return _reducescatter(tensors, True, name, compression, op, process_set, prescale_factor,
-                          postscale_factor)
-
-
-def _reducescatter(tensors: list[torch.Tensor], grouped: bool, name: str | None,
-                   compression: type[Compressor], op: int, process_set: ProcessSet,
-                   prescale_factor: float, postscale_factor: float) -> list[torch.Tensor]:
-    pairs = [compression.compress(t) for t in tensors]
-    if not pairs:
-        return []
-    outs = _run("reducescatter", [p[0] for p in pairs], grouped, name=name, op=op,
-                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return _compressed("reducescatter", list(tensors), True, compression, name=name, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       process_set=process_set)
 
 
 def join(device: int = -1) -> int:
