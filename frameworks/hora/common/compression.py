@@ -66,9 +66,17 @@ class CastCompressor(Compressor):
         return tensor
 
 
+class CompressionTable:
+    """The compressors of one frontend, used as ``compression=hvd.Compression.fp16``."""
+
+    none: type[Compressor] = NoneCompressor
+    fp16: type[Compressor]
+    bf16: type[Compressor]
+
+
 def make_compression(float16: Any, bfloat16: Any, dtype_of: Callable[[Any], Any],
-                     is_floating: Callable[[Any], bool],
-                     cast: Callable[[Any, Any], Any]) -> tuple[type, type, type]:
+                     is_floating: Callable[[Any], bool], cast: Callable[[Any, Any], Any]
+                     ) -> tuple[type[CastCompressor], type[CastCompressor], type[CompressionTable]]:
     """A frontend's ``(FP16Compressor, BF16Compressor, Compression)`` from its cast hooks;
     without a ``bfloat16`` dtype, ``Compression`` has no ``bf16``."""
     hooks = {"dtype_of": staticmethod(dtype_of), "is_floating": staticmethod(is_floating),
@@ -82,7 +90,7 @@ def make_compression(float16: Any, bfloat16: Any, dtype_of: Callable[[Any], Any]
     members = {"none": NoneCompressor, "fp16": fp16}
     if bfloat16 is not None:
         members["bf16"] = bf16
-    compression = type("Compression", (), {
+    compression = type("Compression", (CompressionTable,), {
         **members,
         "__doc__": "The available compressors, used as ``compression=hvd.Compression.fp16``."})
     return fp16, bf16, compression

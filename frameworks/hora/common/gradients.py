@@ -51,6 +51,13 @@ def scale_array(array: Any, factor: float) -> Any:
     return (array.astype(np.float64) * factor).astype(array.dtype)
 
 
+def _members(process_set: ProcessSet) -> int:
+    size = process_set.size()
+    if size is None:
+        raise ValueError(f"the process set {process_set} is not registered")
+    return size
+
+
 def _grouped(names: Sequence[str] | None, count: int) -> bool:
     return names is None and count > 1
 
@@ -76,9 +83,9 @@ def allgather_grad(grads: Sequence[Any], dims: Sequence[int], process_set: Proce
     dims_handles = ops.enqueue("allgather", [table], process_set=process_set,
                                names=None if dims_name is None else [dims_name])
     ops.wait_all(handles + dims_handles)
-    gathered = ops.handle_output(dims_handles[0]).reshape(process_set.size(), len(grads))
+    gathered = ops.allocated_output(dims_handles[0]).reshape(_members(process_set), len(grads))
     starts = np.concatenate([np.zeros((1, len(grads)), np.int64), np.cumsum(gathered, axis=0)])
-    me = process_set.rank()
+    me = process_set.rank() or 0
     return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts[me], gathered[me])]
 
 
@@ -99,7 +106,7 @@ def alltoall_grad(grad: Any, received_splits: Sequence[int], dim0: int,
     handles = ops.enqueue("alltoall", [grad], names=None if name is None else [name],
                           splits=[int(s) for s in received_splits], process_set=process_set)
     ops.wait_all(handles)
-    back = ops.handle_output(handles[0])
+    back = ops.allocated_output(handles[0])
     if back.shape[0] < dim0:
         unsent = np.zeros((dim0 - back.shape[0], *back.shape[1:]), dtype=back.dtype)
         back = np.concatenate([back, unsent])
@@ -126,6 +133,6 @@ def reducescatter_grad(grads: Sequence[Any], op: int, prescale: float, postscale
     handles = ops.enqueue("allgather", grads, names=names, grouped=_grouped(names, len(grads)),
                           process_set=process_set)
     ops.wait_all(handles)
-    factor = reducescatter_grad_factor(op, prescale, postscale, process_set.size())
-    outs = [wrap(ops.handle_output(h), g) for h, g in zip(handles, grads)]
+    factor = reducescatter_grad_factor(op, prescale, postscale, _members(process_set))
+    outs = [wrap(ops.allocated_output(h), g) for h, g in zip(handles, grads)]
     return outs if factor == 1.0 else [scale(o, factor) for o in outs]

@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
@@ -154,7 +155,7 @@ def _inside_hora(filename: str) -> bool:
 
 def call_site() -> str:
     """``file.py:123`` of the first caller frame outside the hora package."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _inside_hora(filename):
@@ -170,7 +171,8 @@ def _numpy_exports_bool() -> bool:
     global _numpy_bool_dlpack
     if _numpy_bool_dlpack is None:
         try:
-            np.zeros(1, dtype=np.bool_).__dlpack__()
+            probe: Any = np.zeros(1, dtype=np.bool_)
+            probe.__dlpack__()
             _numpy_bool_dlpack = True
         except (BufferError, TypeError, AttributeError):
             _numpy_bool_dlpack = False
@@ -245,7 +247,8 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
             )
     if kind != ALLTOALL:
         return None
-    dim0 = _shape(tensors[0])[0] if tensors and _shape(tensors[0]) else None
+    first = _shape(tensors[0]) if tensors else None
+    dim0 = first[0] if first else None
     if splits is not None:
         return _check_splits(splits, len(members), dim0)
     if dim0 is not None and dim0 % len(members) != 0:
@@ -293,14 +296,14 @@ def submit(
     overrides = [o for _, o in prepared]
     handles = _core.enqueue(
         kind, [t for t, _ in prepared], names,
-        process_set_id=int(process_set.process_set_id), reduce_op=int(op),
+        process_set_id=int(process_set.process_set_id or 0), reduce_op=int(op),
         prescale=float(prescale), postscale=float(postscale), root_rank=int(root_rank),
         splits=checked_splits, call_site=call_site(),
         dtype_overrides=overrides if any(o is not None for o in overrides) else None,
     )
     for handle, override in zip(handles, overrides):
         if override == _BFLOAT16:
-            handle._hora_dtype = _BFLOAT16
+            handle._hora_dtype = _BFLOAT16  # type: ignore[attr-defined]
     return handles
 
 
@@ -388,6 +391,21 @@ def handle_output(handle: Any) -> np.ndarray | None:
         import ml_dtypes
 
         out = out.view(ml_dtypes.bfloat16)
+    return out
+
+
+def allocated_output(handle: Any) -> np.ndarray:
+    """The result of a finished operation that allocates its output (allgather, alltoall,
+    reducescatter), as ``handle_output`` gives it.
+
+    Raises:
+        InternalError: the operation has no output (it works in place).
+    """
+    out = handle_output(handle)
+    if out is None:
+        from hora.errors import InternalError
+
+        raise InternalError("an allocating operation finished without an output array")
     return out
 
 

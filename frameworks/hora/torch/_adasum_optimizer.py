@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -24,8 +24,14 @@ from hora.torch._optimizer_utils import (
 )
 from hora.torch.compression import Compressor
 
+# The mixin is combined with a torch optimizer class at run time; type checkers see it as one.
+if TYPE_CHECKING:
+    _OptimizerBase = torch.optim.Optimizer
+else:
+    _OptimizerBase = object
 
-class _DistributedAdasumMixin:
+
+class _DistributedAdasumMixin(_OptimizerBase):
     """Delta optimizer: a local step per parameter, then Adasum of the parameter changes."""
 
     def __init__(

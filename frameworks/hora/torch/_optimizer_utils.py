@@ -116,11 +116,11 @@ def make_hook(owner: Any) -> Callable[[torch.Tensor], None]:
 
 def initialise_wrapped(self: Any, optimizer: torch.optim.Optimizer) -> None:
     """Run the wrapped class's constructor on ``optimizer``'s parameter groups (shared dicts)."""
-    base = type(optimizer)
+    init: Any = type(optimizer).__init__
     try:
-        base.__init__(self, optimizer.param_groups)
+        init(self, optimizer.param_groups)
     except TypeError:
-        base.__init__(self, optimizer.param_groups, **optimizer.defaults)
+        init(self, optimizer.param_groups, **optimizer.defaults)
     self.defaults = dict(optimizer.defaults)
     for param, state in optimizer.state.items():
         self.state[param] = state

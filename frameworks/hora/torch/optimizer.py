@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -42,8 +42,14 @@ from hora.torch._optimizer_utils import (
 )
 from hora.torch.compression import Compression, Compressor
 
+# The mixin is combined with a torch optimizer class at run time; type checkers see it as one.
+if TYPE_CHECKING:
+    _OptimizerBase = torch.optim.Optimizer
+else:
+    _OptimizerBase = object
 
-class _DistributedMixin:
+
+class _DistributedMixin(_OptimizerBase):
     """Gradient allreduce on top of a torch optimizer class (combined with it dynamically)."""
 
     def __init__(
@@ -254,7 +260,7 @@ class _DistributedMixin:
         if grad is None or grad.is_sparse or value.is_sparse or grad.dtype != value.dtype:
             p.grad = value.to(p.dtype) if not value.is_sparse else value
         else:
-            grad.set_(value.reshape(grad.shape))
+            grad.set_(value.reshape(grad.shape))  # type: ignore[call-overload]
 
     def _reset_pending(self) -> None:
         self._handles.clear()

@@ -153,7 +153,8 @@ class SyncBatchNorm(_BatchNorm):
         out, mean, var, total = _SyncBatchNormFunction.apply(
             input, self.weight, self.bias, self.eps, self.process_set
         )
-        if self.track_running_stats and self.running_mean is not None:
+        if (self.track_running_stats and self.running_mean is not None
+                and self.running_var is not None):
             count = float(total.item())
             with torch.no_grad():
                 unbiased = var * (count / (count - 1)) if count > 1 else var
