@@ -327,14 +327,14 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         else:
             names = [op_name(spec.prefix, name)]
     kind = spec.kind
-    if not buffers and kind not in (JOIN, BARRIER):
-        return []
     if collective == "allreduce":
         kind, op = resolve_allreduce(op, average)
     elif spec.reduce_ops:
         op = Average if op is None else int(op)
     else:
         op = Sum
+    if not buffers and kind not in (JOIN, BARRIER):
+        return []
     return submit(kind, buffers, names, op=op, **request)
 
 
