@@ -13,7 +13,7 @@ A grouped call is one node for all of its tensors (one Python round trip per gro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -47,13 +47,7 @@ def run(fn: NumpyFn, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType]
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
-def wait_all(handles: Sequence[Any]) -> None:
-    """Wait for every handle; raise the first error after all of them finished."""
-    _ops.AsyncResult(handles, lambda _: None).wait()
-
-
-def _reduce_kind(op: int) -> int:
-    return _ops.ADASUM if op == _ops.Adasum else _ops.ALLREDUCE
+wait_all = _ops.wait_all
 
 
 def _set_shapes(outputs: list[tf.Tensor], shapes: Sequence[tf.TensorShape]) -> list[tf.Tensor]:
@@ -79,8 +73,8 @@ def allreduce_fn(names: Sequence[str], op: int, prescale: float, postscale: floa
     def fn(sources: list) -> list:
         bufs = [private(x) for x in sources]
         if bufs:
-            wait_all(_ops.submit(_reduce_kind(op), bufs, names, op=op, prescale=prescale,
-                                 postscale=postscale, process_set=process_set))
+            wait_all(_ops.enqueue("allreduce", bufs, names=names, op=op, prescale=prescale,
+                                  postscale=postscale, process_set=process_set))
         return bufs
 
     return fn
@@ -116,9 +110,9 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
         start = 0
         for group_names, count in zip(names, sizes):
             if count:
-                handles += _ops.submit(_reduce_kind(op), bufs[start:start + count],
-                                       list(group_names), op=op, prescale=prescale,
-                                       postscale=postscale, process_set=process_set)
+                handles += _ops.enqueue("allreduce", bufs[start:start + count],
+                                        names=list(group_names), op=op, prescale=prescale,
+                                        postscale=postscale, process_set=process_set)
             start += count
         wait_all(handles)
         return bufs
@@ -141,7 +135,7 @@ def allgather_fn(names: Sequence[str], process_set: ProcessSet) -> NumpyFn:
 
     def fn(sources: list) -> list:
         bufs = [readable(x) for x in sources]
-        handles = _ops.submit(_ops.ALLGATHER, bufs, names, process_set=process_set)
+        handles = _ops.enqueue("allgather", bufs, names=names, process_set=process_set)
         wait_all(handles)
         return [_ops.handle_output(h) for h in handles]
 
@@ -172,8 +166,8 @@ def grouped_broadcast(tensors: Sequence[tf.Tensor], names: Sequence[str], root_r
 
     def fn(sources: list) -> list:
         bufs = [private(x) for x in sources]
-        wait_all(_ops.submit(_ops.BROADCAST, bufs, names, root_rank=root_rank,
-                             process_set=process_set))
+        wait_all(_ops.enqueue("broadcast", bufs, names=names, root_rank=root_rank,
+                              process_set=process_set))
         return bufs
 
     outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodBroadcast")
@@ -193,8 +187,8 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
         buf = readable(sources[0])
         split_values = None if len(sources) == 1 else np.asarray(host_view(sources[1]),
                                                                  dtype=np.int32)
-        handle = _ops.submit(_ops.ALLTOALL, [buf], [name], splits=split_values,
-                             process_set=process_set)[0]
+        handle = _ops.enqueue("alltoall", [buf], names=[name], splits=split_values,
+                              process_set=process_set)[0]
         wait_all([handle])
         received = np.asarray(handle.received_splits(), dtype=np.int32)
         return [_ops.handle_output(handle), received]
@@ -228,8 +222,8 @@ def grouped_reducescatter(tensors: Sequence[tf.Tensor], names: Sequence[str], op
 
     def fn(sources: list) -> list:
         bufs = [readable(x) for x in sources]
-        handles = _ops.submit(_ops.REDUCESCATTER, bufs, names, op=op, prescale=prescale,
-                              postscale=postscale, process_set=process_set)
+        handles = _ops.enqueue("reducescatter", bufs, names=names, op=op, prescale=prescale,
+                               postscale=postscale, process_set=process_set)
         wait_all(handles)
         return [_ops.handle_output(h) for h in handles]
 
@@ -252,7 +246,7 @@ def join() -> tf.Tensor:
     """Join (see ``hora.tensorflow.join``); returns the last joined rank as an int32 scalar."""
 
     def fn(sources: list) -> list:
-        handle = _ops.submit(_ops.JOIN, [], ["join.noname"])[0]
+        handle = _ops.enqueue("join", [], names=["join.noname"])[0]
         wait_all([handle])
         return [np.array(handle.last_joined_rank(), dtype=np.int32)]
 
@@ -265,7 +259,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Barrier over ``process_set``; returns an int32 scalar 0 once every rank arrived."""
 
     def fn(sources: list) -> list:
-        wait_all(_ops.submit(_ops.BARRIER, [], ["barrier.noname"], process_set=process_set))
+        wait_all(_ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set))
         return [np.array(0, dtype=np.int32)]
 
     out = run(fn, [], [tf.int32], "HorovodBarrier")[0]

@@ -23,7 +23,7 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from hora.common import basics
+from hora.common import basics, gradients
 from hora.common import ops as _ops
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
@@ -47,8 +47,6 @@ __all__ = [
 ]
 
 SplitsLike = Union[None, Sequence[int], np.ndarray, tf.Tensor]
-
-_DIFFERENTIABLE_OPS = (Average, Sum)
 
 
 def _find_could_record() -> Callable[[], bool] | None:
@@ -84,11 +82,21 @@ def _or_zeros(dy: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
     return tf.zeros_like(like) if dy is None else tf.convert_to_tensor(dy)
 
 
-def _check_reduce_grad(op: int, what: str) -> None:
-    if op not in _DIFFERENTIABLE_OPS:
-        raise NotImplementedError(
-            f"the gradient of {what} is only defined for Average and Sum (got op {op})"
-        )
+def _grad_node(rule: Callable[..., list], dys: list[tf.Tensor], xs: Sequence[tf.Tensor],
+               op_name: str, *extra: tf.Tensor) -> list[tf.Tensor]:
+    """One node running a gradient rule of ``hora.common.gradients``: ``rule(buffers, *extra)``
+    gets private copies of the output gradients and the host values of ``extra``; the results
+    take the dtypes and static shapes of the inputs ``xs``."""
+    count = len(dys)
+
+    def fn(sources: list) -> list:
+        return rule([private(x) for x in sources[:count]],
+                    *[host_view(x) for x in sources[count:]])
+
+    outs = _raw.run(fn, [*dys, *extra], [x.dtype for x in xs], op_name)
+    for out, x in zip(outs, xs):
+        out.set_shape(x.shape)
+    return outs
 
 
 def _scaled(tensor: tf.Tensor, factor: float) -> tf.Tensor:
@@ -111,11 +119,13 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
         ys = _raw.grouped_allreduce(list(xs), names, op, prescale, postscale, process_set)
 
         def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            _check_reduce_grad(op, "allreduce")
+            gradients.check_differentiable(op, "allreduce")
             dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
             base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
             grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
-            return _raw.grouped_allreduce(dys, grad_names, op, prescale, postscale, process_set)
+            return _grad_node(lambda bufs: gradients.allreduce_grad(
+                bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
+                "HorovodAllreduceGrad")
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
@@ -213,28 +223,6 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor | tf.IndexedSlices],
 # ------------------------------------------------------------------------------------ allgather
 
 
-def _allgather_grad_fn(reduce_names: list[str], dims_name: str,
-                       process_set: ProcessSet) -> _raw.NumpyFn:
-    """One call for the allgather gradient: Average-allreduce of the output gradients, an
-    allgather of every rank's dim 0, then this rank's rows."""
-
-    def fn(sources: list) -> list:
-        grads = [private(x) for x in sources[:-1]]
-        dims = private(np.asarray(host_view(sources[-1]), dtype=np.int64).reshape(1, -1))
-        handles = _ops.submit(_ops.ALLREDUCE, grads, reduce_names, op=Average,
-                              process_set=process_set)
-        dims_handle = _ops.submit(_ops.ALLGATHER, [dims], [dims_name],
-                                  process_set=process_set)[0]
-        _raw.wait_all(handles + [dims_handle])
-        table = _ops.handle_output(dims_handle).reshape(process_set.size(), len(grads))
-        me = process_set.rank()
-        starts = np.concatenate([np.zeros((1, len(grads)), np.int64),
-                                 np.cumsum(table, axis=0)])[me]
-        return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts, table[me])]
-
-    return fn
-
-
 def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
                        process_set: ProcessSet) -> list[tf.Tensor]:
     def forward(*xs: tf.Tensor) -> Any:
@@ -246,11 +234,9 @@ def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
             base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
             reduce_names = grouped_names(base, len(dys))
             dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
-            fn = _allgather_grad_fn(reduce_names, dims_name, process_set)
-            outs = _raw.run(fn, [*dys, dims], [d.dtype for d in dys], "HorovodAllgatherGrad")
-            for out, x in zip(outs, xs):
-                out.set_shape(x.shape)
-            return outs
+            return _grad_node(lambda bufs, d: gradients.allgather_grad(
+                bufs, d.tolist(), process_set, reduce_names, dims_name), dys, xs,
+                "HorovodAllgatherGrad", dims)
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
@@ -306,9 +292,8 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
         def grad(dy: tf.Tensor) -> tf.Tensor:
             dy = _or_zeros(dy, y)
             grad_name = default_name("allreduce", "HorovodBroadcastGrad", dy, None)
-            reduced = _raw.grouped_allreduce([dy], [grad_name], Average, 1.0, 1.0,
-                                             process_set)[0]
-            return reduced if basics.rank() == root_rank else tf.zeros_like(reduced)
+            return _grad_node(lambda bufs: gradients.broadcast_grad(
+                bufs, root_rank, process_set, [grad_name]), [dy], [x], "HorovodBroadcastGrad")[0]
 
         return y, grad
 
@@ -368,13 +353,9 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
         def grad(dy: tf.Tensor) -> tf.Tensor:
             dy = _or_zeros(dy, out)
             grad_name = default_name("alltoall", "HorovodAlltoallGrad", dy, None)
-            back, _ = _raw.alltoall(dy, received, grad_name, process_set)
-            missing = tf.shape(x)[0] - tf.shape(back)[0]
-            padding = tf.concat([tf.reshape(tf.stack([0, missing]), [1, 2]),
-                                 tf.zeros([tf.rank(x) - 1, 2], tf.int32)], axis=0)
-            back = tf.pad(back, padding)
-            back.set_shape(x.shape)
-            return back
+            return _grad_node(lambda bufs, splits, dim0: [gradients.alltoall_grad(
+                bufs[0], splits.tolist(), int(dim0), process_set, grad_name)], [dy], [x],
+                "HorovodAlltoallGrad", received, tf.shape(x)[0])[0]
 
         return out, grad
 
@@ -396,14 +377,10 @@ def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
         def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
             dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
             base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
-            gathered = _raw.grouped_allgather(dys, grouped_names(base, len(dys)), process_set)
-            factor = prescale * postscale
-            if op == Average:
-                factor /= process_set.size()
-            outs = [_scaled(g, factor) for g in gathered]
-            for out, x in zip(outs, xs):
-                out.set_shape(x.shape)
-            return outs
+            names = grouped_names(base, len(dys))
+            return _grad_node(lambda bufs: gradients.reducescatter_grad(
+                bufs, op, prescale, postscale, process_set, names), dys, xs,
+                "HorovodReducescatterGrad")
 
         return (ys[0] if len(ys) == 1 else ys), grad
 
