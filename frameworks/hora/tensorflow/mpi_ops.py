@@ -99,6 +99,23 @@ def _grad_node(rule: Callable[..., list], dys: list[tf.Tensor], xs: Sequence[tf.
     return outs
 
 
+def _with_gradient(tensors: list[tf.Tensor], forward: Callable[[list], list],
+                   backward: Callable[[list, list], list]) -> list[tf.Tensor]:
+    """``forward(xs)`` as a differentiable op (one output per input): ``backward(dys, xs)``
+    gives the input gradients, a missing output gradient counting as zeros."""
+
+    def op(*xs: tf.Tensor) -> Any:
+        ys = forward(list(xs))
+
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            return backward([_or_zeros(d, y) for d, y in zip(dys, ys)], list(xs))
+
+        return (ys[0] if len(ys) == 1 else ys), grad
+
+    out = _differentiable(op, *tensors)
+    return [out] if len(tensors) == 1 else list(out)
+
+
 def _scaled(tensor: tf.Tensor, factor: float) -> tf.Tensor:
     if factor == 1.0:
         return tensor
@@ -115,22 +132,16 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
                              process_set: ProcessSet) -> list[tf.Tensor]:
     """Differentiable grouped allreduce of dense tensors (one engine group, one call)."""
 
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_allreduce(list(xs), names, op, prescale, postscale, process_set)
+    def backward(dys: list, xs: list) -> list:
+        gradients.check_differentiable(op, "allreduce")
+        base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
+        grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
+        return _grad_node(lambda bufs: gradients.allreduce_grad(
+            bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
+            "HorovodAllreduceGrad")
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            gradients.check_differentiable(op, "allreduce")
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
-            grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
-            return _grad_node(lambda bufs: gradients.allreduce_grad(
-                bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
-                "HorovodAllreduceGrad")
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_allreduce(
+        xs, names, op, prescale, postscale, process_set), backward)
 
 
 def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: str | None, op: int,
@@ -225,23 +236,17 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor | tf.IndexedSlices],
 
 def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
                        process_set: ProcessSet) -> list[tf.Tensor]:
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_allgather(list(xs), names, process_set)
+    def backward(dys: list, xs: list) -> list:
+        dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
+        base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
+        reduce_names = grouped_names(base, len(dys))
+        dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
+        return _grad_node(lambda bufs, d: gradients.allgather_grad(
+            bufs, d.tolist(), process_set, reduce_names, dims_name), dys, xs,
+            "HorovodAllgatherGrad", dims)
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
-            base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
-            reduce_names = grouped_names(base, len(dys))
-            dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
-            return _grad_node(lambda bufs, d: gradients.allgather_grad(
-                bufs, d.tolist(), process_set, reduce_names, dims_name), dys, xs,
-                "HorovodAllgatherGrad", dims)
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_allgather(xs, names, process_set),
+                          backward)
 
 
 @no_autograph
@@ -286,18 +291,13 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
     check_dtype(tensor, "broadcast")
     engine_name = default_name("broadcast", "HorovodBroadcast", tensor, name, ignore_name_scope)
 
-    def forward(x: tf.Tensor) -> Any:
-        y = _raw.grouped_broadcast([x], [engine_name], root_rank, process_set)[0]
+    def backward(dys: list, xs: list) -> list:
+        grad_name = default_name("allreduce", "HorovodBroadcastGrad", dys[0], None)
+        return _grad_node(lambda bufs: gradients.broadcast_grad(
+            bufs, root_rank, process_set, [grad_name]), dys, xs, "HorovodBroadcastGrad")
 
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            dy = _or_zeros(dy, y)
-            grad_name = default_name("allreduce", "HorovodBroadcastGrad", dy, None)
-            return _grad_node(lambda bufs: gradients.broadcast_grad(
-                bufs, root_rank, process_set, [grad_name]), [dy], [x], "HorovodBroadcastGrad")[0]
-
-        return y, grad
-
-    return _differentiable(forward, tensor)
+    return _with_gradient([tensor], lambda xs: _raw.grouped_broadcast(
+        xs, [engine_name], root_rank, process_set), backward)[0]
 
 
 def assign_from_root(variables: list, root_rank: int, name: str | None,
@@ -371,21 +371,15 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
 def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
                            prescale: float, postscale: float,
                            process_set: ProcessSet) -> list[tf.Tensor]:
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_reducescatter(list(xs), names, op, prescale, postscale, process_set)
+    def backward(dys: list, xs: list) -> list:
+        base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
+        grad_names = grouped_names(base, len(dys))
+        return _grad_node(lambda bufs: gradients.reducescatter_grad(
+            bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
+            "HorovodReducescatterGrad")
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
-            names = grouped_names(base, len(dys))
-            return _grad_node(lambda bufs: gradients.reducescatter_grad(
-                bufs, op, prescale, postscale, process_set, names), dys, xs,
-                "HorovodReducescatterGrad")
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_reducescatter(
+        xs, names, op, prescale, postscale, process_set), backward)
 
 
 @no_autograph
