@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
@@ -33,23 +33,15 @@ from hora.torch._optimizer_utils import (
     STEP_AFTER_SYNC,
     TOO_MANY_PASSES,
     ZERO_GRAD_RACE,
-    all_params,
+    HookedOptimizer,
     check_groups,
-    initialise_wrapped,
     make_hook,
-    parameter_names_of,
     split_evenly,
 )
 from hora.torch.compression import Compression, Compressor
 
-# The mixin is combined with a torch optimizer class at run time; type checkers see it as one.
-if TYPE_CHECKING:
-    _OptimizerBase = torch.optim.Optimizer
-else:
-    _OptimizerBase = object
 
-
-class _DistributedMixin(_OptimizerBase):
+class _DistributedMixin(HookedOptimizer):
     """Gradient allreduce on top of a torch optimizer class (combined with it dynamically)."""
 
     def __init__(
@@ -64,17 +56,11 @@ class _DistributedMixin(_OptimizerBase):
         sparse_as_dense: bool,
         process_set: ProcessSet,
     ) -> None:
-        initialise_wrapped(self, optimizer)
-        self._compression = compression
+        self._init_hooked(optimizer, named_parameters, compression, backward_passes_per_step)
         self._op = op
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
-        self._parameter_names = parameter_names_of(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._ordered = all_params(self.param_groups)
-        self._delay = {p: backward_passes_per_step for p in self._ordered}
-        self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
         self._group_handles: dict[int, tuple[Any, Any]] = {}
         self._synchronized = False
         self._should_synchronize = True
@@ -196,14 +182,6 @@ class _DistributedMixin(_OptimizerBase):
         self._arrived[index] = set()
 
     # ------------------------------------------------------------------ public API
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change how many backward passes are accumulated locally before each allreduce."""
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"backward_passes_per_step must be a positive int, got {passes!r}")
-        self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
 
     def synchronize(self) -> None:
         """Finish the allreduce of every gradient, starting those whose hooks did not fire.
