@@ -120,6 +120,18 @@ def group_names(prefix: str, name: str | None, count: int) -> list[str]:
     return [f"{base}_{i + 1}of{count}" for i in range(count)]
 
 
+def split_evenly(items: list, parts: int) -> list[list]:
+    """Split ``items`` into at most ``parts`` contiguous chunks whose sizes differ by at most 1."""
+    parts = max(1, min(parts, len(items)))
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(items[start:stop])
+        start = stop
+    return [chunk for chunk in out if chunk]
+
+
 def handle_average_backwards_compatibility(op: int | None, average: bool | None) -> int:
     """Resolve Horovod's deprecated ``average=`` against ``op=``; the default is Average.
 

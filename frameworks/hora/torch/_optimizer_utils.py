@@ -87,18 +87,6 @@ def check_groups(groups: Any) -> None:
         )
 
 
-def split_evenly(items: list, parts: int) -> list[list]:
-    """Split ``items`` into at most ``parts`` contiguous chunks whose sizes differ by at most 1."""
-    parts = max(1, min(parts, len(items)))
-    base, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(items[start:stop])
-        start = stop
-    return [chunk for chunk in out if chunk]
-
-
 def make_hook(owner: Any) -> Callable[[torch.Tensor], None]:
     """A post-accumulate-grad hook calling ``owner._grad_ready(param)`` while ``owner`` lives.
 

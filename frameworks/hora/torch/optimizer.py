@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from hora.common.basics import size
+from hora.common.ops import split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._adasum_optimizer import _DistributedAdasumMixin
 from hora.torch._async_ops import (
@@ -36,7 +37,6 @@ from hora.torch._optimizer_utils import (
     HookedOptimizer,
     check_groups,
     make_hook,
-    split_evenly,
 )
 from hora.torch.compression import Compression, Compressor
 
