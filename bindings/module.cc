@@ -5,6 +5,7 @@
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Hora engine: collective operations on DLPack tensors (use the hora package instead)";
   hora::bindings::registerErrors(m);
+  hora::bindings::registerEnums(m);
   hora::bindings::registerHandle(m);
   hora::bindings::registerRuntime(m);
   hora::bindings::registerStore(m);

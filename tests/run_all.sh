@@ -2,7 +2,7 @@
 # Sets up this machine and runs every Hora test:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. C++ unit tests (CMake + Ninja + gtest, ctest)
-#   3. single-process pytest (tests/single)
+#   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
@@ -123,7 +123,7 @@ WHEELHOUSE=$ROOT/build/wheelhouse
 if wants install; then
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    matplotlib pyyaml mpi4py torch==2.13.0
+    matplotlib pyyaml mpi4py torch==2.13.0 mypy
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \
@@ -163,6 +163,8 @@ fi
 if wants single; then
   run "pytest tests/single" \
     pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider tests/single
+  # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
+  run "mypy (public API)" "$PY" -m mypy
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hora.common import ops
-from hora.common.ops import AsyncResult, Average, handle_average_backwards_compatibility
+from hora.common.ops import AsyncResult, Average
 from hora.common.process_sets import ProcessSet, global_process_set
 
 
@@ -22,11 +22,12 @@ def _copy(tensor: Any) -> np.ndarray:
     return np.array(tensor, copy=True, order="C")
 
 
-def _in_place(handles: list, tensors: list[np.ndarray], single: bool) -> AsyncResult:
-    return AsyncResult(handles, lambda _: tensors[0] if single else list(tensors))
+def _run(collective: str, tensors: list, single: bool, **kwargs: Any) -> AsyncResult:
+    """Submit one call; its result is the (in-place) inputs or the engine's outputs."""
+    handles = ops.enqueue(collective, tensors, grouped=not single, **kwargs)
+    if ops.OPS[collective].in_place:
+        return AsyncResult(handles, lambda _: tensors[0] if single else list(tensors))
 
-
-def _outputs(handles: list, single: bool) -> AsyncResult:
     def finish(hs: list) -> Any:
         outs = [ops.handle_output(h) for h in hs]
         return outs[0] if single else outs
@@ -37,23 +38,13 @@ def _outputs(handles: list, single: bool) -> AsyncResult:
 # ---------------------------------------------------------------------------------- allreduce
 
 
-def _allreduce(tensors: list[np.ndarray], names: list[str], average: bool | None,
-               op: int | None, prescale_factor: float, postscale_factor: float,
-               process_set: ProcessSet) -> list:
-    op = handle_average_backwards_compatibility(op, average)
-    kind = ops.ADASUM if op == ops.Adasum else ops.ALLREDUCE
-    return ops.submit(kind, tensors, names, op=op, prescale=prescale_factor,
-                      postscale=postscale_factor, process_set=process_set)
-
-
 def allreduce_async_(tensor: np.ndarray, average: bool | None = None, name: str | None = None,
                      op: int | None = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0,
                      process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place allreduce of ``tensor``; ``synchronize`` returns ``tensor``."""
-    handles = _allreduce([tensor], [ops.op_name("allreduce", name)], average, op,
-                         prescale_factor, postscale_factor, process_set)
-    return _in_place(handles, [tensor], single=True)
+    return _run("allreduce", [tensor], True, name=name, op=op, average=average,
+                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 
 def allreduce_async(tensor: Any, average: bool | None = None, name: str | None = None,
@@ -96,11 +87,8 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: bool | None
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place allreduce of every tensor as one group (negotiated and fused together)."""
-    tensors = list(tensors)
-    names = ops.group_names("grouped_allreduce", name, len(tensors))
-    handles = _allreduce(tensors, names, average, op, prescale_factor, postscale_factor,
-                         process_set) if tensors else []
-    return _in_place(handles, tensors, single=False)
+    return _run("allreduce", list(tensors), False, name=name, op=op, average=average,
+                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 
 def grouped_allreduce_async(tensors: Sequence[Any], average: bool | None = None,
@@ -136,9 +124,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
 def allgather_async(tensor: Any, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather; ``synchronize`` returns the concatenation along dim 0."""
-    handles = ops.submit(ops.ALLGATHER, [_copy(tensor)], [ops.op_name("allgather", name)],
-                         process_set=process_set)
-    return _outputs(handles, single=True)
+    return _run("allgather", [_copy(tensor)], True, name=name, process_set=process_set)
 
 
 def allgather(tensor: Any, name: str | None = None,
@@ -150,10 +136,8 @@ def allgather(tensor: Any, name: str | None = None,
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
                             process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather of every tensor as one group."""
-    copies = [_copy(t) for t in tensors]
-    names = ops.group_names("grouped_allgather", name, len(copies))
-    handles = ops.submit(ops.ALLGATHER, copies, names, process_set=process_set) if copies else []
-    return _outputs(handles, single=False)
+    return _run("allgather", [_copy(t) for t in tensors], False, name=name,
+                process_set=process_set)
 
 
 def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
@@ -168,9 +152,8 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
 def broadcast_async_(tensor: np.ndarray, root_rank: int, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place broadcast from ``root_rank`` (a global rank)."""
-    handles = ops.submit(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)],
-                         root_rank=root_rank, process_set=process_set)
-    return _in_place(handles, [tensor], single=True)
+    return _run("broadcast", [tensor], True, name=name, root_rank=root_rank,
+                process_set=process_set)
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: str | None = None,
@@ -197,8 +180,8 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
 def alltoall_async(tensor: Any, splits: Any = None, name: str | None = None,
                    process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an alltoall; ``synchronize`` returns ``out`` or ``(out, received_splits)``."""
-    handles = ops.submit(ops.ALLTOALL, [_copy(tensor)], [ops.op_name("alltoall", name)],
-                         splits=splits, process_set=process_set)
+    handles = ops.enqueue("alltoall", [_copy(tensor)], name=name, splits=splits,
+                          process_set=process_set)
 
     def finish(hs: list) -> Any:
         out = ops.handle_output(hs[0])
@@ -225,10 +208,8 @@ def reducescatter_async(tensor: Any, op: int = Average, name: str | None = None,
                         prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> AsyncResult:
     """Start a reducescatter; ``synchronize`` returns this rank's rows of the reduction."""
-    handles = ops.submit(ops.REDUCESCATTER, [_copy(tensor)], [ops.op_name("reducescatter", name)],
-                         op=op, prescale=prescale_factor, postscale=postscale_factor,
-                         process_set=process_set)
-    return _outputs(handles, single=True)
+    return _run("reducescatter", [_copy(tensor)], True, name=name, op=op,
+                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 
 def reducescatter(tensor: Any, op: int = Average, name: str | None = None,
@@ -246,11 +227,8 @@ def grouped_reducescatter_async(tensors: Sequence[Any], op: int = Average,
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> AsyncResult:
     """Start a reducescatter of every tensor as one group."""
-    copies = [_copy(t) for t in tensors]
-    names = ops.group_names("grouped_reducescatter", name, len(copies))
-    handles = ops.submit(ops.REDUCESCATTER, copies, names, op=op, prescale=prescale_factor,
-                         postscale=postscale_factor, process_set=process_set) if copies else []
-    return _outputs(handles, single=False)
+    return _run("reducescatter", [_copy(t) for t in tensors], False, name=name, op=op,
+                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 
 def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str | None = None,
@@ -266,15 +244,15 @@ def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str |
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Block until every rank of the set reached the barrier."""
-    ops.submit(ops.BARRIER, [], ["barrier.noname"], process_set=process_set)[0].wait()
+    ops.wait_all(ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set))
 
 
 def join() -> int:
     """Declare that this rank has no more data; until every rank joined, this rank contributes
     zeros to the others' allreduces. Returns the last rank that joined (the same everywhere)."""
-    handle = ops.submit(ops.JOIN, [], ["join.noname"])[0]
-    handle.wait()
-    return int(handle.last_joined_rank())
+    handles = ops.enqueue("join", [], names=["join.noname"])
+    ops.wait_all(handles)
+    return int(handles[0].last_joined_rank())
 
 
 def poll(handle: Any) -> bool:
@@ -291,6 +269,6 @@ def synchronize(handle: Any) -> Any:
     if isinstance(handle, AsyncResult):
         return handle.wait()
     if hasattr(handle, "wait") and hasattr(handle, "output"):
-        handle.wait()
+        ops.wait_all([handle])
         return ops.handle_output(handle)
     return None

@@ -364,7 +364,7 @@ def select_transport(
     cpu = _transport_name(cpu_text, "HORA_CPU_OPERATIONS") if cpu_text else None
     if controller is None and cpu is None:
         controller = "mpi" if comm_given or (mpi_built and under_mpirun(environ)) else "tcp"
-    chosen = Transports(controller or cpu, cpu or controller)
+    chosen = Transports(controller or cpu or "tcp", cpu or controller or "tcp")
     if comm_given and not chosen.uses_mpi:
         raise NotSupportedError(
             "hora.init(comm=...) runs Hora on an MPI communicator, but HORA_CONTROLLER / "

@@ -1,5 +1,6 @@
-"""The layer every frontend submits work through: constants, naming, argument checks, and the
-conversion of NumPy arrays (and any ``__dlpack__`` object) into engine requests.
+"""The pipeline every frontend submits work through: the engine's constants, the op table,
+op/average/Adasum resolution, naming, argument checks, the conversion of NumPy arrays (and any
+``__dlpack__`` object) into engine requests, and waiting with one error policy.
 
 ``submit`` never copies: in-place operations need contiguous tensors and raise ``ValueError``
 otherwise. It checks what Horovod checks at enqueue time (process-set membership, broadcast root,
@@ -9,11 +10,14 @@ alltoall splits, reducescatter op, scalar allgather) so the error is raised wher
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
 import threading
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
@@ -22,26 +26,62 @@ from hora import _core
 from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
 
-ALLREDUCE = 0
-ALLGATHER = 1
-BROADCAST = 2
-JOIN = 3
-ADASUM = 4
-ALLTOALL = 5
-BARRIER = 6
-REDUCESCATTER = 7
+# The engine's numbering, read from the engine itself.
+ALLREDUCE = int(_core.OpKind.ALLREDUCE)
+ALLGATHER = int(_core.OpKind.ALLGATHER)
+BROADCAST = int(_core.OpKind.BROADCAST)
+JOIN = int(_core.OpKind.JOIN)
+ADASUM = int(_core.OpKind.ADASUM)
+ALLTOALL = int(_core.OpKind.ALLTOALL)
+BARRIER = int(_core.OpKind.BARRIER)
+REDUCESCATTER = int(_core.OpKind.REDUCESCATTER)
 
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
+Average = int(_core.ReduceOp.AVERAGE)
+Sum = int(_core.ReduceOp.SUM)
+Adasum = int(_core.ReduceOp.ADASUM)
+Min = int(_core.ReduceOp.MIN)
+Max = int(_core.ReduceOp.MAX)
+Product = int(_core.ReduceOp.PRODUCT)
 
-KIND_NAMES = {
-    ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast", JOIN: "join",
-    ADASUM: "adasum", ALLTOALL: "alltoall", BARRIER: "barrier", REDUCESCATTER: "reducescatter",
+REDUCE_OPS = frozenset((Average, Sum, Adasum, Min, Max, Product))
+
+KIND_NAMES = {int(v): k.lower() for k, v in _core.OpKind.__members__.items()}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """What the pipeline knows about one collective.
+
+    ``prefix`` starts its automatic names (``allreduce.noname.0``); ``in_place`` says whether the
+    engine writes the result into the submitted buffer (else it allocates the output);
+    ``reduce_ops`` lists the ops it takes (empty when it takes none) and ``op_error`` is the
+    message for any other.
+    """
+
+    kind: int
+    prefix: str
+    in_place: bool
+    reduce_ops: frozenset = frozenset()
+    op_error: str = ""
+
+    @property
+    def grouped_prefix(self) -> str:
+        """The name prefix of the grouped form (``grouped_allreduce``)."""
+        return f"grouped_{self.prefix}"
+
+
+OPS: dict[str, OpSpec] = {
+    "allreduce": OpSpec(ALLREDUCE, "allreduce", True, REDUCE_OPS),
+    "allgather": OpSpec(ALLGATHER, "allgather", False),
+    "broadcast": OpSpec(BROADCAST, "broadcast", True),
+    "alltoall": OpSpec(ALLTOALL, "alltoall", False),
+    "reducescatter": OpSpec(REDUCESCATTER, "reducescatter", False, frozenset((Average, Sum)),
+                            "Reducescatter currently only supports AVERAGE and SUM."),
+    "join": OpSpec(JOIN, "join", True),
+    "barrier": OpSpec(BARRIER, "barrier", True),
 }
+_SPEC_BY_KIND = {spec.kind: spec for spec in OPS.values()}
+_SPEC_BY_KIND[ADASUM] = OPS["allreduce"]
 
 _BFLOAT16 = "bfloat16"
 _HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,6 +120,18 @@ def group_names(prefix: str, name: str | None, count: int) -> list[str]:
     return [f"{base}_{i + 1}of{count}" for i in range(count)]
 
 
+def split_evenly(items: list, parts: int) -> list[list]:
+    """Split ``items`` into at most ``parts`` contiguous chunks whose sizes differ by at most 1."""
+    parts = max(1, min(parts, len(items)))
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(items[start:stop])
+        start = stop
+    return [chunk for chunk in out if chunk]
+
+
 def handle_average_backwards_compatibility(op: int | None, average: bool | None) -> int:
     """Resolve Horovod's deprecated ``average=`` against ``op=``; the default is Average.
 
@@ -101,6 +153,13 @@ def handle_average_backwards_compatibility(op: int | None, average: bool | None)
     return Average
 
 
+def resolve_allreduce(op: int | None, average: bool | None) -> tuple[int, int]:
+    """The engine kind and reduce op of an allreduce: ``op``/``average`` resolved as Horovod
+    does, and Adasum, which the engine runs as its own kind."""
+    op = handle_average_backwards_compatibility(op, average)
+    return (ADASUM if op == Adasum else ALLREDUCE), op
+
+
 @functools.lru_cache(maxsize=1024)
 def _inside_hora(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_HORA_DIR + os.sep)
@@ -108,7 +167,7 @@ def _inside_hora(filename: str) -> bool:
 
 def call_site() -> str:
     """``file.py:123`` of the first caller frame outside the hora package."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _inside_hora(filename):
@@ -124,7 +183,8 @@ def _numpy_exports_bool() -> bool:
     global _numpy_bool_dlpack
     if _numpy_bool_dlpack is None:
         try:
-            np.zeros(1, dtype=np.bool_).__dlpack__()
+            probe: Any = np.zeros(1, dtype=np.bool_)
+            probe.__dlpack__()
             _numpy_bool_dlpack = True
         except (BufferError, TypeError, AttributeError):
             _numpy_bool_dlpack = False
@@ -181,14 +241,15 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
     members = process_set.ranks
     if me not in members:
         raise ValueError(f"{what}: Rank {me} is not a member of the provided process set.")
-    if op not in (Average, Sum, Adasum, Min, Max, Product):
+    if op not in REDUCE_OPS:
         raise ValueError(f"{what}: unknown reduce op {op}")
+    spec = _SPEC_BY_KIND.get(kind)
+    if spec is not None and spec.reduce_ops and op not in spec.reduce_ops:
+        raise ValueError(spec.op_error)
     if kind == BROADCAST and root_rank not in members:
         raise ValueError(
             f"broadcast received invalid root rank {root_rank} for provided process set"
         )
-    if kind == REDUCESCATTER and op not in (Average, Sum):
-        raise ValueError("Reducescatter currently only supports AVERAGE and SUM.")
     for tensor in tensors:
         shape = _shape(tensor)
         scalar = shape is not None and len(shape) == 0
@@ -198,7 +259,8 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
             )
     if kind != ALLTOALL:
         return None
-    dim0 = _shape(tensors[0])[0] if tensors and _shape(tensors[0]) else None
+    first = _shape(tensors[0]) if tensors else None
+    dim0 = first[0] if first else None
     if splits is not None:
         return _check_splits(splits, len(members), dim0)
     if dim0 is not None and dim0 % len(members) != 0:
@@ -246,15 +308,91 @@ def submit(
     overrides = [o for _, o in prepared]
     handles = _core.enqueue(
         kind, [t for t, _ in prepared], names,
-        process_set_id=int(process_set.process_set_id), reduce_op=int(op),
+        process_set_id=int(process_set.process_set_id or 0), reduce_op=int(op),
         prescale=float(prescale), postscale=float(postscale), root_rank=int(root_rank),
         splits=checked_splits, call_site=call_site(),
         dtype_overrides=overrides if any(o is not None for o in overrides) else None,
     )
     for handle, override in zip(handles, overrides):
         if override == _BFLOAT16:
-            handle._hora_dtype = _BFLOAT16
+            handle._hora_dtype = _BFLOAT16  # type: ignore[attr-defined]
     return handles
+
+
+def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
+            names: Sequence[str] | None = None, grouped: bool = False, op: int | None = None,
+            average: bool | None = None, **request: Any) -> list:
+    """Submit one frontend call of ``collective`` (a key of ``OPS``).
+
+    The pipeline every frontend shares: the op table gives the engine kind, names are
+    ``names`` when given, else Horovod's automatic names from ``name`` (``<prefix>.<name>``, or
+    ``<base>_<i>of<n>`` when ``grouped``), the reduce op is resolved (``average=`` and Adasum for
+    allreduce; Average by default for reducescatter), then ``submit`` checks and enqueues
+    (``request``: its prescale, postscale, root_rank, splits and process_set).
+    Returns one engine handle per buffer ([] for an empty group).
+    """
+    spec = OPS[collective]
+    buffers = list(buffers)
+    if names is None:
+        if grouped:
+            names = group_names(spec.grouped_prefix, name, len(buffers))
+        else:
+            names = [op_name(spec.prefix, name)]
+    kind = spec.kind
+    if collective == "allreduce":
+        kind, op = resolve_allreduce(op, average)
+    elif spec.reduce_ops:
+        op = Average if op is None else int(op)
+    else:
+        op = Sum
+    if not buffers and kind not in (JOIN, BARRIER):
+        return []
+    return submit(kind, buffers, names, op=op, **request)
+
+
+def engine_error(exc: BaseException) -> BaseException:
+    """The one error policy of every frontend for an operation that failed in the engine.
+
+    Hora's own classes pass as they are; a ``ValueError`` (the engine refused the operation)
+    becomes ``InvalidCollectiveError``, which is both a ``ValueError`` and a ``HoraError``; any
+    other ``RuntimeError`` becomes ``HoraError``; anything else passes unchanged.
+    """
+    from hora.errors import HoraError, InvalidCollectiveError
+
+    if isinstance(exc, HoraError):
+        return exc
+    if isinstance(exc, ValueError):
+        return InvalidCollectiveError(str(exc))
+    if isinstance(exc, RuntimeError):
+        return HoraError(str(exc))
+    return exc
+
+
+def wait_all(handles: Sequence[Any], timeout: float | None = None) -> None:
+    """Wait for every engine handle, then raise the first error (see ``engine_error``).
+
+    Every handle is waited for even after one failed, so that none of their names stays in
+    flight.
+
+    Raises:
+        HoraTimeoutError: ``timeout`` seconds passed before a handle finished.
+    """
+    first_error: BaseException | None = None
+    for h in handles:
+        try:
+            finished = h.wait(timeout)
+        except Exception as exc:  # noqa: BLE001 (every handle is waited for before raising)
+            first_error = first_error or exc
+            continue
+        if finished is False:
+            from hora.errors import HoraTimeoutError
+
+            raise HoraTimeoutError(f"operation not finished after {timeout} s")
+    if first_error is not None:
+        converted = engine_error(first_error)
+        if converted is first_error:
+            raise first_error
+        raise converted from first_error
 
 
 def handle_output(handle: Any) -> np.ndarray | None:
@@ -265,6 +403,21 @@ def handle_output(handle: Any) -> np.ndarray | None:
         import ml_dtypes
 
         out = out.view(ml_dtypes.bfloat16)
+    return out
+
+
+def allocated_output(handle: Any) -> np.ndarray:
+    """The result of a finished operation that allocates its output (allgather, alltoall,
+    reducescatter), as ``handle_output`` gives it.
+
+    Raises:
+        InternalError: the operation has no output (it works in place).
+    """
+    out = handle_output(handle)
+    if out is None:
+        from hora.errors import InternalError
+
+        raise InternalError("an allocating operation finished without an output array")
     return out
 
 
@@ -294,19 +447,7 @@ class AsyncResult:
         """
         if self._done:
             return self._result
-        first_error: BaseException | None = None
-        for h in self._handles:
-            try:
-                finished = h.wait(timeout)
-            except (RuntimeError, ValueError) as exc:  # collect the rest too: frees their names
-                first_error = first_error or exc
-                continue
-            if not finished:
-                from hora.errors import HoraTimeoutError
-
-                raise HoraTimeoutError(f"operation not finished after {timeout} s")
-        if first_error is not None:
-            raise first_error
+        wait_all(self._handles, timeout)
         self._result = self._finish(self._handles)
         self._done = True
         return self._result
@@ -315,6 +456,45 @@ class AsyncResult:
     def handles(self) -> list:
         """The engine handles, one per tensor."""
         return list(self._handles)
+
+
+_handle_lock = threading.Lock()
+_handle_table: dict[int, AsyncResult] = {}
+_handle_ids = itertools.count(1)
+
+
+def register_handle(result: AsyncResult) -> int:
+    """An integer handle for ``result`` (Horovod's torch API returns ints from ``*_async``)."""
+    with _handle_lock:
+        handle = next(_handle_ids)
+        _handle_table[handle] = result
+    return handle
+
+
+def poll_handle(handle: int) -> bool:
+    """True when the operation behind an integer handle has finished (with or without error).
+
+    Raises:
+        ValueError: the handle was never created or was already synchronized.
+    """
+    result = _handle_table.get(handle)
+    if result is None:
+        raise ValueError(f"Handle {handle} was not created or has been cleared.")
+    return result.poll()
+
+
+def synchronize_handle(handle: int) -> Any:
+    """Wait for the operation behind an integer handle and return its result; None for an
+    unknown handle. The handle is released either way."""
+    with _handle_lock:
+        result = _handle_table.get(handle)
+    if result is None:
+        return None
+    try:
+        return result.wait()
+    finally:
+        with _handle_lock:
+            _handle_table.pop(handle, None)
 
 
 basics.add_shutdown_hook(reset_names)

@@ -28,7 +28,7 @@ def _broadcast_arrays(entries: list[tuple[list, str]], root_rank: int,
     pending = _Pending()
     try:
         for arrays, name in entries:
-            pending.add(ops.BROADCAST, [arrays[0]], [ops.op_name("broadcast", name)],
+            pending.add("broadcast", [arrays[0]], [ops.op_name("broadcast", name)],
                         "broadcast_parameters", root_rank=root_rank, process_set=process_set)
     except BaseException:
         pending.abandon()

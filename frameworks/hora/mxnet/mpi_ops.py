@@ -31,90 +31,18 @@ from typing import Any
 import numpy as np
 
 import hora as _hora
-from hora.common import ops
-from hora.common.basics import (
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
-from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
-from hora.common.process_sets import (
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
-from hora.errors import HoraError, HorovodInternalError, HostsUpdatedInterrupt, NotSupportedError
+from hora.common import api, ops
+from hora.common.api import *
+from hora.common.ops import Average
+from hora.common.process_sets import ProcessSet, global_process_set
 from hora.mxnet.compat import import_mxnet
 
 mx = import_mxnet()
 
-__all__ = [
-    "Adasum",
-    "Average",
-    "HoraError",
-    "HorovodInternalError",
-    "HostsUpdatedInterrupt",
-    "Max",
-    "Min",
-    "ProcessSet",
-    "Product",
-    "Sum",
-    "add_process_set",
-    "allgather",
-    "allreduce",
-    "allreduce_",
-    "alltoall",
-    "barrier",
-    "broadcast",
-    "broadcast_",
-    "ccl_built",
-    "cross_rank",
-    "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "global_process_set",
-    "gloo_built",
-    "gloo_enabled",
-    "grouped_allgather",
-    "grouped_allreduce",
-    "grouped_allreduce_",
-    "grouped_reducescatter",
-    "init",
-    "is_homogeneous",
-    "is_initialized",
-    "join",
-    "local_rank",
-    "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
-    "rank",
-    "reducescatter",
-    "remove_process_set",
-    "rocm_built",
-    "shutdown",
-    "size",
-    "start_timeline",
-    "stop_timeline",
+__all__ = api.__all__ + [
+    "allgather", "allreduce", "allreduce_", "alltoall", "barrier", "broadcast", "broadcast_",
+    "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter",
+    "join", "reducescatter",
 ]
 
 # MXNet dtypes whose DLPack export Hora reads as is.
@@ -184,18 +112,6 @@ def _write_back(target: Any, values: np.ndarray) -> None:
     mx.nd.array(values, ctx=target.context, dtype=target.dtype).copyto(target)
 
 
-def _wait_all(handles: Sequence[Any]) -> None:
-    """Wait for every handle and then raise the first error (so every name is free again)."""
-    first_error: BaseException | None = None
-    for handle in handles:
-        try:
-            handle.wait()
-        except Exception as exc:  # noqa: BLE001 (every handle is waited for before raising)
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
-
-
 class _Pending:
     """In-place operations submitted to the engine and not yet finished.
 
@@ -207,9 +123,9 @@ class _Pending:
         self._handles: list = []
         self._staged: list[tuple[Any, np.ndarray]] = []
 
-    def add(self, kind: int, tensors: Sequence[Any], names: Sequence[str], what: str,
+    def add(self, collective: str, tensors: Sequence[Any], names: Sequence[str], what: str,
             **kwargs: Any) -> None:
-        """Enqueue ``kind`` on ``tensors`` (results written in place) under ``names``."""
+        """Enqueue ``collective`` on ``tensors`` (results written in place) under ``names``."""
         for tensor in tensors:
             _check_tensor(tensor, what)
         inputs: list[Any] = []
@@ -222,14 +138,14 @@ class _Pending:
                 staged.append((tensor, host))
                 inputs.append(host)
         if inputs:
-            self._handles.extend(ops.submit(kind, inputs, names, **kwargs))
+            self._handles.extend(ops.enqueue(collective, inputs, names=names, **kwargs))
         self._staged.extend(staged)
 
     def wait(self) -> None:
         """Wait for everything added; raise the first error once all have finished."""
         handles, self._handles = self._handles, []
         staged, self._staged = self._staged, []
-        _wait_all(handles)
+        ops.wait_all(handles)
         for tensor, host in staged:
             _write_back(tensor, host)
 
@@ -239,35 +155,31 @@ class _Pending:
             self.wait()
 
 
-def _in_place(kind: int, tensors: Sequence[Any], names: Sequence[str], what: str,
+def _in_place(collective: str, tensors: Sequence[Any], names: Sequence[str], what: str,
               **kwargs: Any) -> None:
-    """Run ``kind`` on ``tensors`` in place and return when the results are in them."""
+    """Run ``collective`` on ``tensors`` in place and return when the results are in them."""
     pending = _Pending()
-    pending.add(kind, tensors, names, what, **kwargs)
+    pending.add(collective, tensors, names, what, **kwargs)
     pending.wait()
 
 
-def _with_output(kind: int, tensors: Sequence[Any], names: Sequence[str], what: str,
+def _with_output(collective: str, tensors: Sequence[Any], names: Sequence[str], what: str,
                  **kwargs: Any) -> list:
-    """Run ``kind`` (which allocates its results) and return the finished handles."""
+    """Run ``collective`` (which allocates its results) and return the finished handles."""
     for tensor in tensors:
         _check_tensor(tensor, what)
     inputs = [
         _NDArrayView(t, write=False) if _zero_copy(t) else np.ascontiguousarray(t.asnumpy())
         for t in tensors
     ]
-    handles = ops.submit(kind, inputs, names, **kwargs) if inputs else []
-    _wait_all(handles)
+    handles = ops.enqueue(collective, inputs, names=names, **kwargs)
+    ops.wait_all(handles)
     return handles
 
 
-def _reduce_kind(op: int) -> int:
-    return ops.ADASUM if op == Adasum else ops.ALLREDUCE
-
-
-def _into_copies(kind: int, tensors: Sequence[Any], names: Sequence[str], what: str,
+def _into_copies(collective: str, tensors: Sequence[Any], names: Sequence[str], what: str,
                  **kwargs: Any) -> list:
-    """Run ``kind`` in place on host copies of ``tensors``; return the copies as NDArrays.
+    """Run ``collective`` in place on host copies of ``tensors``; return the copies as NDArrays.
 
     ``asnumpy()`` waits for the tensor's pending writes and copies it; the engine then works on
     the copy and the result becomes an NDArray without a second copy. (This measured faster than
@@ -277,7 +189,7 @@ def _into_copies(kind: int, tensors: Sequence[Any], names: Sequence[str], what: 
         _check_tensor(tensor, what)
     hosts = [np.ascontiguousarray(t.asnumpy()) for t in tensors]
     if hosts:
-        _wait_all(ops.submit(kind, hosts, names, **kwargs))
+        ops.wait_all(ops.enqueue(collective, hosts, names=names, **kwargs))
     return [_like(h, t) for h, t in zip(hosts, tensors)]
 
 
@@ -304,9 +216,8 @@ def allreduce_(tensor: Any, average: bool | None = None, name: str | None = None
         ValueError: bad arguments, unsupported dtype, or a name already in flight.
         HoraError: the ranks disagree (MismatchError) or the job failed.
     """
-    reduce_op = ops.handle_average_backwards_compatibility(op, average)
-    _in_place(_reduce_kind(reduce_op), [tensor], [ops.op_name("allreduce", name)], "allreduce_",
-              op=reduce_op, prescale=prescale_factor, postscale=postscale_factor,
+    _in_place("allreduce", [tensor], [ops.op_name("allreduce", name)], "allreduce_",
+              op=op, average=average, prescale=prescale_factor, postscale=postscale_factor,
               process_set=process_set)
     return tensor
 
@@ -318,9 +229,8 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
 
     Arguments as in :func:`allreduce_`; ``tensor`` itself is not modified.
     """
-    reduce_op = ops.handle_average_backwards_compatibility(op, average)
-    return _into_copies(_reduce_kind(reduce_op), [tensor], [ops.op_name("allreduce", name)],
-                        "allreduce", op=reduce_op, prescale=prescale_factor,
+    return _into_copies("allreduce", [tensor], [ops.op_name("allreduce", name)],
+                        "allreduce", op=op, average=average, prescale=prescale_factor,
                         postscale=postscale_factor, process_set=process_set)[0]
 
 
@@ -335,9 +245,8 @@ def grouped_allreduce_(tensors: Sequence[Any], average: bool | None = None,
     :func:`allreduce_`.
     """
     tensors = list(tensors)
-    reduce_op = ops.handle_average_backwards_compatibility(op, average)
     names = ops.group_names("grouped_allreduce", name, len(tensors))
-    _in_place(_reduce_kind(reduce_op), tensors, names, "grouped_allreduce_", op=reduce_op,
+    _in_place("allreduce", tensors, names, "grouped_allreduce_", op=op, average=average,
               prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
     return tensors
 
@@ -349,10 +258,9 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
                       op: int | None = None) -> list:
     """Return the reductions of every tensor, computed as one group, as new NDArrays."""
     tensors = list(tensors)
-    reduce_op = ops.handle_average_backwards_compatibility(op, average)
     names = ops.group_names("grouped_allreduce", name, len(tensors))
-    return _into_copies(_reduce_kind(reduce_op), tensors, names, "grouped_allreduce",
-                        op=reduce_op, prescale=prescale_factor, postscale=postscale_factor,
+    return _into_copies("allreduce", tensors, names, "grouped_allreduce",
+                        op=op, average=average, prescale=prescale_factor, postscale=postscale_factor,
                         process_set=process_set)
 
 
@@ -369,7 +277,7 @@ def allgather(tensor: Any, name: str | None = None, priority: int = 0,
         ValueError: a scalar tensor or an unsupported dtype.
         HoraError: the ranks disagree on dtype or trailing shape.
     """
-    handles = _with_output(ops.ALLGATHER, [tensor], [ops.op_name("allgather", name)],
+    handles = _with_output("allgather", [tensor], [ops.op_name("allgather", name)],
                            "allgather", process_set=process_set)
     return _like(ops.handle_output(handles[0]), tensor)
 
@@ -379,7 +287,7 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None, priority:
     """Allgather every tensor as one group; returns the gathered NDArrays in order."""
     tensors = list(tensors)
     names = ops.group_names("grouped_allgather", name, len(tensors))
-    handles = _with_output(ops.ALLGATHER, tensors, names, "grouped_allgather",
+    handles = _with_output("allgather", tensors, names, "grouped_allgather",
                            process_set=process_set)
     return [_like(ops.handle_output(h), t) for h, t in zip(handles, tensors)]
 
@@ -395,7 +303,7 @@ def broadcast_(tensor: Any, root_rank: int, name: str | None = None, priority: i
         ValueError: ``root_rank`` is not in the process set.
         HoraError: the ranks disagree on root, dtype or shape.
     """
-    _in_place(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)], "broadcast_",
+    _in_place("broadcast", [tensor], [ops.op_name("broadcast", name)], "broadcast_",
               root_rank=root_rank, process_set=process_set)
     return tensor
 
@@ -403,7 +311,7 @@ def broadcast_(tensor: Any, root_rank: int, name: str | None = None, priority: i
 def broadcast(tensor: Any, root_rank: int, name: str | None = None, priority: int = 0,
               process_set: ProcessSet = global_process_set) -> Any:
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new NDArray."""
-    return _into_copies(ops.BROADCAST, [tensor], [ops.op_name("broadcast", name)], "broadcast",
+    return _into_copies("broadcast", [tensor], [ops.op_name("broadcast", name)], "broadcast",
                         root_rank=root_rank, process_set=process_set)[0]
 
 
@@ -426,7 +334,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None, priority:
     """
     if isinstance(splits, mx.nd.NDArray):
         splits = splits.asnumpy()
-    handles = _with_output(ops.ALLTOALL, [tensor], [ops.op_name("alltoall", name)], "alltoall",
+    handles = _with_output("alltoall", [tensor], [ops.op_name("alltoall", name)], "alltoall",
                            splits=splits, process_set=process_set)
     out = _like(ops.handle_output(handles[0]), tensor)
     if splits is None:
@@ -448,7 +356,7 @@ def reducescatter(tensor: Any, op: int = Average, name: str | None = None, prior
     Raises:
         ValueError: an op other than Sum or Average, or a scalar tensor.
     """
-    handles = _with_output(ops.REDUCESCATTER, [tensor], [ops.op_name("reducescatter", name)],
+    handles = _with_output("reducescatter", [tensor], [ops.op_name("reducescatter", name)],
                            "reducescatter", op=op, prescale=prescale_factor,
                            postscale=postscale_factor, process_set=process_set)
     return _like(ops.handle_output(handles[0]), tensor)
@@ -460,7 +368,7 @@ def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str |
     """Reducescatter every tensor as one group; returns this rank's shares in order."""
     tensors = list(tensors)
     names = ops.group_names("grouped_reducescatter", name, len(tensors))
-    handles = _with_output(ops.REDUCESCATTER, tensors, names, "grouped_reducescatter", op=op,
+    handles = _with_output("reducescatter", tensors, names, "grouped_reducescatter", op=op,
                            prescale=prescale_factor, postscale=postscale_factor,
                            process_set=process_set)
     return [_like(ops.handle_output(h), t) for h, t in zip(handles, tensors)]
@@ -478,19 +386,3 @@ def join() -> int:
     """Declare that this rank has no more batches; until every rank has joined, it contributes
     zeros to the allreduces of the others. Returns the last rank to join (equal on all ranks)."""
     return _hora.join()
-
-
-def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    """Start writing the timeline to ``file_path`` (needs ``HORA_TIMELINE=DYNAMIC``)."""
-    start = getattr(_hora, "start_timeline", None)
-    if start is None:
-        raise NotSupportedError("this build of Hora has no start_timeline()")
-    start(file_path, mark_cycles=mark_cycles)
-
-
-def stop_timeline() -> None:
-    """Stop writing the timeline started by :func:`start_timeline`."""
-    stop = getattr(_hora, "stop_timeline", None)
-    if stop is None:
-        raise NotSupportedError("this build of Hora has no stop_timeline()")
-    stop()

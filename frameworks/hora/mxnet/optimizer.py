@@ -69,13 +69,13 @@ def allreduce_gradients_(grads: Sequence[Any], names: Sequence[str], *, prescale
                     by_dtype.setdefault(np.dtype(grads[i].dtype), []).append(i)
                 for members in by_dtype.values():
                     label = f"{names[members[0]]}:{names[members[-1]]}"
-                    pending.add(ops.ALLREDUCE, [grads[i] for i in members],
+                    pending.add("allreduce", [grads[i] for i in members],
                                 ops.group_names("grouped_allreduce", label, len(members)),
                                 "grouped_allreduce_", op=ops.Sum, prescale=prescale_factor,
                                 process_set=process_set)
         else:
             for grad, name in zip(grads, names):
-                pending.add(ops.ALLREDUCE, [grad], [ops.op_name("allreduce", name)],
+                pending.add("allreduce", [grad], [ops.op_name("allreduce", name)],
                             "allreduce_", op=ops.Sum, prescale=prescale_factor,
                             process_set=process_set)
     except BaseException:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from hora.common.compression import Compressor, NoneCompressor, make_compression
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.mxnet.compat import import_mxnet
 from hora.mxnet.optimizer import allreduce_gradients_, process_set_size, unwrap
@@ -17,56 +18,9 @@ mx = import_mxnet()
 __all__ = ["Compression", "Compressor", "DistributedTrainer", "FP16Compressor", "NoneCompressor"]
 
 
-class Compressor:
-    """Turns a gradient into what is sent (``compress``) and back (``decompress``)."""
-
-    @staticmethod
-    def compress(tensor: Any) -> tuple[Any, Any]:
-        """Return the tensor to send and the context ``decompress`` needs."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: Any, ctx: Any) -> Any:
-        """Return the gradient from the received tensor and the context of ``compress``."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends gradients as they are."""
-
-    @staticmethod
-    def compress(tensor: Any) -> tuple[Any, Any]:
-        """Return ``tensor`` itself."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: Any, ctx: Any) -> Any:
-        """Return ``tensor`` itself."""
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Sends floating-point gradients as float16 (half the bytes, less precision)."""
-
-    @staticmethod
-    def compress(tensor: Any) -> tuple[Any, Any]:
-        """A float16 copy of a float32/float64 tensor (other dtypes unchanged)."""
-        dtype = np.dtype(tensor.dtype)
-        if dtype in (np.float32, np.float64):
-            return tensor.astype("float16"), dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: Any, ctx: Any) -> Any:
-        """The tensor in its original dtype."""
-        return tensor if ctx is None else tensor.astype(ctx)
-
-
-class Compression:
-    """The available compressors: ``Compression.none`` and ``Compression.fp16``."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
+FP16Compressor, _, Compression = make_compression(
+    np.dtype(np.float16), None, dtype_of=lambda t: np.dtype(t.dtype),
+    is_floating=lambda d: d in (np.float32, np.float64), cast=lambda t, d: t.astype(d))
 
 
 class DistributedTrainer(mx.gluon.Trainer):

@@ -47,13 +47,7 @@ def run(fn: NumpyFn, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType]
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
-def wait_all(handles: Sequence[Any]) -> None:
-    """Wait for every handle; raise the first error after all of them finished."""
-    _ops.AsyncResult(handles, lambda _: None).wait()
-
-
-def _reduce_kind(op: int) -> int:
-    return _ops.ADASUM if op == _ops.Adasum else _ops.ALLREDUCE
+wait_all = _ops.wait_all
 
 
 def _set_shapes(outputs: list[tf.Tensor], shapes: Sequence[tf.TensorShape]) -> list[tf.Tensor]:
@@ -68,34 +62,36 @@ def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
     return tf.TensorShape([None]).concatenate(shape[1:])
 
 
-# ------------------------------------------------------------------------------------ allreduce
-
-
-def allreduce_fn(names: Sequence[str], op: int, prescale: float, postscale: float,
-                 process_set: ProcessSet) -> NumpyFn:
-    """A function reducing its sources as one group (into private copies it returns)."""
+def grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],
+            op_name: str, shape_of: Callable[[tf.TensorShape], tf.TensorShape] = lambda s: s,
+            **request: Any) -> list[tf.Tensor]:
+    """One call of ``collective`` on ``tensors`` as one group; in-place collectives work on
+    private copies. ``shape_of`` gives each output's static shape from its input's."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
     names = list(names)
+    in_place = _ops.OPS[collective].in_place
 
     def fn(sources: list) -> list:
-        bufs = [private(x) for x in sources]
-        if bufs:
-            wait_all(_ops.submit(_reduce_kind(op), bufs, names, op=op, prescale=prescale,
-                                 postscale=postscale, process_set=process_set))
-        return bufs
+        bufs = [private(x) if in_place else readable(x) for x in sources]
+        handles = _ops.enqueue(collective, bufs, names=names, **request)
+        wait_all(handles)
+        return bufs if in_place else [_ops.allocated_output(h) for h in handles]
 
-    return fn
+    outs = run(fn, tensors, [t.dtype for t in tensors], op_name)
+    return _set_shapes(outs, [shape_of(t.shape) for t in tensors])
+
+
+# ------------------------------------------------------------------------------------ allreduce
 
 
 def grouped_allreduce(tensors: Sequence[tf.Tensor], names: Sequence[str], op: int,
                       prescale: float = 1.0, postscale: float = 1.0,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allreduce dense tensors as one group in one call; outputs keep the input shapes."""
-    tensors = list(tensors)
-    if not tensors:
-        return []
-    fn = allreduce_fn(names, op, prescale, postscale, process_set)
-    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodAllreduce")
-    return _set_shapes(outs, [t.shape for t in tensors])
+    return grouped("allreduce", tensors, names, "HorovodAllreduce", op=op, prescale=prescale,
+                   postscale=postscale, process_set=process_set)
 
 
 def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
@@ -116,9 +112,9 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
         start = 0
         for group_names, count in zip(names, sizes):
             if count:
-                handles += _ops.submit(_reduce_kind(op), bufs[start:start + count],
-                                       list(group_names), op=op, prescale=prescale,
-                                       postscale=postscale, process_set=process_set)
+                handles += _ops.enqueue("allreduce", bufs[start:start + count],
+                                        names=list(group_names), op=op, prescale=prescale,
+                                        postscale=postscale, process_set=process_set)
             start += count
         wait_all(handles)
         return bufs
@@ -135,28 +131,11 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
 # ------------------------------------------------------------------------------------ allgather
 
 
-def allgather_fn(names: Sequence[str], process_set: ProcessSet) -> NumpyFn:
-    """A function gathering its sources along dim 0 as one group."""
-    names = list(names)
-
-    def fn(sources: list) -> list:
-        bufs = [readable(x) for x in sources]
-        handles = _ops.submit(_ops.ALLGATHER, bufs, names, process_set=process_set)
-        wait_all(handles)
-        return [_ops.handle_output(h) for h in handles]
-
-    return fn
-
-
 def grouped_allgather(tensors: Sequence[tf.Tensor], names: Sequence[str],
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgather tensors as one group; dim 0 of the outputs is unknown statically."""
-    tensors = list(tensors)
-    if not tensors:
-        return []
-    outs = run(allgather_fn(names, process_set), tensors, [t.dtype for t in tensors],
-               "HorovodAllgather")
-    return _set_shapes(outs, [_rows_unknown(t.shape) for t in tensors])
+    return grouped("allgather", tensors, names, "HorovodAllgather", _rows_unknown,
+                   process_set=process_set)
 
 
 # ------------------------------------------------------------------------------------ broadcast
@@ -165,19 +144,8 @@ def grouped_allgather(tensors: Sequence[tf.Tensor], names: Sequence[str],
 def grouped_broadcast(tensors: Sequence[tf.Tensor], names: Sequence[str], root_rank: int,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Broadcast tensors from ``root_rank`` (a global rank) in one call."""
-    tensors = list(tensors)
-    if not tensors:
-        return []
-    names = list(names)
-
-    def fn(sources: list) -> list:
-        bufs = [private(x) for x in sources]
-        wait_all(_ops.submit(_ops.BROADCAST, bufs, names, root_rank=root_rank,
-                             process_set=process_set))
-        return bufs
-
-    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodBroadcast")
-    return _set_shapes(outs, [t.shape for t in tensors])
+    return grouped("broadcast", tensors, names, "HorovodBroadcast", root_rank=root_rank,
+                   process_set=process_set)
 
 
 # ------------------------------------------------------------------------------------- alltoall
@@ -193,8 +161,8 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
         buf = readable(sources[0])
         split_values = None if len(sources) == 1 else np.asarray(host_view(sources[1]),
                                                                  dtype=np.int32)
-        handle = _ops.submit(_ops.ALLTOALL, [buf], [name], splits=split_values,
-                             process_set=process_set)[0]
+        handle = _ops.enqueue("alltoall", [buf], names=[name], splits=split_values,
+                              process_set=process_set)[0]
         wait_all([handle])
         received = np.asarray(handle.received_splits(), dtype=np.int32)
         return [_ops.handle_output(handle), received]
@@ -221,28 +189,14 @@ def grouped_reducescatter(tensors: Sequence[tf.Tensor], names: Sequence[str], op
                           prescale: float = 1.0, postscale: float = 1.0,
                           process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reducescatter tensors as one group; each output holds this rank's rows."""
-    tensors = list(tensors)
-    if not tensors:
-        return []
-    names = list(names)
 
-    def fn(sources: list) -> list:
-        bufs = [readable(x) for x in sources]
-        handles = _ops.submit(_ops.REDUCESCATTER, bufs, names, op=op, prescale=prescale,
-                              postscale=postscale, process_set=process_set)
-        wait_all(handles)
-        return [_ops.handle_output(h) for h in handles]
-
-    outs = run(fn, tensors, [t.dtype for t in tensors], "HorovodReducescatter")
-    shapes = []
-    for t in tensors:
-        shape = t.shape
+    def shape_of(shape: tf.TensorShape) -> tf.TensorShape:
         if shape.rank is None or shape.rank == 0:
-            shapes.append(tf.TensorShape(None))
-            continue
-        rows = _reducescatter_rows(shape[0], process_set)
-        shapes.append(tf.TensorShape([rows]).concatenate(shape[1:]))
-    return _set_shapes(outs, shapes)
+            return tf.TensorShape(None)
+        return tf.TensorShape([_reducescatter_rows(shape[0], process_set)]).concatenate(shape[1:])
+
+    return grouped("reducescatter", tensors, names, "HorovodReducescatter", shape_of, op=op,
+                   prescale=prescale, postscale=postscale, process_set=process_set)
 
 
 # ---------------------------------------------------------------------------- join and barrier
@@ -252,7 +206,7 @@ def join() -> tf.Tensor:
     """Join (see ``hora.tensorflow.join``); returns the last joined rank as an int32 scalar."""
 
     def fn(sources: list) -> list:
-        handle = _ops.submit(_ops.JOIN, [], ["join.noname"])[0]
+        handle = _ops.enqueue("join", [], names=["join.noname"])[0]
         wait_all([handle])
         return [np.array(handle.last_joined_rank(), dtype=np.int32)]
 
@@ -265,7 +219,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Barrier over ``process_set``; returns an int32 scalar 0 once every rank arrived."""
 
     def fn(sources: list) -> list:
-        wait_all(_ops.submit(_ops.BARRIER, [], ["barrier.noname"], process_set=process_set))
+        wait_all(_ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set))
         return [np.array(0, dtype=np.int32)]
 
     out = run(fn, [], [tf.int32], "HorovodBarrier")[0]

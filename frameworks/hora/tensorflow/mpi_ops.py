@@ -23,7 +23,7 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from hora.common import basics
+from hora.common import basics, gradients
 from hora.common import ops as _ops
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
@@ -47,8 +47,6 @@ __all__ = [
 ]
 
 SplitsLike = Union[None, Sequence[int], np.ndarray, tf.Tensor]
-
-_DIFFERENTIABLE_OPS = (Average, Sum)
 
 
 def _find_could_record() -> Callable[[], bool] | None:
@@ -84,11 +82,38 @@ def _or_zeros(dy: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
     return tf.zeros_like(like) if dy is None else tf.convert_to_tensor(dy)
 
 
-def _check_reduce_grad(op: int, what: str) -> None:
-    if op not in _DIFFERENTIABLE_OPS:
-        raise NotImplementedError(
-            f"the gradient of {what} is only defined for Average and Sum (got op {op})"
-        )
+def _grad_node(rule: Callable[..., list], dys: list[tf.Tensor], xs: Sequence[tf.Tensor],
+               op_name: str, *extra: tf.Tensor) -> list[tf.Tensor]:
+    """One node running a gradient rule of ``hora.common.gradients``: ``rule(buffers, *extra)``
+    gets private copies of the output gradients and the host values of ``extra``; the results
+    take the dtypes and static shapes of the inputs ``xs``."""
+    count = len(dys)
+
+    def fn(sources: list) -> list:
+        return rule([private(x) for x in sources[:count]],
+                    *[host_view(x) for x in sources[count:]])
+
+    outs = _raw.run(fn, [*dys, *extra], [x.dtype for x in xs], op_name)
+    for out, x in zip(outs, xs):
+        out.set_shape(x.shape)
+    return outs
+
+
+def _with_gradient(tensors: list[tf.Tensor], forward: Callable[[list], list],
+                   backward: Callable[[list, list], list]) -> list[tf.Tensor]:
+    """``forward(xs)`` as a differentiable op (one output per input): ``backward(dys, xs)``
+    gives the input gradients, a missing output gradient counting as zeros."""
+
+    def op(*xs: tf.Tensor) -> Any:
+        ys = forward(list(xs))
+
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            return backward([_or_zeros(d, y) for d, y in zip(dys, ys)], list(xs))
+
+        return (ys[0] if len(ys) == 1 else ys), grad
+
+    out = _differentiable(op, *tensors)
+    return [out] if len(tensors) == 1 else list(out)
 
 
 def _scaled(tensor: tf.Tensor, factor: float) -> tf.Tensor:
@@ -107,20 +132,16 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
                              process_set: ProcessSet) -> list[tf.Tensor]:
     """Differentiable grouped allreduce of dense tensors (one engine group, one call)."""
 
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_allreduce(list(xs), names, op, prescale, postscale, process_set)
+    def backward(dys: list, xs: list) -> list:
+        gradients.check_differentiable(op, "allreduce")
+        base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
+        grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
+        return _grad_node(lambda bufs: gradients.allreduce_grad(
+            bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
+            "HorovodAllreduceGrad")
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            _check_reduce_grad(op, "allreduce")
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            base = group_base_name("allreduce", "HorovodAllreduceGrad", dys, None)
-            grad_names = [base] if len(dys) == 1 else grouped_names(base, len(dys))
-            return _raw.grouped_allreduce(dys, grad_names, op, prescale, postscale, process_set)
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_allreduce(
+        xs, names, op, prescale, postscale, process_set), backward)
 
 
 def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: str | None, op: int,
@@ -213,49 +234,19 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor | tf.IndexedSlices],
 # ------------------------------------------------------------------------------------ allgather
 
 
-def _allgather_grad_fn(reduce_names: list[str], dims_name: str,
-                       process_set: ProcessSet) -> _raw.NumpyFn:
-    """One call for the allgather gradient: Average-allreduce of the output gradients, an
-    allgather of every rank's dim 0, then this rank's rows."""
-
-    def fn(sources: list) -> list:
-        grads = [private(x) for x in sources[:-1]]
-        dims = private(np.asarray(host_view(sources[-1]), dtype=np.int64).reshape(1, -1))
-        handles = _ops.submit(_ops.ALLREDUCE, grads, reduce_names, op=Average,
-                              process_set=process_set)
-        dims_handle = _ops.submit(_ops.ALLGATHER, [dims], [dims_name],
-                                  process_set=process_set)[0]
-        _raw.wait_all(handles + [dims_handle])
-        table = _ops.handle_output(dims_handle).reshape(process_set.size(), len(grads))
-        me = process_set.rank()
-        starts = np.concatenate([np.zeros((1, len(grads)), np.int64),
-                                 np.cumsum(table, axis=0)])[me]
-        return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts, table[me])]
-
-    return fn
-
-
 def _grouped_allgather(tensors: list[tf.Tensor], names: list[str],
                        process_set: ProcessSet) -> list[tf.Tensor]:
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_allgather(list(xs), names, process_set)
+    def backward(dys: list, xs: list) -> list:
+        dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
+        base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
+        reduce_names = grouped_names(base, len(dys))
+        dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
+        return _grad_node(lambda bufs, d: gradients.allgather_grad(
+            bufs, d.tolist(), process_set, reduce_names, dims_name), dys, xs,
+            "HorovodAllgatherGrad", dims)
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
-            base = group_base_name("allreduce", "HorovodAllgatherGrad", dys, None)
-            reduce_names = grouped_names(base, len(dys))
-            dims_name = default_name("allgather", "HorovodAllgatherGradDims", dims, None)
-            fn = _allgather_grad_fn(reduce_names, dims_name, process_set)
-            outs = _raw.run(fn, [*dys, dims], [d.dtype for d in dys], "HorovodAllgatherGrad")
-            for out, x in zip(outs, xs):
-                out.set_shape(x.shape)
-            return outs
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_allgather(xs, names, process_set),
+                          backward)
 
 
 @no_autograph
@@ -300,19 +291,13 @@ def broadcast(tensor: tf.Tensor, root_rank: int, name: str | None = None,
     check_dtype(tensor, "broadcast")
     engine_name = default_name("broadcast", "HorovodBroadcast", tensor, name, ignore_name_scope)
 
-    def forward(x: tf.Tensor) -> Any:
-        y = _raw.grouped_broadcast([x], [engine_name], root_rank, process_set)[0]
+    def backward(dys: list, xs: list) -> list:
+        grad_name = default_name("allreduce", "HorovodBroadcastGrad", dys[0], None)
+        return _grad_node(lambda bufs: gradients.broadcast_grad(
+            bufs, root_rank, process_set, [grad_name]), dys, xs, "HorovodBroadcastGrad")
 
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            dy = _or_zeros(dy, y)
-            grad_name = default_name("allreduce", "HorovodBroadcastGrad", dy, None)
-            reduced = _raw.grouped_allreduce([dy], [grad_name], Average, 1.0, 1.0,
-                                             process_set)[0]
-            return reduced if basics.rank() == root_rank else tf.zeros_like(reduced)
-
-        return y, grad
-
-    return _differentiable(forward, tensor)
+    return _with_gradient([tensor], lambda xs: _raw.grouped_broadcast(
+        xs, [engine_name], root_rank, process_set), backward)[0]
 
 
 def assign_from_root(variables: list, root_rank: int, name: str | None,
@@ -368,13 +353,9 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
         def grad(dy: tf.Tensor) -> tf.Tensor:
             dy = _or_zeros(dy, out)
             grad_name = default_name("alltoall", "HorovodAlltoallGrad", dy, None)
-            back, _ = _raw.alltoall(dy, received, grad_name, process_set)
-            missing = tf.shape(x)[0] - tf.shape(back)[0]
-            padding = tf.concat([tf.reshape(tf.stack([0, missing]), [1, 2]),
-                                 tf.zeros([tf.rank(x) - 1, 2], tf.int32)], axis=0)
-            back = tf.pad(back, padding)
-            back.set_shape(x.shape)
-            return back
+            return _grad_node(lambda bufs, splits, dim0: [gradients.alltoall_grad(
+                bufs[0], splits.tolist(), int(dim0), process_set, grad_name)], [dy], [x],
+                "HorovodAlltoallGrad", received, tf.shape(x)[0])[0]
 
         return out, grad
 
@@ -390,25 +371,15 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
 def _grouped_reducescatter(tensors: list[tf.Tensor], names: list[str], op: int,
                            prescale: float, postscale: float,
                            process_set: ProcessSet) -> list[tf.Tensor]:
-    def forward(*xs: tf.Tensor) -> Any:
-        ys = _raw.grouped_reducescatter(list(xs), names, op, prescale, postscale, process_set)
+    def backward(dys: list, xs: list) -> list:
+        base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
+        grad_names = grouped_names(base, len(dys))
+        return _grad_node(lambda bufs: gradients.reducescatter_grad(
+            bufs, op, prescale, postscale, process_set, grad_names), dys, xs,
+            "HorovodReducescatterGrad")
 
-        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            dys = [_or_zeros(d, y) for d, y in zip(dys, ys)]
-            base = group_base_name("allgather", "HorovodReducescatterGrad", dys, None)
-            gathered = _raw.grouped_allgather(dys, grouped_names(base, len(dys)), process_set)
-            factor = prescale * postscale
-            if op == Average:
-                factor /= process_set.size()
-            outs = [_scaled(g, factor) for g in gathered]
-            for out, x in zip(outs, xs):
-                out.set_shape(x.shape)
-            return outs
-
-        return (ys[0] if len(ys) == 1 else ys), grad
-
-    out = _differentiable(forward, *tensors)
-    return [out] if len(tensors) == 1 else list(out)
+    return _with_gradient(tensors, lambda xs: _raw.grouped_reducescatter(
+        xs, names, op, prescale, postscale, process_set), backward)
 
 
 @no_autograph

@@ -22,7 +22,7 @@ from typing import Any, Union
 
 import tensorflow as tf
 
-from hora.common.ops import Adasum, Average
+from hora.common.ops import Adasum, Average, split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import _raw_ops as _raw
 from hora.tensorflow.compression import Compression, Compressor
@@ -32,17 +32,6 @@ from hora.tensorflow.util import default_name, grouped_names, no_autograph
 __all__ = ["DistributedOptimizer", "GradientReducer"]
 
 GroupsArg = Union[None, int, Sequence[Sequence[Any]]]
-
-
-def _split_evenly(indices: list[int], parts: int) -> list[list[int]]:
-    parts = max(1, min(parts, len(indices)))
-    base, extra = divmod(len(indices), parts)
-    out, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(indices[start:stop])
-        start = stop
-    return [chunk for chunk in out if chunk]
 
 
 class GradientReducer:
@@ -93,7 +82,7 @@ class GradientReducer:
         if self.groups is None:
             return [dense_at]
         if isinstance(self.groups, int):
-            return _split_evenly(dense_at, self.groups)
+            return split_evenly(dense_at, self.groups)
         if variables is None:
             raise ValueError("groups given as lists of variables need the variables of the "
                              "gradients")

@@ -13,20 +13,17 @@ from typing import Any, Callable
 
 import torch
 
-from hora.torch._async_ops import Adasum, allreduce_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import Adasum, allreduce_async_, synchronize
 from hora.torch._optimizer_utils import (
     TOO_MANY_PASSES,
     ZERO_GRAD_RACE,
-    all_params,
-    initialise_wrapped,
+    HookedOptimizer,
     make_hook,
-    parameter_names_of,
 )
 from hora.torch.compression import Compressor
 
 
-class _DistributedAdasumMixin:
+class _DistributedAdasumMixin(HookedOptimizer):
     """Delta optimizer: a local step per parameter, then Adasum of the parameter changes."""
 
     def __init__(
@@ -36,13 +33,7 @@ class _DistributedAdasumMixin:
         compression: type[Compressor],
         backward_passes_per_step: int,
     ) -> None:
-        initialise_wrapped(self, optimizer)
-        self._compression = compression
-        self._parameter_names = parameter_names_of(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._ordered = all_params(self.param_groups)
-        self._delay = {p: backward_passes_per_step for p in self._ordered}
-        self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
+        self._init_hooked(optimizer, named_parameters, compression, backward_passes_per_step)
         self._start = {p: torch.zeros_like(p, requires_grad=False) for p in self._ordered}
         self._hook_handles = []
         hook = make_hook(self)
@@ -77,14 +68,6 @@ class _DistributedAdasumMixin:
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
         return allreduce_async_(tensor, name=self._parameter_names.get(p), op=Adasum), ctx
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change how many backward passes are accumulated locally before each reduction."""
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"backward_passes_per_step must be a positive int, got {passes!r}")
-        self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
 
     def synchronize(self) -> None:
         """No-op: with Adasum the reduction happens inside ``step()``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -87,18 +87,6 @@ def check_groups(groups: Any) -> None:
         )
 
 
-def split_evenly(items: list, parts: int) -> list[list]:
-    """Split ``items`` into at most ``parts`` contiguous chunks whose sizes differ by at most 1."""
-    parts = max(1, min(parts, len(items)))
-    base, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(items[start:stop])
-        start = stop
-    return [chunk for chunk in out if chunk]
-
-
 def make_hook(owner: Any) -> Callable[[torch.Tensor], None]:
     """A post-accumulate-grad hook calling ``owner._grad_ready(param)`` while ``owner`` lives.
 
@@ -116,11 +104,41 @@ def make_hook(owner: Any) -> Callable[[torch.Tensor], None]:
 
 def initialise_wrapped(self: Any, optimizer: torch.optim.Optimizer) -> None:
     """Run the wrapped class's constructor on ``optimizer``'s parameter groups (shared dicts)."""
-    base = type(optimizer)
+    init: Any = type(optimizer).__init__
     try:
-        base.__init__(self, optimizer.param_groups)
+        init(self, optimizer.param_groups)
     except TypeError:
-        base.__init__(self, optimizer.param_groups, **optimizer.defaults)
+        init(self, optimizer.param_groups, **optimizer.defaults)
     self.defaults = dict(optimizer.defaults)
     for param, state in optimizer.state.items():
         self.state[param] = state
+
+
+# The mixins are combined with a torch optimizer class at run time; type checkers see them as one.
+if TYPE_CHECKING:
+    _OptimizerBase = torch.optim.Optimizer
+else:
+    _OptimizerBase = object
+
+
+class HookedOptimizer(_OptimizerBase):
+    """What both distributed optimizers share: the wrapped optimizer's state, parameter names,
+    and the count of backward passes each parameter waits for before its reduction."""
+
+    def _init_hooked(self, optimizer: torch.optim.Optimizer, named_parameters: Iterable | None,
+                     compression: Any, backward_passes_per_step: int) -> None:
+        initialise_wrapped(self, optimizer)
+        self._compression = compression
+        self._parameter_names = parameter_names_of(self.param_groups, named_parameters)
+        self.backward_passes_per_step = backward_passes_per_step
+        self._ordered = all_params(self.param_groups)
+        self._delay = {p: backward_passes_per_step for p in self._ordered}
+        self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Change how many backward passes are accumulated locally before each reduction."""
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise ValueError(f"backward_passes_per_step must be a positive int, got {passes!r}")
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes

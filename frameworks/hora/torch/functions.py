@@ -14,24 +14,11 @@ from typing import Any
 
 import torch
 
+from hora.common import objects
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import broadcast_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import broadcast_async_, synchronize
 
 _ROOT_WAS_EMPTY = "__hora_root_state_was_empty__"
-
-
-def _neutral(name: str) -> Any:
-    """The framework-neutral implementation of an object collective from the hora package."""
-    try:
-        from hora.common import objects
-    except ImportError:
-        objects = None
-    if objects is not None and hasattr(objects, name):
-        return getattr(objects, name)
-    import hora
-
-    return getattr(hora, name)
 
 
 def broadcast_object(
@@ -44,7 +31,7 @@ def broadcast_object(
 
     The object is serialized with cloudpickle; ``name`` defaults to the object's type name.
     """
-    return _neutral("broadcast_object")(
+    return objects.broadcast_object(
         obj, root_rank=root_rank, name=name, process_set=process_set
     )
 
@@ -53,7 +40,7 @@ def allgather_object(
     obj: Any, name: str | None = None, process_set: ProcessSet = global_process_set
 ) -> list[Any]:
     """Collect a picklable object from every rank; returns the list ordered by rank."""
-    return _neutral("allgather_object")(obj, name=name, process_set=process_set)
+    return objects.allgather_object(obj, name=name, process_set=process_set)
 
 
 def _named_items(params: Any) -> list[tuple[str | None, torch.Tensor]]:

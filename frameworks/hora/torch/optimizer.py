@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from hora.common.basics import size
+from hora.common.ops import split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._adasum_optimizer import _DistributedAdasumMixin
 from hora.torch._async_ops import (
@@ -27,23 +28,20 @@ from hora.torch._async_ops import (
     allreduce_async_,
     grouped_allreduce_async_,
     sparse_allreduce_async,
+    synchronize,
 )
-from hora.torch._handles import synchronize
 from hora.torch._optimizer_utils import (
     STEP_AFTER_SYNC,
     TOO_MANY_PASSES,
     ZERO_GRAD_RACE,
-    all_params,
+    HookedOptimizer,
     check_groups,
-    initialise_wrapped,
     make_hook,
-    parameter_names_of,
-    split_evenly,
 )
 from hora.torch.compression import Compression, Compressor
 
 
-class _DistributedMixin:
+class _DistributedMixin(HookedOptimizer):
     """Gradient allreduce on top of a torch optimizer class (combined with it dynamically)."""
 
     def __init__(
@@ -58,17 +56,11 @@ class _DistributedMixin:
         sparse_as_dense: bool,
         process_set: ProcessSet,
     ) -> None:
-        initialise_wrapped(self, optimizer)
-        self._compression = compression
+        self._init_hooked(optimizer, named_parameters, compression, backward_passes_per_step)
         self._op = op
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
-        self._parameter_names = parameter_names_of(self.param_groups, named_parameters)
-        self.backward_passes_per_step = backward_passes_per_step
-        self._ordered = all_params(self.param_groups)
-        self._delay = {p: backward_passes_per_step for p in self._ordered}
-        self._handles: dict[torch.Tensor, tuple[Any, Any]] = {}
         self._group_handles: dict[int, tuple[Any, Any]] = {}
         self._synchronized = False
         self._should_synchronize = True
@@ -191,14 +183,6 @@ class _DistributedMixin:
 
     # ------------------------------------------------------------------ public API
 
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change how many backward passes are accumulated locally before each allreduce."""
-        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"backward_passes_per_step must be a positive int, got {passes!r}")
-        self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
-
     def synchronize(self) -> None:
         """Finish the allreduce of every gradient, starting those whose hooks did not fire.
 
@@ -254,7 +238,7 @@ class _DistributedMixin:
         if grad is None or grad.is_sparse or value.is_sparse or grad.dtype != value.dtype:
             p.grad = value.to(p.dtype) if not value.is_sparse else value
         else:
-            grad.set_(value.reshape(grad.shape))
+            grad.set_(value.reshape(grad.shape))  # type: ignore[call-overload]
 
     def _reset_pending(self) -> None:
         self._handles.clear()

@@ -16,8 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from hora.common.basics import size
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import Sum, allreduce_async_
-from hora.torch._handles import synchronize
+from hora.torch._async_ops import Sum, allreduce_async_, synchronize
 
 __all__ = ["SyncBatchNorm"]
 
@@ -154,7 +153,8 @@ class SyncBatchNorm(_BatchNorm):
         out, mean, var, total = _SyncBatchNormFunction.apply(
             input, self.weight, self.bias, self.eps, self.process_set
         )
-        if self.track_running_stats and self.running_mean is not None:
+        if (self.track_running_stats and self.running_mean is not None
+                and self.running_var is not None):
             count = float(total.item())
             with torch.no_grad():
                 unbiased = var * (count / (count - 1)) if count > 1 else var

@@ -18,69 +18,21 @@ from typing import Any
 
 import tensorflow as tf
 
-from hora.common.basics import (
-    cross_rank,
-    cross_size,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    rank,
-    shutdown,
-    size,
-)
-from hora.common.process_sets import (
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
+from hora.common import api
+from hora.common.api import *
+from hora.common.ops import Adasum, Average
+from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import functions as _functions
 from hora.tensorflow import keras_optimizer as _kopt
 from hora.tensorflow import mpi_ops as _mpi_ops
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.keras import callbacks
-from hora.tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum
 from hora.tensorflow.optimizer import GroupsArg
 
-__all__ = [
-    "Adasum",
-    "Average",
-    "Compression",
-    "DistributedOptimizer",
-    "Max",
-    "Min",
-    "ProcessSet",
-    "Product",
-    "Sum",
-    "add_process_set",
-    "allgather",
-    "allgather_object",
-    "allreduce",
-    "broadcast",
-    "broadcast_global_variables",
-    "broadcast_object",
-    "broadcast_variables",
-    "callbacks",
-    "cross_rank",
-    "cross_size",
-    "global_process_set",
-    "init",
-    "is_initialized",
-    "load_model",
-    "local_rank",
-    "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "rank",
-    "reducescatter",
-    "remove_process_set",
-    "shutdown",
-    "size",
+__all__ = api.__all__ + [
+    "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce",
+    "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
+    "callbacks", "load_model", "reducescatter",
 ]
 
 broadcast_object = _functions.broadcast_object
