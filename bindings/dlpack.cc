@@ -86,8 +86,7 @@ bool dataTypeFromDlpack(const DLDataType& t, DataType* out) {
       if (t.bits != 8) return false;
       *out = DataType::Bool;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -99,8 +98,9 @@ DataType resolveDtype(const DLDataType& t, const std::optional<std::string>& dty
     }
     bool integral = t.code == kDLInt || t.code == kDLUInt || t.code == kDLBool;
     if (!integral || static_cast<size_t>(t.bits) * t.lanes != dtypeSize(forced) * 8) {
-      throw InvalidArgument("dtype override '" + *dtypeOverride + "' does not fit a tensor of type " +
-                            dlpackDtypeName(t) + "; pass it as an integer type of the same width");
+      throw InvalidArgument("dtype override '" + *dtypeOverride +
+                            "' does not fit a tensor of type " + dlpackDtypeName(t) +
+                            "; pass it as an integer type of the same width");
     }
     return forced;
   }
@@ -149,7 +149,8 @@ std::string dlpackDtypeName(const DLDataType& dtype) {
     case kDLBool: base = "bool"; break;
     default: base = "code" + std::to_string(dtype.code) + "_"; break;
   }
-  std::string name = (dtype.code == kDLBool && dtype.bits == 8) ? base : base + std::to_string(dtype.bits);
+  std::string name =
+      (dtype.code == kDLBool && dtype.bits == 8) ? base : base + std::to_string(dtype.bits);
   if (dtype.lanes != 1) name += "x" + std::to_string(dtype.lanes);
   return name;
 }

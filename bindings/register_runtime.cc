@@ -29,7 +29,7 @@ namespace {
 constexpr const char* kNotInitialized = "Hora has not been initialized; use hora.init().";
 
 struct State {
-  std::mutex mu;           // guards runtime
+  std::mutex mu;  // guards runtime
   std::shared_ptr<Runtime> runtime;
 
   std::mutex lifecycleMu;  // serialises start/shutdown; taken only without the GIL; guards:
@@ -77,16 +77,15 @@ void serveRendezvous(int port, const std::string& secret) {
 }
 
 void init(int rank, int size, int localRank, int localSize, int crossRank, int crossSize,
-          const std::string& transport, const std::string& controller,
-          const std::string& storeHost, int storePort,
-          bool serveStore, const std::string& secret, const std::string& listenHost,
+          const std::string& transport, const std::string& controller, const std::string& storeHost,
+          int storePort, bool serveStore, const std::string& secret, const std::string& listenHost,
           const std::vector<std::vector<int>>& processSets, int64_t mpiComm) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument("invalid topology: rank " + std::to_string(rank) + " of size " +
                           std::to_string(size));
   }
-  if (localSize < 1 || localRank < 0 || localRank >= localSize || crossSize < 1 ||
-      crossRank < 0 || crossRank >= crossSize) {
+  if (localSize < 1 || localRank < 0 || localRank >= localSize || crossSize < 1 || crossRank < 0 ||
+      crossRank >= crossSize) {
     throw InvalidArgument("invalid topology: local rank " + std::to_string(localRank) + " of " +
                           std::to_string(localSize) + ", cross rank " + std::to_string(crossRank) +
                           " of " + std::to_string(crossSize));
@@ -149,7 +148,8 @@ std::vector<int32_t> toSplits(const py::object& splits) {
   for (py::handle item : splits) {
     auto v = py::cast<long long>(py::int_(py::reinterpret_borrow<py::object>(item)));
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      throw InvalidArgument("splits must be non-negative 32-bit integers, got " + std::to_string(v));
+      throw InvalidArgument("splits must be non-negative 32-bit integers, got " +
+                            std::to_string(v));
     }
     out.push_back(static_cast<int32_t>(v));
   }
@@ -275,18 +275,19 @@ void registerRuntime(py::module_& m) {
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("local_rank"),
         py::arg("local_size"), py::arg("cross_rank"), py::arg("cross_size"),
         py::arg("transport") = "tcp", py::arg("controller") = "", py::arg("store_host") = "",
-        py::arg("store_port") = 0,
-        py::arg("serve_store") = false, py::arg("secret") = "", py::arg("listen_host") = "",
-        py::arg("process_sets") = std::vector<std::vector<int>>{}, py::arg("mpi_comm") = -1,
+        py::arg("store_port") = 0, py::arg("serve_store") = false, py::arg("secret") = "",
+        py::arg("listen_host") = "", py::arg("process_sets") = std::vector<std::vector<int>>{},
+        py::arg("mpi_comm") = -1,
         "Start the engine (collective: blocks until every rank connected; GIL released). "
         "transport runs the collectives, controller the negotiation (\"\" = transport). "
         "Without a store, TCP beside MPI bootstraps one over MPI. "
         "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running.");
   m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
-  m.def("is_initialized", [] { return current() != nullptr; },
-        "True between init() and shutdown().");
-  m.def("topology", &topology,
-        "dict(rank, size, local_rank, local_size, cross_rank, cross_size); ValueError before init.");
+  m.def(
+      "is_initialized", [] { return current() != nullptr; }, "True between init() and shutdown().");
+  m.def(
+      "topology", &topology,
+      "dict(rank, size, local_rank, local_size, cross_rank, cross_size); ValueError before init.");
   m.def("enqueue", &enqueue, py::arg("kind"), py::arg("tensors"), py::arg("names"),
         py::arg("process_set_id") = 0, py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("root_rank") = 0, py::arg("splits") = py::none(),
@@ -296,38 +297,45 @@ void registerRuntime(py::module_& m) {
         "Collective over all ranks: register a process set, return its id.");
   m.def("remove_process_set", &removeProcessSet, py::arg("id"),
         "Collective over all ranks: remove a process set.");
-  m.def("process_set_ranks", [](int id) { return requireRuntime()->processSetRanks(id); },
-        py::arg("id"), "Global ranks of a process set.");
-  m.def("process_set_ids", [] { return requireRuntime()->processSetIds(); },
-        "Ids of the registered process sets (0 is the world).");
-  m.def("transport_name", [] { return requireRuntime()->transportName(); },
-        "Transport of the running engine: \"tcp\" or \"mpi\", or \"<controller>+<data>\" "
-        "when negotiation and collectives run on different ones (\"mpi+tcp\", \"tcp+mpi\").");
-  m.def("start_timeline",
-        [](const std::string& path, bool markCycles) {
-          auto rt = requireRuntime();
-          py::gil_scoped_release release;
-          rt->startTimeline(path, markCycles);
-        },
-        py::arg("path"), py::arg("mark_cycles") = false,
-        "Start writing the timeline to path (world rank 0 writes; a no-op elsewhere).");
-  m.def("stop_timeline",
-        [] {
-          auto rt = requireRuntime();
-          py::gil_scoped_release release;
-          rt->stopTimeline();
-        },
-        "Stop writing the timeline; the file stays valid JSON.");
-  m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1,
-        py::arg("ranks") = std::vector<int>{},
+  m.def(
+      "process_set_ranks", [](int id) { return requireRuntime()->processSetRanks(id); },
+      py::arg("id"), "Global ranks of a process set.");
+  m.def(
+      "process_set_ids", [] { return requireRuntime()->processSetIds(); },
+      "Ids of the registered process sets (0 is the world).");
+  m.def(
+      "transport_name", [] { return requireRuntime()->transportName(); },
+      "Transport of the running engine: \"tcp\" or \"mpi\", or \"<controller>+<data>\" "
+      "when negotiation and collectives run on different ones (\"mpi+tcp\", \"tcp+mpi\").");
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool markCycles) {
+        auto rt = requireRuntime();
+        py::gil_scoped_release release;
+        rt->startTimeline(path, markCycles);
+      },
+      py::arg("path"), py::arg("mark_cycles") = false,
+      "Start writing the timeline to path (world rank 0 writes; a no-op elsewhere).");
+  m.def(
+      "stop_timeline",
+      [] {
+        auto rt = requireRuntime();
+        py::gil_scoped_release release;
+        rt->stopTimeline();
+      },
+      "Stop writing the timeline; the file stays valid JSON.");
+  m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1, py::arg("ranks") = std::vector<int>{},
         "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
         "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "
         "MPI_COMM_WORLD), or of the MPI_COMM_WORLD ranks listed. Collective over it.");
   m.def("mpi_threads_supported", &mpiThreadMultiple,
         "MPI: True when MPI runs at MPI_THREAD_MULTIPLE (initialises MPI if needed).");
-  m.def("mpi_built", [] { return transportBuilt("mpi"); }, "True when the MPI transport was built.");
-  m.def("nccl_built", [] { return 0; }, "NCCL version code; always 0: this build has no NCCL.");
-  m.def("tcp_built", [] { return true; }, "The TCP transport is always built.");
+  m.def(
+      "mpi_built", [] { return transportBuilt("mpi"); }, "True when the MPI transport was built.");
+  m.def(
+      "nccl_built", [] { return 0; }, "NCCL version code; always 0: this build has no NCCL.");
+  m.def(
+      "tcp_built", [] { return true; }, "The TCP transport is always built.");
   m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");
   m.def("lookup_env", &lookupEnvVar, py::arg("name"),
         "Value of HORA_<name>, else HOROVOD_<name>, else None.");

@@ -117,7 +117,8 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
                  std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
     if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
     if (sets_.findByRanks(ranks) >= 0) {
-      throw InvalidArgument("process set with these ranks is given twice (or equals the global set)");
+      throw InvalidArgument(
+          "process set with these ranks is given twice (or equals the global set)");
     }
     bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
     sets_.add(id++, ranks, member ? world_->subset(ranks) : nullptr);
@@ -175,8 +176,9 @@ std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::stri
 
 int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
   if (!settings_.dynamicProcessSets) {
-    throw InvalidArgument("adding process sets after init needs dynamic process sets: set "
-                          "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
+    throw InvalidArgument(
+        "adding process sets after init needs dynamic process sets: set "
+        "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
   }
   std::vector<int32_t> sorted(ranks.begin(), ranks.end());
   std::sort(sorted.begin(), sorted.end());
@@ -190,8 +192,9 @@ int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
 
 void RuntimeImpl::removeProcessSet(int id) {
   if (!settings_.dynamicProcessSets) {
-    throw InvalidArgument("removing process sets needs dynamic process sets: set "
-                          "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
+    throw InvalidArgument(
+        "removing process sets needs dynamic process sets: set "
+        "HORA_DYNAMIC_PROCESS_SETS=1 or call init(process_sets=\"dynamic\")");
   }
   ProcessSetChange change;
   change.id = id;

@@ -22,7 +22,6 @@
 #include "core/common/tensor.h"
 #include "core/coordinator/handle.h"
 #include "core/coordinator/messages.h"
-#include "core/coordinator/messages.h"
 
 namespace hora {
 
@@ -37,18 +36,18 @@ struct Topology {
 
 struct RuntimeOptions {
   Topology topology;
-  std::string transport = "tcp";    // CPU collectives: "tcp" (alias "gloo") or "mpi"
-  std::string controller;           // negotiation; "" = the same as transport. Different names
-                                    // connect both (core/transport/connect.h)
-  std::string storeHost;            // rendezvous store; "" = none needed (size 1, MPI alone), or
-  int storePort = 0;                // bootstrapped over MPI when TCP runs beside it. Otherwise a
-                                    // launcher, or the bindings on rank 0, serve the store
-  int generation = 0;               // how many times this process initialised before: keys of
-                                    // each init live under their own prefix in the store
+  std::string transport = "tcp";  // CPU collectives: "tcp" (alias "gloo") or "mpi"
+  std::string controller;         // negotiation; "" = the same as transport. Different names
+                                  // connect both (core/transport/connect.h)
+  std::string storeHost;          // rendezvous store; "" = none needed (size 1, MPI alone), or
+  int storePort = 0;              // bootstrapped over MPI when TCP runs beside it. Otherwise a
+                                  // launcher, or the bindings on rank 0, serve the store
+  int generation = 0;             // how many times this process initialised before: keys of
+                                  // each init live under their own prefix in the store
   std::string secret;
-  std::string listenHost;           // address to listen on for peers; "" = default
-  int64_t mpiComm = -1;             // with "mpi": Fortran handle of the communicator to run
-                                    // on (hora.init(comm=...)); -1 = MPI_COMM_WORLD
+  std::string listenHost;  // address to listen on for peers; "" = default
+  int64_t mpiComm = -1;    // with "mpi": Fortran handle of the communicator to run
+                           // on (hora.init(comm=...)); -1 = MPI_COMM_WORLD
   std::vector<std::vector<int>> processSets;  // static sets, ids 1, 2, ... in this order
   Settings settings;
 };
@@ -71,7 +70,7 @@ class Runtime {
   // every rank made the same call (dynamic sets must be enabled).
   virtual int addProcessSet(const std::vector<int>& ranks) = 0;
   virtual void removeProcessSet(int id) = 0;
-  virtual std::vector<int> processSetRanks(int id) const = 0;   // InvalidArgument if unknown
+  virtual std::vector<int> processSetRanks(int id) const = 0;  // InvalidArgument if unknown
   virtual std::vector<int> processSetIds() const = 0;
 
   // "tcp" or "mpi"; "<controller>+<data>" when the roles differ (see transportLabel()).

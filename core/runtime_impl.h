@@ -65,7 +65,7 @@ class RuntimeImpl final : public Runtime {
   void applyResponse(const Response& r);
   void applyControl(const Response& r);  // errors, join, barrier, process-set changes
   void runBarrier(const Response& r);
-  void runData(const Response& r);        // collectives on tensors, through core/ops
+  void runData(const Response& r);  // collectives on tensors, through core/ops
   void applyProcessSetChange(const Response& r, TensorEntry* entry);
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);
@@ -73,10 +73,10 @@ class RuntimeImpl final : public Runtime {
   void inspectStalls(Clock::time_point now);
 
   Topology topology_;
-  const Settings settings_;                   // as given at start
-  double cycleTimeMs_;                        // background thread: the cycle time in force
+  const Settings settings_;  // as given at start
+  double cycleTimeMs_;       // background thread: the cycle time in force
   mutable std::mutex tunedMu_;
-  TunedParams tuned_;                         // guarded by tunedMu_: what settings() reports
+  TunedParams tuned_;  // guarded by tunedMu_: what settings() reports
   std::string transportName_;
   std::unique_ptr<TcpStoreServer> storeServer_;  // rank 0, when the store was bootstrapped
   std::unique_ptr<Store> baseStore_;
@@ -92,17 +92,17 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<StallInspector> stalls_;    // world rank 0 only
   FusionBuffer fusion_;
 
-  std::vector<std::string> fresh_;            // enqueued, not yet sent
+  std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};
-  bool stopped_ = false;                      // background thread: leave the loop
-  std::string stopReason_;                    // why the coordinator ended the job
+  bool stopped_ = false;    // background thread: leave the loop
+  std::string stopReason_;  // why the coordinator ended the job
   bool shutdownSent_ = false;
   Clock::time_point shutdownDeadline_{};
 
   mutable std::mutex mu_;
   bool running_ = false;
   std::atomic<bool> shutdownRequested_{false};
-  std::atomic<int> controlCounter_{0};        // names of add/remove-process-set calls
+  std::atomic<int> controlCounter_{0};  // names of add/remove-process-set calls
   std::thread thread_;
 };
 

@@ -22,8 +22,8 @@ const char* kShutdownText =
 
 void RuntimeImpl::loop() {
   requestPreciseSleeps();
-  HORA_LOG(Debug, "background loop started (" << transportName_ << ", " << topology_.size
-                  << " ranks)");
+  HORA_LOG(Debug,
+           "background loop started (" << transportName_ << ", " << topology_.size << " ranks)");
   std::string reason;
   bool failure = false;
   try {
@@ -179,9 +179,7 @@ void RuntimeImpl::applyControl(const Response& r) {
       completeNamed(r, nullptr);
       return;
     }
-    case OpKind::Barrier:
-      runBarrier(r);
-      return;
+    case OpKind::Barrier: runBarrier(r); return;
     case OpKind::AddProcessSet:
     case OpKind::RemoveProcessSet:
       applyProcessSetChange(r, queue_.find(tensorKey(0, r.names.front())));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up this machine and runs every Hora test:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
-#   2. C++ unit tests (CMake + Ninja + gtest, ctest)
+#   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
@@ -146,6 +146,7 @@ fi
 # 2. C++ unit tests
 
 if wants cpp; then
+  run "clang-format check (C++ style)" bash tests/check_format.sh
   if [ -f tests/cpp/CMakeLists.txt ]; then
     run "C++ configure (cmake, Ninja)" \
       cmake -S . -B build/cpp -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release

@@ -43,14 +43,15 @@ void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype,
 void reduceScatterRing(Links& links, const void* in, void* out, const std::vector<size_t>& counts,
                        DataType dtype, ReduceOp op);
 // Ring allgather of uneven blocks (zeros allowed). in may alias this rank's block of out.
-void allgathervRing(Links& links, const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+void allgathervRing(Links& links, const void* in, void* out,
+                    const std::vector<size_t>& bytesPerRank);
 // Binomial-tree broadcast (small buffers).
 void broadcastBinomial(Links& links, void* buf, size_t bytes, int root);
 // Pipelined chain broadcast (large buffers): root -> root+1 -> ... in segments.
 void broadcastChain(Links& links, void* buf, size_t bytes, int root);
 // Pairwise exchange: in step s every rank sends to rank+s and receives from rank-s.
-void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
-                       const std::vector<size_t>& recvBytes);
+void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes,
+                       void* out, const std::vector<size_t>& recvBytes);
 // Dissemination barrier: ceil(log2 N) rounds of one byte.
 void barrierDissemination(Links& links);
 

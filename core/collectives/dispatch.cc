@@ -7,15 +7,11 @@ namespace hora {
 namespace collectives {
 
 void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op) {
-  bool rankOrder =
-      needsRankOrder(isFloating(dtype), op == ReduceOp::Sum || op == ReduceOp::Product, links.size());
+  bool rankOrder = needsRankOrder(isFloating(dtype), op == ReduceOp::Sum || op == ReduceOp::Product,
+                                  links.size());
   switch (chooseAllreduce(count * dtypeSize(dtype), count, links.size(), rankOrder)) {
-    case AllreduceAlgorithm::Ring:
-      allreduceRing(links, buf, count, dtype, op);
-      break;
-    case AllreduceAlgorithm::RankOrdered:
-      allreduceRankOrdered(links, buf, count, dtype, op);
-      break;
+    case AllreduceAlgorithm::Ring: allreduceRing(links, buf, count, dtype, op); break;
+    case AllreduceAlgorithm::RankOrdered: allreduceRankOrdered(links, buf, count, dtype, op); break;
     case AllreduceAlgorithm::RecursiveDoubling:
       allreduceRecursiveDoubling(links, buf, count, dtype, op);
       break;

@@ -35,8 +35,8 @@ void runTransfers(Links& links, Transfer* transfers, size_t count) {
   }
 }
 
-void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
-                       const std::vector<size_t>& recvBytes) {
+void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes,
+                       void* out, const std::vector<size_t>& recvBytes) {
   int n = links.size(), r = links.rank();
   std::vector<size_t> sendAt(n), recvAt(n);
   for (int i = 1; i < n; ++i) {
@@ -59,7 +59,8 @@ void barrierDissemination(Links& links) {
   int n = links.size(), r = links.rank();
   for (int distance = 1; distance < n; distance <<= 1) {
     uint8_t token = 1, received = 0;
-    Transfer t[2] = {{(r + distance) % n, true, &token, 1}, {(r - distance + n) % n, false, &received, 1}};
+    Transfer t[2] = {{(r + distance) % n, true, &token, 1},
+                     {(r - distance + n) % n, false, &received, 1}};
     runTransfers(links, t, 2);
   }
 }

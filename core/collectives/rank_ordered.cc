@@ -41,11 +41,14 @@ void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype,
   std::vector<Transfer> transfers;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t first = k * segElems;
-    auto segment = [&](int b) { return first < counts[b] ? std::min(segElems, counts[b] - first) : 0; };
+    auto segment = [&](int b) {
+      return first < counts[b] ? std::min(segElems, counts[b] - first) : 0;
+    };
     transfers.clear();
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
-      if (size_t m = segment(p)) transfers.push_back({p, true, base + offsets[p] + first * elem, m * elem});
+      if (size_t m = segment(p))
+        transfers.push_back({p, true, base + offsets[p] + first * elem, m * elem});
       if (size_t m = segment(r)) transfers.push_back({p, false, slot(p), m * elem});
     }
     runTransfers(links, transfers.data(), transfers.size());

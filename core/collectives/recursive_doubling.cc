@@ -6,7 +6,8 @@
 namespace hora {
 namespace collectives {
 
-void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op) {
+void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType dtype,
+                                ReduceOp op) {
   int n = links.size(), r = links.rank();
   if (n == 1 || count == 0) return;
   size_t bytes = count * dtypeSize(dtype);
@@ -46,7 +47,8 @@ void allreduceRecursiveDoubling(Links& links, void* buf, size_t count, DataType 
   }
 
   if (r < 2 * extra) {
-    Transfer t = r % 2 == 0 ? Transfer{r + 1, false, buf, bytes} : Transfer{r - 1, true, buf, bytes};
+    Transfer t =
+        r % 2 == 0 ? Transfer{r + 1, false, buf, bytes} : Transfer{r - 1, true, buf, bytes};
     runTransfers(links, &t, 1);
   }
 }

@@ -22,9 +22,10 @@ class RingRunner {
       const RingStep& s = plan.steps[t];
       if (s.reduce) staging_ = links.scratch(kScratchRecv, kRecvStagingBytes);
       // A step forwards what the previous one received; anything else would deadlock or corrupt.
-      HORA_CHECK(t == 0 || s.sendBlock < 0 || plan.steps[t - 1].recvBlock < 0 ||
-                     s.sendBlock == plan.steps[t - 1].recvBlock,
-                 "ring step " + std::to_string(t) + " sends a block the previous step did not receive");
+      HORA_CHECK(
+          t == 0 || s.sendBlock < 0 || plan.steps[t - 1].recvBlock < 0 ||
+              s.sendBlock == plan.steps[t - 1].recvBlock,
+          "ring step " + std::to_string(t) + " sends a block the previous step did not receive");
     }
   }
 
@@ -206,7 +207,8 @@ void reduceScatterRing(Links& links, const void* in, void* out, const std::vecto
   if (plan.blockBytes[r] > 0) std::memcpy(out, plan.base + plan.blockOffset[r], plan.blockBytes[r]);
 }
 
-void allgathervRing(Links& links, const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+void allgathervRing(Links& links, const void* in, void* out,
+                    const std::vector<size_t>& bytesPerRank) {
   int n = links.size(), r = links.rank();
   RingPlan plan;
   plan.base = static_cast<uint8_t*>(out);

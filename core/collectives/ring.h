@@ -19,9 +19,9 @@ namespace hora {
 namespace collectives {
 
 struct RingStep {
-  int sendBlock = -1;  // -1: nothing to send in this step
-  int recvBlock = -1;  // -1: nothing to receive
-  bool reduce = false; // reduce the received block into place instead of copying it
+  int sendBlock = -1;   // -1: nothing to send in this step
+  int recvBlock = -1;   // -1: nothing to receive
+  bool reduce = false;  // reduce the received block into place instead of copying it
 };
 
 struct RingPlan {

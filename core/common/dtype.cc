@@ -13,9 +13,9 @@ struct DtypeInfo {
 
 // Indexed by the DataType value.
 constexpr DtypeInfo kDtypes[kNumDataTypes] = {
-    {"uint8", 1, false},   {"int8", 1, false},    {"uint16", 2, false}, {"int16", 2, false},
-    {"int32", 4, false},   {"int64", 8, false},   {"float16", 2, true}, {"float32", 4, true},
-    {"float64", 8, true},  {"bool", 1, false},    {"bfloat16", 2, true},
+    {"uint8", 1, false},  {"int8", 1, false},  {"uint16", 2, false},  {"int16", 2, false},
+    {"int32", 4, false},  {"int64", 8, false}, {"float16", 2, true},  {"float32", 4, true},
+    {"float64", 8, true}, {"bool", 1, false},  {"bfloat16", 2, true},
 };
 
 const DtypeInfo& info(DataType t) {

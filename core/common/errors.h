@@ -12,7 +12,14 @@
 namespace hora {
 
 enum class ErrorCode {
-  Internal, InvalidArgument, Mismatch, Io, Timeout, NotSupported, Shutdown, InvalidCollective,
+  Internal,
+  InvalidArgument,
+  Mismatch,
+  Io,
+  Timeout,
+  NotSupported,
+  Shutdown,
+  InvalidCollective,
 };
 
 class Error : public std::runtime_error {
@@ -70,7 +77,8 @@ class ShutdownError : public Error {
 
 }  // namespace hora
 
-#define HORA_CHECK(cond, msg)                                                            \
-  do {                                                                                   \
-    if (!(cond)) ::hora::throwInternal(__FILE__, __LINE__, std::string("check failed: " #cond ": ") + (msg)); \
+#define HORA_CHECK(cond, msg)                                                                      \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      ::hora::throwInternal(__FILE__, __LINE__, std::string("check failed: " #cond ": ") + (msg)); \
   } while (0)

@@ -1,10 +1,10 @@
 #include "core/common/logging.h"
 
+#include <strings.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <strings.h>
 
 namespace hora {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 std::atomic<int> gLevel{static_cast<int>(LogLevel::Warning)};
 std::atomic<int> gRank{-1};
 std::atomic<bool> gHideTime{false};
-constexpr int kNoThreadRank = -2;        // this thread has no LogRankScope: use gRank
+constexpr int kNoThreadRank = -2;  // this thread has no LogRankScope: use gRank
 thread_local int tRank = kNoThreadRank;
 
 const char* kNames[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};

@@ -13,7 +13,7 @@ namespace hora {
 enum class LogLevel { Trace = 0, Debug, Info, Warning, Error, Fatal };
 
 void setLogLevel(const std::string& level);  // unknown names leave the level unchanged
-void setLogRank(int rank);  // process default; -1 = no rank in the prefix
+void setLogRank(int rank);                   // process default; -1 = no rank in the prefix
 void setLogHideTime(bool hide);
 bool logEnabled(LogLevel level);
 void logLine(LogLevel level, const std::string& message);
@@ -34,11 +34,11 @@ class LogRankScope {
 
 }  // namespace hora
 
-#define HORA_LOG(level, expr)                                          \
-  do {                                                                 \
-    if (::hora::logEnabled(::hora::LogLevel::level)) {                 \
-      std::ostringstream hora_log_stream_;                             \
-      hora_log_stream_ << expr;                                        \
+#define HORA_LOG(level, expr)                                           \
+  do {                                                                  \
+    if (::hora::logEnabled(::hora::LogLevel::level)) {                  \
+      std::ostringstream hora_log_stream_;                              \
+      hora_log_stream_ << expr;                                         \
       ::hora::logLine(::hora::LogLevel::level, hora_log_stream_.str()); \
-    }                                                                  \
+    }                                                                   \
   } while (0)

@@ -76,7 +76,8 @@ struct Arithmetic {
 };
 template <typename T>
 struct Arithmetic<T, true> {
-  using type = std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t, std::make_unsigned_t<T>>;
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(uint32_t)), uint32_t, std::make_unsigned_t<T>>;
 };
 template <typename T>
 using ArithmeticType = typename Arithmetic<T>::type;
@@ -155,7 +156,8 @@ void reduceNarrowLoop(uint16_t* __restrict dst, const uint16_t* __restrict src, 
 
 [[noreturn]] void badOp(ReduceOp op, DataType dtype) {
   HORA_CHECK(false, std::string("reduceInto does not handle op ") + reduceOpName(op) + " for " +
-                        dtypeName(dtype) + " (Average is Sum plus scaling; Adasum is an algorithm)");
+                        dtypeName(dtype) +
+                        " (Average is Sum plus scaling; Adasum is an algorithm)");
   throw 0;  // unreachable: HORA_CHECK(false) throws
 }
 

@@ -1,7 +1,7 @@
 #include "core/common/settings.h"
 
-#include <cstdlib>
 #include <strings.h>
+#include <cstdlib>
 
 #include "core/common/errors.h"
 
@@ -22,7 +22,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       // Observability.
       {"TIMELINE", "", "path of a Chrome-trace timeline written by rank 0, or DYNAMIC"},
       {"TIMELINE_MARK_CYCLES", "0", "1 marks every background-loop cycle in the timeline"},
-      {"TIMELINE_MAX_MB", "1024", "size cap of the timeline file; recording stops there (0 = none)"},
+      {"TIMELINE_MAX_MB", "1024",
+       "size cap of the timeline file; recording stops there (0 = none)"},
       {"TIMELINE_SAMPLE_EVERY", "1", "record only every Nth training step in the timeline"},
       {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
       {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},

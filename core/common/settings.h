@@ -21,10 +21,10 @@ const std::vector<EnvVarInfo>& allEnvVars();
 // Reads HORA_<name>, then HOROVOD_<name>. Returns false when neither is set (or the name is not in
 // the table, which is a bug caught by HORA_CHECK).
 bool lookupEnv(const std::string& name, std::string* value);
-std::string envString(const std::string& name);   // falls back to the table default
+std::string envString(const std::string& name);  // falls back to the table default
 double envDouble(const std::string& name);
 int64_t envInt(const std::string& name);
-bool envBool(const std::string& name);            // true when the integer value is > 0, or "true"/"yes"
+bool envBool(const std::string& name);  // true when the integer value is > 0, or "true"/"yes"
 bool envIsSet(const std::string& name);
 
 struct Settings {

@@ -32,7 +32,8 @@ OutputTensor OutputTensor::allocate(DataType dtype, std::vector<int64_t> shape) 
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  out.storage = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  out.storage =
+      std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
   return out;
 }
 

@@ -13,7 +13,7 @@
 namespace hora {
 
 struct TensorView {
-  void* data = nullptr;          // host memory on the CPU, device memory on a GPU
+  void* data = nullptr;  // host memory on the CPU, device memory on a GPU
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
   Device device = Device::cpu();  // initialised here, so {data, dtype, shape} needs no device

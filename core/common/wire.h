@@ -97,7 +97,8 @@ class WireReader {
     using U = typename std::make_unsigned<T>::type;
     if (!take(sizeof(T))) return 0;
     U u = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) u = static_cast<U>(u | (static_cast<U>(p_[pos_ + i]) << (8 * i)));
+    for (size_t i = 0; i < sizeof(T); ++i)
+      u = static_cast<U>(u | (static_cast<U>(p_[pos_ + i]) << (8 * i)));
     pos_ += sizeof(T);
     return static_cast<T>(u);
   }

@@ -8,7 +8,8 @@ namespace hora {
 namespace {
 
 constexpr int64_t kMiB = 1 << 20;
-const int64_t kThresholds[] = {0, 1 * kMiB, 4 * kMiB, 8 * kMiB, 16 * kMiB, 32 * kMiB, 64 * kMiB, 128 * kMiB};
+const int64_t kThresholds[] = {0,         1 * kMiB,  4 * kMiB,  8 * kMiB,
+                               16 * kMiB, 32 * kMiB, 64 * kMiB, 128 * kMiB};
 const double kCycleTimes[] = {0.5, 1, 2.5, 5, 10};
 
 }  // namespace

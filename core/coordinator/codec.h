@@ -15,7 +15,7 @@ struct RequestBatch {
   uint64_t appliedBatches = 0;      // response batches this rank had applied when it sent this
   std::vector<uint64_t> cacheBits;  // bit s set: the request cached in slot s is ready again
   std::vector<Request> requests;
-  bool shutdown = false;            // this rank is shutting down
+  bool shutdown = false;  // this rank is shutting down
 };
 
 // What the coordinator tells every rank, in the order every rank must follow.
@@ -23,9 +23,9 @@ struct ResponseBatch {
   uint64_t sequence = 0;
   std::vector<int32_t> evictedSlots;  // applied before the responses
   std::vector<Response> responses;
-  double cycleTimeMs = -1;            // >= 0: every rank adopts this cycle time (autotune)
-  int64_t fusionThreshold = -1;       // >= 0: the threshold rank 0 fuses with now (autotune;
-                                      // only rank 0 fuses, the others report it)
+  double cycleTimeMs = -1;       // >= 0: every rank adopts this cycle time (autotune)
+  int64_t fusionThreshold = -1;  // >= 0: the threshold rank 0 fuses with now (autotune;
+                                 // only rank 0 fuses, the others report it)
   bool shutdown = false;
   std::string shutdownReason;
 };

@@ -4,8 +4,8 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
-#include "core/coordinator/tensor_queue.h"
 #include "core/coordinator/response_builder.h"
+#include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_planner.h"
 
 namespace hora {
@@ -18,10 +18,8 @@ bool cacheable(const Response& r) {
     case OpKind::Allgather:
     case OpKind::Alltoall:
     case OpKind::Broadcast:
-    case OpKind::Reducescatter:
-      return !r.withJoinedRanks;
-    default:
-      return false;
+    case OpKind::Reducescatter: return !r.withJoinedRanks;
+    default: return false;
   }
 }
 
@@ -192,7 +190,8 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
     cache_.touch(p.slot);
     r.cacheSlots = {p.slot};
     if (someJoined) {
-      if (r.kind != OpKind::Allreduce) return joinUnsupportedResponse(p.name, p.processSetId, r.kind);
+      if (r.kind != OpKind::Allreduce)
+        return joinUnsupportedResponse(p.name, p.processSetId, r.kind);
       r.withJoinedRanks = true;
       r.cacheSlots = {-1};
     }
@@ -229,9 +228,10 @@ void Coordinator::assignSlot(const std::string& key, const PendingTensor& p, Res
   if (slot < 0) return;
   if (cache_.occupied(slot)) {
     if (!warnedFull_) {
-      HORA_LOG(Warning, "response cache is full (HORA_CACHE_CAPACITY=" << cache_.capacity()
-                        << "); evicting least recently used entries. A larger capacity avoids "
-                           "renegotiating tensors in full.");
+      HORA_LOG(Warning, "response cache is full (HORA_CACHE_CAPACITY="
+                            << cache_.capacity()
+                            << "); evicting least recently used entries. A larger capacity avoids "
+                               "renegotiating tensors in full.");
       warnedFull_ = true;
     }
     evictSlot(slot);
@@ -247,9 +247,9 @@ void Coordinator::finishProcessSetResponse(Response& r) {
     std::vector<int> ranks(r.processSet.ranks.begin(), r.processSet.ranks.end());
     int existing = sets_.findByRanks(ranks);
     if (existing >= 0) {
-      r = errorResponse(name, 0, ResponseError::InvalidArgument,
-                        "a process set with these ranks already exists (id " +
-                            std::to_string(existing) + ")");
+      r = errorResponse(
+          name, 0, ResponseError::InvalidArgument,
+          "a process set with these ranks already exists (id " + std::to_string(existing) + ")");
       return;
     }
     r.processSet.id = nextProcessSetId_++;
@@ -257,10 +257,10 @@ void Coordinator::finishProcessSetResponse(Response& r) {
   }
   int id = r.processSet.id;
   if (id <= 0 || !sets_.contains(id)) {
-    r = errorResponse(name, 0, ResponseError::InvalidArgument,
-                      "cannot remove process set " + std::to_string(id) +
-                          (id == 0 ? ": the global process set cannot be removed"
-                                   : ": no such process set"));
+    r = errorResponse(
+        name, 0, ResponseError::InvalidArgument,
+        "cannot remove process set " + std::to_string(id) +
+            (id == 0 ? ": the global process set cannot be removed" : ": no such process set"));
   }
 }
 
@@ -286,7 +286,8 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   if (autotuner_.active()) {
     for (const auto& r : singles) {
       if (r.kind != OpKind::Error) {
-        autotuner_.recordBytes(fusionBytes(r, sets_.contains(r.processSetId) ? sets_.size(r.processSetId) : 1));
+        autotuner_.recordBytes(
+            fusionBytes(r, sets_.contains(r.processSetId) ? sets_.size(r.processSetId) : 1));
       }
     }
   }
@@ -294,8 +295,9 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
   out->sequence = nextSequence_++;
   out->evictedSlots = std::move(evictions_);
   evictions_.clear();
-  out->responses = planFusion(std::move(singles), settings_.fusionThreshold,
-                              [this](int setId) { return sets_.contains(setId) ? sets_.size(setId) : 1; });
+  out->responses = planFusion(std::move(singles), settings_.fusionThreshold, [this](int setId) {
+    return sets_.contains(setId) ? sets_.size(setId) : 1;
+  });
   out->cycleTimeMs = newCycleTimeMs_;
   newCycleTimeMs_ = -1;
   out->fusionThreshold = newFusionThreshold_;

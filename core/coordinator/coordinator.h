@@ -88,8 +88,8 @@ class Coordinator {
   std::string joinName_;
   int nextProcessSetId_;
   Autotuner autotuner_;
-  std::string firstKey_;            // the first tensor ever negotiated: a new step when it recurs
-  double newCycleTimeMs_ = -1;      // to announce in the next batch
+  std::string firstKey_;             // the first tensor ever negotiated: a new step when it recurs
+  double newCycleTimeMs_ = -1;       // to announce in the next batch
   int64_t newFusionThreshold_ = -1;  // likewise
   bool warnedFull_ = false;
   bool shutdown_ = false;

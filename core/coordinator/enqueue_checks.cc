@@ -22,8 +22,8 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
   Request& r = op.request;
   const std::string& name = r.name;
   require(!name.empty(), "every tensor needs a name");
-  require(sets.contains(r.processSetId),
-          "process set " + std::to_string(r.processSetId) + " is not known (tensor '" + name + "')");
+  require(sets.contains(r.processSetId), "process set " + std::to_string(r.processSetId) +
+                                             " is not known (tensor '" + name + "')");
   int setRank = sets.setRank(r.processSetId);
   require(setRank >= 0, "tensor '" + name + "': Rank " + std::to_string(worldRank) +
                             " is not a member of the provided process set.");
@@ -41,16 +41,17 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
     require(t.data != nullptr || t.numel() == 0, "tensor '" + name + "' has no data");
   }
   if (needsRows(kind)) {
-    require(!t.shape.empty(), std::string(opKindName(kind)) + " of tensor '" + name +
-                                  "' needs at least one dimension; got a scalar (rank-zero tensor)");
+    require(!t.shape.empty(),
+            std::string(opKindName(kind)) + " of tensor '" + name +
+                "' needs at least one dimension; got a scalar (rank-zero tensor)");
   }
   if (kind == OpKind::Reducescatter) {
     require(r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average,
             "Reducescatter currently only supports AVERAGE and SUM.");
   }
   if (kind == OpKind::Adasum) {
-    require(isFloating(t.dtype), "Adasum supports floating-point tensors only; '" + name +
-                                     "' is " + dtypeName(t.dtype));
+    require(isFloating(t.dtype),
+            "Adasum supports floating-point tensors only; '" + name + "' is " + dtypeName(t.dtype));
   }
   if (kind == OpKind::Broadcast) {
     require(sets.setRankOf(r.processSetId, r.rootRank) >= 0,

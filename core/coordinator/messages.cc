@@ -26,18 +26,16 @@ bool isDataOp(OpKind k) {
     case OpKind::Allgather:
     case OpKind::Broadcast:
     case OpKind::Alltoall:
-    case OpKind::Reducescatter:
-      return true;
-    default:
-      return false;
+    case OpKind::Reducescatter: return true;
+    default: return false;
   }
 }
 
 bool Request::sameParams(const Request& o) const {
-  return kind == o.kind && processSetId == o.processSetId && dtype == o.dtype &&
-         shape == o.shape && device == o.device && reduceOp == o.reduceOp &&
-         prescale == o.prescale && postscale == o.postscale && rootRank == o.rootRank &&
-         splits == o.splits && processSet == o.processSet;
+  return kind == o.kind && processSetId == o.processSetId && dtype == o.dtype && shape == o.shape &&
+         device == o.device && reduceOp == o.reduceOp && prescale == o.prescale &&
+         postscale == o.postscale && rootRank == o.rootRank && splits == o.splits &&
+         processSet == o.processSet;
 }
 
 }  // namespace hora

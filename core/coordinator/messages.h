@@ -29,8 +29,17 @@ namespace hora {
 
 // Values match Horovod's request/response types; the process-set kinds are Hora's.
 enum class OpKind : uint8_t {
-  Allreduce = 0, Allgather = 1, Broadcast = 2, Join = 3, Adasum = 4, Alltoall = 5, Barrier = 6,
-  Reducescatter = 7, Error = 8, AddProcessSet = 9, RemoveProcessSet = 10,
+  Allreduce = 0,
+  Allgather = 1,
+  Broadcast = 2,
+  Join = 3,
+  Adasum = 4,
+  Alltoall = 5,
+  Barrier = 6,
+  Reducescatter = 7,
+  Error = 8,
+  AddProcessSet = 9,
+  RemoveProcessSet = 10,
 };
 constexpr uint8_t kMaxOpKind = 10;
 const char* opKindName(OpKind k);  // "ALLREDUCE", ...
@@ -51,17 +60,17 @@ struct Request {
   OpKind kind = OpKind::Allreduce;
   std::string name;
   int32_t processSetId = 0;
-  int32_t rank = 0;                // world rank of the sender (set at enqueue)
+  int32_t rank = 0;                    // world rank of the sender (set at enqueue)
   DataType dtype = DataType::Float32;  // dtype, shape, device: of the tensor (set at enqueue)
   std::vector<int64_t> shape;
   int32_t device = -1;
   ReduceOp reduceOp = ReduceOp::Sum;
   double prescale = 1.0;
   double postscale = 1.0;
-  int32_t rootRank = 0;            // broadcast: world rank of the root
-  std::vector<int32_t> splits;     // alltoall: rows sent to each set rank (empty = equal split)
-  ProcessSetChange processSet;     // add/remove-process-set
-  std::string callSite;            // file:line of the frontend call, for the stall inspector
+  int32_t rootRank = 0;         // broadcast: world rank of the root
+  std::vector<int32_t> splits;  // alltoall: rows sent to each set rank (empty = equal split)
+  ProcessSetChange processSet;  // add/remove-process-set
+  std::string callSite;         // file:line of the frontend call, for the stall inspector
 
   // Parameters that must agree across ranks; name and rank excluded.
   bool sameParams(const Request& o) const;
@@ -88,7 +97,7 @@ struct Response {
   ReduceOp reduceOp = ReduceOp::Sum;
   double prescale = 1.0;
   double postscale = 1.0;
-  int32_t rootRank = 0;              // broadcast: world rank of the root
+  int32_t rootRank = 0;  // broadcast: world rank of the root
 
   // Per tensor, in the order of names:
   std::vector<int64_t> elementCounts;  // allreduce, adasum, reducescatter: elements (a joined
@@ -99,11 +108,11 @@ struct Response {
                                        // setSize, tensor-major
   std::vector<int32_t> cacheSlots;     // >= 0 when every rank caches the tensor in that slot
 
-  std::vector<int64_t> splitsMatrix;   // alltoall (never fused): setSize x setSize rows,
-                                       // row = sending set rank, column = receiving set rank
-  ProcessSetChange processSet;         // add/remove-process-set
-  int32_t lastJoinedRank = -1;         // join
-  bool withJoinedRanks = false;        // some ranks joined: they contribute zeros
+  std::vector<int64_t> splitsMatrix;  // alltoall (never fused): setSize x setSize rows,
+                                      // row = sending set rank, column = receiving set rank
+  ProcessSetChange processSet;        // add/remove-process-set
+  int32_t lastJoinedRank = -1;        // join
+  bool withJoinedRanks = false;       // some ranks joined: they contribute zeros
   ResponseError errorCode = ResponseError::None;  // kind == Error
   std::string errorMessage;
 

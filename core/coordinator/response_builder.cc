@@ -3,7 +3,8 @@
 namespace hora {
 namespace {
 
-int64_t product(std::vector<int64_t>::const_iterator begin, std::vector<int64_t>::const_iterator end) {
+int64_t product(std::vector<int64_t>::const_iterator begin,
+                std::vector<int64_t>::const_iterator end) {
   int64_t n = 1;
   for (auto it = begin; it != end; ++it) n *= *it;
   return n;
@@ -35,9 +36,7 @@ Response buildResponse(const NegotiationInput& in) {
   resp.cacheSlots = {-1};
   switch (first.kind) {
     case OpKind::Allreduce:
-    case OpKind::Adasum:
-      resp.elementCounts = {elements(first.shape)};
-      break;
+    case OpKind::Adasum: resp.elementCounts = {elements(first.shape)}; break;
     case OpKind::Reducescatter:
       resp.elementCounts = {elements(first.shape)};
       resp.rowElements = {rowElements(first.shape)};
@@ -51,17 +50,15 @@ Response buildResponse(const NegotiationInput& in) {
       resp.splitsMatrix.assign(static_cast<size_t>(in.setSize) * in.setSize, 0);
       for (size_t i = 0; i < reqs.size(); ++i) {
         for (int j = 0; j < in.setSize; ++j) {
-          resp.splitsMatrix[static_cast<size_t>(in.setRanks[i]) * in.setSize + j] = reqs[i].splits[j];
+          resp.splitsMatrix[static_cast<size_t>(in.setRanks[i]) * in.setSize + j] =
+              reqs[i].splits[j];
         }
       }
       resp.rowElements = {rowElements(first.shape)};
       break;
     case OpKind::AddProcessSet:
-    case OpKind::RemoveProcessSet:
-      resp.processSet = first.processSet;
-      break;
-    default:
-      break;
+    case OpKind::RemoveProcessSet: resp.processSet = first.processSet; break;
+    default: break;
   }
   return resp;
 }

@@ -1,8 +1,8 @@
 #include "core/coordinator/stall_inspector.h"
 
 #include <algorithm>
-#include <map>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "core/common/logging.h"
@@ -80,7 +80,8 @@ StallInspector::Verdict StallInspector::check(const Coordinator& coordinator,
   report << "\nStalled tensors:" << details.str();
   if (pastShutdown) {
     verdict.shutdown = true;
-    verdict.report = report.str() + "\nStalled past HORA_STALL_SHUTDOWN_TIME_SECONDS. Will shutdown.";
+    verdict.report =
+        report.str() + "\nStalled past HORA_STALL_SHUTDOWN_TIME_SECONDS. Will shutdown.";
     HORA_LOG(Error, verdict.report);
   } else if (anyNew) {
     HORA_LOG(Warning, report.str());

@@ -19,8 +19,8 @@ void TensorQueue::push(std::vector<TensorEntry> group) {
     if (inFlight_.count(key) > 0 || !keys.insert(key).second) {
       throw InvalidArgument("Requested to " + std::string(opKindName(e.request.kind)) +
                             " a tensor with the same name as another tensor that is currently "
-                            "being processed: '" + e.request.name +
-                            "'. Give each in-flight tensor a unique name.");
+                            "being processed: '" +
+                            e.request.name + "'. Give each in-flight tensor a unique name.");
     }
   }
   for (auto& e : group) {

@@ -30,12 +30,14 @@ bool sameShapeKind(OpKind k) {
 bool rowsKind(OpKind k) { return k == OpKind::Allgather || k == OpKind::Alltoall; }
 bool reducingKind(OpKind k) { return k == OpKind::Allreduce || k == OpKind::Reducescatter; }
 bool broadcastKind(OpKind k) { return k == OpKind::Broadcast; }
-bool processSetKind(OpKind k) { return k == OpKind::AddProcessSet || k == OpKind::RemoveProcessSet; }
+bool processSetKind(OpKind k) {
+  return k == OpKind::AddProcessSet || k == OpKind::RemoveProcessSet;
+}
 
 // One parameter every rank must submit identically (for the kinds it applies to).
 struct AgreementRule {
-  const char* what;          // "Mismatched <what> for tensor ..."
-  bool namesKind;            // what is prefixed with the op kind: "ALLGATHER tensor shapes"
+  const char* what;  // "Mismatched <what> for tensor ..."
+  bool namesKind;    // what is prefixed with the op kind: "ALLGATHER tensor shapes"
   bool (*appliesTo)(OpKind);
   bool (*agrees)(const Request& a, const Request& b);
   std::string (*show)(const Request& r);  // this rank's value, for the message
@@ -122,7 +124,8 @@ std::optional<Response> checkRunnable(const NegotiationInput& in) {
       if (static_cast<int>(r.splits.size()) != in.setSize) {
         return errorResponse(name, first.processSetId, ResponseError::InvalidArgument,
                              "Number of entries in splits does not equal number of workers "
-                             "(tensor '" + name + "', rank " + std::to_string(r.rank) + ").");
+                             "(tensor '" +
+                                 name + "', rank " + std::to_string(r.rank) + ").");
       }
     }
   }

@@ -16,7 +16,7 @@ struct NegotiationInput {
   const std::vector<Request>* requests;  // one per contributing rank, ascending set rank
   std::vector<int> setRanks;             // set rank of each request
   int setSize = 1;
-  bool someRanksJoined = false;          // joined ranks contribute zeros (allreduce only)
+  bool someRanksJoined = false;  // joined ranks contribute zeros (allreduce only)
 };
 
 // Every rank must submit the same op, dtype and device; the same shape (allreduce, adasum,

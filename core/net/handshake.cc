@@ -57,8 +57,8 @@ std::string helloMac(const std::string& secret, const std::string& nonceA, PeerK
   return mac(secret, w.data());
 }
 
-std::string welcomeMac(const std::string& secret, const std::string& nonceC, const std::string& nonceA,
-                       uint8_t status, int rank) {
+std::string welcomeMac(const std::string& secret, const std::string& nonceC,
+                       const std::string& nonceA, uint8_t status, int rank) {
   Writer w;
   w.str("hora-welcome").str(nonceC).str(nonceA).u8(status).u32(static_cast<uint32_t>(rank));
   return mac(secret, w.data());
@@ -186,7 +186,8 @@ void Handshake::onMessage() {
       std::string why;
       // The proof is checked before anything it claims is believed: an unauthenticated peer gets
       // the same answer whatever kind or rank it names.
-      if (!macEqual(proof, helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
+      if (!macEqual(proof,
+                    helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
         status = kBadProof;
         why = "authentication failed: the peer's proof of the job secret is wrong";
       } else if (kindByte < 1 || kindByte > 3) {
@@ -199,14 +200,16 @@ void Handshake::onMessage() {
         if (!why.empty()) status = kRefused;
       }
       // A rejection carries no proof: a stranger learns nothing from it.
-      std::string proofBack = status == kAccepted ? welcomeMac(secret_, nonceC_, nonceA_, status, localRank_)
-                                                  : std::string(kMacBytes, '\0');
+      std::string proofBack = status == kAccepted
+                                  ? welcomeMac(secret_, nonceC_, nonceA_, status, localRank_)
+                                  : std::string(kMacBytes, '\0');
       Writer w;
       w.u8(status).u32(static_cast<uint32_t>(localRank_)).bytes(proofBack.data(), kMacBytes);
       out_ = buildFrame(kHandshakeMagic, kWelcome, w.data());
       outSent_ = 0;
       if (status != kAccepted) {
-        return fail(status == kBadProof ? HandshakeFailure::BadProof : HandshakeFailure::Refused, why);
+        return fail(status == kBadProof ? HandshakeFailure::BadProof : HandshakeFailure::Refused,
+                    why);
       }
       step_ = Step::Finished;
       state_ = State::Done;
@@ -235,9 +238,9 @@ void Handshake::onMessage() {
       // The rank is inside the Welcome MAC, so it is the acceptor's real rank: a mismatch means
       // the address led to another rank of this job (a stale or mixed-up address), not a stranger.
       if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
-        return fail(HandshakeFailure::WrongPeer,
-                    "reached rank " + std::to_string(rank) + " instead of rank " +
-                        std::to_string(expectedPeerRank_));
+        return fail(HandshakeFailure::WrongPeer, "reached rank " + std::to_string(rank) +
+                                                     " instead of rank " +
+                                                     std::to_string(expectedPeerRank_));
       }
       peerRank_ = rank;
       peerKind_ = localKind_;
@@ -266,7 +269,8 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
         if (hs.state() == Handshake::State::Failed) break;
         throw IoError(what + ": " + describe(r) + " during the handshake");
       }
-      if (!waitFor(fd, POLLOUT, deadline)) throw TimeoutError(what + ": timed out during the handshake");
+      if (!waitFor(fd, POLLOUT, deadline))
+        throw TimeoutError(what + ": timed out during the handshake");
       continue;
     }
     size_t want = std::min(hs.inputWanted(), sizeof(buf));
@@ -274,7 +278,8 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
     if (r.status == IoStatus::Ok) {
       hs.input(buf, r.bytes);
     } else if (r.status == IoStatus::WouldBlock) {
-      if (!waitFor(fd, POLLIN, deadline)) throw TimeoutError(what + ": timed out during the handshake");
+      if (!waitFor(fd, POLLIN, deadline))
+        throw TimeoutError(what + ": timed out during the handshake");
     } else {
       throw IoError(what + ": connection closed during the handshake (" + describe(r) +
                     "; wrong port, or the peer rejected us)");

@@ -131,7 +131,8 @@ std::string describe(const IoResult& r) {
     case IoStatus::Ok: return "ok";
     case IoStatus::WouldBlock: return "would block";
     case IoStatus::Closed:
-      return r.error == 0 ? "connection closed by peer" : "connection closed (" + errnoText(r.error) + ")";
+      return r.error == 0 ? "connection closed by peer"
+                          : "connection closed (" + errnoText(r.error) + ")";
     case IoStatus::Failed: return errnoText(r.error);
   }
   return "unknown";
@@ -180,7 +181,8 @@ Socket acceptPending(int listenFd, std::string* peer) {
   for (;;) {
     sockaddr_in addr{};
     socklen_t len = sizeof(addr);
-    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd =
+        ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       tuneConnection(fd);
       if (peer != nullptr) *peer = formatAddress(addr);
@@ -258,7 +260,8 @@ bool waitFor(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline, const std::string& what) {
+void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
+             const std::string& what) {
   auto* p = static_cast<const uint8_t*>(data);
   size_t done = 0;
   while (done < bytes) {
@@ -273,7 +276,8 @@ void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
   }
 }
 
-void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline, const std::string& what) {
+void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
+             const std::string& what) {
   auto* p = static_cast<uint8_t*>(data);
   size_t done = 0;
   while (done < bytes) {
@@ -281,7 +285,8 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline, const
     if (r.status == IoStatus::Ok) {
       done += r.bytes;
     } else if (r.status == IoStatus::WouldBlock) {
-      if (!waitFor(fd, POLLIN, deadline)) throw TimeoutError(what + ": timed out waiting for a reply");
+      if (!waitFor(fd, POLLIN, deadline))
+        throw TimeoutError(what + ": timed out waiting for a reply");
     } else {
       throw IoError(what + ": " + describe(r));
     }
@@ -307,7 +312,9 @@ std::string advertisedHost(const std::string& listenHost) {
   return "127.0.0.1";
 }
 
-std::string joinHostPort(const std::string& host, int port) { return host + ":" + std::to_string(port); }
+std::string joinHostPort(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
 
 void parseHostPort(const std::string& text, std::string* host, int* port) {
   size_t colon = text.rfind(':');

@@ -78,7 +78,8 @@ bool waitFor(int fd, short events, Clock::time_point deadline);
 int pollTimeoutMs(Clock::time_point deadline);
 // Whole-buffer transfers on a non-blocking socket, waiting in poll() up to the deadline.
 // Throw IoError (naming `what`) on EOF/error, TimeoutError at the deadline.
-void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline, const std::string& what);
+void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
+             const std::string& what);
 void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline, const std::string& what);
 
 // The address other hosts should use to reach a listener on this host. listenHost may be an

@@ -26,7 +26,9 @@ double load(const void* p, size_t i, DataType t) {
 
 void store(void* p, size_t i, DataType t, double v) {
   switch (t) {
-    case DataType::Float16: static_cast<uint16_t*>(p)[i] = floatToHalf(static_cast<float>(v)); break;
+    case DataType::Float16:
+      static_cast<uint16_t*>(p)[i] = floatToHalf(static_cast<float>(v));
+      break;
     case DataType::BFloat16:
       static_cast<uint16_t*>(p)[i] = floatToBfloat16(static_cast<float>(v));
       break;

@@ -19,8 +19,8 @@ void runAllreduce(const Response& r, OpContext& cx) {
   // One tensor of our own runs in place; fused tensors, and zeros for a joined rank, run in the
   // persistent fusion buffer.
   bool inPlace = r.tensorCount() == 1 && cx.entries[0] != nullptr;
-  uint8_t* buf = inPlace ? static_cast<uint8_t*>(cx.entries[0]->tensor.data)
-                         : cx.fusion.reserve(total * elem);
+  uint8_t* buf =
+      inPlace ? static_cast<uint8_t*>(cx.entries[0]->tensor.data) : cx.fusion.reserve(total * elem);
   if (!inPlace) {
     ActivityScope a(cx, r, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;

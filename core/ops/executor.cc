@@ -15,9 +15,9 @@ struct OpRow {
 
 // Data ops by kind. Join, barrier, errors and process-set changes are handled by the runtime.
 constexpr OpRow kOps[] = {
-    {OpKind::Allreduce, runAllreduce},   {OpKind::Adasum, runAdasum},
-    {OpKind::Allgather, runAllgather},   {OpKind::Broadcast, runBroadcast},
-    {OpKind::Alltoall, runAlltoall},     {OpKind::Reducescatter, runReducescatter},
+    {OpKind::Allreduce, runAllreduce}, {OpKind::Adasum, runAdasum},
+    {OpKind::Allgather, runAllgather}, {OpKind::Broadcast, runBroadcast},
+    {OpKind::Alltoall, runAlltoall},   {OpKind::Reducescatter, runReducescatter},
 };
 
 OpFn lookup(OpKind kind) {

@@ -11,13 +11,13 @@
 namespace hora {
 
 struct OpContext {
-  Communicator& comm;                 // the process set's communicator
+  Communicator& comm;  // the process set's communicator
   FusionBuffer& fusion;
-  const std::vector<int>& setRanks;   // world rank of each set rank
+  const std::vector<int>& setRanks;  // world rank of each set rank
   // One per tensor of the response, in order; nullptr where this rank joined and contributes
   // zeros (allreduce only).
   std::vector<TensorEntry*> entries;
-  Timeline* timeline = nullptr;       // null or disabled: no activities recorded
+  Timeline* timeline = nullptr;  // null or disabled: no activities recorded
 };
 
 // Records an activity on every tensor of a response for as long as it lives.

@@ -25,7 +25,8 @@ void runReducescatter(const Response& r, OpContext& cx) {
   std::vector<int64_t> dim0(tensors);
   for (size_t t = 0; t < tensors; ++t) {
     HORA_CHECK(cx.entries[t] != nullptr, "reducescatter without a local tensor");
-    dim0[t] = r.rowElements[t] > 0 ? r.elementCounts[t] / r.rowElements[t] : cx.entries[t]->tensor.shape[0];
+    dim0[t] = r.rowElements[t] > 0 ? r.elementCounts[t] / r.rowElements[t]
+                                   : cx.entries[t]->tensor.shape[0];
   }
   std::vector<size_t> counts(n, 0);
   for (int k = 0; k < n; ++k) {
@@ -50,8 +51,9 @@ void runReducescatter(const Response& r, OpContext& cx) {
         for (int q = 0; q < k; ++q) firstRow += rowsFor(dim0[t], n, q);
         size_t bytes = rowsFor(dim0[t], n, k) * rowBytes;
         if (bytes > 0) {
-          std::memcpy(buf + off, static_cast<const uint8_t*>(cx.entries[t]->tensor.data) +
-                                     firstRow * rowBytes, bytes);
+          std::memcpy(buf + off,
+                      static_cast<const uint8_t*>(cx.entries[t]->tensor.data) + firstRow * rowBytes,
+                      bytes);
         }
         off += bytes;
       }

@@ -2,7 +2,8 @@
 
 namespace hora {
 
-PrefixStore::PrefixStore(Store& base, std::string prefix) : base_(base), prefix_(std::move(prefix)) {}
+PrefixStore::PrefixStore(Store& base, std::string prefix)
+    : base_(base), prefix_(std::move(prefix)) {}
 
 std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
@@ -11,11 +12,17 @@ std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys)
   return out;
 }
 
-void PrefixStore::set(const std::string& key, const std::string& value) { base_.set(full(key), value); }
+void PrefixStore::set(const std::string& key, const std::string& value) {
+  base_.set(full(key), value);
+}
 
-std::string PrefixStore::get(const std::string& key, Millis timeout) { return base_.get(full(key), timeout); }
+std::string PrefixStore::get(const std::string& key, Millis timeout) {
+  return base_.get(full(key), timeout);
+}
 
-int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_.add(full(key), delta); }
+int64_t PrefixStore::add(const std::string& key, int64_t delta) {
+  return base_.add(full(key), delta);
+}
 
 bool PrefixStore::check(const std::vector<std::string>& keys) { return base_.check(full(keys)); }
 

@@ -38,7 +38,9 @@ namespace {
 constexpr Millis kReplyGrace{30000};
 
 // Negative timeouts mean "do not wait"; huge ones are clamped as the server would clamp them.
-uint64_t clampMs(Millis t) { return static_cast<uint64_t>(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs)); }
+uint64_t clampMs(Millis t) {
+  return static_cast<uint64_t>(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs));
+}
 
 }  // namespace
 
@@ -66,7 +68,8 @@ std::unique_ptr<TcpStoreClient::Connection> TcpStoreClient::open() {
   return c;
 }
 
-TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& payload, Millis replyTimeout) {
+TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& payload,
+                                           Millis replyTimeout) {
   std::unique_ptr<Connection> c;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -109,7 +112,8 @@ TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& pay
 }
 
 void TcpStoreClient::set(const std::string& key, const std::string& value) {
-  Reply r = call(kSet, net::Writer().str(key).str(value).take(), std::max(connectTimeout_, kReplyGrace));
+  Reply r =
+      call(kSet, net::Writer().str(key).str(value).take(), std::max(connectTimeout_, kReplyGrace));
   if (r.type != kOk) throw IoError(where() + ": unexpected reply to set");
 }
 
@@ -123,7 +127,8 @@ std::string TcpStoreClient::get(const std::string& key, Millis timeout) {
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
-  Reply r = call(kAdd, net::Writer().str(key).i64(delta).take(), std::max(connectTimeout_, kReplyGrace));
+  Reply r =
+      call(kAdd, net::Writer().str(key).i64(delta).take(), std::max(connectTimeout_, kReplyGrace));
   net::Reader reader(r.payload);
   int64_t value = reader.i64();
   if (r.type != kCounter || !reader.ok()) throw IoError(where() + ": unexpected reply to add");

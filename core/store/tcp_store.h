@@ -44,7 +44,8 @@ class TcpStoreClient : public Store {
  public:
   // Connects (retrying while the server is not up yet) and authenticates within connectTimeout.
   // Throws IoError when the server is unreachable or authentication fails.
-  TcpStoreClient(const std::string& host, int port, const std::string& secret, Millis connectTimeout);
+  TcpStoreClient(const std::string& host, int port, const std::string& secret,
+                 Millis connectTimeout);
   ~TcpStoreClient() override;
 
   void set(const std::string& key, const std::string& value) override;

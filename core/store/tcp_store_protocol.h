@@ -14,8 +14,17 @@ namespace hora {
 namespace store_protocol {
 
 enum Type : uint16_t {
-  kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5,
-  kOk = 100, kValue = 101, kCounter = 102, kBool = 103, kTimedOut = 104, kError = 105,
+  kSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kCheck = 4,
+  kWait = 5,
+  kOk = 100,
+  kValue = 101,
+  kCounter = 102,
+  kBool = 103,
+  kTimedOut = 104,
+  kError = 105,
 };
 
 // Largest frame either side accepts; a larger announced length is treated as garbage.

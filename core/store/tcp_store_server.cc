@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -54,7 +54,8 @@ class TcpStoreServer::Impl {
   // small frames costs no copying; handshakeDeadline bounds how long an unauthenticated
   // connection may hold a slot (a port scanner or a stuck peer cannot pile them up forever).
   struct Conn {
-    Conn(Socket s, std::string p, Handshake h) : sock(std::move(s)), peer(std::move(p)), hs(std::move(h)) {}
+    Conn(Socket s, std::string p, Handshake h)
+        : sock(std::move(s)), peer(std::move(p)), hs(std::move(h)) {}
     Socket sock;
     std::string peer;
     Handshake hs;
@@ -367,7 +368,8 @@ void TcpStoreServer::Impl::expire(Clock::time_point now) {
   }
   for (Conn* c : resumed) processFrames(*c);
   for (auto& c : conns_) {
-    if (!c->dead && !c->authed && c->handshakeDeadline <= now) drop(*c, "handshake timed out", true);
+    if (!c->dead && !c->authed && c->handshakeDeadline <= now)
+      drop(*c, "handshake timed out", true);
   }
 }
 

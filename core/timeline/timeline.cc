@@ -77,8 +77,11 @@ void Timeline::start(const TimelineOptions& options) {
                         .count();
   std::string header =
       "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"hora\","
-      "\"start_time_since_epoch_in_micros\":" + std::to_string(sinceEpoch) + "}},\n"
-      "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"sort_index\":0}}]";
+      "\"start_time_since_epoch_in_micros\":" +
+      std::to_string(sinceEpoch) +
+      "}},\n"
+      "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"sort_index\":"
+      "0}}]";
   writeAll(fd_, header, 0);
   endOffset_ = static_cast<int64_t>(header.size()) - 1;
   markCycles_ = options.markCycles;

@@ -31,8 +31,8 @@ namespace hora {
 struct TimelineOptions {
   std::string path;
   bool markCycles = false;
-  int64_t maxBytes = 0;   // 0 = no cap
-  int sampleEvery = 1;    // record steps k with k % sampleEvery == 0
+  int64_t maxBytes = 0;  // 0 = no cap
+  int sampleEvery = 1;   // record steps k with k % sampleEvery == 0
 };
 
 class Timeline {
@@ -63,10 +63,10 @@ class Timeline {
 
  private:
   struct Event {
-    char phase;              // B, E, X, i
-    std::string row;         // tensor row; empty = job row (pid 0)
+    char phase;       // B, E, X, i
+    std::string row;  // tensor row; empty = job row (pid 0)
     std::string name;
-    std::string args;        // JSON object text or empty
+    std::string args;  // JSON object text or empty
     int64_t ts;
   };
   void push(char phase, std::string row, std::string name, std::string args = {});

@@ -8,13 +8,16 @@
 #endif
 
 namespace hora {
+#if !HORA_HAVE_MPI
 namespace {
 
 [[noreturn]] void noMpi() {
-  throw NotSupported("this build of Hora has no MPI transport (MPI was not found when it was built)");
+  throw NotSupported(
+      "this build of Hora has no MPI transport (MPI was not found when it was built)");
 }
 
 }  // namespace
+#endif
 
 bool transportBuilt(const std::string& name) {
   if (name == "tcp" || name == "gloo") return true;

@@ -26,7 +26,7 @@ bool transportBuilt(const std::string& name);
 struct BootstrappedStore {
   std::unique_ptr<TcpStoreServer> server;  // rank 0 only; must outlive every use of the store
   std::unique_ptr<Store> client;
-  std::string secret;                      // 64 hex digits; the TCP transport proves it too
+  std::string secret;  // 64 hex digits; the TCP transport proves it too
 };
 
 // For TCP beside MPI under mpirun, which serves no store: rank 0 of the job's MPI communicator
@@ -39,9 +39,9 @@ struct MpiCommInfo {
   int64_t commF = -1;  // Fortran handle of the communicator (MPI_Comm_c2f)
   int rank = 0;
   int size = 1;
-  int localRank = 0;   // among the members on this host (MPI_COMM_TYPE_SHARED)
+  int localRank = 0;  // among the members on this host (MPI_COMM_TYPE_SHARED)
   int localSize = 1;
-  int crossRank = 0;   // among the members with the same local rank
+  int crossRank = 0;  // among the members with the same local rank
   int crossSize = 1;
 };
 

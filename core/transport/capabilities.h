@@ -16,7 +16,13 @@ namespace hora {
 
 // The Communicator operations, one bit each in Capabilities::ops.
 enum class CollectiveOp : uint8_t {
-  Allreduce, Allgatherv, Broadcast, Alltoallv, ReduceScatter, Barrier, SendRecv,
+  Allreduce,
+  Allgatherv,
+  Broadcast,
+  Alltoallv,
+  ReduceScatter,
+  Barrier,
+  SendRecv,
 };
 constexpr int kNumCollectiveOps = 7;
 
@@ -40,7 +46,9 @@ struct Capabilities {
 
  private:
   template <size_t N>
-  static bool has(const std::bitset<N>& bits, size_t i) { return i < N && bits[i]; }
+  static bool has(const std::bitset<N>& bits, size_t i) {
+    return i < N && bits[i];
+  }
 };
 
 }  // namespace hora

@@ -15,10 +15,12 @@ std::unique_ptr<Transport> makeTransport(const std::string& name) {
 #if HORA_HAVE_MPI
     return std::make_unique<mpi::MpiTransport>();
 #endif
-    throw NotSupported("transport 'mpi' is not available: this build has no MPI transport (use 'tcp')");
+    throw NotSupported(
+        "transport 'mpi' is not available: this build has no MPI transport (use 'tcp')");
   }
   if (name == "nccl") {
-    throw NotSupported("transport 'nccl' is not available: this build has no NCCL transport (use 'tcp')");
+    throw NotSupported(
+        "transport 'nccl' is not available: this build has no NCCL transport (use 'tcp')");
   }
   throw InvalidArgument("unknown transport '" + name + "' (known: tcp, gloo, mpi, nccl)");
 }

@@ -18,13 +18,13 @@ namespace hora {
 struct ConnectOptions {
   int rank = 0;
   int size = 1;
-  std::string secret;           // every connection proves knowledge of it (HMAC of a nonce)
-  std::string listenHost;       // address to listen on and advertise; "" = this host's default
-  Millis startTimeout{30000};   // rendezvous and connection set-up
-  Millis opTimeout{60000};      // a peer silent this long inside a collective fails it
-  Micros spin{0};               // waits for data poll this long before sleeping (spin.h)
-  int64_t mpiComm = -1;         // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
-                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
+  std::string secret;          // every connection proves knowledge of it (HMAC of a nonce)
+  std::string listenHost;      // address to listen on and advertise; "" = this host's default
+  Millis startTimeout{30000};  // rendezvous and connection set-up
+  Millis opTimeout{60000};     // a peer silent this long inside a collective fails it
+  Micros spin{0};              // waits for data poll this long before sleeping (spin.h)
+  int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
+                               //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };
 
 struct Connection {

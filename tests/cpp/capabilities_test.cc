@@ -59,7 +59,8 @@ TEST(Capabilities, TcpCommunicatorDeclaresHostMemoryOnly) {
     EXPECT_FALSE(c.reduces(ReduceOp::Average));
     // A reduction the backend does not declare is refused before anything is sent.
     float x = 1;
-    EXPECT_THROW(conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Average), InvalidArgument);
+    EXPECT_THROW(conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Average),
+                 InvalidArgument);
     conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Sum);
     EXPECT_EQ(x, 2.0f);
   });

@@ -14,9 +14,10 @@ namespace hora {
 namespace test {
 namespace {
 
-const DataType kDtypes[] = {DataType::UInt8, DataType::Int8,    DataType::UInt16,  DataType::Int16,
-                            DataType::Int32, DataType::Int64,   DataType::Float16, DataType::BFloat16,
-                            DataType::Float32, DataType::Float64, DataType::Bool};
+const DataType kDtypes[] = {DataType::UInt8,   DataType::Int8,     DataType::UInt16,
+                            DataType::Int16,   DataType::Int32,    DataType::Int64,
+                            DataType::Float16, DataType::BFloat16, DataType::Float32,
+                            DataType::Float64, DataType::Bool};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product};
 // 0, 1, odd, and not divisible by 2, 3, 4 or 7 (1003 = 17 * 59).
 const size_t kSmallCounts[] = {0, 1, 17, 1003};
@@ -54,14 +55,15 @@ std::string where(const Communicator& comm) {
 }
 
 // Ranks running as threads ask for the same reference at the same time: it is computed once.
-std::shared_ptr<const Bytes> sharedReduction(uint64_t seed, const std::vector<int>& members, size_t count,
-                                             DataType dtype, ReduceOp op, ValueKind kind) {
+std::shared_ptr<const Bytes> sharedReduction(uint64_t seed, const std::vector<int>& members,
+                                             size_t count, DataType dtype, ReduceOp op,
+                                             ValueKind kind) {
   static std::mutex mutex;
   static std::string lastKey;
   static std::shared_ptr<const Bytes> last;
-  std::string key = std::to_string(seed) + "/" + std::to_string(count) + "/" + std::to_string(int(dtype)) +
-                    "/" + std::to_string(int(op)) + "/" + (kind.orderRevealing ? "r" : "e") +
-                    (kind.integersWrap ? "w" : "s");
+  std::string key = std::to_string(seed) + "/" + std::to_string(count) + "/" +
+                    std::to_string(int(dtype)) + "/" + std::to_string(int(op)) + "/" +
+                    (kind.orderRevealing ? "r" : "e") + (kind.integersWrap ? "w" : "s");
   for (int m : members) key += "/" + std::to_string(m);
   std::lock_guard<std::mutex> lock(mutex);
   if (key != lastKey || !last) {
@@ -231,7 +233,9 @@ std::string checkBarrier(Communicator& comm, const Case& c, const CheckContext& 
   for (int j = 0; j < n; ++j) {
     if (!context.store->check({mark(j)})) missing += " " + std::to_string(j);
   }
-  return missing.empty() ? "" : where(comm) + "left the barrier before rank(s)" + missing + " entered it";
+  return missing.empty()
+             ? ""
+             : where(comm) + "left the barrier before rank(s)" + missing + " entered it";
 }
 
 }  // namespace
@@ -257,7 +261,8 @@ std::string caseName(const Case& c) {
       return s + "_count" + std::to_string(c.count) + "_" + dtypeName(c.dtype) + "_" + opName(c.op);
     case Collective::Allgatherv:
       return s + "_bytes" + std::to_string(c.count) + (c.inPlace ? "_inplace" : "_outofplace");
-    case Collective::Broadcast: return s + "_bytes" + std::to_string(c.count) + "_root" + std::to_string(c.root);
+    case Collective::Broadcast:
+      return s + "_bytes" + std::to_string(c.count) + "_root" + std::to_string(c.root);
     case Collective::Alltoallv:
     case Collective::SendRecv: return s + "_bytes" + std::to_string(c.count);
     case Collective::Barrier: return s + "_late" + std::to_string(c.root);
@@ -265,7 +270,9 @@ std::string caseName(const Case& c) {
   return s;
 }
 
-std::string fullCaseName(const Case& c) { return std::string(collectiveName(c.collective)) + "/" + caseName(c); }
+std::string fullCaseName(const Case& c) {
+  return std::string(collectiveName(c.collective)) + "/" + caseName(c);
+}
 
 size_t multiSegmentCount(int ranks, DataType dtype) {
   // Two segments per rank's block, plus a remainder that no size divides.
@@ -277,8 +284,8 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
   Case base;
   base.collective = collective;
   base.ranks = ranks;
-  auto add = [&](size_t count, DataType dtype = DataType::UInt8, ReduceOp op = ReduceOp::Sum, int root = 0,
-                 bool inPlace = false) {
+  auto add = [&](size_t count, DataType dtype = DataType::UInt8, ReduceOp op = ReduceOp::Sum,
+                 int root = 0, bool inPlace = false) {
     Case c = base;
     c.count = count;
     c.dtype = dtype;
@@ -296,8 +303,9 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
         const size_t es = dtypeSize(dt);
         std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
         if (big) {
-          counts.push_back(collectives::kAllreduceRingMinBytes / es - 1);  // the last size below the ring
-          counts.push_back(multiSegmentCount(ranks, dt));     // ring (or rank order), 2+ segments
+          counts.push_back(collectives::kAllreduceRingMinBytes / es -
+                           1);                             // the last size below the ring
+          counts.push_back(multiSegmentCount(ranks, dt));  // ring (or rank order), 2+ segments
         }
         for (ReduceOp op : kOps) {
           for (size_t n : counts) add(n, dt, op);
@@ -323,8 +331,9 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
       for (int root = 0; root < ranks; ++root) {
         for (size_t n : kSmallCounts) add(n, DataType::UInt8, ReduceOp::Sum, root);
         if (big) {
-          add(collectives::kBroadcastChainMinBytes - 1, DataType::UInt8, ReduceOp::Sum, root);  // the last tree size
-          add(3 * seg + 5, DataType::UInt8, ReduceOp::Sum, root);                  // chain, 4 segments
+          add(collectives::kBroadcastChainMinBytes - 1, DataType::UInt8, ReduceOp::Sum,
+              root);                                               // the last tree size
+          add(3 * seg + 5, DataType::UInt8, ReduceOp::Sum, root);  // chain, 4 segments
         }
       }
       break;
@@ -345,9 +354,9 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
 
 std::vector<Case> allMatrixCases(int ranks, bool large) {
   std::vector<Case> out;
-  for (Collective c : {Collective::Allreduce, Collective::ReduceScatter, Collective::Allgatherv,
-                       Collective::Broadcast, Collective::Alltoallv, Collective::Barrier,
-                       Collective::SendRecv}) {
+  for (Collective c :
+       {Collective::Allreduce, Collective::ReduceScatter, Collective::Allgatherv,
+        Collective::Broadcast, Collective::Alltoallv, Collective::Barrier, Collective::SendRecv}) {
     std::vector<Case> some = matrixCases(c, ranks, large);
     out.insert(out.end(), some.begin(), some.end());
   }

@@ -14,7 +14,8 @@
 // overflow undefined.
 //
 // Every rank of the communicator must run the same cases in the same order. runCase() returns ""
-// when the case passed on this rank, else what went wrong; it throws only what the transport throws.
+// when the case passed on this rank, else what went wrong; it throws only what the transport
+// throws.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -26,16 +27,24 @@
 namespace hora {
 namespace test {
 
-enum class Collective { Allreduce, ReduceScatter, Allgatherv, Broadcast, Alltoallv, Barrier, SendRecv };
+enum class Collective {
+  Allreduce,
+  ReduceScatter,
+  Allgatherv,
+  Broadcast,
+  Alltoallv,
+  Barrier,
+  SendRecv
+};
 
 struct Case {
   Collective collective = Collective::Allreduce;
-  int ranks = 1;                   // size of the communicator the case runs on
-  size_t count = 0;                // elements (Allreduce, ReduceScatter base) or bytes (the others)
+  int ranks = 1;     // size of the communicator the case runs on
+  size_t count = 0;  // elements (Allreduce, ReduceScatter base) or bytes (the others)
   DataType dtype = DataType::UInt8;
   ReduceOp op = ReduceOp::Sum;
-  int root = 0;                    // Broadcast: the root; Barrier: the rank that enters last
-  bool inPlace = false;            // Allgatherv: this rank's block already sits in the output
+  int root = 0;          // Broadcast: the root; Barrier: the rank that enters last
+  bool inPlace = false;  // Allgatherv: this rank's block already sits in the output
 };
 
 struct CheckContext {

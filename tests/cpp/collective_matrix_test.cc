@@ -10,8 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,7 +135,9 @@ std::vector<MatrixParam> paramsFor(const TransportUnderTest& t, Collective c) {
   return out;
 }
 
-std::string paramName(const ::testing::TestParamInfo<MatrixParam>& info) { return caseName(info.param.c); }
+std::string paramName(const ::testing::TestParamInfo<MatrixParam>& info) {
+  return caseName(info.param.c);
+}
 
 // Connections live for one suite (one collective of one transport).
 class MatrixSuite : public ::testing::TestWithParam<MatrixParam> {
@@ -161,16 +163,16 @@ TEST_P(SendRecv, MatchesReference) { runMatrixCase(GetParam()); }
 
 // Every collective's suite for one transport, its tests named Label/Collective.Test/case. Each
 // suite is named after its Collective.
-#define HORA_MATRIX_SUITE(Label, Suite, transport)                                                   \
-  INSTANTIATE_TEST_SUITE_P(Label, Suite, ::testing::ValuesIn(paramsFor(transport, Collective::Suite)), \
-                           paramName)
-#define HORA_COLLECTIVE_MATRIX(Label, transport)       \
-  HORA_MATRIX_SUITE(Label, Allreduce, transport);      \
-  HORA_MATRIX_SUITE(Label, ReduceScatter, transport);  \
-  HORA_MATRIX_SUITE(Label, Allgatherv, transport);     \
-  HORA_MATRIX_SUITE(Label, Broadcast, transport);      \
-  HORA_MATRIX_SUITE(Label, Alltoallv, transport);      \
-  HORA_MATRIX_SUITE(Label, Barrier, transport);        \
+#define HORA_MATRIX_SUITE(Label, Suite, transport) \
+  INSTANTIATE_TEST_SUITE_P(                        \
+      Label, Suite, ::testing::ValuesIn(paramsFor(transport, Collective::Suite)), paramName)
+#define HORA_COLLECTIVE_MATRIX(Label, transport)      \
+  HORA_MATRIX_SUITE(Label, Allreduce, transport);     \
+  HORA_MATRIX_SUITE(Label, ReduceScatter, transport); \
+  HORA_MATRIX_SUITE(Label, Allgatherv, transport);    \
+  HORA_MATRIX_SUITE(Label, Broadcast, transport);     \
+  HORA_MATRIX_SUITE(Label, Alltoallv, transport);     \
+  HORA_MATRIX_SUITE(Label, Barrier, transport);       \
   HORA_MATRIX_SUITE(Label, SendRecv, transport)
 
 // The transports under test, one line each.

@@ -176,9 +176,11 @@ TEST(Coordinator, EveryAgreementCheckNamesEachRanksValue) {
     std::vector<std::string> expected;
   };
   const std::vector<Disagreement> cases = {
-      {"op kind", [](Request& r, bool odd) { r.kind = odd ? OpKind::Allgather : OpKind::Allreduce; },
+      {"op kind",
+       [](Request& r, bool odd) { r.kind = odd ? OpKind::Allgather : OpKind::Allreduce; },
        {"Mismatched operations", "rank 0: ALLREDUCE", "rank 1: ALLGATHER"}},
-      {"reduce op", [](Request& r, bool odd) { r.reduceOp = odd ? ReduceOp::Max : ReduceOp::Sum; },
+      {"reduce op",
+       [](Request& r, bool odd) { r.reduceOp = odd ? ReduceOp::Max : ReduceOp::Sum; },
        {"Mismatched reduction operations", "rank 1: MAX"}},
       {"reducescatter op",
        [](Request& r, bool odd) {
@@ -192,9 +194,11 @@ TEST(Coordinator, EveryAgreementCheckNamesEachRanksValue) {
          r.rootRank = odd ? 1 : 0;
        },
        {"Mismatched BROADCAST root ranks", "rank 0: 0", "rank 1: 1"}},
-      {"prescale", [](Request& r, bool odd) { r.prescale = odd ? 2.0 : 1.0; },
+      {"prescale",
+       [](Request& r, bool odd) { r.prescale = odd ? 2.0 : 1.0; },
        {"Mismatched prescale factors", "rank 1: 2"}},
-      {"postscale", [](Request& r, bool odd) { r.postscale = odd ? 0.5 : 1.0; },
+      {"postscale",
+       [](Request& r, bool odd) { r.postscale = odd ? 0.5 : 1.0; },
        {"Mismatched postscale factors", "rank 1: 0.5"}},
       {"allgather rows",
        [](Request& r, bool odd) {
@@ -253,11 +257,11 @@ TEST(Coordinator, StaleBitIsIgnoredAndResent) {
   for (int r = 0; r < 2; ++r) job.enqueue(r, "b", {1});
   job.send(0);
   job.send(1);
-  job.answer();  // b evicts a's slot
+  job.answer();                        // b evicts a's slot
   job.coordinator().ingest(0, stale);  // too old: ignored
   EXPECT_TRUE(job.answer().empty());
-  // Slot 0 now holds b. Rank 1 asks for b again (by bit); rank 0 has not. Counted as a hit, rank 0's
-  // stale bit for a would make b ready and run it on a rank that never submitted it.
+  // Slot 0 now holds b. Rank 1 asks for b again (by bit); rank 0 has not. Counted as a hit, rank
+  // 0's stale bit for a would make b ready and run it on a rank that never submitted it.
   job.enqueue(1, "b", {1});
   job.send(1);
   EXPECT_TRUE(job.answer().empty()) << "a stale bit counted as a hit on the slot's new tensor";

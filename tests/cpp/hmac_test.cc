@@ -40,7 +40,9 @@ TEST(Sha256, IncrementalMatchesOneShot) {
   }
 }
 
-std::string hmacHex(const std::string& key, const std::string& data) { return toHex(hmacSha256(key, data)); }
+std::string hmacHex(const std::string& key, const std::string& data) {
+  return toHex(hmacSha256(key, data));
+}
 
 TEST(HmacSha256, Rfc4231) {
   EXPECT_EQ(hmacHex(std::string(20, '\x0b'), "Hi There"),
@@ -56,12 +58,15 @@ TEST(HmacSha256, Rfc4231) {
   // Test case 5 compares the first 128 bits only.
   EXPECT_EQ(hmacHex(std::string(20, '\x0c'), "Test With Truncation").substr(0, 32),
             "a3b6167473100ee06e0c796c2955552b");
-  EXPECT_EQ(hmacHex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-  EXPECT_EQ(hmacHex(std::string(131, '\xaa'),
-                    "This is a test using a larger than block-size key and a larger than block-size data. "
-                    "The key needs to be hashed before being used by the HMAC algorithm."),
-            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+  EXPECT_EQ(
+      hmacHex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
+      "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_EQ(
+      hmacHex(
+          std::string(131, '\xaa'),
+          "This is a test using a larger than block-size key and a larger than block-size data. "
+          "The key needs to be hashed before being used by the HMAC algorithm."),
+      "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
 }
 
 TEST(HmacSha256, EmptyKeyAndConstantTimeEqual) {

@@ -32,11 +32,13 @@ TEST(Logging, EachThreadPrintsTheRankOfItsScope) {
   setLogLevel("warning");
   for (int rank = 0; rank < 3; ++rank) {
     std::string r = std::to_string(rank);
-    EXPECT_NE(out.find("INFO rank " + r + "] line of thread " + r + "\n"), std::string::npos) << out;
+    EXPECT_NE(out.find("INFO rank " + r + "] line of thread " + r + "\n"), std::string::npos)
+        << out;
     EXPECT_NE(out.find("INFO rank " + std::to_string(rank + 10) + "] inner line of thread " + r),
               std::string::npos)
         << out;
-    EXPECT_NE(out.find("INFO rank " + r + "] restored line of thread " + r), std::string::npos) << out;
+    EXPECT_NE(out.find("INFO rank " + r + "] restored line of thread " + r), std::string::npos)
+        << out;
   }
   EXPECT_NE(out.find("INFO rank 7] line without a scope"), std::string::npos) << out;
 }

@@ -33,7 +33,6 @@
 namespace hora {
 namespace {
 
-
 int gRank = 0;
 int gSize = 1;
 int gPassed = 0;
@@ -107,7 +106,8 @@ void testControlChannel(ControlChannel& ch) {
     pollUntil(ch, got, replies);
     for (size_t i = 0; i < replies; ++i) {
       const auto& m = got[i];
-      ordered = ordered && m.bytes == "r" + std::to_string(seen[m.from]++) + "@" + std::to_string(m.from);
+      ordered =
+          ordered && m.bytes == "r" + std::to_string(seen[m.from]++) + "@" + std::to_string(m.from);
     }
     expect(ordered, "control: replies in order per sender");
     // A peer's next (large) message may arrive in the same poll as its last reply: keep it.
@@ -116,7 +116,8 @@ void testControlChannel(ControlChannel& ch) {
     pollUntil(ch, got, 3);
     bool ordered = true;
     for (int k = 0; k < 3; ++k) {
-      ordered = ordered && got[k].from == 0 && got[k].bytes == "m" + std::to_string(k) + "@" + std::to_string(me);
+      ordered = ordered && got[k].from == 0 &&
+                got[k].bytes == "m" + std::to_string(k) + "@" + std::to_string(me);
     }
     expect(ordered, "control: messages in order");
     for (int k = 0; k < 3; ++k) ch.send(0, "r" + std::to_string(k) + "@" + std::to_string(me));
@@ -150,7 +151,8 @@ void testControlChannel(ControlChannel& ch) {
   t0 = std::chrono::steady_clock::now();
   ch.poll(got, Millis(-1));
   waker.join();
-  expect(got.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5), "control: wakeup");
+  expect(got.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5),
+         "control: wakeup");
   // A wakeup before the poll makes it return at once.
   ch.wakeup();
   ch.poll(got, Millis(10000));
@@ -174,7 +176,8 @@ void testControlChannel(ControlChannel& ch) {
     for (int r = 1; r < n; ++r) ch.send(r, "while spinning");
   } else {
     while (got.empty()) ch.poll(got, Millis(10000), Micros(1000000));
-    expect(got[0].from == 0 && got[0].bytes == "while spinning", "control: message seen while spinning");
+    expect(got[0].from == 0 && got[0].bytes == "while spinning",
+           "control: message seen while spinning");
   }
   expectThrows([&] { ch.send(me, "self"); }, "control: no route to self");
   MPI_Barrier(MPI_COMM_WORLD);
@@ -191,8 +194,9 @@ ConnectOptions worldOptions() {
 
 void testStoreBootstrap() {
   BootstrappedStore a = mpi::bootstrapStore(worldOptions());
-  expect(a.secret.size() == 64 && a.secret.find_first_not_of("0123456789abcdef") == std::string::npos,
-         "bootstrap: the secret is 64 hex digits");
+  expect(
+      a.secret.size() == 64 && a.secret.find_first_not_of("0123456789abcdef") == std::string::npos,
+      "bootstrap: the secret is 64 hex digits");
   expect((a.server != nullptr) == (gRank == 0), "bootstrap: rank 0 alone serves");
   // Every rank reached the same store.
   a.client->set("rank/" + std::to_string(gRank), a.secret);
@@ -210,7 +214,8 @@ void testStoreBootstrap() {
                    "bootstrap: a client without the secret is refused");
     }
     TcpStoreClient insider("127.0.0.1", a.server->port(), a.secret, Millis(3000));
-    expect(insider.get("rank/0", Millis(1000)) == a.secret, "bootstrap: the secret opens the store");
+    expect(insider.get("rank/0", Millis(1000)) == a.secret,
+           "bootstrap: the secret opens the store");
   }
   MPI_Barrier(MPI_COMM_WORLD);  // rank 0's servers outlive every other rank's use of them
 }
@@ -231,7 +236,8 @@ void testMixedRoles() {
     expect(c.world->backendName() == dataName, label + ": collectives on " + dataName);
     bool controlOnMpi = dynamic_cast<mpi::MpiControlChannel*>(c.control.get()) != nullptr;
     bool controlOnTcp = dynamic_cast<tcp::TcpControlChannel*>(c.control.get()) != nullptr;
-    expect(controllerName == "mpi" ? controlOnMpi : controlOnTcp, label + ": control on " + controllerName);
+    expect(controllerName == "mpi" ? controlOnMpi : controlOnTcp,
+           label + ": control on " + controllerName);
     int one = 1;
     c.world->allreduce(&one, 1, DataType::Int32, ReduceOp::Sum);
     expect(one == gSize, label + ": allreduce");
@@ -295,7 +301,8 @@ void testPendingSendTimeout(ControlChannel& ch) {
       early = true;
     }
     expect(!early, "control: time outside poll() does not count towards a send's timeout");
-    expectThrows([&] { ch.poll(got, Millis(500)); }, "control: an unmatched send times out in poll()");
+    expectThrows([&] { ch.poll(got, Millis(500)); },
+                 "control: an unmatched send times out in poll()");
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -327,7 +334,8 @@ void run() {
       std::vector<int> part;
       for (int i = gRank % 2; i < gSize; i += 2) part.push_back(i);
       auto sub = world.subset(part);
-      expect(sub->size() == static_cast<int>(part.size()) && sub->rank() == gRank / 2, label + " subset rank");
+      expect(sub->size() == static_cast<int>(part.size()) && sub->rank() == gRank / 2,
+             label + " subset rank");
       testCollectives(*sub, label + "/parity" + std::to_string(gRank % 2), false, *marks.client);
     }
     expectThrows([&] { world.subset({gSize}); }, label + " subset outside");
@@ -375,7 +383,8 @@ int main() {
   int counts[2] = {hora::gPassed, hora::gFailed}, total[2] = {0, 0};
   MPI_Reduce(counts, total, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (hora::gRank == 0) {
-    std::printf("mpi transport driver (%d ranks): %d passed, %d failed\n", hora::gSize, total[0], total[1]);
+    std::printf("mpi transport driver (%d ranks): %d passed, %d failed\n", hora::gSize, total[0],
+                total[1]);
   }
   return hora::gFailed == 0 ? 0 : 1;
 }

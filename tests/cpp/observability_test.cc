@@ -1,10 +1,10 @@
 // Timeline and stall inspector, through the runtime.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <fstream>
 #include <sstream>
 #include <type_traits>
-#include <unistd.h>
 
 #include "core/common/errors.h"
 #include "core/runtime.h"
@@ -50,16 +50,19 @@ OpRequest allreduceOf(std::vector<float>& v, const std::string& name) {
 
 TEST(Timeline, RecordsNegotiationAndActivitiesAndStaysValid) {
   std::string path = "/tmp/hora_timeline_test_" + std::to_string(getpid()) + ".json";
-  runJob(2, [&](Runtime& rt, int) {
-    for (int step = 0; step < 3; ++step) {
-      std::vector<float> a(8, 1.0f), b(8, 2.0f);
-      auto hs = rt.enqueue({allreduceOf(a, "grad.a"), allreduceOf(b, "grad.b")});
-      for (auto& h : hs) {
-        ASSERT_TRUE(h->wait(Millis(10000)));
-        h->rethrowIfFailed();
-      }
-    }
-  }, [&](RuntimeOptions& o) { o.settings.timeline = path; });
+  runJob(
+      2,
+      [&](Runtime& rt, int) {
+        for (int step = 0; step < 3; ++step) {
+          std::vector<float> a(8, 1.0f), b(8, 2.0f);
+          auto hs = rt.enqueue({allreduceOf(a, "grad.a"), allreduceOf(b, "grad.b")});
+          for (auto& h : hs) {
+            ASSERT_TRUE(h->wait(Millis(10000)));
+            h->rethrowIfFailed();
+          }
+        }
+      },
+      [&](RuntimeOptions& o) { o.settings.timeline = path; });
   std::string t = readFile(path);
   ASSERT_FALSE(t.empty());
   EXPECT_EQ(t.front(), '[');
@@ -74,24 +77,30 @@ TEST(Timeline, RecordsNegotiationAndActivitiesAndStaysValid) {
 
 TEST(Timeline, SizeCapStopsRecordingCleanly) {
   std::string path = "/tmp/hora_timeline_cap_" + std::to_string(getpid()) + ".json";
-  runJob(1, [&](Runtime& rt, int) {
-    rt.startTimeline(path, true);
-    for (int i = 0; i < 2000; ++i) {
-      std::vector<float> a(1);
-      auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
-      ASSERT_TRUE(h->wait(Millis(10000)));
-    }
-    rt.stopTimeline();
-  }, [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 0; });
+  runJob(
+      1,
+      [&](Runtime& rt, int) {
+        rt.startTimeline(path, true);
+        for (int i = 0; i < 2000; ++i) {
+          std::vector<float> a(1);
+          auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
+          ASSERT_TRUE(h->wait(Millis(10000)));
+        }
+        rt.stopTimeline();
+      },
+      [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 0; });
   std::string uncapped = readFile(path);
-  runJob(1, [&](Runtime& rt, int) {
-    rt.startTimeline(path, false);
-    for (int i = 0; i < 8000; ++i) {
-      std::vector<float> a(1);
-      auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
-      ASSERT_TRUE(h->wait(Millis(10000)));
-    }
-  }, [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 1; });
+  runJob(
+      1,
+      [&](Runtime& rt, int) {
+        rt.startTimeline(path, false);
+        for (int i = 0; i < 8000; ++i) {
+          std::vector<float> a(1);
+          auto h = rt.enqueue({allreduceOf(a, "t" + std::to_string(i % 50))}).front();
+          ASSERT_TRUE(h->wait(Millis(10000)));
+        }
+      },
+      [&](RuntimeOptions& o) { o.settings.timelineMaxMb = 1; });
   std::string capped = readFile(path);
   EXPECT_NE(uncapped.find("CYCLE_START"), std::string::npos);
   EXPECT_LE(capped.size(), (1u << 20) + 512);
@@ -101,30 +110,33 @@ TEST(Timeline, SizeCapStopsRecordingCleanly) {
 }
 
 TEST(StallInspector, ReportsMissingRankAndCallSiteThenShutsDown) {
-  runJob(2, [&](Runtime& rt, int rank) {
-    if (rank == 1) {
-      // Never submits "x"; waits for the job to be shut down by the stall inspector.
-      std::vector<float> y(1);
-      auto h = rt.enqueue({allreduceOf(y, "only.rank1")}).front();
-      ASSERT_TRUE(h->wait(Millis(10000)));
-      return;
-    }
-    std::vector<float> x(1);
-    auto h = rt.enqueue({allreduceOf(x, "x")}).front();
-    ASSERT_TRUE(h->wait(Millis(10000))) << "the stall must end the job";
-    try {
-      h->rethrowIfFailed();
-      FAIL() << "expected the stall to fail the op";
-    } catch (const ShutdownError& e) {
-      std::string m = e.what();
-      EXPECT_NE(m.find("Missing ranks"), std::string::npos) << m;
-      EXPECT_NE(m.find("1: [x]"), std::string::npos) << m;
-      EXPECT_NE(m.find("train.py:7"), std::string::npos) << m;
-    }
-  }, [](RuntimeOptions& o) {
-    o.settings.stallCheckTimeSeconds = 0.3;
-    o.settings.stallShutdownTimeSeconds = 0.8;
-  });
+  runJob(
+      2,
+      [&](Runtime& rt, int rank) {
+        if (rank == 1) {
+          // Never submits "x"; waits for the job to be shut down by the stall inspector.
+          std::vector<float> y(1);
+          auto h = rt.enqueue({allreduceOf(y, "only.rank1")}).front();
+          ASSERT_TRUE(h->wait(Millis(10000)));
+          return;
+        }
+        std::vector<float> x(1);
+        auto h = rt.enqueue({allreduceOf(x, "x")}).front();
+        ASSERT_TRUE(h->wait(Millis(10000))) << "the stall must end the job";
+        try {
+          h->rethrowIfFailed();
+          FAIL() << "expected the stall to fail the op";
+        } catch (const ShutdownError& e) {
+          std::string m = e.what();
+          EXPECT_NE(m.find("Missing ranks"), std::string::npos) << m;
+          EXPECT_NE(m.find("1: [x]"), std::string::npos) << m;
+          EXPECT_NE(m.find("train.py:7"), std::string::npos) << m;
+        }
+      },
+      [](RuntimeOptions& o) {
+        o.settings.stallCheckTimeSeconds = 0.3;
+        o.settings.stallShutdownTimeSeconds = 0.8;
+      });
 }
 
 }  // namespace
@@ -137,29 +149,33 @@ TEST(Autotune, TriesCandidatesLogsScoresAndKeepsResultsCorrect) {
   std::string log = "/tmp/hora_autotune_" + std::to_string(getpid()) + ".csv";
   // What settings() reports after each step, per rank.
   std::vector<std::vector<std::pair<int64_t, double>>> tuned(2);
-  runJob(2, [&](Runtime& rt, int rank) {
-    static_assert(std::is_same<decltype(rt.settings()), Settings>::value,
-                  "settings() hands out a snapshot, not the loop's state");
-    for (int step = 0; step < 80; ++step) {
-      std::vector<std::vector<float>> g(4, std::vector<float>(64, static_cast<float>(rank + step)));
-      std::vector<OpRequest> reqs;
-      for (int t = 0; t < 4; ++t) reqs.push_back(allreduceOf(g[t], "g" + std::to_string(t)));
-      for (auto& h : rt.enqueue(reqs)) {
-        ASSERT_TRUE(h->wait(Millis(10000)));
-        h->rethrowIfFailed();
-      }
-      for (int t = 0; t < 4; ++t) ASSERT_EQ(g[t][0], static_cast<float>(2 * step + 1));
-      Settings now = rt.settings();
-      EXPECT_TRUE(now.autotune);
-      tuned[rank].emplace_back(now.fusionThreshold, now.cycleTimeMs);
-    }
-  }, [&](RuntimeOptions& o) {
-    o.settings.autotune = true;
-    o.settings.autotuneLog = log;
-    o.settings.autotuneWarmupSamples = 1;
-    o.settings.autotuneStepsPerSample = 2;
-    o.settings.autotuneSamplesPerCandidate = 1;
-  });
+  runJob(
+      2,
+      [&](Runtime& rt, int rank) {
+        static_assert(std::is_same<decltype(rt.settings()), Settings>::value,
+                      "settings() hands out a snapshot, not the loop's state");
+        for (int step = 0; step < 80; ++step) {
+          std::vector<std::vector<float>> g(
+              4, std::vector<float>(64, static_cast<float>(rank + step)));
+          std::vector<OpRequest> reqs;
+          for (int t = 0; t < 4; ++t) reqs.push_back(allreduceOf(g[t], "g" + std::to_string(t)));
+          for (auto& h : rt.enqueue(reqs)) {
+            ASSERT_TRUE(h->wait(Millis(10000)));
+            h->rethrowIfFailed();
+          }
+          for (int t = 0; t < 4; ++t) ASSERT_EQ(g[t][0], static_cast<float>(2 * step + 1));
+          Settings now = rt.settings();
+          EXPECT_TRUE(now.autotune);
+          tuned[rank].emplace_back(now.fusionThreshold, now.cycleTimeMs);
+        }
+      },
+      [&](RuntimeOptions& o) {
+        o.settings.autotune = true;
+        o.settings.autotuneLog = log;
+        o.settings.autotuneWarmupSamples = 1;
+        o.settings.autotuneStepsPerSample = 2;
+        o.settings.autotuneSamplesPerCandidate = 1;
+      });
   std::string csv = readFile(log);
   EXPECT_EQ(csv.rfind("cycle_time_ms,tensor_fusion_threshold,score\n", 0), 0u) << csv;
   int lines = 0;

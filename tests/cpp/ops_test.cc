@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/coordinator/tensor_queue.h"
 #include "core/coordinator/response_builder.h"
+#include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
 #include "core/fusion/fusion_planner.h"
 #include "core/ops/executor.h"
@@ -53,7 +53,8 @@ double getValue(const void* buf, DataType dt, size_t i) {
 
 // The value rank `rank` puts at element i of tensor t: unique per (rank, tensor, element).
 int64_t valueOf(int rank, size_t t, size_t i) {
-  return static_cast<int64_t>(rank) * 1000 + static_cast<int64_t>(t) * 100 + static_cast<int64_t>(i % 97);
+  return static_cast<int64_t>(rank) * 1000 + static_cast<int64_t>(t) * 100 +
+         static_cast<int64_t>(i % 97);
 }
 
 // ---- one tensor of one rank ---------------------------------------------------------------
@@ -63,7 +64,8 @@ struct Local {
   TensorEntry entry;
 };
 
-std::unique_ptr<Local> makeLocal(int rank, size_t t, const Request& base, std::vector<int64_t> shape) {
+std::unique_ptr<Local> makeLocal(int rank, size_t t, const Request& base,
+                                 std::vector<int64_t> shape) {
   auto l = std::make_unique<Local>();
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
@@ -194,7 +196,8 @@ TEST_P(OpsAllgather, EveryRankGetsEveryRanksRowsInRankOrder) {
   runRanks(c.ranks, [&](int rank, Communicator& comm) {
     std::vector<std::unique_ptr<Local>> locals;
     auto reqs = requestsOf(rank);
-    for (size_t t = 0; t < tensors; ++t) locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
+    for (size_t t = 0; t < tensors; ++t)
+      locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
     execute(comm, plan, locals);
     for (size_t t = 0; t < tensors; ++t) {
       const OutputTensor& out = locals[t]->entry.handle->output;
@@ -216,13 +219,25 @@ TEST_P(OpsAllgather, EveryRankGetsEveryRanksRowsInRankOrder) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, OpsAllgather,
     ::testing::Values(
-        AllgatherCase{"Ranks2_OneTensor_Float32", 2, DataType::Float32, {3},
+        AllgatherCase{"Ranks2_OneTensor_Float32",
+                      2,
+                      DataType::Float32,
+                      {3},
                       [](int r, size_t) { return int64_t{2 + 3 * r}; }},
-        AllgatherCase{"Ranks2_ThreeTensors_Float32", 2, DataType::Float32, {1, 3, 2},
+        AllgatherCase{"Ranks2_ThreeTensors_Float32",
+                      2,
+                      DataType::Float32,
+                      {1, 3, 2},
                       [](int r, size_t t) { return static_cast<int64_t>(1 + r + 2 * t); }},
-        AllgatherCase{"Ranks3_FourTensors_SomeEmpty_Int64", 3, DataType::Int64, {2, 1, 4, 3},
+        AllgatherCase{"Ranks3_FourTensors_SomeEmpty_Int64",
+                      3,
+                      DataType::Int64,
+                      {2, 1, 4, 3},
                       [](int r, size_t t) { return static_cast<int64_t>((r * 3 + t * 2) % 5); }},
-        AllgatherCase{"Ranks4_ThreeTensors_Float64", 4, DataType::Float64, {5, 1, 2},
+        AllgatherCase{"Ranks4_ThreeTensors_Float64",
+                      4,
+                      DataType::Float64,
+                      {5, 1, 2},
                       [](int r, size_t t) { return static_cast<int64_t>(4 - r + t); }}),
     [](const ::testing::TestParamInfo<AllgatherCase>& info) { return info.param.name; });
 
@@ -269,7 +284,8 @@ TEST_P(OpsReducescatter, EachRankGetsTheReductionOfItsRows) {
   runRanks(c.ranks, [&](int rank, Communicator& comm) {
     std::vector<std::unique_ptr<Local>> locals;
     auto reqs = requestsOf(rank);
-    for (size_t t = 0; t < tensors; ++t) locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
+    for (size_t t = 0; t < tensors; ++t)
+      locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
     execute(comm, plan, locals);
     for (size_t t = 0; t < tensors; ++t) {
       int64_t firstRow = 0;
@@ -280,14 +296,16 @@ TEST_P(OpsReducescatter, EachRankGetsTheReductionOfItsRows) {
       for (int64_t i = 0; i < myRows * c.rowElements[t]; ++i) {
         size_t src = static_cast<size_t>(firstRow * c.rowElements[t] + i);
         double want = 0;
-        for (int r = 0; r < c.ranks; ++r) want += static_cast<double>(valueOf(r, t, src)) * c.prescale;
+        for (int r = 0; r < c.ranks; ++r)
+          want += static_cast<double>(valueOf(r, t, src)) * c.prescale;
         if (c.op == ReduceOp::Average) want /= c.ranks;
         ASSERT_EQ(getValue(out.data(), c.dtype, static_cast<size_t>(i)), want)
             << "tensor " << t << " element " << i << " (input element " << src << ")";
       }
       // The caller's input is never modified.
       for (size_t i = 0; i < static_cast<size_t>(c.dim0[t] * c.rowElements[t]); ++i) {
-        ASSERT_EQ(getValue(locals[t]->bytes.data(), c.dtype, i), static_cast<double>(valueOf(rank, t, i)));
+        ASSERT_EQ(getValue(locals[t]->bytes.data(), c.dtype, i),
+                  static_cast<double>(valueOf(rank, t, i)));
       }
     }
   });
@@ -296,15 +314,33 @@ TEST_P(OpsReducescatter, EachRankGetsTheReductionOfItsRows) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, OpsReducescatter,
     ::testing::Values(
-        ReducescatterCase{"Ranks2_OneTensor_OddRows_Int32", 2, DataType::Int32, ReduceOp::Sum, {7}, {3}},
-        ReducescatterCase{"Ranks3_OneTensor_Prescaled_Float64", 3, DataType::Float64, ReduceOp::Sum,
-                          {8}, {2}, 2.0},
-        ReducescatterCase{"Ranks3_ThreeTensors_Uneven_Float32", 3, DataType::Float32, ReduceOp::Sum,
-                          {7, 5, 1}, {2, 3, 4}},
-        ReducescatterCase{"Ranks4_FourTensors_FewerRowsThanRanks_Int64", 4, DataType::Int64,
-                          ReduceOp::Sum, {3, 9, 2, 6}, {1, 2, 5, 3}},
-        ReducescatterCase{"Ranks4_TwoTensors_Average_Float32", 4, DataType::Float32,
-                          ReduceOp::Average, {10, 5}, {2, 1}}),
+        ReducescatterCase{
+            "Ranks2_OneTensor_OddRows_Int32", 2, DataType::Int32, ReduceOp::Sum, {7}, {3}},
+        ReducescatterCase{"Ranks3_OneTensor_Prescaled_Float64",
+                          3,
+                          DataType::Float64,
+                          ReduceOp::Sum,
+                          {8},
+                          {2},
+                          2.0},
+        ReducescatterCase{"Ranks3_ThreeTensors_Uneven_Float32",
+                          3,
+                          DataType::Float32,
+                          ReduceOp::Sum,
+                          {7, 5, 1},
+                          {2, 3, 4}},
+        ReducescatterCase{"Ranks4_FourTensors_FewerRowsThanRanks_Int64",
+                          4,
+                          DataType::Int64,
+                          ReduceOp::Sum,
+                          {3, 9, 2, 6},
+                          {1, 2, 5, 3}},
+        ReducescatterCase{"Ranks4_TwoTensors_Average_Float32",
+                          4,
+                          DataType::Float32,
+                          ReduceOp::Average,
+                          {10, 5},
+                          {2, 1}}),
     [](const ::testing::TestParamInfo<ReducescatterCase>& info) { return info.param.name; });
 
 // ---- alltoall with uneven splits ---------------------------------------------------------
@@ -387,9 +423,9 @@ struct AllreduceCase {
   int ranks;
   DataType dtype;
   ReduceOp op;
-  std::vector<int64_t> elements;              // per tensor
-  int64_t thresholdElements;                  // fusion threshold, in elements of dtype
-  std::vector<std::vector<size_t>> groups;    // the fused groups the planner must form
+  std::vector<int64_t> elements;            // per tensor
+  int64_t thresholdElements;                // fusion threshold, in elements of dtype
+  std::vector<std::vector<size_t>> groups;  // the fused groups the planner must form
 };
 
 void PrintTo(const AllreduceCase& c, std::ostream* os) { *os << c.name; }
@@ -428,14 +464,16 @@ TEST_P(OpsAllreduceFusion, GroupsFillTheBufferAndEveryTensorIsReduced) {
   runRanks(c.ranks, [&](int rank, Communicator& comm) {
     std::vector<std::unique_ptr<Local>> locals;
     auto reqs = requestsOf(rank);
-    for (size_t t = 0; t < tensors; ++t) locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
+    for (size_t t = 0; t < tensors; ++t)
+      locals.push_back(makeLocal(rank, t, reqs[t], reqs[t].shape));
     execute(comm, plan, locals);
     for (size_t t = 0; t < tensors; ++t) {
       for (size_t i = 0; i < static_cast<size_t>(c.elements[t]); ++i) {
         double want = 0;
         for (int r = 0; r < c.ranks; ++r) want += static_cast<double>(valueOf(r, t, i));
         if (c.op == ReduceOp::Average) want /= c.ranks;
-        ASSERT_EQ(getValue(locals[t]->bytes.data(), c.dtype, i), want) << "tensor " << t << " element " << i;
+        ASSERT_EQ(getValue(locals[t]->bytes.data(), c.dtype, i), want)
+            << "tensor " << t << " element " << i;
       }
       // One guard byte past each tensor: unpacking writes no further.
       ASSERT_EQ(locals[t]->bytes.back(), 0) << "tensor " << t << " overrun";
@@ -447,13 +485,28 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, OpsAllreduceFusion,
     ::testing::Values(
         // 5 + 3 + 8 fill 16 exactly; then 1 + 6 + 0 + 7.
-        AllreduceCase{"Ranks2_ExactFillThenRest_Float32", 2, DataType::Float32, ReduceOp::Sum,
-                      {5, 3, 8, 1, 6, 0, 7}, 16, {{0, 1, 2}, {3, 4, 5, 6}}},
+        AllreduceCase{"Ranks2_ExactFillThenRest_Float32",
+                      2,
+                      DataType::Float32,
+                      ReduceOp::Sum,
+                      {5, 3, 8, 1, 6, 0, 7},
+                      16,
+                      {{0, 1, 2}, {3, 4, 5, 6}}},
         // 9 and 20 do not fit beside 10; 4 and 2 jump over them and fill 16 exactly.
-        AllreduceCase{"Ranks3_LaterTensorsFillTheGap_Int64", 3, DataType::Int64, ReduceOp::Sum,
-                      {10, 9, 20, 4, 2}, 16, {{0, 3, 4}, {1}, {2}}},
-        AllreduceCase{"Ranks4_ManySmall_Average_Float64", 4, DataType::Float64, ReduceOp::Average,
-                      {3, 3, 3, 3, 3, 3, 3}, 9, {{0, 1, 2}, {3, 4, 5}, {6}}}),
+        AllreduceCase{"Ranks3_LaterTensorsFillTheGap_Int64",
+                      3,
+                      DataType::Int64,
+                      ReduceOp::Sum,
+                      {10, 9, 20, 4, 2},
+                      16,
+                      {{0, 3, 4}, {1}, {2}}},
+        AllreduceCase{"Ranks4_ManySmall_Average_Float64",
+                      4,
+                      DataType::Float64,
+                      ReduceOp::Average,
+                      {3, 3, 3, 3, 3, 3, 3},
+                      9,
+                      {{0, 1, 2}, {3, 4, 5}, {6}}}),
     [](const ::testing::TestParamInfo<AllreduceCase>& info) { return info.param.name; });
 
 }  // namespace

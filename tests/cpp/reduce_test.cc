@@ -67,7 +67,8 @@ template <typename T>
 std::vector<T> randomValues(size_t n, std::mt19937& rng) {
   std::vector<T> v(n);
   if constexpr (std::is_integral_v<T>) {
-    std::uniform_int_distribution<int64_t> d(std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    std::uniform_int_distribution<int64_t> d(std::numeric_limits<T>::min(),
+                                             std::numeric_limits<T>::max());
     for (auto& x : v) x = static_cast<T>(d(rng));
   } else {
     std::uniform_real_distribution<double> d(-100, 100);
@@ -158,13 +159,14 @@ TEST(Reduce, NarrowFloatsWidenReduceAndRound) {
         }
         if (n > 3) src[3] = narrow(std::nanf(""));
         std::vector<uint16_t> expect(n);
-        for (size_t i = 0; i < n; ++i) expect[i] = narrow(refApply(op, widen(dst[i]), widen(src[i])));
+        for (size_t i = 0; i < n; ++i)
+          expect[i] = narrow(refApply(op, widen(dst[i]), widen(src[i])));
         reduceInto(dst.data(), src.data(), n, dt, op);
         for (size_t i = 0; i < n; ++i) {
           bool bothNan = std::isnan(widen(dst[i])) && std::isnan(widen(expect[i]));
           ASSERT_TRUE(bothNan || dst[i] == expect[i])
-              << dtypeName(dt) << " " << reduceOpName(op) << " n=" << n << " i=" << i << " got " << dst[i]
-              << " want " << expect[i];
+              << dtypeName(dt) << " " << reduceOpName(op) << " n=" << n << " i=" << i << " got "
+              << dst[i] << " want " << expect[i];
         }
       }
     }
@@ -214,7 +216,8 @@ uint16_t referenceHalf(float f) {
   uint16_t lo = 0, hi = 0x7bff;
   while (lo < hi) {  // largest half value <= a
     uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
-    if (halfValue(mid) <= a) lo = mid; else hi = static_cast<uint16_t>(mid - 1);
+    if (halfValue(mid) <= a) lo = mid;
+    else hi = static_cast<uint16_t>(mid - 1);
   }
   if (lo == 0x7bff) return sign | lo;
   double below = halfValue(lo), above = halfValue(static_cast<uint16_t>(lo + 1));
@@ -250,9 +253,9 @@ TEST(Half, NarrowRoundsToNearestEven) {
   EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(floatToHalf(-std::numeric_limits<float>::infinity()), 0xfc00);
   EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);    // smallest subnormal
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);    // tie: rounds to even (zero)
-  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002);    // 1.5 units: tie to even (2)
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie: rounds to even (zero)
+  EXPECT_EQ(floatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie to even (2)
   EXPECT_EQ(floatToHalf(65519.0f), 0x7bff);
   EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);
 }

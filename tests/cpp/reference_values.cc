@@ -22,13 +22,14 @@ void store(uint8_t* p, size_t i, T v) {
 }
 
 // Rounds |x| (finite, below the overflow bound) to `bits` significant bits, nearest even, with
-// exponents below minExp treated as subnormal; returns (biased exponent << mantissaBits) | mantissa.
+// exponents below minExp treated as subnormal; returns (biased exponent << mantissaBits) |
+// mantissa.
 uint32_t roundMagnitude(double a, int mantissaBits, int bias, int minExp) {
   if (a == 0) return 0;
   int e;
-  std::frexp(a, &e);       // a = m * 2^e, m in [0.5, 1): the leading bit has weight 2^(e-1)
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the leading bit has weight 2^(e-1)
   int lead = std::max(e - 1, minExp);
-  double scaled = std::ldexp(a, mantissaBits - lead);  // exact: a power-of-two scaling
+  double scaled = std::ldexp(a, mantissaBits - lead);      // exact: a power-of-two scaling
   auto q = static_cast<uint32_t>(std::nearbyint(scaled));  // the default mode rounds half to even
   uint32_t one = 1u << mantissaBits;
   if (e - 1 < minExp) return q;  // subnormal; q == one is exactly the smallest normal's encoding
@@ -170,10 +171,11 @@ float referenceBfloat16ToFloat(uint16_t b) {
   return f;
 }
 
-Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op, ValueKind kind) {
+Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op,
+                 ValueKind kind) {
   const bool orderRevealing = kind.orderRevealing;
-  const bool isSigned = dtype == DataType::Int8 || dtype == DataType::Int16 || dtype == DataType::Int32 ||
-                        dtype == DataType::Int64;
+  const bool isSigned = dtype == DataType::Int8 || dtype == DataType::Int16 ||
+                        dtype == DataType::Int32 || dtype == DataType::Int64;
   Bytes b(count * dtypeSize(dtype));
   uint8_t* p = b.data();
   const uint64_t base = mix64(seed ^ mix64(static_cast<uint64_t>(dataRank) + 0x51ed27));
@@ -181,7 +183,8 @@ Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, Redu
     uint64_t h = mix64(base + i);
     uint64_t raw = op == ReduceOp::Product ? (h | 1) : h;
     if (!kind.integersWrap && (op == ReduceOp::Sum || op == ReduceOp::Product)) {
-      // |sum| <= 4 per rank; products of 1, 2 (on the first six ranks only) and -1 stay within int8.
+      // |sum| <= 4 per rank; products of 1, 2 (on the first six ranks only) and -1 stay within
+      // int8.
       int64_t v = op == ReduceOp::Sum ? static_cast<int64_t>(h % 9) - 4
                                       : ((h % 3 == 0 && dataRank < 6) ? 2 : 1);
       if (op == ReduceOp::Product && isSigned && (h & 8)) v = -v;
@@ -200,15 +203,18 @@ Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, Redu
         p[i] = (op == ReduceOp::Product || op == ReduceOp::Min) ? (h % 8 != 0) : (h % 5 == 0);
         break;
       case DataType::Float16:
-        store<uint16_t>(p, i, referenceFloatToHalf(static_cast<float>(
-                                  floatingValue(h, dataRank, dtype, op, orderRevealing))));
+        store<uint16_t>(p, i,
+                        referenceFloatToHalf(static_cast<float>(
+                            floatingValue(h, dataRank, dtype, op, orderRevealing))));
         break;
       case DataType::BFloat16:
-        store<uint16_t>(p, i, referenceFloatToBfloat16(static_cast<float>(
-                                  floatingValue(h, dataRank, dtype, op, orderRevealing))));
+        store<uint16_t>(p, i,
+                        referenceFloatToBfloat16(static_cast<float>(
+                            floatingValue(h, dataRank, dtype, op, orderRevealing))));
         break;
       case DataType::Float32:
-        store<float>(p, i, static_cast<float>(floatingValue(h, dataRank, dtype, op, orderRevealing)));
+        store<float>(p, i,
+                     static_cast<float>(floatingValue(h, dataRank, dtype, op, orderRevealing)));
         break;
       case DataType::Float64:
         store<double>(p, i, floatingValue(h, dataRank, dtype, op, orderRevealing));
@@ -242,8 +248,8 @@ void referenceFold(uint8_t* acc, const uint8_t* x, size_t count, DataType dtype,
   }
 }
 
-Bytes referenceReduction(uint64_t seed, const std::vector<int>& members, size_t count, DataType dtype,
-                         ReduceOp op, ValueKind kind) {
+Bytes referenceReduction(uint64_t seed, const std::vector<int>& members, size_t count,
+                         DataType dtype, ReduceOp op, ValueKind kind) {
   Bytes acc = makeValues(seed, members[0], count, dtype, op, kind);
   for (size_t k = 1; k < members.size(); ++k) {
     Bytes x = makeValues(seed, members[k], count, dtype, op, kind);

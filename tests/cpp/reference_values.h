@@ -31,17 +31,19 @@ float referenceBfloat16ToFloat(uint16_t b);
 // How the inputs of a reduction are drawn.
 struct ValueKind {
   bool orderRevealing = false;  // floating Sum/Product: full mantissas (see above)
-  bool integersWrap = true;     // integer Sum/Product: full range; else small values that never overflow
+  bool integersWrap =
+      true;  // integer Sum/Product: full range; else small values that never overflow
 };
 
-Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op, ValueKind kind);
+Bytes makeValues(uint64_t seed, int dataRank, size_t count, DataType dtype, ReduceOp op,
+                 ValueKind kind);
 
 // acc[i] = op(acc[i], x[i]) with NumPy's semantics for the dtype.
 void referenceFold(uint8_t* acc, const uint8_t* x, size_t count, DataType dtype, ReduceOp op);
 
 // ((v[m0] op v[m1]) op v[m2]) ... over the members' inputs.
-Bytes referenceReduction(uint64_t seed, const std::vector<int>& members, size_t count, DataType dtype,
-                         ReduceOp op, ValueKind kind);
+Bytes referenceReduction(uint64_t seed, const std::vector<int>& members, size_t count,
+                         DataType dtype, ReduceOp op, ValueKind kind);
 
 // "" when equal, else the first differing element (as numbers) and how many differ.
 std::string compareElements(const uint8_t* got, const uint8_t* want, size_t count, DataType dtype);

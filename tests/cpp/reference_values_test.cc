@@ -35,7 +35,8 @@ TEST(ReferenceValues, HalfConversionsMatchTheEngineOnEveryValueAndMidpoint) {
     if ((h & 0x7fff) < 0x7bff) {
       float next = referenceHalfToFloat(static_cast<uint16_t>(h + 1));
       float mid = static_cast<float>((static_cast<double>(wide) + next) / 2);
-      for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f * (h & 0x8000 ? -1 : 1))}) {
+      for (float f :
+           {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f * (h & 0x8000 ? -1 : 1))}) {
         ASSERT_EQ(referenceFloatToHalf(f), floatToHalf(f)) << f;
       }
     }
@@ -49,7 +50,8 @@ TEST(ReferenceValues, Bfloat16ConversionsMatchTheEngine) {
     float wide = referenceBfloat16ToFloat(static_cast<uint16_t>(b));
     ASSERT_EQ(bitsOf(wide), bitsOf(bfloat16ToFloat(static_cast<uint16_t>(b))));
     // Every low half-word pattern class: exact, below, at and above the tie.
-    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, static_cast<uint32_t>(gen() & 0xffff)}) {
+    for (uint32_t low :
+         {0x0000u, 0x7fffu, 0x8000u, 0x8001u, static_cast<uint32_t>(gen() & 0xffff)}) {
       float f = floatOf((b << 16) | low);
       if (std::isnan(f)) continue;
       ASSERT_EQ(referenceFloatToBfloat16(f), floatToBfloat16(f)) << std::hex << ((b << 16) | low);
@@ -58,16 +60,18 @@ TEST(ReferenceValues, Bfloat16ConversionsMatchTheEngine) {
 }
 
 TEST(ReferenceValues, FoldMatchesTheEngineKernelForEveryDtypeAndOp) {
-  const DataType dtypes[] = {DataType::UInt8, DataType::Int8,    DataType::UInt16,  DataType::Int16,
-                             DataType::Int32, DataType::Int64,   DataType::Float16, DataType::BFloat16,
-                             DataType::Float32, DataType::Float64, DataType::Bool};
+  const DataType dtypes[] = {DataType::UInt8,   DataType::Int8,     DataType::UInt16,
+                             DataType::Int16,   DataType::Int32,    DataType::Int64,
+                             DataType::Float16, DataType::BFloat16, DataType::Float32,
+                             DataType::Float64, DataType::Bool};
   const size_t count = 4099;
   for (DataType dt : dtypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
       for (bool revealing : {false, true}) {
         ValueKind kind;
         kind.orderRevealing = revealing;
-        Bytes a = makeValues(11, 0, count, dt, op, kind), b = makeValues(11, 1, count, dt, op, kind);
+        Bytes a = makeValues(11, 0, count, dt, op, kind),
+              b = makeValues(11, 1, count, dt, op, kind);
         Bytes engine = a;
         reduceInto(engine.data(), b.data(), count, dt, op);
         referenceFold(a.data(), b.data(), count, dt, op);

@@ -42,8 +42,7 @@ void runJob(int n, const std::function<void(Runtime&, int)>& body,
   });
 }
 
-OpRequest allreduceOf(std::vector<float>& v, const std::string& name,
-                      ReduceOp op = ReduceOp::Sum) {
+OpRequest allreduceOf(std::vector<float>& v, const std::string& name, ReduceOp op = ReduceOp::Sum) {
   OpRequest r;
   r.request.kind = OpKind::Allreduce;
   r.request.name = name;
@@ -61,25 +60,29 @@ void waitOk(const std::shared_ptr<Handle>& h) {
 
 TEST(Runtime, FusedAllreduceOverSeveralSteps) {
   const int n = 3;
-  runJob(n, [&](Runtime& rt, int rank) {
-    for (int step = 0; step < 4; ++step) {
-      std::vector<std::vector<float>> data;
-      for (int t = 0; t < 30; ++t) {
-        data.emplace_back(static_cast<size_t>(t * 7 + 1));
-        for (size_t i = 0; i < data.back().size(); ++i) data.back()[i] = rank + t + step + i;
-      }
-      std::vector<OpRequest> reqs;
-      for (int t = 0; t < 30; ++t) reqs.push_back(allreduceOf(data[t], "g" + std::to_string(t)));
-      auto handles = rt.enqueue(reqs);
-      for (auto& h : handles) waitOk(h);
-      for (int t = 0; t < 30; ++t) {
-        for (size_t i = 0; i < data[t].size(); ++i) {
-          float want = 0 + 1 + 2 + n * static_cast<float>(t + step + i);
-          ASSERT_EQ(data[t][i], want) << "step " << step << " tensor " << t << " i " << i;
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        for (int step = 0; step < 4; ++step) {
+          std::vector<std::vector<float>> data;
+          for (int t = 0; t < 30; ++t) {
+            data.emplace_back(static_cast<size_t>(t * 7 + 1));
+            for (size_t i = 0; i < data.back().size(); ++i) data.back()[i] = rank + t + step + i;
+          }
+          std::vector<OpRequest> reqs;
+          for (int t = 0; t < 30; ++t)
+            reqs.push_back(allreduceOf(data[t], "g" + std::to_string(t)));
+          auto handles = rt.enqueue(reqs);
+          for (auto& h : handles) waitOk(h);
+          for (int t = 0; t < 30; ++t) {
+            for (size_t i = 0; i < data[t].size(); ++i) {
+              float want = 0 + 1 + 2 + n * static_cast<float>(t + step + i);
+              ASSERT_EQ(data[t][i], want) << "step " << step << " tensor " << t << " i " << i;
+            }
+          }
         }
-      }
-    }
-  }, [](RuntimeOptions& o) { o.settings.fusionThreshold = 256; });
+      },
+      [](RuntimeOptions& o) { o.settings.fusionThreshold = 256; });
 }
 
 // A barrier releases no rank before every rank entered it. Each rank marks its entry just before
@@ -123,21 +126,25 @@ TEST(Runtime, FusionIsBitIdenticalToOneByOne) {
   std::vector<std::vector<std::vector<float>>> fused(n), alone(n);
   for (int pass = 0; pass < 2; ++pass) {
     auto& out = pass == 0 ? fused : alone;
-    runJob(n, [&](Runtime& rt, int rank) {
-      std::vector<std::vector<float>> data;
-      for (size_t t = 0; t < sizes.size(); ++t) {
-        data.emplace_back(sizes[t]);
-        fill(data.back(), rank, t);
-      }
-      std::vector<OpRequest> reqs;
-      for (size_t t = 0; t < sizes.size(); ++t) reqs.push_back(allreduceOf(data[t], "t" + std::to_string(t)));
-      if (pass == 0) {
-        for (auto& h : rt.enqueue(reqs)) waitOk(h);  // one group: fused
-      } else {
-        for (auto& r : reqs) waitOk(rt.enqueue({r}).front());  // one at a time
-      }
-      out[rank] = data;
-    }, [&](RuntimeOptions& o) { o.settings.fusionThreshold = pass == 0 ? (64 << 20) : 0; });
+    runJob(
+        n,
+        [&](Runtime& rt, int rank) {
+          std::vector<std::vector<float>> data;
+          for (size_t t = 0; t < sizes.size(); ++t) {
+            data.emplace_back(sizes[t]);
+            fill(data.back(), rank, t);
+          }
+          std::vector<OpRequest> reqs;
+          for (size_t t = 0; t < sizes.size(); ++t)
+            reqs.push_back(allreduceOf(data[t], "t" + std::to_string(t)));
+          if (pass == 0) {
+            for (auto& h : rt.enqueue(reqs)) waitOk(h);  // one group: fused
+          } else {
+            for (auto& r : reqs) waitOk(rt.enqueue({r}).front());  // one at a time
+          }
+          out[rank] = data;
+        },
+        [&](RuntimeOptions& o) { o.settings.fusionThreshold = pass == 0 ? (64 << 20) : 0; });
   }
   for (int rank = 0; rank < n; ++rank) {
     for (size_t t = 0; t < sizes.size(); ++t) {
@@ -224,20 +231,25 @@ TEST(Runtime, JoinLetsOthersFinishAndReturnsLastRank) {
 
 TEST(Runtime, StaticProcessSetRunsOnItsMembersOnly) {
   const int n = 3;
-  runJob(n, [&](Runtime& rt, int rank) {
-    EXPECT_EQ(rt.processSetRanks(1), (std::vector<int>{0, 2}));
-    std::vector<float> v(2, static_cast<float>(rank));
-    OpRequest r = allreduceOf(v, "x");
-    r.request.processSetId = 1;
-    if (rank == 1) {
-      EXPECT_THROW(rt.enqueue({r}), InvalidArgument);
-    } else {
-      waitOk(rt.enqueue({r}).front());
-      EXPECT_EQ(v[0], 2.0f);
-    }
-    std::vector<float> done(1);
-    waitOk(rt.enqueue({allreduceOf(done, "done")}).front());  // nobody shuts down early
-  }, [](RuntimeOptions& o) { o.processSets = {{0, 2}}; });
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        EXPECT_EQ(rt.processSetRanks(1), (std::vector<int>{0, 2}));
+        std::vector<float> v(2, static_cast<float>(rank));
+        OpRequest r = allreduceOf(v, "x");
+        r.request.processSetId = 1;
+        if (rank == 1) {
+          EXPECT_THROW(rt.enqueue({r}), InvalidArgument);
+        } else {
+          waitOk(rt.enqueue({r}).front());
+          EXPECT_EQ(v[0], 2.0f);
+        }
+        std::vector<float> done(1);
+        waitOk(rt.enqueue({allreduceOf(done, "done")}).front());  // nobody shuts down early
+      },
+      [](RuntimeOptions& o) {
+        o.processSets = {{0, 2}};
+      });
 }
 
 TEST(Runtime, ShutdownOnOneRankFailsPendingWorkElsewhere) {
@@ -263,10 +275,13 @@ TEST(Runtime, ShutdownOnOneRankFailsPendingWorkElsewhere) {
 TEST(Runtime, EachRuntimeLogsWithItsOwnRank) {
   const int n = 3;
   testing::internal::CaptureStderr();
-  runJob(n, [&](Runtime& rt, int) {
-    std::vector<float> v(2, 1.0f);
-    waitOk(rt.enqueue({allreduceOf(v, "x")}).front());
-  }, [](RuntimeOptions& o) { o.settings.logLevel = "debug"; });
+  runJob(
+      n,
+      [&](Runtime& rt, int) {
+        std::vector<float> v(2, 1.0f);
+        waitOk(rt.enqueue({allreduceOf(v, "x")}).front());
+      },
+      [](RuntimeOptions& o) { o.settings.logLevel = "debug"; });
   std::string out = testing::internal::GetCapturedStderr();
   setLogLevel("warning");
   setLogRank(-1);

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -34,8 +34,7 @@ inline void spawnRanks(int n, const std::function<void(int rank)>& fn) {
           throw;
         } catch (const std::exception& e) {
           what = e.what();
-        } catch (...) {
-        }
+        } catch (...) {}
         std::lock_guard<std::mutex> lock(mutex);
         if (!first) first = std::current_exception();
         failures.push_back("rank " + std::to_string(rank) + " failed: " + what);

@@ -145,7 +145,9 @@ TEST_P(StoreContract, TimeoutsNameTheMissingKeys) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("Memory", "Tcp", "Prefix"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST(PrefixStore, KeepsGenerationsApart) {
   MemoryStore base;

@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/collectives/algorithm_table.h"
 #include "core/common/errors.h"
 #include "core/config.h"
-#include "core/store/memory_store.h"
-#include "core/collectives/algorithm_table.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/store/memory_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/collective_checks.h"
 #include "tests/cpp/spawn.h"
@@ -45,7 +45,9 @@ ConnectOptions options(int rank, int size) {
   return o;
 }
 
-Connection connect(Store& store, const ConnectOptions& o) { return makeTransport("tcp")->connect(o, store); }
+Connection connect(Store& store, const ConnectOptions& o) {
+  return makeTransport("tcp")->connect(o, store);
+}
 
 // Throws with the message `what()` builds when ok is false (the message is built only then).
 template <typename Message>
@@ -57,8 +59,8 @@ void require(bool ok, const char* what) {
 }
 
 // One case of the shared collective checks on c; members[i] is the data identity of c's rank i.
-void check(Communicator& c, const std::vector<int>& members, test::Collective collective, size_t count,
-           DataType dt = DataType::UInt8, ReduceOp op = ReduceOp::Sum, int root = 0) {
+void check(Communicator& c, const std::vector<int>& members, test::Collective collective,
+           size_t count, DataType dt = DataType::UInt8, ReduceOp op = ReduceOp::Sum, int root = 0) {
   test::Case k;
   k.collective = collective;
   k.ranks = c.size();
@@ -73,7 +75,8 @@ void check(Communicator& c, const std::vector<int>& members, test::Collective co
   require(failure.empty(), [&] { return test::fullCaseName(k) + ": " + failure; });
 }
 
-void checkAllreduce(Communicator& c, const std::vector<int>& members, size_t count, DataType dt, ReduceOp op) {
+void checkAllreduce(Communicator& c, const std::vector<int>& members, size_t count, DataType dt,
+                    ReduceOp op) {
   check(c, members, test::Collective::Allreduce, count, dt, op);
 }
 
@@ -99,8 +102,10 @@ TEST(TcpTransport, FloatSumsFoldInRankOrderAcrossSegments) {
       Connection conn = connect(store, options(rank, n));
       std::vector<float> buf = input(rank);
       conn.world->allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum);
-      require(std::memcmp(buf.data(), expected.data(), count * sizeof(float)) == 0,
-              [&] { return "rank " + std::to_string(rank) + " of " + std::to_string(n) + ": not the rank-order sum"; });
+      require(std::memcmp(buf.data(), expected.data(), count * sizeof(float)) == 0, [&] {
+        return "rank " + std::to_string(rank) + " of " + std::to_string(n) +
+               ": not the rank-order sum";
+      });
     });
   }
 }
@@ -117,10 +122,11 @@ TEST(TcpTransport, SubsetsShareTheSocketsAndRunConcurrently) {
     require(sub->size() == static_cast<int>(mine.size()), "subset size");
     require(mine[sub->rank()] == rank, "subset rank");
     checkAllreduce(*sub, mine, 1001, DataType::Float32, ReduceOp::Sum);
-    checkAllreduce(*sub, mine, test::multiSegmentCount(sub->size(), DataType::Int32), DataType::Int32,
-                   ReduceOp::Sum);
+    checkAllreduce(*sub, mine, test::multiSegmentCount(sub->size(), DataType::Int32),
+                   DataType::Int32, ReduceOp::Sum);
     check(*sub, mine, test::Collective::Allgatherv, 333);
-    check(*sub, mine, test::Collective::Broadcast, 4096, DataType::UInt8, ReduceOp::Sum, sub->size() - 1);
+    check(*sub, mine, test::Collective::Broadcast, 4096, DataType::UInt8, ReduceOp::Sum,
+          sub->size() - 1);
     check(*sub, mine, test::Collective::ReduceScatter, 100, DataType::Float64, ReduceOp::Min);
     check(*sub, mine, test::Collective::Alltoallv, 50);
     sub->barrier();
@@ -179,7 +185,8 @@ TEST(TcpTransport, BadArgumentsAreRefusedWithoutBreakingTheCommunicator) {
       }
       return false;
     };
-    require(refused([&] { c.allreduce(&x, 1, DataType::Float32, ReduceOp::Average); }), "average refused");
+    require(refused([&] { c.allreduce(&x, 1, DataType::Float32, ReduceOp::Average); }),
+            "average refused");
     require(refused([&] { c.broadcast(&x, 4, 2); }), "bad root refused");
     require(refused([&] { c.allgatherv(&x, &x, {4}); }), "bad block list refused");
     require(refused([&] { c.sendRecv(5, &x, 4, 0, &x, 0); }), "bad peer refused");

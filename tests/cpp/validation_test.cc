@@ -61,17 +61,26 @@ TEST_P(Agreement, OneRankDifferingIsAMismatchNamingEveryRank) {
 INSTANTIATE_TEST_SUITE_P(
     Rules, Agreement,
     ::testing::Values(
-        AgreementCase{"Operation", OpKind::Allreduce, [](Request& r) { r.kind = OpKind::Broadcast; },
-                      "operations"},
+        AgreementCase{"Operation", OpKind::Allreduce,
+                      [](Request& r) { r.kind = OpKind::Broadcast; }, "operations"},
         AgreementCase{"Dtype", OpKind::Allreduce, [](Request& r) { r.dtype = DataType::Int32; },
                       "data types"},
         AgreementCase{"Device", OpKind::Allreduce, [](Request& r) { r.device = 0; },
                       "ALLREDUCE CPU/GPU device selection"},
-        AgreementCase{"AllreduceShape", OpKind::Allreduce, [](Request& r) { r.shape = {4, 3}; },
+        AgreementCase{"AllreduceShape", OpKind::Allreduce,
+                      [](Request& r) {
+                        r.shape = {4, 3};
+                      },
                       "ALLREDUCE tensor shapes"},
         AgreementCase{"ReducescatterFirstDim", OpKind::Reducescatter,
-                      [](Request& r) { r.shape = {5, 2}; }, "REDUCESCATTER tensor shapes"},
-        AgreementCase{"AllgatherTrailingDim", OpKind::Allgather, [](Request& r) { r.shape = {4, 3}; },
+                      [](Request& r) {
+                        r.shape = {5, 2};
+                      },
+                      "REDUCESCATTER tensor shapes"},
+        AgreementCase{"AllgatherTrailingDim", OpKind::Allgather,
+                      [](Request& r) {
+                        r.shape = {4, 3};
+                      },
                       "ALLGATHER tensor shapes (all dimensions but the first must match)"},
         AgreementCase{"AllgatherRankOfShape", OpKind::Allgather, [](Request& r) { r.shape = {8}; },
                       "ALLGATHER tensor shapes (all dimensions but the first must match)"},
@@ -84,7 +93,10 @@ INSTANTIATE_TEST_SUITE_P(
         AgreementCase{"BroadcastRoot", OpKind::Broadcast, [](Request& r) { r.rootRank = 1; },
                       "BROADCAST root ranks"},
         AgreementCase{"ProcessSetRanks", OpKind::AddProcessSet,
-                      [](Request& r) { r.processSet.ranks = {0, 2}; }, "process set arguments"}),
+                      [](Request& r) {
+                        r.processSet.ranks = {0, 2};
+                      },
+                      "process set arguments"}),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return info.param.name; });
 
 TEST(Agreement, FirstDimensionMayDifferForAllgatherAndAlltoall) {

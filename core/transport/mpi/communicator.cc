@@ -45,7 +45,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount)
       comm_(comm),
       worldRank_(worldRank),
       maxCount_(std::max<size_t>(1, std::min<size_t>(maxCount, INT_MAX))) {
-  checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), prefix("setup") + "MPI_Comm_set_errhandler");
+  checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
+           prefix("setup") + "MPI_Comm_set_errhandler");
   checkMpi(MPI_Comm_rank(comm_, &rank_), prefix("setup") + "MPI_Comm_rank");
   checkMpi(MPI_Comm_size(comm_, &size_), prefix("setup") + "MPI_Comm_size");
 }
@@ -71,7 +72,8 @@ void MpiCommunicator::check(int rc, const char* op, const char* call) const {
 template <typename Body>
 void MpiCommunicator::run(const char* op, Body&& body) {
   if (!failure_.empty()) {
-    throw IoError(prefix(op) + "the communicator failed earlier and cannot be used (" + failure_ + ")");
+    throw IoError(prefix(op) + "the communicator failed earlier and cannot be used (" + failure_ +
+                  ")");
   }
   try {
     body();
@@ -83,26 +85,28 @@ void MpiCommunicator::run(const char* op, Body&& body) {
 
 void MpiCommunicator::checkPerRank(const char* op, size_t got) const {
   if (got != static_cast<size_t>(size_)) {
-    throw InvalidArgument(prefix(op) + "expected one entry per rank (" + std::to_string(size_) + "), got " +
-                          std::to_string(got));
+    throw InvalidArgument(prefix(op) + "expected one entry per rank (" + std::to_string(size_) +
+                          "), got " + std::to_string(got));
   }
 }
 
 void MpiCommunicator::checkPeer(const char* op, int peer) const {
   if (peer < 0 || peer >= size_) {
-    throw InvalidArgument(prefix(op) + "rank " + std::to_string(peer) + " is outside the communicator (size " +
-                          std::to_string(size_) + ")");
+    throw InvalidArgument(prefix(op) + "rank " + std::to_string(peer) +
+                          " is outside the communicator (size " + std::to_string(size_) + ")");
   }
 }
 
 void MpiCommunicator::checkElementwise(const char* op, ReduceOp reduceOp) const {
   if (!capabilities().reduces(reduceOp)) {
-    throw InvalidArgument(prefix(op) + "reduce op " + reduceOpName(reduceOp) +
-                          " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
+    throw InvalidArgument(
+        prefix(op) + "reduce op " + reduceOpName(reduceOp) +
+        " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
 }
 
-size_t MpiCommunicator::unitFor(const std::vector<size_t>& counts, const std::vector<size_t>& offsets) const {
+size_t MpiCommunicator::unitFor(const std::vector<size_t>& counts,
+                                const std::vector<size_t>& offsets) const {
   for (size_t unit = 1; unit <= kMaxUnit; unit <<= 1) {
     bool fits = true;
     for (const auto* values : {&counts, &offsets}) {
@@ -119,7 +123,8 @@ MPI_Datatype MpiCommunicator::unitType(size_t unit) {
     if (entry.first == unit) return entry.second;
   }
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  check(MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &type), "setup", "MPI_Type_contiguous");
+  check(MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &type), "setup",
+        "MPI_Type_contiguous");
   check(MPI_Type_commit(&type), "setup", "MPI_Type_commit");
   unitTypes_.emplace_back(unit, type);
   return type;
@@ -140,11 +145,13 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
           int n = static_cast<int>(std::min(maxCount_, t.bytes - off));
           MPI_Request request = MPI_REQUEST_NULL;
           if (sending) {
-            check(MPI_Isend(bytesOf(t.data) + off, n, MPI_BYTE, t.peer, kExchangeTag, comm_, &request), op,
-                  "MPI_Isend");
+            check(MPI_Isend(bytesOf(t.data) + off, n, MPI_BYTE, t.peer, kExchangeTag, comm_,
+                            &request),
+                  op, "MPI_Isend");
           } else {
-            check(MPI_Irecv(bytesOf(t.data) + off, n, MPI_BYTE, t.peer, kExchangeTag, comm_, &request), op,
-                  "MPI_Irecv");
+            check(MPI_Irecv(bytesOf(t.data) + off, n, MPI_BYTE, t.peer, kExchangeTag, comm_,
+                            &request),
+                  op, "MPI_Irecv");
           }
           requests.push_back(request);
         }
@@ -168,13 +175,14 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
   run("allreduce", [&] {
     for (size_t off = 0; off < count; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, count - off));
-      check(MPI_Allreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_), "allreduce",
-            "MPI_Allreduce");
+      check(MPI_Allreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_),
+            "allreduce", "MPI_Allreduce");
     }
   });
 }
 
-void MpiCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+void MpiCommunicator::allgatherv(const void* in, void* out,
+                                 const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
   std::vector<size_t> offsets = offsetsOf(bytesPerRank);
   uint8_t* mine = bytesOf(out) + offsets[rank_];
@@ -221,8 +229,9 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
   checkPerRank("alltoallv", sendBytes.size());
   checkPerRank("alltoallv", recvBytes.size());
   if (sendBytes[rank_] != recvBytes[rank_]) {
-    throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " + std::to_string(sendBytes[rank_]) +
-                          " bytes but expects " + std::to_string(recvBytes[rank_]));
+    throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " +
+                          std::to_string(sendBytes[rank_]) + " bytes but expects " +
+                          std::to_string(recvBytes[rank_]));
   }
   std::vector<size_t> sendOffsets = offsetsOf(sendBytes), recvOffsets = offsetsOf(recvBytes);
   const uint8_t* myIn = bytesOf(in) + sendOffsets[rank_];
@@ -241,23 +250,25 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
       MPI_Datatype type = unitType(unit);
       std::vector<int> sc = inUnits(sendBytes, unit), sd = inUnits(sendOffsets, unit);
       std::vector<int> rc = inUnits(recvBytes, unit), rd = inUnits(recvOffsets, unit);
-      check(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_), "alltoallv",
-            "MPI_Alltoallv");
+      check(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_),
+            "alltoallv", "MPI_Alltoallv");
       return;
     }
     if (sendBytes[rank_] > 0) std::memmove(myOut, myIn, sendBytes[rank_]);
     std::vector<Transfer> transfers;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
-      transfers.push_back({p, true, const_cast<uint8_t*>(bytesOf(in)) + sendOffsets[p], sendBytes[p]});
+      transfers.push_back(
+          {p, true, const_cast<uint8_t*>(bytesOf(in)) + sendOffsets[p], sendBytes[p]});
       transfers.push_back({p, false, bytesOf(out) + recvOffsets[p], recvBytes[p]});
     }
     exchange("alltoallv", transfers);
   });
 }
 
-void MpiCommunicator::reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
-                                    DataType dtype, ReduceOp op) {
+void MpiCommunicator::reduceScatter(const void* in, void* out,
+                                    const std::vector<size_t>& countsPerRank, DataType dtype,
+                                    ReduceOp op) {
   checkPerRank("reducescatter", countsPerRank.size());
   checkElementwise("reducescatter", op);
   const size_t elem = dtypeSize(dtype);
@@ -299,16 +310,17 @@ void MpiCommunicator::barrier() {
   run("barrier", [&] { check(MPI_Barrier(comm_), "barrier", "MPI_Barrier"); });
 }
 
-void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom, void* recvBuf,
-                               size_t recvBytes) {
+void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom,
+                               void* recvBuf, size_t recvBytes) {
   if (sendBytes > 0) checkPeer("sendrecv", sendTo);
   if (recvBytes > 0) checkPeer("sendrecv", recvFrom);
   bool selfSend = sendBytes > 0 && sendTo == rank_;
   bool selfRecv = recvBytes > 0 && recvFrom == rank_;
   if (selfSend || selfRecv) {
     if (selfSend != selfRecv || sendBytes != recvBytes) {
-      throw InvalidArgument(prefix("sendrecv") +
-                            "a rank can exchange with itself only by sending and receiving the same number of bytes");
+      throw InvalidArgument(
+          prefix("sendrecv") +
+          "a rank can exchange with itself only by sending and receiving the same number of bytes");
     }
     if (recvBuf != sendBuf) std::memmove(recvBuf, sendBuf, sendBytes);
     return;
@@ -317,15 +329,16 @@ void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes
   run("sendrecv", [&] {
     if (sendBytes <= maxCount_ && recvBytes <= maxCount_) {
       MPI_Status status;
-      check(MPI_Sendrecv(sendBuf, static_cast<int>(sendBytes), MPI_BYTE, sendBytes > 0 ? sendTo : MPI_PROC_NULL,
-                         kSendRecvTag, recvBuf, static_cast<int>(recvBytes), MPI_BYTE,
+      check(MPI_Sendrecv(sendBuf, static_cast<int>(sendBytes), MPI_BYTE,
+                         sendBytes > 0 ? sendTo : MPI_PROC_NULL, kSendRecvTag, recvBuf,
+                         static_cast<int>(recvBytes), MPI_BYTE,
                          recvBytes > 0 ? recvFrom : MPI_PROC_NULL, kSendRecvTag, comm_, &status),
             "sendrecv", "MPI_Sendrecv");
       int got = 0;
       MPI_Get_count(&status, MPI_BYTE, &got);
       if (recvBytes > 0 && static_cast<size_t>(got) != recvBytes) {
-        throw IoError(prefix("sendrecv") + "rank " + std::to_string(recvFrom) + " sent " + std::to_string(got) +
-                      " bytes, expected " + std::to_string(recvBytes));
+        throw IoError(prefix("sendrecv") + "rank " + std::to_string(recvFrom) + " sent " +
+                      std::to_string(got) + " bytes, expected " + std::to_string(recvBytes));
       }
       return;
     }

@@ -75,7 +75,8 @@ void MpiControlChannel::reapSends(Clock::duration waited) {
     if (!done) it->waited += waited;
     if (!done && it->waited >= opTimeout_) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(it->to) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) +
+                         " ms");
     }
     it = done ? pending_.erase(it) : std::next(it);
   }
@@ -94,7 +95,8 @@ size_t MpiControlChannel::receiveAvailable(std::vector<Message>& out) {
     MPI_Get_count(&status, MPI_BYTE, &count);
     std::string bytes(static_cast<size_t>(std::max(count, 0)), '\0');
     rc = MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail("receiving from rank " + std::to_string(status.MPI_SOURCE) + " failed", rc);
+    if (rc != MPI_SUCCESS)
+      fail("receiving from rank " + std::to_string(status.MPI_SOURCE) + " failed", rc);
     out.push_back({status.MPI_SOURCE, std::move(bytes)});
     ++received;
   }
@@ -102,7 +104,8 @@ size_t MpiControlChannel::receiveAvailable(std::vector<Message>& out) {
 
 void MpiControlChannel::send(int to, const std::string& bytes) {
   if (to < 0 || to >= size_ || to == rank_ || (rank_ != 0 && to != 0)) {
-    throw InvalidArgument("rank " + std::to_string(rank_) + ": no control route to rank " + std::to_string(to) +
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": no control route to rank " +
+                          std::to_string(to) +
                           " (rank 0 talks to every rank, the others only to rank 0)");
   }
   if (bytes.size() > kMaxControlMessageBytes) {
@@ -111,8 +114,8 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
   }
   pending_.push_back({MPI_REQUEST_NULL, bytes, to});
   auto mine = std::prev(pending_.end());
-  int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to, kControlTag,
-                     comm_, &mine->request);
+  int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to,
+                     kControlTag, comm_, &mine->request);
   if (rc != MPI_SUCCESS) {
     pending_.erase(mine);
     fail("sending to rank " + std::to_string(to) + " failed", rc);

@@ -53,8 +53,10 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
   }
   message = broadcastText(job, message);
   if (startsWith(message, kFailed)) {
-    throw IoError("rank 0 could not start the rendezvous store the TCP transport needs beside "
-                  "MPI: " + message.substr(kFailed.size()));
+    throw IoError(
+        "rank 0 could not start the rendezvous store the TCP transport needs beside "
+        "MPI: " +
+        message.substr(kFailed.size()));
   }
   size_t space = message.find(' ', kOk.size());
   HORA_CHECK(startsWith(message, kOk) && space != std::string::npos,

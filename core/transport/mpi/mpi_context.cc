@@ -128,8 +128,8 @@ void MpiContext::initialise() {
 MPI_Op MpiContext::halfOp(DataType dtype, ReduceOp op) const {
   int d = dtype == DataType::Float16 ? 0 : (dtype == DataType::BFloat16 ? 1 : -1);
   int i = halfOpIndex(op);
-  HORA_CHECK(d >= 0 && i >= 0, std::string("no user-defined MPI op for ") + dtypeName(dtype) +
-                                   " " + reduceOpName(op));
+  HORA_CHECK(d >= 0 && i >= 0, std::string("no user-defined MPI op for ") + dtypeName(dtype) + " " +
+                                   reduceOpName(op));
   return ops_[d][i];
 }
 
@@ -142,7 +142,8 @@ MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks) {
   bool valid = !sorted.empty() && sorted.front() >= 0 && sorted.back() < worldSize_ &&
                std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
   if (!valid) {
-    throw InvalidArgument("mpi: comm=[" + listed + "] must list distinct MPI_COMM_WORLD ranks in [0, " +
+    throw InvalidArgument("mpi: comm=[" + listed +
+                          "] must list distinct MPI_COMM_WORLD ranks in [0, " +
                           std::to_string(worldSize_) + ")");
   }
   if (std::find(worldRanks.begin(), worldRanks.end(), worldRank_) == worldRanks.end()) {
@@ -200,7 +201,8 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks) {
   MpiContext& context = MpiContext::acquire();
   MPI_Comm comm = MPI_COMM_WORLD;
   if (!worldRanks.empty()) {
-    if (commF >= 0) throw InvalidArgument("mpi: give either a communicator or a list of ranks, not both");
+    if (commF >= 0)
+      throw InvalidArgument("mpi: give either a communicator or a list of ranks, not both");
     comm = context.worldSubset(worldRanks);
   } else if (commF >= 0) {
     if (commF > std::numeric_limits<MPI_Fint>::max()) {
@@ -208,11 +210,13 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks) {
     }
     comm = MPI_Comm_f2c(static_cast<MPI_Fint>(commF));
     if (comm == MPI_COMM_NULL) {
-      throw InvalidArgument("mpi: the communicator given to hora.init(comm=...) is MPI_COMM_NULL "
-                            "(this process is not a member of it)");
+      throw InvalidArgument(
+          "mpi: the communicator given to hora.init(comm=...) is MPI_COMM_NULL "
+          "(this process is not a member of it)");
     }
     int inter = 0;
-    checkMpi(MPI_Comm_test_inter(comm, &inter), "mpi: the communicator given to hora.init(comm=...)");
+    checkMpi(MPI_Comm_test_inter(comm, &inter),
+             "mpi: the communicator given to hora.init(comm=...)");
     if (inter) throw InvalidArgument("mpi: hora.init(comm=...) needs an intra-communicator");
   }
   MpiCommInfo info;

@@ -55,8 +55,9 @@ int halfOpIndex(ReduceOp op) {
 
 MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op) {
   if (halfOpIndex(op) < 0) {
-    throw InvalidArgument(std::string("mpi: reduce op ") + reduceOpName(op) +
-                          " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
+    throw InvalidArgument(
+        std::string("mpi: reduce op ") + reduceOpName(op) +
+        " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
   if (dtype == DataType::Float16 || dtype == DataType::BFloat16) {
     return {MPI_UINT16_T, context.halfOp(dtype, op)};

@@ -10,7 +10,8 @@
 namespace hora {
 namespace tcp {
 
-TcpCommunicator::TcpCommunicator(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank)
+TcpCommunicator::TcpCommunicator(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks,
+                                 int rank)
     : peers_(peers), links_(std::move(peers), std::move(worldRanks), rank) {}
 
 std::string TcpCommunicator::prefix(const char* op) const {
@@ -20,7 +21,8 @@ std::string TcpCommunicator::prefix(const char* op) const {
 template <typename Body>
 void TcpCommunicator::run(const char* op, Body&& body) {
   if (!peers_->failure.empty()) {
-    throw IoError(prefix(op) + "the connections failed earlier and cannot be used (" + peers_->failure + ")");
+    throw IoError(prefix(op) + "the connections failed earlier and cannot be used (" +
+                  peers_->failure + ")");
   }
   links_.setOp(op);
   try {
@@ -33,8 +35,8 @@ void TcpCommunicator::run(const char* op, Body&& body) {
 
 void TcpCommunicator::checkPerRank(const char* op, size_t got) const {
   if (got != static_cast<size_t>(size())) {
-    throw InvalidArgument(prefix(op) + "expected one entry per rank (" + std::to_string(size()) + "), got " +
-                          std::to_string(got));
+    throw InvalidArgument(prefix(op) + "expected one entry per rank (" + std::to_string(size()) +
+                          "), got " + std::to_string(got));
   }
 }
 
@@ -47,14 +49,16 @@ void TcpCommunicator::checkPeer(const char* op, int peer) const {
 
 void TcpCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (!capabilities().reduces(op)) {
-    throw InvalidArgument(prefix("allreduce") + "reduce op " + reduceOpName(op) +
-                          " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
+    throw InvalidArgument(
+        prefix("allreduce") + "reduce op " + reduceOpName(op) +
+        " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
   if (size() == 1 || count == 0) return;
   run("allreduce", [&] { collectives::allreduce(links_, buf, count, dtype, op); });
 }
 
-void TcpCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+void TcpCommunicator::allgatherv(const void* in, void* out,
+                                 const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
   run("allgatherv", [&] { collectives::allgathervRing(links_, in, out, bytesPerRank); });
 }
@@ -71,19 +75,23 @@ void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
   checkPerRank("alltoallv", recvBytes.size());
   int r = rank();
   if (sendBytes[r] != recvBytes[r]) {
-    throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " + std::to_string(sendBytes[r]) +
-                          " bytes but expects " + std::to_string(recvBytes[r]));
+    throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " +
+                          std::to_string(sendBytes[r]) + " bytes but expects " +
+                          std::to_string(recvBytes[r]));
   }
   run("alltoallv", [&] { collectives::alltoallvPairwise(links_, in, sendBytes, out, recvBytes); });
 }
 
-void TcpCommunicator::reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
-                                    DataType dtype, ReduceOp op) {
+void TcpCommunicator::reduceScatter(const void* in, void* out,
+                                    const std::vector<size_t>& countsPerRank, DataType dtype,
+                                    ReduceOp op) {
   checkPerRank("reducescatter", countsPerRank.size());
   if (!capabilities().reduces(op)) {
-    throw InvalidArgument(prefix("reducescatter") + "reduce op " + reduceOpName(op) + " is not element-wise");
+    throw InvalidArgument(prefix("reducescatter") + "reduce op " + reduceOpName(op) +
+                          " is not element-wise");
   }
-  run("reducescatter", [&] { collectives::reduceScatterRing(links_, in, out, countsPerRank, dtype, op); });
+  run("reducescatter",
+      [&] { collectives::reduceScatterRing(links_, in, out, countsPerRank, dtype, op); });
 }
 
 void TcpCommunicator::barrier() {
@@ -91,17 +99,18 @@ void TcpCommunicator::barrier() {
   run("barrier", [&] { collectives::barrierDissemination(links_); });
 }
 
-void TcpCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom, void* recvBuf,
-                               size_t recvBytes) {
+void TcpCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom,
+                               void* recvBuf, size_t recvBytes) {
   if (sendBytes > 0) checkPeer("sendrecv", sendTo);
   if (recvBytes > 0) checkPeer("sendrecv", recvFrom);
   bool selfSend = sendBytes > 0 && sendTo == rank();
   bool selfRecv = recvBytes > 0 && recvFrom == rank();
   if (selfSend || selfRecv) {
     if (selfSend != selfRecv || sendBytes != recvBytes) {
-      throw InvalidArgument(prefix("sendrecv") +
-                            "a rank can exchange with itself only by sending and receiving the same number "
-                            "of bytes");
+      throw InvalidArgument(
+          prefix("sendrecv") +
+          "a rank can exchange with itself only by sending and receiving the same number "
+          "of bytes");
     }
     if (recvBuf != sendBuf) std::memmove(recvBuf, sendBuf, sendBytes);
     return;

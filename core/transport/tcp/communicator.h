@@ -4,10 +4,11 @@
 // mapping of their ranks to world ranks.
 //
 // Each call validates its arguments (InvalidArgument, nothing sent) and runs the transport-neutral
-// collective (core/collectives/, which picks the algorithm) over TcpLinks. A failure inside a collective (IoError,
-// TimeoutError) leaves the byte streams misaligned, so it shuts the shared mesh down: every later
-// call on this communicator or any view of it throws IoError quoting the first failure, and peers
-// blocked on this rank fail fast. Used by one thread at a time, as Communicator requires.
+// collective (core/collectives/, which picks the algorithm) over TcpLinks. A failure inside a
+// collective (IoError, TimeoutError) leaves the byte streams misaligned, so it shuts the shared
+// mesh down: every later call on this communicator or any view of it throws IoError quoting the
+// first failure, and peers blocked on this rank fail fast. Used by one thread at a time, as
+// Communicator requires.
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,8 +35,8 @@ class TcpCommunicator : public Communicator {
   void broadcast(void* buf, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
                  const std::vector<size_t>& recvBytes) override;
-  void reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank, DataType dtype,
-                     ReduceOp op) override;
+  void reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
+                     DataType dtype, ReduceOp op) override;
   void barrier() override;
   void sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom, void* recvBuf,
                 size_t recvBytes) override;

@@ -34,7 +34,8 @@ constexpr size_t kReadChunk = 64 << 10;
 
 }  // namespace
 
-TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets, Millis opTimeout)
+TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets,
+                                     Millis opTimeout)
     : rank_(rank), size_(size), opTimeout_(opTimeout) {
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
     if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
@@ -43,7 +44,8 @@ TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket
   // in the same poll set ends that sleep without a lock or a timeout tick.
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) {
-    throw IoError("rank " + std::to_string(rank) + ": cannot create eventfd: " + std::strerror(errno));
+    throw IoError("rank " + std::to_string(rank) +
+                  ": cannot create eventfd: " + std::strerror(errno));
   }
 }
 
@@ -56,12 +58,13 @@ TcpControlChannel::Peer& TcpControlChannel::peer(int rank) {
     if (p.rank == rank) return p;
   }
   throw InvalidArgument("rank " + std::to_string(rank_) + ": no control connection to rank " +
-                        std::to_string(rank) + " (rank 0 talks to every rank, the others only to rank 0)");
+                        std::to_string(rank) +
+                        " (rank 0 talks to every rank, the others only to rank 0)");
 }
 
 void TcpControlChannel::fail(int peer, const std::string& why) const {
-  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " + std::to_string(peer) +
-                " " + why);
+  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " +
+                std::to_string(peer) + " " + why);
 }
 
 void TcpControlChannel::wakeup() {
@@ -80,7 +83,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     p.in.resize(old + r.bytes);
     if (r.status == net::IoStatus::WouldBlock) break;
     if (r.status != net::IoStatus::Ok) {
-      fail(p.rank, "closed (" + net::describe(r) + "); that rank probably exited or failed, see its log");
+      fail(p.rank,
+           "closed (" + net::describe(r) + "); that rank probably exited or failed, see its log");
     }
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
   }
@@ -114,7 +118,8 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
       sent += r.bytes;
       continue;
     }
-    if (r.status != net::IoStatus::WouldBlock) fail(to, "closed while sending (" + net::describe(r) + ")");
+    if (r.status != net::IoStatus::WouldBlock)
+      fail(to, "closed while sending (" + net::describe(r) + ")");
     // The peer's window is full: wait for room, draining what peers send us meanwhile. Rank 0 and
     // a rank that both send a large message at once would otherwise each wait for the other to
     // read. What arrives here goes to stash_ and is handed out by the next poll(), in order.
@@ -125,7 +130,8 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
     if (rc < 0 && errno != EINTR) fail(to, std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) +
+                         " ms");
     }
     for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
       if (fds[i + 1].revents & POLLIN) readAvailable(peers_[i], stash_);

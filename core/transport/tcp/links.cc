@@ -26,8 +26,9 @@ int TcpLinks::fdOf(int peer) const {
 
 void TcpLinks::closed(int peer, const net::IoResult& r, const char* direction) const {
   throw IoError("rank " + std::to_string(peers_->worldRank) + ": connection to rank " +
-                std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " + op_ +
-                " (" + net::describe(r) + "); that rank probably exited or failed, see its log");
+                std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " +
+                op_ + " (" + net::describe(r) +
+                "); that rank probably exited or failed, see its log");
 }
 
 size_t TcpLinks::trySend(int peer, const void* data, size_t bytes) {
@@ -62,21 +63,25 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
   }
   // Readiness, hang-up or error ends the wait: the next try call reports which. Poll without
   // sleeping first (core/common/spin.h); a failing poll(2) is reported by the blocking loop.
-  if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; })) return;
+  if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; }))
+    return;
   auto deadline = Clock::now() + peers_->opTimeout;
   for (;;) {
     int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(deadline));
     if (rc > 0) return;
-    if (rc < 0 && errno != EINTR) throw IoError(std::string("poll failed: ") + std::strerror(errno));
+    if (rc < 0 && errno != EINTR)
+      throw IoError(std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0 && Clock::now() >= deadline) break;
   }
   std::string who;
   for (size_t i = 0; i < count; ++i) {
-    who += (who.empty() ? "" : ", ") + std::string(wants[i].recv ? "receiving from" : "sending to") +
-           " rank " + std::to_string(worldRanks_[wants[i].peer]);
+    who += (who.empty() ? "" : ", ") +
+           std::string(wants[i].recv ? "receiving from" : "sending to") + " rank " +
+           std::to_string(worldRanks_[wants[i].peer]);
   }
-  throw TimeoutError("rank " + std::to_string(peers_->worldRank) + ": " + op_ + " made no progress for " +
-                     std::to_string(peers_->opTimeout.count()) + " ms (" + who +
+  throw TimeoutError("rank " + std::to_string(peers_->worldRank) + ": " + op_ +
+                     " made no progress for " + std::to_string(peers_->opTimeout.count()) +
+                     " ms (" + who +
                      "); a peer is stuck, much slower, or not calling the same collective "
                      "(raise HORA_TIMEOUT_SECONDS if it is only slow)");
 }

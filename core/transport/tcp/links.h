@@ -23,9 +23,9 @@ struct TcpPeerSockets {
   int worldRank = 0;
   int worldSize = 1;
   Millis opTimeout{60000};
-  Micros spin{0};               // polling before a wait blocks (core/common/spin.h)
+  Micros spin{0};                    // polling before a wait blocks (core/common/spin.h)
   std::vector<net::Socket> sockets;  // by world rank; invalid for this rank
-  std::string failure;          // why the mesh became unusable ("" while healthy)
+  std::string failure;               // why the mesh became unusable ("" while healthy)
   struct Buffer {
     std::unique_ptr<uint8_t[]> data;
     size_t capacity = 0;

@@ -157,7 +157,8 @@ void MeshBuilder::resolveTargets() {
   } catch (const TimeoutError&) {
     std::string missing;
     for (int j = 0; j < o_.rank; ++j) {
-      if (!store_.check({addressKey(j)})) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
+      if (!store_.check({addressKey(j)}))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(j);
     }
     throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
                        " ms waiting for rank(s) " + missing +
@@ -193,16 +194,19 @@ void MeshBuilder::startDue(Clock::time_point now) {
 }
 
 std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
-  if (rank < 0 || rank >= o_.size) return "claims rank " + std::to_string(rank) + " outside the job";
+  if (rank < 0 || rank >= o_.size)
+    return "claims rank " + std::to_string(rank) + " outside the job";
   if (kind == net::PeerKind::Data) {
-    if (rank <= o_.rank) return "rank " + std::to_string(rank) + " should not connect to a higher rank";
+    if (rank <= o_.rank)
+      return "rank " + std::to_string(rank) + " should not connect to a higher rank";
     if (claimedData_[rank]) return "a second data connection claims rank " + std::to_string(rank);
     claimedData_[rank] = true;
     return "";
   }
   if (kind == net::PeerKind::Control) {
     if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
-    if (claimedControl_[rank]) return "a second control connection claims rank " + std::to_string(rank);
+    if (claimedControl_[rank])
+      return "a second control connection claims rank " + std::to_string(rank);
     claimedControl_[rank] = true;
     return "";
   }
@@ -228,7 +232,8 @@ void MeshBuilder::pump(Attempt& a) {
     }
     if (a.hs.state() == net::Handshake::State::Failed) {
       net::HandshakeFailure kind = a.hs.failureKind();
-      bool rejected = kind == net::HandshakeFailure::BadProof || kind == net::HandshakeFailure::Refused;
+      bool rejected =
+          kind == net::HandshakeFailure::BadProof || kind == net::HandshakeFailure::Refused;
       return abandon(a, a.hs.failure(), rejected ? Setback::Rejected : Setback::Routine);
     }
     if (a.hs.state() == net::Handshake::State::Done) return finish(a);
@@ -249,14 +254,15 @@ void MeshBuilder::finish(Attempt& a) {
     t.done = true;
     t.active = false;
     (t.kind == net::PeerKind::Data ? mesh_.data : mesh_.control)[t.rank] = std::move(a.sock);
-    HORA_LOG(Debug, me() << ": " << net::peerKindName(t.kind) << " connection to rank " << t.rank << " ready");
+    HORA_LOG(Debug, me() << ": " << net::peerKindName(t.kind) << " connection to rank " << t.rank
+                         << " ready");
     return;
   }
   int rank = a.hs.peerRank();
   (a.hs.peerKind() == net::PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
   ++incomingDone_;
-  HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank " << rank
-                       << " ready");
+  HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank "
+                       << rank << " ready");
 }
 
 void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
@@ -270,17 +276,18 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
     t.backoff = std::min(t.backoff * 2, kMaxRetry);
     // Refused or reset connections are routine while peers start; a rejected handshake is not.
     if (setback == Setback::Rejected) {
-      HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why
-                             << "), retrying");
+      HORA_LOG(Warning, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed ("
+                             << why << "), retrying");
     } else {
-      HORA_LOG(Debug, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed (" << why
-                           << "), retrying");
+      HORA_LOG(Debug, me() << ": connecting to rank " << t.rank << " at " << a.peer << " failed ("
+                           << why << "), retrying");
     }
     return;
   }
   // A validated connection that broke before it finished gives its slot back.
   if (a.claimed || a.hs.state() == net::Handshake::State::Done) {
-    (a.hs.peerKind() == net::PeerKind::Data ? claimedData_ : claimedControl_)[a.hs.peerRank()] = false;
+    (a.hs.peerKind() == net::PeerKind::Data ? claimedData_ : claimedControl_)[a.hs.peerRank()] =
+        false;
   }
   HORA_LOG(Warning, me() << ": dropping connection from " << a.peer << ": " << why);
 }
@@ -305,8 +312,8 @@ void MeshBuilder::timedOut() {
   for (const auto& t : targets_) {
     if (t.done) continue;
     missing.insert(t.rank);
-    details += "; " + std::string(net::peerKindName(t.kind)) + " connection to rank " + std::to_string(t.rank) +
-               " at " + net::joinHostPort(t.host, t.port) + " not made" +
+    details += "; " + std::string(net::peerKindName(t.kind)) + " connection to rank " +
+               std::to_string(t.rank) + " at " + net::joinHostPort(t.host, t.port) + " not made" +
                (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")");
   }
   for (int j = o_.rank + 1; j < o_.size; ++j) {
@@ -323,10 +330,11 @@ void MeshBuilder::timedOut() {
   }
   std::string ranks;
   for (int j : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
-  throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
-                     " ms connecting to rank(s) " + ranks + details +
-                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are "
-                     "slow)");
+  throw TimeoutError(
+      me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
+      " ms connecting to rank(s) " + ranks + details +
+      " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are "
+      "slow)");
 }
 
 }  // namespace
