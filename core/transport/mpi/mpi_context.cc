@@ -122,12 +122,12 @@ void MpiContext::initialise() {
   }
   checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &worldRank_), "mpi: MPI_Comm_rank");
   checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &worldSize_), "mpi: MPI_Comm_size");
-  createHalfOps(ops_);
+  createOwnOps(ops_);
 }
 
-MPI_Op MpiContext::halfOp(DataType dtype, ReduceOp op) const {
-  int d = dtype == DataType::Float16 ? 0 : (dtype == DataType::BFloat16 ? 1 : -1);
-  int i = halfOpIndex(op);
+MPI_Op MpiContext::ownOp(DataType dtype, ReduceOp op) const {
+  int d = ownReductionIndex(dtype);
+  int i = elementwiseOpIndex(op);
   HORA_CHECK(d >= 0 && i >= 0, std::string("no user-defined MPI op for ") + dtypeName(dtype) + " " +
                                    reduceOpName(op));
   return ops_[d][i];
@@ -193,7 +193,7 @@ void MpiContext::finalizeAtExit() {
   subsets_.clear();
   for (auto& comm : retired_) MPI_Comm_free(&comm);
   retired_.clear();
-  freeHalfOps(ops_);
+  freeOwnOps(ops_);
   MPI_Finalize();
 }
 

@@ -43,6 +43,9 @@
 namespace hora {
 namespace mpi {
 
+// How many dtypes Hora reduces with its own MPI_Ops (kOwnReductionTypes, mpi_datatypes.h).
+constexpr int kOwnReductionTypeCount = 6;
+
 class MpiContext {
  public:
   class Lease {
@@ -61,9 +64,9 @@ class MpiContext {
   int worldRank() const { return worldRank_; }
   int worldSize() const { return worldSize_; }
 
-  // The user-defined reduction for a 16-bit float dtype (Float16 or BFloat16) and an
-  // element-wise op (Sum, Min, Max, Product).
-  MPI_Op halfOp(DataType dtype, ReduceOp op) const;
+  // The user-defined reduction for a dtype Hora reduces itself (16-bit floats, 8- and 16-bit
+  // integers; see mpi_datatypes.h) and an element-wise op (Sum, Min, Max, Product).
+  MPI_Op ownOp(DataType dtype, ReduceOp op) const;
 
   // A communicator over the given MPI_COMM_WORLD ranks (in that order), made with
   // MPI_Comm_create_group: collective over those ranks only. Cached, so that every init with
@@ -88,7 +91,8 @@ class MpiContext {
   bool initialisedByHora_ = false;
   int worldRank_ = 0;
   int worldSize_ = 1;
-  MPI_Op ops_[2][4];  // [float16, bfloat16][sum, min, max, product]; MPI_OP_NULL until made
+  // [kOwnReductionTypes][sum, min, max, product]; MPI_OP_NULL until made
+  MPI_Op ops_[kOwnReductionTypeCount][4];
   std::map<std::vector<int>, MPI_Comm> subsets_;
   std::vector<MPI_Comm> retired_;
 };

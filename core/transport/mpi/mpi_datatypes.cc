@@ -12,16 +12,16 @@ namespace {
 
 // MPI calls it as inoutvec[i] = invec[i] op inoutvec[i]; every op here is commutative.
 template <DataType D, ReduceOp O>
-void halfReduce(void* invec, void* inoutvec, int* len, MPI_Datatype*) {
+void ownReduce(void* invec, void* inoutvec, int* len, MPI_Datatype*) {
   if (*len > 0) reduceInto(inoutvec, invec, static_cast<size_t>(*len), D, O);
 }
 
 template <DataType D>
 void createFor(MPI_Op ops[4]) {
-  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Sum>, 1, &ops[0]), "MPI_Op_create");
-  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Min>, 1, &ops[1]), "MPI_Op_create");
-  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Max>, 1, &ops[2]), "MPI_Op_create");
-  checkMpi(MPI_Op_create(&halfReduce<D, ReduceOp::Product>, 1, &ops[3]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&ownReduce<D, ReduceOp::Sum>, 1, &ops[0]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&ownReduce<D, ReduceOp::Min>, 1, &ops[1]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&ownReduce<D, ReduceOp::Max>, 1, &ops[2]), "MPI_Op_create");
+  checkMpi(MPI_Op_create(&ownReduce<D, ReduceOp::Product>, 1, &ops[3]), "MPI_Op_create");
 }
 
 }  // namespace
@@ -43,7 +43,14 @@ MPI_Datatype mpiElementType(DataType dtype) {
   throw InvalidArgument("mpi: unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
-int halfOpIndex(ReduceOp op) {
+int ownReductionIndex(DataType dtype) {
+  for (int i = 0; i < kOwnReductionTypeCount; ++i) {
+    if (kOwnReductionTypes[i] == dtype) return i;
+  }
+  return -1;
+}
+
+int elementwiseOpIndex(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return 0;
     case ReduceOp::Min: return 1;
@@ -54,14 +61,12 @@ int halfOpIndex(ReduceOp op) {
 }
 
 MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op) {
-  if (halfOpIndex(op) < 0) {
+  if (elementwiseOpIndex(op) < 0) {
     throw InvalidArgument(
         std::string("mpi: reduce op ") + reduceOpName(op) +
         " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
-  if (dtype == DataType::Float16 || dtype == DataType::BFloat16) {
-    return {MPI_UINT16_T, context.halfOp(dtype, op)};
-  }
+  if (ownReductionIndex(dtype) >= 0) return {mpiElementType(dtype), context.ownOp(dtype, op)};
   if (dtype == DataType::Bool) {
     bool any = op == ReduceOp::Sum || op == ReduceOp::Max;
     return {MPI_C_BOOL, any ? MPI_LOR : MPI_LAND};
@@ -76,13 +81,17 @@ MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op
   return {mpiElementType(dtype), native};
 }
 
-void createHalfOps(MPI_Op ops[2][4]) {
-  createFor<DataType::Float16>(ops[0]);
-  createFor<DataType::BFloat16>(ops[1]);
+void createOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
+  createFor<DataType::Float16>(ops[ownReductionIndex(DataType::Float16)]);
+  createFor<DataType::BFloat16>(ops[ownReductionIndex(DataType::BFloat16)]);
+  createFor<DataType::UInt8>(ops[ownReductionIndex(DataType::UInt8)]);
+  createFor<DataType::Int8>(ops[ownReductionIndex(DataType::Int8)]);
+  createFor<DataType::UInt16>(ops[ownReductionIndex(DataType::UInt16)]);
+  createFor<DataType::Int16>(ops[ownReductionIndex(DataType::Int16)]);
 }
 
-void freeHalfOps(MPI_Op ops[2][4]) {
-  for (int d = 0; d < 2; ++d) {
+void freeOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
+  for (int d = 0; d < kOwnReductionTypeCount; ++d) {
     for (int i = 0; i < 4; ++i) {
       if (ops[d][i] != MPI_OP_NULL) MPI_Op_free(&ops[d][i]);
       ops[d][i] = MPI_OP_NULL;
