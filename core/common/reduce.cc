@@ -201,33 +201,51 @@ void reduceBool(void* dst, const void* src, size_t count, ReduceOp op) {
 
 // ---- scaling -----------------------------------------------------------------------------
 
+// The factor is first rounded to T, then multiplied in T: Horovod's CPU scaling.
 template <typename T>
 void scaleFloating(T* __restrict p, size_t count, double factor) {
-  for (size_t i = 0; i < count; ++i) p[i] = T(double(p[i]) * factor);
+  const T f = static_cast<T>(factor);
+  for (size_t i = 0; i < count; ++i) p[i] = f * p[i];
 }
 
-// Product in double, truncated toward zero; saturates instead of overflowing the type.
+// v truncated toward zero; saturates instead of overflowing the type.
 template <typename T>
-void scaleInteger(T* __restrict p, size_t count, double factor) {
+inline T truncSaturate(double v) {
   const double lo = double(std::numeric_limits<T>::min());
   const double hi = double(std::numeric_limits<T>::max());
-  for (size_t i = 0; i < count; ++i) {
-    double v = double(p[i]) * factor;
-    T r = v >= hi ? std::numeric_limits<T>::max() : T(0);
-    r = v <= lo ? std::numeric_limits<T>::min() : r;
-    p[i] = (v > lo && v < hi) ? T(v) : r;  // NaN fails every comparison and becomes 0
-  }
+  T r = v >= hi ? std::numeric_limits<T>::max() : T(0);
+  r = v <= lo ? std::numeric_limits<T>::min() : r;
+  return (v > lo && v < hi) ? T(v) : r;  // NaN fails every comparison and becomes 0
+}
+
+// Product in double, truncated toward zero.
+template <typename T>
+void scaleInteger(T* __restrict p, size_t count, double factor) {
+  for (size_t i = 0; i < count; ++i) p[i] = truncSaturate<T>(factor * double(p[i]));
 }
 
 template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
 void scaleNarrow(uint16_t* __restrict p, size_t count, double factor) {
+  const float f = static_cast<float>(factor);
   float a[kWidenBlock];
   for (size_t base = 0; base < count; base += kWidenBlock) {
     size_t n = std::min(kWidenBlock, count - base);
     uint16_t* __restrict d = p + base;
-    for (size_t i = 0; i < n; ++i) a[i] = float(double(Widen(d[i])) * factor);
+    for (size_t i = 0; i < n; ++i) a[i] = f * Widen(d[i]);
     for (size_t i = 0; i < n; ++i) d[i] = Narrow(a[i]);
   }
+}
+
+template <typename T>
+void widenTyped(const void* src, int32_t* __restrict dst, size_t count) {
+  const T* __restrict s = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) dst[i] = int32_t(s[i]);
+}
+
+template <typename T>
+void narrowTyped(const int32_t* __restrict src, void* dst, size_t count, double factor) {
+  T* __restrict d = static_cast<T*>(dst);
+  for (size_t i = 0; i < count; ++i) d[i] = truncSaturate<T>(factor * double(src[i]));
 }
 
 }  // namespace
@@ -271,6 +289,32 @@ void scaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
       return;
   }
   HORA_CHECK(false, "unknown dtype " + std::to_string(int(dtype)));
+}
+
+bool averagesInInt32(DataType dtype) {
+  return dtype == DataType::UInt8 || dtype == DataType::Int8 || dtype == DataType::UInt16 ||
+         dtype == DataType::Int16;
+}
+
+void widenToInt32(const void* src, int32_t* dst, size_t count, DataType dtype) {
+  switch (dtype) {
+    case DataType::UInt8: return widenTyped<uint8_t>(src, dst, count);
+    case DataType::Int8: return widenTyped<int8_t>(src, dst, count);
+    case DataType::UInt16: return widenTyped<uint16_t>(src, dst, count);
+    case DataType::Int16: return widenTyped<int16_t>(src, dst, count);
+    default: HORA_CHECK(false, "widenToInt32 on " + std::string(dtypeName(dtype)));
+  }
+}
+
+void narrowScaledFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
+                           double factor) {
+  switch (dtype) {
+    case DataType::UInt8: return narrowTyped<uint8_t>(src, dst, count, factor);
+    case DataType::Int8: return narrowTyped<int8_t>(src, dst, count, factor);
+    case DataType::UInt16: return narrowTyped<uint16_t>(src, dst, count, factor);
+    case DataType::Int16: return narrowTyped<int16_t>(src, dst, count, factor);
+    default: HORA_CHECK(false, "narrowScaledFromInt32 on " + std::string(dtypeName(dtype)));
+  }
 }
 
 float halfToFloat(uint16_t h) { return widenHalf(h); }

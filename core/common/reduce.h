@@ -16,9 +16,23 @@ namespace hora {
 // dst[i] = op(dst[i], src[i]) for i < count.
 void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 
-// buf[i] *= factor for i < count. Integers: the product is computed in double and truncated toward
-// zero, as Horovod does for Average on integer tensors. Bool: unchanged unless factor == 0.
+// buf[i] *= factor for i < count, in the arithmetic Horovod uses so results are bit-identical:
+// float32 multiplies by float(factor) in float, float64 in double, float16 and bfloat16 widen to
+// float and multiply by float(factor). Integers: the product is computed in double and truncated
+// toward zero (saturating where the type would overflow). Bool: unchanged unless factor == 0.
 void scaleInPlace(void* buf, size_t count, DataType dtype, double factor);
+
+// The integer types narrower than 32 bits, whose Average is summed in int32 so that a sum over
+// three or more ranks cannot wrap before the division.
+bool averagesInInt32(DataType dtype);
+
+// dst[i] = int32(src[i]) for an 8- or 16-bit integer dtype.
+void widenToInt32(const void* src, int32_t* dst, size_t count, DataType dtype);
+
+// dst[i] = src[i] * factor computed in double, truncated toward zero and saturated to dtype (an
+// 8- or 16-bit integer type), as scaleInPlace does for integers.
+void narrowScaledFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
+                           double factor);
 
 // Conversions used by the kernels and by tests.
 float halfToFloat(uint16_t h);

@@ -1,4 +1,5 @@
 #include <cstring>
+#include <vector>
 
 #include "core/common/reduce.h"
 #include "core/ops/ops.h"
@@ -6,9 +7,12 @@
 namespace hora {
 
 double effectivePostscale(const Response& r, int setSize) {
-  double post = r.postscale;
-  if (r.reduceOp == ReduceOp::Average) post *= 1.0 / setSize;
-  return post;
+  // Divided, not multiplied by 1/size: the factor must be the same double as the reference's.
+  return r.reduceOp == ReduceOp::Average ? r.postscale / setSize : r.postscale;
+}
+
+bool sumsWide(const Response& r) {
+  return r.reduceOp == ReduceOp::Average && averagesInInt32(r.dtype);
 }
 
 void runAllreduce(const Response& r, OpContext& cx) {
@@ -38,10 +42,17 @@ void runAllreduce(const Response& r, OpContext& cx) {
   {
     ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
     if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
-    ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
-    cx.comm.allreduce(buf, total, r.dtype, op);
     double post = effectivePostscale(r, cx.comm.size());
-    if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+    if (sumsWide(r)) {
+      std::vector<int32_t> wide(total);
+      widenToInt32(buf, wide.data(), total, r.dtype);
+      cx.comm.allreduce(wide.data(), total, DataType::Int32, ReduceOp::Sum);
+      narrowScaledFromInt32(wide.data(), buf, total, r.dtype, post);
+    } else {
+      ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+      cx.comm.allreduce(buf, total, r.dtype, op);
+      if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+    }
   }
 
   if (!inPlace) {

@@ -14,7 +14,11 @@ void runBroadcast(const Response& r, OpContext& cx);
 void runAlltoall(const Response& r, OpContext& cx);
 void runReducescatter(const Response& r, OpContext& cx);
 
-// Scale factors as the reference applies them: Average is Sum followed by 1/size.
+// Scale factors as the reference applies them: Average is Sum followed by postscale / size.
 double effectivePostscale(const Response& r, int setSize);
+
+// Average of an 8- or 16-bit integer tensor: summed in int32, then scaled back into the type,
+// so three or more ranks do not wrap the sum.
+bool sumsWide(const Response& r);
 
 }  // namespace hora

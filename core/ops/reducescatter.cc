@@ -1,4 +1,5 @@
 #include <cstring>
+#include <vector>
 
 #include "core/common/errors.h"
 #include "core/common/reduce.h"
@@ -79,10 +80,17 @@ void runReducescatter(const Response& r, OpContext& cx) {
   }
   {
     ActivityScope a(cx, r, collectiveActivity(cx, "REDUCESCATTER"));
-    ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
-    cx.comm.reduceScatter(in, out, counts, r.dtype, op);
     double post = effectivePostscale(r, n);
-    if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+    if (sumsWide(r)) {
+      std::vector<int32_t> wideIn(total), wideOut(counts[me]);
+      widenToInt32(in, wideIn.data(), total, r.dtype);
+      cx.comm.reduceScatter(wideIn.data(), wideOut.data(), counts, DataType::Int32, ReduceOp::Sum);
+      narrowScaledFromInt32(wideOut.data(), out, counts[me], r.dtype, post);
+    } else {
+      ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+      cx.comm.reduceScatter(in, out, counts, r.dtype, op);
+      if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+    }
   }
 
   if (tensors > 1) {

@@ -335,5 +335,36 @@ TEST(Scale, FloatsIntegersAndBool) {
   scaleInPlace(nullptr, 0, DataType::Float32, 2.0);
 }
 
+// Horovod rounds the factor to float and multiplies in float; a product in double rounded once
+// to float gives 0.9f instead.
+TEST(Scale, Float32MultipliesInFloat) {
+  std::vector<float> f = {9.0f};
+  scaleInPlace(f.data(), f.size(), DataType::Float32, 0.1);
+  EXPECT_EQ(f[0], 0.1f * 9.0f);
+  EXPECT_NE(f[0], float(0.1 * 9.0));
+}
+
+TEST(Scale, NarrowIntegersAverageThroughInt32) {
+  EXPECT_TRUE(averagesInInt32(DataType::Int8));
+  EXPECT_TRUE(averagesInInt32(DataType::UInt16));
+  EXPECT_FALSE(averagesInInt32(DataType::Int32));
+  EXPECT_FALSE(averagesInInt32(DataType::Float16));
+  std::vector<int8_t> in = {100, -100, -7, 127};
+  std::vector<int32_t> wide(in.size());
+  widenToInt32(in.data(), wide.data(), in.size(), DataType::Int8);
+  EXPECT_EQ(wide, (std::vector<int32_t>{100, -100, -7, 127}));
+  for (int32_t& w : wide) w *= 3;  // the sum of three ranks, beyond int8
+  std::vector<int8_t> out(in.size());
+  narrowScaledFromInt32(wide.data(), out.data(), out.size(), DataType::Int8, 1.0 / 3);
+  EXPECT_EQ(out, (std::vector<int8_t>{100, -100, -7, 127}));
+  std::vector<int32_t> odd = {-7, 7, 1000};
+  std::vector<uint8_t> u(odd.size());
+  narrowScaledFromInt32(odd.data(), u.data(), u.size(), DataType::UInt8, 1.0 / 3);
+  EXPECT_EQ(u, (std::vector<uint8_t>{0, 2, 255}));  // truncation toward zero, saturation
+  std::vector<int16_t> s(1);
+  narrowScaledFromInt32(odd.data(), s.data(), 1, DataType::Int16, 1.0 / 3);
+  EXPECT_EQ(s[0], -2);
+}
+
 }  // namespace
 }  // namespace hora

@@ -206,16 +206,23 @@ def kind_for_op(op: str) -> str:
 # References
 
 
+NARROW_INT_DTYPES: list[str] = ["uint8", "int8", "uint16", "int16"]
+
+
 def scale_ref(x: np.ndarray, factor: float, dtype: str) -> np.ndarray:
-    """Element-wise scaling as the engine does it: in double, integers truncated toward zero."""
+    """Element-wise scaling as Horovod's CPU code does it: float64 and float32 multiply by the
+    factor rounded to their own type, float16 and bfloat16 multiply in float32 by the factor
+    rounded to float32, integers multiply in float64 and truncate toward zero."""
     if factor == 1.0:
         return x.copy()
     if dtype == "bool":
         return x.copy() if factor != 0.0 else np.zeros_like(x)
-    scaled = x.astype(np.float64) * factor
+    dt = np_dtype(dtype)
     if dtype in INT_DTYPES:
-        return np.trunc(scaled).astype(np_dtype(dtype))
-    return scaled.astype(np_dtype(dtype))
+        return np.trunc(x.astype(np.float64) * factor).astype(dt)
+    if dtype in ("float16", "bfloat16"):
+        return (x.astype(np.float32) * np.float32(factor)).astype(dt)
+    return x * dt.type(factor)
 
 
 def reduce_ref(
@@ -223,8 +230,9 @@ def reduce_ref(
 ) -> np.ndarray:
     """NumPy reference of allreduce over ``arrays`` (one per contributing rank).
 
-    Average is Sum followed by a multiplication by postscale/len(arrays) in double (integers
-    truncated toward zero). Bool: Sum, Max and Average are logical OR, Min and Product logical AND.
+    Average is Sum followed by a multiplication by postscale/len(arrays) (integers truncated toward
+    zero; 8- and 16-bit integers are summed without wrapping before that). Bool: Sum, Max and
+    Average are logical OR, Min and Product logical AND.
     """
     dt = np_dtype(dtype)
     n = len(arrays)
@@ -236,6 +244,10 @@ def reduce_ref(
             out = np.logical_or.reduce(stacked, axis=0)
         else:
             out = np.logical_and.reduce(stacked, axis=0)
+    elif op == "average" and dtype in NARROW_INT_DTYPES:
+        wide = np.trunc(np.sum(stacked.astype(np.int64), axis=0) * (postscale / n))
+        info = np.iinfo(dt)
+        return np.clip(wide, info.min, info.max).astype(dt)
     elif dtype in INT_DTYPES:
         funcs = {"sum": np.sum, "product": np.prod, "min": np.min, "max": np.max}
         out = funcs[base](stacked, axis=0).astype(dt)

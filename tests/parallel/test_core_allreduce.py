@@ -19,6 +19,7 @@ from conftest import (
     check_next_op_works,
     is_power_of_two,
     kind_for_op,
+    np_dtype,
     rank,
     reduce_ref,
     resolve_count,
@@ -222,3 +223,81 @@ def test_integer_sums_and_products_wrap(dtype: str) -> None:
         factors = [np.full(count, 3 + r, dtype=dtype) * (info.max // 8) for r in range(size())]
         expected = np.prod(np.stack(factors), axis=0, dtype=dtype)
         np.testing.assert_array_equal(got, expected)
+
+
+def _near_limits(dtype: str, count: int, r: int) -> np.ndarray:
+    """Values whose sum over 2+ ranks leaves the type: near the top, and for signed types
+    alternately near the bottom (odd offsets so the averages are not whole numbers)."""
+    info = np.iinfo(dtype)
+    base = np.arange(count, dtype=np.int64) % 5
+    high = info.max - base - r
+    if info.min == 0:
+        return high.astype(dtype)
+    low = info.min + base + 2 * r + 1
+    return np.where(np.arange(count) % 2 == 0, high, low).astype(dtype)
+
+
+def _average_without_wrapping(inputs: list[np.ndarray], dtype: str) -> np.ndarray:
+    """The mean of ``inputs`` summed in int64, times 1/size in double, truncated toward zero."""
+    total = np.sum(np.stack(inputs).astype(np.int64), axis=0)
+    return np.trunc(total * (1.0 / len(inputs))).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+def test_narrow_integer_average_does_not_wrap(dtype: str) -> None:
+    """8- and 16-bit Average is summed in a wider type, then divided and truncated toward zero
+    (negative means round up), alone and fused, for sizes on every algorithm."""
+    for count in (1, 1001, 70000):
+        inputs = [_near_limits(dtype, count, r) for r in range(size())]
+        expected = _average_without_wrapping(inputs, dtype)
+        got = hora.allreduce(inputs[rank()], op=hora.Average, name=f"narrowavg.{dtype}.{count}")
+        np.testing.assert_array_equal(got, expected)
+        twice = hora.grouped_allreduce([inputs[rank()], inputs[rank()][::-1].copy()],
+                                       op=hora.Average, name=f"narrowavg.g.{dtype}.{count}")
+        np.testing.assert_array_equal(twice[0], expected)
+        np.testing.assert_array_equal(twice[1], expected[::-1])
+    if dtype == "int8":
+        # Horovod truncates toward zero: the mean of -128 and -127 (and -127 at 3+ ranks) is
+        # -127, where floor division would give -128.
+        x = np.array([-128 if rank() == 0 else -127], dtype=np.int8)
+        got = hora.allreduce(x, op=hora.Average, name="narrowavg.negative")
+        assert got.tolist() == [-127]
+
+
+def _horovod_scaled(x: np.ndarray, factor: float, dtype: str) -> np.ndarray:
+    """x * factor as Horovod computes it on the CPU: floats in their own type, float16 (and
+    bfloat16) in float32, integers in float64 truncated back."""
+    dt = np.dtype(x.dtype)
+    if np.issubdtype(dt, np.integer):
+        return (x.astype(np.float64) * factor).astype(dt)
+    if dtype in ("float16", "bfloat16"):
+        return (x.astype(np.float32) * np.float32(factor)).astype(dt)
+    return x * dt.type(factor)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "int32", "int64",
+                                   "float16", "bfloat16", "float32", "float64"])
+def test_scale_factors_bit_identical(dtype: str) -> None:
+    """Sum with a prescale or postscale factor equals Horovod's arithmetic bit for bit: every
+    rank holds the same x, so the result is (n * x) * f, or n * (x * f) with a prescale."""
+    n = size()
+    rng = np.random.default_rng(1234)
+    # Small whole numbers, so n * x stays exact and inside every type at up to four ranks.
+    x_wide = rng.integers(0 if dtype.startswith("u") else -30, 30, size=(17, 17))
+    x = x_wide.astype(np.float32).astype(np_dtype(dtype))
+    summed = (x.astype(np.float64) * n).astype(x.dtype)  # exact: small whole numbers
+    # 0.3 is a factor whose float32 product differs from the float64 product rounded to float32.
+    for i, factor in enumerate((float(rng.uniform()), 0.3)):
+        pre = hora.allreduce(x, op=hora.Sum, prescale_factor=factor,
+                             name=f"bitscale.pre.{dtype}.{i}")
+        post = hora.allreduce(x, op=hora.Sum, postscale_factor=factor,
+                              name=f"bitscale.post.{dtype}.{i}")
+        want_post = _horovod_scaled(summed, factor, dtype)
+        want_pre = (_horovod_scaled(x, factor, dtype).astype(np.float64) * n).astype(x.dtype)
+        if n <= 3:
+            # Up to three equal addends the sum rounds at most once, like the multiplication.
+            np.testing.assert_array_equal(post, want_post)
+            np.testing.assert_array_equal(pre, want_pre)
+        else:
+            assert_close(post, want_post, dtype)
+            assert_close(pre, want_pre, dtype)

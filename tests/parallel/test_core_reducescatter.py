@@ -121,3 +121,28 @@ def test_reducescatter_default_op_is_average() -> None:
     xs = all_inputs((3 * size(),), "float32", "rsdefault", "average")
     out = hora.reducescatter(xs[rank()], name="rsdefault")
     assert_close(out, _my_part(reduce_ref(xs, "average", "float32")), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+def test_reducescatter_narrow_integer_average_does_not_wrap(dtype: str) -> None:
+    """8- and 16-bit Average sums in a wider type before dividing (truncating toward zero),
+    also with a prescale factor (applied in the type first) and fused."""
+    info = np.iinfo(dtype)
+    rows = 3 * size() + 1
+    offsets = np.arange(rows * 2, dtype=np.int64).reshape(rows, 2) % 5
+    inputs = []
+    for r in range(size()):
+        high = info.max - offsets - r
+        low = info.min + offsets + 2 * r + 1 if info.min < 0 else high
+        inputs.append(np.where(offsets % 2 == 0, high, low).astype(dtype))
+    total = np.sum(np.stack(inputs).astype(np.int64), axis=0)
+    expected = _my_part(np.trunc(total * (1.0 / size())).astype(dtype))
+    got = hora.reducescatter(inputs[rank()], op=hora.Average, name=f"rsnarrow.{dtype}")
+    np.testing.assert_array_equal(got, expected)
+    halves = [np.trunc(x.astype(np.float64) * 0.5).astype(dtype) for x in inputs]
+    total = np.sum(np.stack(halves).astype(np.int64), axis=0)
+    expected_half = _my_part(np.trunc(total * (1.0 / size())).astype(dtype))
+    got = hora.grouped_reducescatter([inputs[rank()], inputs[rank()]], op=hora.Average,
+                                     prescale_factor=0.5, name=f"rsnarrow.g.{dtype}")
+    np.testing.assert_array_equal(got[0], expected_half)
+    np.testing.assert_array_equal(got[1], expected_half)
