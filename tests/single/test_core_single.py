@@ -261,8 +261,9 @@ def test_enqueue_checks(started):
     x = np.arange(4.0)
     with pytest.raises(ValueError, match="invalid root rank 3 for provided process set"):
         hora.broadcast(x, 3)
-    with pytest.raises(ValueError, match="only supports AVERAGE and SUM"):
+    with pytest.raises(ValueError, match="only supports AVERAGE and SUM") as err:
         hora.reducescatter(x, op=hora.Min)
+    assert isinstance(err.value, hora.HoraError)
     with pytest.raises(ValueError, match="Number of entries in splits"):
         hora.alltoall(x, splits=[2, 2])
     with pytest.raises(ValueError, match="Sum of splits"):

@@ -245,7 +245,10 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
         raise ValueError(f"{what}: unknown reduce op {op}")
     spec = _SPEC_BY_KIND.get(kind)
     if spec is not None and spec.reduce_ops and op not in spec.reduce_ops:
-        raise ValueError(spec.op_error)
+        # Horovod raises HorovodInternalError (a RuntimeError) here; ValueError stays true too.
+        from hora.errors import InvalidCollectiveError
+
+        raise InvalidCollectiveError(spec.op_error)
     if kind == BROADCAST and root_rank not in members:
         raise ValueError(
             f"broadcast received invalid root rank {root_rank} for provided process set"
@@ -298,7 +301,8 @@ def submit(
 
     Raises:
         ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
-            failed check (membership, root, splits, op).
+            failed check (membership, root, splits, op); a reduce op the operation does not
+            take raises ``InvalidCollectiveError``, also a ``HoraError`` as in Horovod.
         TypeError: an object that is not a tensor.
     """
     tensors = list(tensors)
