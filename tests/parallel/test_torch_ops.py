@@ -673,9 +673,35 @@ def test_reducescatter_async_and_grouped() -> None:
             _check(out, expected[d], d)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                                   torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_scale_factors_match_horovod_arithmetic(dtype: torch.dtype) -> None:
+    """prescale/postscale as Horovod computes them on the CPU: in float64 truncated back for
+    integers, in float32 for float16 (and bfloat16), in the tensor's own dtype otherwise; with
+    equal inputs at up to three ranks the results are bit-identical."""
+    n = size()
+    gen = torch.Generator().manual_seed(1234)
+    low = 0 if dtype == torch.uint8 else -30
+    x = torch.randint(low, 30, (17, 17), generator=gen).to(dtype)
+    math = torch.float64 if not dtype.is_floating_point else (
+        torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
+    for i, factor in enumerate((0.9766997666981422, 0.3)):
+        pre = hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor, name=f"t_bitscale.pre.{i}")
+        post = hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor, name=f"t_bitscale.post.{i}")
+        f = torch.tensor(factor, dtype=torch.float64).to(math)
+        want_pre = ((f * x.to(math)).to(dtype).double() * n).to(dtype)
+        want_post = (f * (x.double() * n).to(dtype).to(math)).to(dtype)
+        if n <= 3:
+            assert torch.equal(pre, want_pre) and torch.equal(post, want_post)
+        else:
+            assert torch.allclose(pre.double(), want_pre.double(), rtol=1e-2, atol=1e-2)
+            assert torch.allclose(post.double(), want_post.double(), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("op", ["sum", "average"])
 def test_reducescatter_grad(op: str) -> None:
-    """Gradient: allgather of the output gradients (divided by size for Average)."""
+    """Gradient as Horovod computes it: the allgathered output gradients, times the set size for
+    Sum and unscaled for Average."""
     dim0 = 2 * size() + 1
     x = float_input(rank(), [dim0, 2], "t_rs_grad_x").requires_grad_()
     y = hvd.reducescatter(x, op=OPS[op], name=f"t_rs_grad.{op}")
@@ -683,26 +709,42 @@ def test_reducescatter_grad(op: str) -> None:
     ws = [to_numpy(float_input(r, [rows[r], 2], "t_rs_grad_w")) for r in range(size())]
     (y * to_torch(ws[rank()])).sum().backward()
     expected = np.concatenate(ws)
-    if op == "average":
-        expected = expected / size()
+    if op == "sum":
+        expected = expected * size()
     assert_close(to_numpy(x.grad), expected, "float64")
 
 
+def test_reducescatter_grad_scaled() -> None:
+    """Horovod's order: the gradient times the set size (Sum), the prescale, the postscale."""
+    x = torch.ones([2 * size(), 3], dtype=torch.float32, requires_grad=True)
+    y = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.1,
+                          name="t_rs_grad_scaled")
+    y.backward(torch.full_like(y, 0.7))
+    g = torch.full([2 * size(), 3], 0.7, dtype=torch.float32)
+    expected = ((g * size()) * 3.0) * 0.1
+    assert torch.equal(x.grad, expected)
+
+
 def test_grouped_reducescatter_grad() -> None:
-    """Each tensor of a grouped reducescatter gets the reducescatter gradient."""
+    """Each tensor of a grouped reducescatter gets the reducescatter gradient (times the set size
+    for Sum, as in Horovod)."""
     a = float_input(rank(), [size(), 2], "t_grs_grad_a").requires_grad_()
     b = float_input(rank(), [2 * size()], "t_grs_grad_b").requires_grad_()
     ya, yb = hvd.grouped_reducescatter([a, b], op=hvd.Sum)
     (ya.sum() + 2 * yb.sum()).backward()
-    assert torch.allclose(a.grad, torch.ones_like(a))
-    assert torch.allclose(b.grad, torch.full_like(b, 2.0))
+    assert torch.allclose(a.grad, torch.full_like(a, float(size())))
+    assert torch.allclose(b.grad, torch.full_like(b, 2.0 * size()))
 
 
 def test_reducescatter_errors() -> None:
-    """Only Sum and Average; no scalars; shapes must match on every rank."""
+    """Only Sum and Average (another op raises a RuntimeError, HorovodInternalError, as in
+    Horovod, that is also a ValueError); no scalars; shapes must match on every rank."""
     for op in (hvd.Min, hvd.Max, hvd.Product, hvd.Adasum):
-        with pytest.raises(ValueError, match="only supports AVERAGE and SUM"):
+        with pytest.raises(hvd.HorovodInternalError, match="only supports AVERAGE and SUM") as err:
             hvd.reducescatter(torch.zeros(4), op=op)
+        assert isinstance(err.value, RuntimeError) and isinstance(err.value, ValueError)
+        with pytest.raises(RuntimeError, match="only supports AVERAGE and SUM"):
+            hvd.grouped_reducescatter([torch.zeros(4)], op=op)
     with pytest.raises(ValueError):
         hvd.reducescatter(torch.tensor(3.0))
     shapes = [[4 + r] for r in range(size())]

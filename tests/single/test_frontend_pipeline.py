@@ -97,8 +97,9 @@ def test_timeout() -> None:
 
 
 def test_gradient_arithmetic() -> None:
-    assert gradients.reducescatter_grad_factor(ops.Average, 2.0, 3.0, 4) == 1.5
-    assert gradients.reducescatter_grad_factor(ops.Sum, 2.0, 3.0, 4) == 6.0
+    assert gradients.reducescatter_grad_factors(ops.Average, 2.0, 3.0, 4) == [2.0, 3.0]
+    assert gradients.reducescatter_grad_factors(ops.Sum, 2.0, 3.0, 4) == [4.0, 2.0, 3.0]
+    assert gradients.reducescatter_grad_factors(ops.Average, 1.0, 1.0, 4) == []
     ints = gradients.scale_array(np.array([3, 5], np.int32), 0.5)
     assert ints.dtype == np.int32 and ints.tolist() == [1, 2]
     floats = gradients.scale_array(np.array([3.0], np.float16), 0.5)

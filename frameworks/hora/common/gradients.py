@@ -10,8 +10,9 @@ adapter only converts its tensors to buffers and the results back. Horovod's con
 - broadcast: the Average-allreduce of the gradient on the root, zero on every other rank;
 - alltoall: the alltoall of the gradient back with the received splits, zero rows for the
   rows that were never sent;
-- reducescatter: the allgather of the gradient, times the scale factors (and divided by the
-  set size for Average).
+- reducescatter: the allgather of the gradient, multiplied by the set size for Sum, then by the
+  prescale factor, then by the postscale factor (one multiplication each, in the gradient's
+  dtype, so the result is bit-identical to Horovod's).
 
 Names: ``names`` when given (they must match across ranks), else automatic names.
 """
@@ -113,19 +114,19 @@ def alltoall_grad(grad: Any, received_splits: Sequence[int], dim0: int,
     return back
 
 
-def reducescatter_grad_factor(op: int, prescale: float, postscale: float, size: int) -> float:
-    """The factor of the reducescatter gradient: the scale factors, over ``size`` for Average."""
-    factor = prescale * postscale
-    if op == ops.Average:
-        factor /= size
-    return factor
+def reducescatter_grad_factors(op: int, prescale: float, postscale: float,
+                               size: int) -> list[float]:
+    """The factors the reducescatter gradient is multiplied by, in order: the set size for Sum,
+    then the prescale and postscale factors (factors of 1 are left out)."""
+    factors = [float(size)] if op == ops.Sum else []
+    return [f for f in (*factors, prescale, postscale) if f != 1.0]
 
 
 def reducescatter_grad(grads: Sequence[Any], op: int, prescale: float, postscale: float,
                        process_set: ProcessSet, names: Sequence[str] | None = None,
                        wrap: Callable[[np.ndarray, Any], Any] = lambda array, grad: array,
                        scale: Callable[[Any, float], Any] = scale_array) -> list:
-    """Gradient of (grouped) reducescatter: the allgathered gradients, scaled like the op.
+    """Gradient of (grouped) reducescatter: the allgathered gradients, scaled as Horovod does.
 
     ``wrap(array, grad)`` turns each gathered array into the frontend's form before ``scale``.
     """
@@ -133,6 +134,8 @@ def reducescatter_grad(grads: Sequence[Any], op: int, prescale: float, postscale
     handles = ops.enqueue("allgather", grads, names=names, grouped=_grouped(names, len(grads)),
                           process_set=process_set)
     ops.wait_all(handles)
-    factor = reducescatter_grad_factor(op, prescale, postscale, _members(process_set))
+    factors = reducescatter_grad_factors(op, prescale, postscale, _members(process_set))
     outs = [wrap(ops.allocated_output(h), g) for h, g in zip(handles, grads)]
-    return outs if factor == 1.0 else [scale(o, factor) for o in outs]
+    for factor in factors:
+        outs = [scale(o, factor) for o in outs]
+    return outs

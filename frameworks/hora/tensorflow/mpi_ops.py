@@ -7,8 +7,8 @@ Every operation works eagerly and inside ``tf.function`` and is differentiable
 - allgather: Average-allreduce of the output gradient, then this rank's rows;
 - broadcast: Average-allreduce of the output gradient on the root, zero on the other ranks;
 - alltoall: alltoall of the output gradient back with the received splits;
-- reducescatter: allgather of the output gradient (divided by the set size for Average, times
-  the scale factors).
+- reducescatter: allgather of the output gradient, times the set size for Sum, then the
+  prescale and postscale factors (Horovod's rule).
 
 Static shapes: allreduce and broadcast keep the input shape; allgather and alltoall leave dim 0
 unknown; reducescatter knows its rows when dim 0 is static.
