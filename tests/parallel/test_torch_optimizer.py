@@ -542,7 +542,8 @@ def test_broadcast_optimizer_state_to_fresh_ranks() -> None:
 
 
 def test_broadcast_optimizer_state_all_fresh() -> None:
-    """With no state anywhere the optimizers stay fresh and the parameters unchanged."""
+    """With no state anywhere the optimizers stay fresh and the parameters unchanged; every
+    parameter has a zero gradient, as Horovod leaves it."""
     model = _mlp(seed=1)
     opt = hvd.DistributedOptimizer(
         torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1),
@@ -551,8 +552,51 @@ def test_broadcast_optimizer_state_all_fresh() -> None:
     before = _flat_params(model)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     assert len(opt.state) == 0
-    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
     torch.testing.assert_close(_flat_params(model), before, rtol=0, atol=0)
+
+
+class _FrozenIndex(torch.nn.Module):
+    """A model with an integer parameter that is frozen and a trainable one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32),
+                                        requires_grad=False)
+        self.weight = torch.nn.Parameter(torch.arange(4.0) + rank())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(self.weight, 0, self.index.long()) * x
+
+
+def test_broadcast_optimizer_state_gives_zero_gradients() -> None:
+    """A fresh optimizer: the trainable parameter gets a zero gradient, equal on every rank;
+    the frozen one keeps None; the parameters are left as they were."""
+    model = _FrozenIndex()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.1, momentum=0.9,
+                        nesterov=True),
+        named_parameters=model.named_parameters(),
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    before = model.weight.detach().clone()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert model.index.grad is None
+    grad = model.weight.grad
+    assert grad is not None and grad.shape == model.weight.shape and not grad.any()
+    assert torch.equal(hvd.broadcast(grad, root_rank=0, name="t_zero_grad"), grad)
+    assert torch.equal(model.weight.detach(), before)
+
+
+def test_broadcast_optimizer_state_sparse_adam() -> None:
+    """SparseAdam (and SGD given the model) start from sparse zero gradients."""
+    for make in (lambda ps: torch.optim.SparseAdam(ps, lr=0.01),
+                 lambda ps: torch.optim.SGD(ps, lr=0.01)):
+        torch.manual_seed(0)
+        model = torch.nn.Embedding(10, 3, sparse=True)
+        opt = make(list(model.parameters()))
+        hvd.broadcast_optimizer_state(opt, root_rank=0, model=model)
+        assert model.weight.grad is not None and model.weight.grad.is_sparse
 
 
 def test_broadcast_optimizer_state_lbfgs_is_refused() -> None:

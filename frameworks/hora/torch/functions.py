@@ -101,34 +101,52 @@ def broadcast_parameters(
         target.copy_(staging)
 
 
-def _initialise_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create the optimizer's state by a step on zero gradients, leaving parameters unchanged."""
+def _sparse_parameters(model: torch.nn.Module | None) -> set[int]:
+    """Ids of the parameters of the model's sparse embeddings (their gradients are sparse)."""
+    if model is None:
+        return set()
+    return {id(p) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+
+
+def _initialise_state(optimizer: torch.optim.Optimizer, sparse: set[int]) -> None:
+    """Create the optimizer's state by a step on zero gradients, leaving parameters unchanged.
+
+    As in Horovod, every parameter that requires a gradient keeps the zero gradient it was
+    given (sparse for SparseAdam, and for SGD on a sparse embedding); the others keep None.
+    """
     saved = []
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad:
-                saved.append((p, p.grad, p.detach().clone()))
-                p.grad = torch.zeros_like(p)
+                saved.append((p, p.detach().clone()))
+                grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    grad = grad.to_sparse()
+                p.grad = grad
     local_step = getattr(optimizer, "_local_step", None)
     if local_step is not None:
         local_step()
     else:
         optimizer.step()
     with torch.no_grad():
-        for p, grad, data in saved:
+        for p, data in saved:
             p.copy_(data)
-            p.grad = grad
 
 
 def broadcast_optimizer_state(
     optimizer: torch.optim.Optimizer,
     root_rank: int,
+    model: torch.nn.Module | None = None,
     process_set: ProcessSet = global_process_set,
 ) -> None:
     """Make every rank's optimizer state and hyperparameters equal to ``root_rank``'s.
 
     Works on a plain torch optimizer or a DistributedOptimizer. A rank whose state is still empty
-    first creates it with a step on zero gradients (parameters are left as they were). Tensor
+    first creates it with a step on zero gradients: as in Horovod, every parameter that requires
+    a gradient is left with a zero gradient (``model`` names the sparse embeddings whose zero
+    gradient must be sparse), but the parameters themselves are left as they were. Tensor
     state is broadcast in place under the names ``<state key>.<occurrence>``; scalar state and the
     parameter-group options (lr, momentum, ...) travel in one ``broadcast_object``. When the root
     itself had no state yet, every rank ends with an empty (fresh) state.
@@ -140,7 +158,7 @@ def broadcast_optimizer_state(
         raise ValueError("cannot broadcast torch.optim.LBFGS state")  # noqa: TRY004
     was_empty = len(optimizer.state) == 0
     if was_empty:
-        _initialise_state(optimizer)
+        _initialise_state(optimizer, _sparse_parameters(model))
 
     tensors: list[tuple[str, torch.Tensor]] = []
     scalars: dict[str, Any] = {_ROOT_WAS_EMPTY: was_empty}
