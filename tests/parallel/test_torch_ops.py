@@ -776,6 +776,25 @@ def test_sparse_allreduce_async(op: str) -> None:
     assert torch.allclose(result.to_dense(), expected)
 
 
+def test_sparse_allreduce_async_handle_is_callable() -> None:
+    """As in Horovod, calling the handle waits and rebuilds the sparse tensor: the rows of every
+    rank, uncoalesced, with the values averaged; coalesced it equals the dense average."""
+    dense = [torch.zeros(6, 2, dtype=torch.float32) for _ in range(size())]
+    for r in range(size()):
+        dense[r][[0, (r + 2) % 6]] = torch.tensor([[1.0 + r, 2.0], [3.0, 4.0 * r + 1]])
+    handles = [hvd.sparse_allreduce_async(dense[rank()].to_sparse(1), name=f"t_sp_call.{i}",
+                                          op=hvd.Average) for i in range(2)]
+    assert all(callable(h) for h in handles)
+    results = [h() for h in handles]
+    for result in results:
+        assert result.is_sparse and result.dtype == torch.float32 and result.shape == (6, 2)
+        assert result._nnz() == 2 * size() and not result.is_coalesced()
+        torch.testing.assert_close(result.coalesce().to_dense(), sum(dense) / size())
+    summed = hvd.sparse_allreduce_async(dense[rank()].to_sparse(1), name="t_sp_call.sum",
+                                        op=hvd.Sum)
+    torch.testing.assert_close(hvd.synchronize(summed).to_dense(), sum(dense))
+
+
 def test_join_allreduce() -> None:
     """A joined rank contributes zeros; Average still divides by the full size."""
     joiner = size() - 1

@@ -468,6 +468,33 @@ def test_sparse_gradients(sparse_as_dense: bool) -> None:
     torch.testing.assert_close(emb.weight.detach(), reference.weight.detach())
 
 
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_adam(sparse_as_dense: bool) -> None:
+    """SparseAdam on a sparse embedding: the gradient stays sparse (reduced as a sparse tensor,
+    or as a dense one and made sparse again) and holds the average of every rank's gradient;
+    the step matches SparseAdam on that average, equally on every rank."""
+    torch.manual_seed(5)
+    emb = nn.Embedding(10, 3, sparse=True)
+    reference = copy.deepcopy(emb)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1),
+                                   named_parameters=emb.named_parameters(),
+                                   sparse_as_dense=sparse_as_dense)
+    ids = [torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]) if r % 2 == 0
+           else torch.tensor([[1, 3, 4], [4, 7, 9]]) for r in range(size())]
+    opt.zero_grad()
+    emb(ids[rank()]).sum().backward()
+    opt.step()
+    grad = emb.weight.grad
+    assert grad is not None and grad.is_sparse
+    ref_opt = torch.optim.SparseAdam(list(reference.parameters()), lr=0.1)
+    (sum(reference(i).sum() for i in ids) / size()).backward()
+    torch.testing.assert_close(grad.coalesce().to_dense(), reference.weight.grad.to_dense())
+    ref_opt.step()
+    torch.testing.assert_close(emb.weight.detach(), reference.weight.detach())
+    gathered = hvd.allgather(emb.weight.detach().unsqueeze(0), name=f"t_sparse_adam.{sparse_as_dense}")
+    assert all(torch.equal(g, gathered[0]) for g in gathered)
+
+
 # ----------------------------------------------------------------- parameter and state broadcast
 
 

@@ -292,12 +292,23 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | Non
 # ------------------------------------------------------------------------------- sparse
 
 
+class SparseHandle(int):
+    """The handle of ``sparse_allreduce_async``: calling it, as in Horovod, waits and returns
+    the reduced sparse tensor; as an ``int`` it also works with ``poll`` and ``synchronize``."""
+
+    __slots__ = ()
+
+    def __call__(self) -> torch.Tensor:
+        return synchronize(self)
+
+
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: int = Average,
-                           process_set: ProcessSet = global_process_set) -> int:
+                           process_set: ProcessSet = global_process_set) -> SparseHandle:
     """Start the reduction of a sparse COO tensor by allgathering its indices and values.
 
-    ``synchronize`` returns a sparse tensor holding every rank's entries (uncoalesced; duplicates
-    add up when coalesced). With Average the values are divided by the set size.
+    ``handle()`` (or ``synchronize(handle)``) returns a sparse tensor holding every rank's
+    entries (uncoalesced; duplicates add up when coalesced). With Average the values are divided
+    by the set size.
     """
     if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async supports only Average and Sum")
@@ -317,4 +328,4 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: in
         return torch.sparse_coo_tensor(all_indices.t(), all_values, sparse.size(),
                                        check_invariants=False)
 
-    return _ops.register_handle(AsyncResult(gather.handles, finish))
+    return SparseHandle(_ops.register_handle(AsyncResult(gather.handles, finish)))

@@ -235,7 +235,10 @@ class _DistributedMixin(HookedOptimizer):
         grad = p.grad
         if grad is value:
             return
-        if grad is None or grad.is_sparse or value.is_sparse or grad.dtype != value.dtype:
+        if grad is not None and grad.is_sparse and not value.is_sparse:
+            # sparse_as_dense: the optimizer (SparseAdam, say) expects a sparse gradient back.
+            p.grad = value.to(p.dtype).to_sparse()
+        elif grad is None or grad.is_sparse or value.is_sparse or grad.dtype != value.dtype:
             p.grad = value.to(p.dtype) if not value.is_sparse else value
         else:
             grad.set_(value.reshape(grad.shape))  # type: ignore[call-overload]
