@@ -291,6 +291,28 @@ def test_allreduce_process_set() -> None:
         hvd.remove_process_set(ps)
 
 
+def test_unnamed_ops_in_sets_keep_global_names_in_step() -> None:
+    """Ranks of two process sets issue different numbers of unnamed operations in their own set
+    (with gradients); unnamed operations on the global set still match afterwards."""
+    evens = list(range(0, size(), 2))
+    odds = list(range(1, size(), 2))
+    even_set, odd_set = hvd.add_process_set(evens), hvd.add_process_set(odds)
+    try:
+        mine, members = (even_set, evens) if rank() % 2 == 0 else (odd_set, odds)
+        for root in members:
+            x = torch.full([3], float(rank()), requires_grad=True)
+            hvd.broadcast(x, root, process_set=mine).sum().backward()
+            assert x.grad is not None
+            assert torch.equal(x.grad, torch.full([3], 1.0 if rank() == root else 0.0))
+        out = hvd.broadcast(torch.full([2], float(rank())), size() - 1)
+        assert torch.equal(out, torch.full([2], float(size() - 1)))
+        total = hvd.allreduce(torch.ones(2), op=hvd.Sum)
+        assert torch.equal(total, torch.full([2], float(size())))
+    finally:
+        hvd.remove_process_set(odd_set)
+        hvd.remove_process_set(even_set)
+
+
 def test_allreduce_shape_mismatch_error() -> None:
     """Different shapes under one name fail on every rank, naming each rank's shape."""
     shapes = [[17 + r] for r in range(size())]

@@ -90,16 +90,20 @@ _name_lock = threading.Lock()
 _name_counters: dict[str, int] = {}
 
 
-def auto_name(prefix: str) -> str:
-    """A default tensor name, ``f"{prefix}.noname.{n}"``, from a per-process counter per prefix.
+def auto_name(prefix: str, process_set_id: int = 0) -> str:
+    """A default tensor name, ``f"{prefix}.noname.{n}"``, from a per-process counter per prefix
+    and process set (``f"{prefix}.set{id}.noname.{n}"`` outside the global set).
 
     Unnamed operations therefore match across ranks only when every rank issues them in the
-    same order (as in Horovod).
+    same order (as in Horovod). Counting per process set (Horovod counts every operation
+    together) keeps the global set's names in step when the ranks of different sets issued
+    different numbers of unnamed operations in their own sets.
     """
+    key = prefix if process_set_id == 0 else f"{prefix}.set{process_set_id}"
     with _name_lock:
-        n = _name_counters.get(prefix, 0)
-        _name_counters[prefix] = n + 1
-    return f"{prefix}.noname.{n}"
+        n = _name_counters.get(key, 0)
+        _name_counters[key] = n + 1
+    return f"{key}.noname.{n}"
 
 
 def reset_names() -> None:
@@ -108,15 +112,15 @@ def reset_names() -> None:
         _name_counters.clear()
 
 
-def op_name(prefix: str, name: str | None) -> str:
+def op_name(prefix: str, name: str | None, process_set_id: int = 0) -> str:
     """The engine name of one operation: ``prefix.name``, or an auto name (Horovod's scheme)."""
-    return f"{prefix}.{name}" if name else auto_name(prefix)
+    return f"{prefix}.{name}" if name else auto_name(prefix, process_set_id)
 
 
-def group_names(prefix: str, name: str | None, count: int) -> list[str]:
+def group_names(prefix: str, name: str | None, count: int, process_set_id: int = 0) -> list[str]:
     """Names for the tensors of one grouped call, sharing one base: ``<base>_<i>of<count>``
     with i counted from 1 (as in Horovod)."""
-    base = op_name(prefix, name)
+    base = op_name(prefix, name, process_set_id)
     return [f"{base}_{i + 1}of{count}" for i in range(count)]
 
 
@@ -338,10 +342,12 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     spec = OPS[collective]
     buffers = list(buffers)
     if names is None:
+        process_set = request.get("process_set")
+        set_id = int(getattr(process_set, "process_set_id", 0) or 0)
         if grouped:
-            names = group_names(spec.grouped_prefix, name, len(buffers))
+            names = group_names(spec.grouped_prefix, name, len(buffers), set_id)
         else:
-            names = [op_name(spec.prefix, name)]
+            names = [op_name(spec.prefix, name, set_id)]
     kind = spec.kind
     if collective == "allreduce":
         kind, op = resolve_allreduce(op, average)

@@ -316,7 +316,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: in
         raise ValueError(f"sparse_allreduce_async expects a sparse COO tensor, got {tensor.layout}")
     sparse = tensor.detach()
     parts = [sparse._indices().t().contiguous(), sparse._values().contiguous()]
-    base = name if name else _ops.auto_name("sparse_allreduce")
+    base = name if name else _ops.auto_name("sparse_allreduce", int(process_set.process_set_id or 0))
     gather = call("allgather", parts, True, "sparse_allreduce_async", process_set=process_set,
                   names=[f"allgather.{base}.indices", f"allgather.{base}.values"])
     size = process_set.size()
