@@ -237,6 +237,31 @@ void scaleNarrow(uint16_t* __restrict p, size_t count, double factor) {
 }
 
 template <typename T>
+void divideTyped(T* __restrict p, size_t count, int divisor) {
+  const T d = static_cast<T>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+}
+
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void divideNarrow(uint16_t* __restrict p, size_t count, int divisor) {
+  const float d = static_cast<float>(divisor);
+  float a[kWidenBlock];
+  for (size_t base = 0; base < count; base += kWidenBlock) {
+    size_t n = std::min(kWidenBlock, count - base);
+    uint16_t* __restrict q = p + base;
+    for (size_t i = 0; i < n; ++i) a[i] = Widen(q[i]) / d;
+    for (size_t i = 0; i < n; ++i) q[i] = Narrow(a[i]);
+  }
+}
+
+template <typename T>
+void narrowDividedTyped(const int32_t* __restrict src, void* dst, size_t count, int divisor) {
+  T* __restrict d = static_cast<T*>(dst);
+  const int32_t lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  for (size_t i = 0; i < count; ++i) d[i] = T(std::clamp(src[i] / divisor, lo, hi));
+}
+
+template <typename T>
 void widenTyped(const void* src, int32_t* __restrict dst, size_t count) {
   const T* __restrict s = static_cast<const T*>(src);
   for (size_t i = 0; i < count; ++i) dst[i] = int32_t(s[i]);
@@ -314,6 +339,39 @@ void narrowScaledFromInt32(const int32_t* src, void* dst, size_t count, DataType
     case DataType::UInt16: return narrowTyped<uint16_t>(src, dst, count, factor);
     case DataType::Int16: return narrowTyped<int16_t>(src, dst, count, factor);
     default: HORA_CHECK(false, "narrowScaledFromInt32 on " + std::string(dtypeName(dtype)));
+  }
+}
+
+void divideInPlace(void* buf, size_t count, DataType dtype, int divisor) {
+  if (count == 0 || divisor == 1) return;
+  HORA_CHECK(divisor > 0, "divideInPlace by " + std::to_string(divisor));
+  switch (dtype) {
+    case DataType::UInt8: return divideTyped(static_cast<uint8_t*>(buf), count, divisor);
+    case DataType::Int8: return divideTyped(static_cast<int8_t*>(buf), count, divisor);
+    case DataType::UInt16: return divideTyped(static_cast<uint16_t*>(buf), count, divisor);
+    case DataType::Int16: return divideTyped(static_cast<int16_t*>(buf), count, divisor);
+    case DataType::Int32: return divideTyped(static_cast<int32_t*>(buf), count, divisor);
+    case DataType::Int64: return divideTyped(static_cast<int64_t*>(buf), count, divisor);
+    case DataType::Float32: return divideTyped(static_cast<float*>(buf), count, divisor);
+    case DataType::Float64: return divideTyped(static_cast<double*>(buf), count, divisor);
+    case DataType::Float16:
+      return divideNarrow<widenHalf, narrowHalf>(static_cast<uint16_t*>(buf), count, divisor);
+    case DataType::BFloat16:
+      return divideNarrow<widenBfloat16, narrowBfloat16>(static_cast<uint16_t*>(buf), count,
+                                                         divisor);
+    case DataType::Bool: return;
+  }
+  HORA_CHECK(false, "unknown dtype " + std::to_string(int(dtype)));
+}
+
+void narrowDividedFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
+                            int divisor) {
+  switch (dtype) {
+    case DataType::UInt8: return narrowDividedTyped<uint8_t>(src, dst, count, divisor);
+    case DataType::Int8: return narrowDividedTyped<int8_t>(src, dst, count, divisor);
+    case DataType::UInt16: return narrowDividedTyped<uint16_t>(src, dst, count, divisor);
+    case DataType::Int16: return narrowDividedTyped<int16_t>(src, dst, count, divisor);
+    default: HORA_CHECK(false, "narrowDividedFromInt32 on " + std::string(dtypeName(dtype)));
   }
 }
 

@@ -22,6 +22,10 @@ void reduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
 // toward zero (saturating where the type would overflow). Bool: unchanged unless factor == 0.
 void scaleInPlace(void* buf, size_t count, DataType dtype, double factor);
 
+// buf[i] /= divisor for i < count: floats divide in their own type (float16 and bfloat16 in
+// float), integers divide exactly, truncating toward zero. Bool: unchanged.
+void divideInPlace(void* buf, size_t count, DataType dtype, int divisor);
+
 // The integer types narrower than 32 bits, whose Average is summed in int32 so that a sum over
 // three or more ranks cannot wrap before the division.
 bool averagesInInt32(DataType dtype);
@@ -33,6 +37,10 @@ void widenToInt32(const void* src, int32_t* dst, size_t count, DataType dtype);
 // 8- or 16-bit integer type), as scaleInPlace does for integers.
 void narrowScaledFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
                            double factor);
+
+// dst[i] = src[i] / divisor, truncated toward zero and saturated to dtype (8- or 16-bit).
+void narrowDividedFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
+                            int divisor);
 
 // Conversions used by the kernels and by tests.
 float halfToFloat(uint16_t h);

@@ -11,6 +11,27 @@ double effectivePostscale(const Response& r, int setSize) {
   return r.reduceOp == ReduceOp::Average ? r.postscale / setSize : r.postscale;
 }
 
+bool dividesBySize(const Response& r) {
+  return r.reduceOp == ReduceOp::Average && r.postscale == 1.0;
+}
+
+void finishReduction(const Response& r, void* buf, size_t count, int setSize) {
+  if (dividesBySize(r)) {
+    divideInPlace(buf, count, r.dtype, setSize);
+    return;
+  }
+  double post = effectivePostscale(r, setSize);
+  if (post != 1.0) scaleInPlace(buf, count, r.dtype, post);
+}
+
+void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t count, int setSize) {
+  if (dividesBySize(r)) {
+    narrowDividedFromInt32(wide, out, count, r.dtype, setSize);
+  } else {
+    narrowScaledFromInt32(wide, out, count, r.dtype, effectivePostscale(r, setSize));
+  }
+}
+
 bool sumsWide(const Response& r) {
   return r.reduceOp == ReduceOp::Average && averagesInInt32(r.dtype);
 }
@@ -42,16 +63,15 @@ void runAllreduce(const Response& r, OpContext& cx) {
   {
     ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
     if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
-    double post = effectivePostscale(r, cx.comm.size());
     if (sumsWide(r)) {
       std::vector<int32_t> wide(total);
       widenToInt32(buf, wide.data(), total, r.dtype);
       cx.comm.allreduce(wide.data(), total, DataType::Int32, ReduceOp::Sum);
-      narrowScaledFromInt32(wide.data(), buf, total, r.dtype, post);
+      narrowFromInt32(r, wide.data(), buf, total, cx.comm.size());
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.allreduce(buf, total, r.dtype, op);
-      if (post != 1.0) scaleInPlace(buf, total, r.dtype, post);
+      finishReduction(r, buf, total, cx.comm.size());
     }
   }
 

@@ -17,6 +17,16 @@ void runReducescatter(const Response& r, OpContext& cx);
 // Scale factors as the reference applies them: Average is Sum followed by postscale / size.
 double effectivePostscale(const Response& r, int setSize);
 
+// Average without a postscale factor: the sum is divided by the set size (correctly rounded for
+// floats, exact truncating division for integers) instead of multiplied by postscale / size.
+bool dividesBySize(const Response& r);
+
+// Runs the step after the sum: the division of a plain Average, else the postscale factor.
+void finishReduction(const Response& r, void* buf, size_t count, int setSize);
+
+// The int32 sum of an 8- or 16-bit Average back into the type, divided or scaled likewise.
+void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t count, int setSize);
+
 // Average of an 8- or 16-bit integer tensor: summed in int32, then scaled back into the type,
 // so three or more ranks do not wrap the sum.
 bool sumsWide(const Response& r);

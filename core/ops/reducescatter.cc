@@ -80,16 +80,15 @@ void runReducescatter(const Response& r, OpContext& cx) {
   }
   {
     ActivityScope a(cx, r, collectiveActivity(cx, "REDUCESCATTER"));
-    double post = effectivePostscale(r, n);
     if (sumsWide(r)) {
       std::vector<int32_t> wideIn(total), wideOut(counts[me]);
       widenToInt32(in, wideIn.data(), total, r.dtype);
       cx.comm.reduceScatter(wideIn.data(), wideOut.data(), counts, DataType::Int32, ReduceOp::Sum);
-      narrowScaledFromInt32(wideOut.data(), out, counts[me], r.dtype, post);
+      narrowFromInt32(r, wideOut.data(), out, counts[me], n);
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.reduceScatter(in, out, counts, r.dtype, op);
-      if (post != 1.0) scaleInPlace(out, counts[me], r.dtype, post);
+      finishReduction(r, out, counts[me], n);
     }
   }
 

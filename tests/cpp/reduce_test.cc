@@ -366,5 +366,22 @@ TEST(Scale, NarrowIntegersAverageThroughInt32) {
   EXPECT_EQ(s[0], -2);
 }
 
+TEST(Scale, DivideIsExactOrCorrectlyRounded) {
+  std::vector<float> f = {7.0f, -1.0f};
+  divideInPlace(f.data(), f.size(), DataType::Float32, 3);
+  EXPECT_EQ(f, (std::vector<float>{7.0f / 3.0f, -1.0f / 3.0f}));
+  std::vector<int64_t> l = {(int64_t(1) << 60) * 3 / 4 * 4 - 1, -7, 9};
+  const int64_t big = l[0];
+  divideInPlace(l.data(), l.size(), DataType::Int64, 3);
+  EXPECT_EQ(l, (std::vector<int64_t>{big / 3, -2, 3}));  // exact, truncating toward zero
+  std::vector<uint16_t> h = {floatToHalf(7)};
+  divideInPlace(h.data(), h.size(), DataType::Float16, 3);
+  EXPECT_EQ(h[0], floatToHalf(7.0f / 3.0f));
+  std::vector<int32_t> wide = {-383, 383, 765};
+  std::vector<int8_t> out(wide.size());
+  narrowDividedFromInt32(wide.data(), out.data(), out.size(), DataType::Int8, 3);
+  EXPECT_EQ(out, (std::vector<int8_t>{-127, 127, 127}));  // -127.67 -> -127; 255 saturates
+}
+
 }  // namespace
 }  // namespace hora

@@ -245,7 +245,8 @@ def reduce_ref(
         else:
             out = np.logical_and.reduce(stacked, axis=0)
     elif op == "average" and dtype in NARROW_INT_DTYPES:
-        wide = np.trunc(np.sum(stacked.astype(np.int64), axis=0) * (postscale / n))
+        total = np.sum(stacked.astype(np.int64), axis=0)
+        wide = truncating_division(total, n) if postscale == 1.0 else np.trunc(total * (postscale / n))
         info = np.iinfo(dt)
         return np.clip(wide, info.min, info.max).astype(dt)
     elif dtype in INT_DTYPES:
@@ -255,8 +256,21 @@ def reduce_ref(
         wide = stacked.astype(np.float64)
         funcs = {"sum": np.sum, "product": np.prod, "min": np.min, "max": np.max}
         out = funcs[base](wide, axis=0).astype(dt)
+    if op == "average" and postscale == 1.0 and dtype != "bool":
+        # A plain Average divides: exactly (truncating) for integers, correctly rounded in the
+        # type for floats (in float32 for float16 and bfloat16).
+        if dtype in INT_DTYPES:
+            return truncating_division(out.astype(np.int64), n).astype(dt)
+        if dtype in ("float16", "bfloat16"):
+            return (out.astype(np.float32) / np.float32(n)).astype(dt)
+        return out / dt.type(n)
     factor = postscale / n if op == "average" else postscale
     return scale_ref(out, factor, dtype)
+
+
+def truncating_division(x: np.ndarray, n: int) -> np.ndarray:
+    """x / n for integers, truncated toward zero (as C and Horovod's tests do; // floors)."""
+    return np.sign(x) * (np.abs(x) // n)
 
 
 def adasum_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:

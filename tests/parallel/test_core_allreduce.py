@@ -24,6 +24,7 @@ from conftest import (
     reduce_ref,
     resolve_count,
     size,
+    truncating_division,
 )
 
 SCALE_DTYPES = ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -238,9 +239,9 @@ def _near_limits(dtype: str, count: int, r: int) -> np.ndarray:
 
 
 def _average_without_wrapping(inputs: list[np.ndarray], dtype: str) -> np.ndarray:
-    """The mean of ``inputs`` summed in int64, times 1/size in double, truncated toward zero."""
+    """The mean of ``inputs`` summed in int64, divided exactly, truncated toward zero."""
     total = np.sum(np.stack(inputs).astype(np.int64), axis=0)
-    return np.trunc(total * (1.0 / len(inputs))).astype(dtype)
+    return truncating_division(total, len(inputs)).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
@@ -301,3 +302,28 @@ def test_scale_factors_bit_identical(dtype: str) -> None:
         else:
             assert_close(post, want_post, dtype)
             assert_close(pre, want_pre, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float16", "bfloat16", "float32", "float64"])
+def test_average_divides_by_size(dtype: str) -> None:
+    """A plain Average is the sum divided by the size: exactly for integers (truncating toward
+    zero, so a multiple of the size gives the exact quotient), correctly rounded for floats (in
+    float32 for float16 and bfloat16), which multiplying by 1/size in the type is not."""
+    n = size()
+    # Whole numbers whose sums over up to four ranks are exact in every type.
+    bound = 25 if dtype in ("float16", "bfloat16") else 600
+    base = np.arange(-bound, bound + 1, dtype=np.int64)
+    # Rank 0 adds one so the sum is not a multiple of the size.
+    inputs = [(base * (r + 1) + (r == 0)).astype(np.float64).astype(np_dtype(dtype))
+              for r in range(n)]
+    x = inputs[rank()]
+    total = sum(v.astype(np.float64) for v in inputs)
+    got = hora.allreduce(x, op=hora.Average, name=f"avgdiv.{dtype}")
+    if dtype in ("int32", "int64"):
+        expected = truncating_division(total.astype(np.int64), n).astype(dtype)
+    elif dtype in ("float16", "bfloat16"):
+        expected = (total.astype(np_dtype(dtype)).astype(np.float32) / np.float32(n)).astype(
+            np_dtype(dtype))
+    else:
+        expected = total.astype(dtype) / np.dtype(dtype).type(n)
+    np.testing.assert_array_equal(got, expected)

@@ -18,6 +18,7 @@ from conftest import (
     reducescatter_rows,
     resolve_count,
     size,
+    truncating_division,
 )
 
 
@@ -136,12 +137,12 @@ def test_reducescatter_narrow_integer_average_does_not_wrap(dtype: str) -> None:
         low = info.min + offsets + 2 * r + 1 if info.min < 0 else high
         inputs.append(np.where(offsets % 2 == 0, high, low).astype(dtype))
     total = np.sum(np.stack(inputs).astype(np.int64), axis=0)
-    expected = _my_part(np.trunc(total * (1.0 / size())).astype(dtype))
+    expected = _my_part(truncating_division(total, size()).astype(dtype))
     got = hora.reducescatter(inputs[rank()], op=hora.Average, name=f"rsnarrow.{dtype}")
     np.testing.assert_array_equal(got, expected)
     halves = [np.trunc(x.astype(np.float64) * 0.5).astype(dtype) for x in inputs]
     total = np.sum(np.stack(halves).astype(np.int64), axis=0)
-    expected_half = _my_part(np.trunc(total * (1.0 / size())).astype(dtype))
+    expected_half = _my_part(truncating_division(total, size()).astype(dtype))
     got = hora.grouped_reducescatter([inputs[rank()], inputs[rank()]], op=hora.Average,
                                      prescale_factor=0.5, name=f"rsnarrow.g.{dtype}")
     np.testing.assert_array_equal(got[0], expected_half)
