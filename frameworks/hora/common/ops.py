@@ -25,6 +25,7 @@ import numpy as np
 from hora import _core
 from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
+from hora.errors import InvalidCollectiveError
 
 # The engine's numbering, read from the engine itself.
 ALLREDUCE = int(_core.OpKind.ALLREDUCE)
@@ -244,13 +245,19 @@ def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     array = np.asarray(splits)
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
         raise ValueError("splits must be a 1-D tensor of integers (int32)")
+    # Both a ValueError and a HoraError: Horovod's torch raises the one, its MXNet and
+    # TensorFlow frontends the other (HorovodInternalError, a RuntimeError).
     if array.size != set_size:
-        raise ValueError("Number of entries in splits does not equal number of workers.")
+        raise InvalidCollectiveError(
+            "Number of entries in splits does not equal number of workers."
+        )
     values = [int(v) for v in array]
     if any(v < 0 for v in values):
         raise ValueError("splits must not be negative")
     if dim0 is not None and sum(values) > dim0:
-        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+        raise InvalidCollectiveError(
+            "Sum of splits entries is greater than the first dimension of tensor."
+        )
     return values
 
 
@@ -295,7 +302,7 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
     if splits is not None:
         return _check_splits(splits, len(members), dim0)
     if dim0 is not None and dim0 % len(members) != 0:
-        raise ValueError(
+        raise InvalidCollectiveError(
             f"alltoall without splits needs the first dimension ({dim0}) to be divisible by the "
             f"number of workers ({len(members)}); pass splits otherwise"
         )
