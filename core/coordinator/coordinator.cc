@@ -166,6 +166,11 @@ bool Coordinator::isReady(const PendingTensor& p) const {
   if (!sets_.contains(p.processSetId)) return true;  // answered with an error
   size_t have = p.requests.size() + p.hitRanks.size();
   if (have == 0) return false;
+  // While ranks have joined, an op that cannot run then fails for each rank that asks, without
+  // waiting for the others: their names need not ever match (automatic names count each rank's
+  // own calls, and a joined rank skipped some). Only an all-join resets the state, and a rank's
+  // requests reach here before its join, so every rank asking before then gets the same error.
+  if (joinedCount_ > 0 && !runsWhileJoined(p)) return true;
   size_t needed = 0;
   for (int r : sets_.ranks(p.processSetId)) {
     if (!joined_[r]) ++needed;
@@ -175,6 +180,16 @@ bool Coordinator::isReady(const PendingTensor& p) const {
   for (const auto& q : p.requests) fromJoined += joined_[q.rank] ? 1 : 0;
   for (int r : p.hitRanks) fromJoined += joined_[r] ? 1 : 0;
   return have - fromJoined >= needed;
+}
+
+bool Coordinator::runsWhileJoined(const PendingTensor& p) const {
+  OpKind kind = OpKind::Allreduce;
+  if (!p.requests.empty()) {
+    kind = p.requests.front().kind;
+  } else if (cache_.occupied(p.slot)) {
+    kind = cache_.response(p.slot).kind;
+  }
+  return kind == OpKind::Allreduce || kind == OpKind::Barrier;
 }
 
 Response Coordinator::respond(const std::string& key, PendingTensor& p) {

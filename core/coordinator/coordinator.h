@@ -4,11 +4,12 @@
 //
 // Ranks push RequestBatches as their tensors become ready: full requests for tensors the cache
 // does not know, one bit per cached tensor otherwise. A tensor is ready when every member of its
-// set that has not joined has asked for it. buildBatch() then validates each ready tensor across
-// ranks (mismatches become Error responses), assigns cache slots, fuses compatible responses and
-// returns the next ResponseBatch, which every rank applies in sequence order. One sequencer for
-// all sets is what keeps ranks that belong to several sets from executing two sets' collectives in
-// different orders and deadlocking.
+// set that has not joined has asked for it; while some rank has joined, an op other than allreduce
+// or barrier is ready (to fail) as soon as one rank asks. buildBatch() then validates each ready
+// tensor across ranks (mismatches become Error responses), assigns cache slots, fuses compatible
+// responses and returns the next ResponseBatch, which every rank applies in sequence order. One
+// sequencer for all sets is what keeps ranks that belong to several sets from executing two sets'
+// collectives in different orders and deadlocking.
 //
 // Cache bits are checked against the sender's applied-batch count: a bit for a slot that changed
 // in a batch the sender had not yet applied is ignored, and the sender resends that tensor in full
@@ -67,6 +68,8 @@ class Coordinator {
   void markReady(const PendingTensor& p, int fromRank);
   void evictSlot(int slot);
   bool isReady(const PendingTensor& p) const;
+  // Whether the op may run while some ranks have joined (allreduce and barrier only).
+  bool runsWhileJoined(const PendingTensor& p) const;
   Response respond(const std::string& key, PendingTensor& p);
   void assignSlot(const std::string& key, const PendingTensor& p, Response& r);
   void finishProcessSetResponse(Response& r);

@@ -307,6 +307,47 @@ TEST(Coordinator, JoinedRanksLetAllreduceRunAndJoinReturnsLastRank) {
   EXPECT_EQ(out[0].lastJoinedRank, 0);
 }
 
+// While a rank has joined, an op that cannot run then fails for the rank that asks at once: the
+// other ranks may ask under another name (automatic names count each rank's own calls).
+TEST(Coordinator, WhileRanksJoinedUnsupportedOpsFailWithoutWaitingForOthers) {
+  Job job(3, 16);
+  for (int r = 0; r < 3; ++r) job.enqueue(r, "cached", {3}, OpKind::Allgather);
+  for (int r = 0; r < 3; ++r) job.send(r);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allgather);
+  job.enqueue(0, "join.noname", {}, OpKind::Join);
+  job.send(0);
+  EXPECT_TRUE(job.answer().empty());
+  auto expectJoinError = [&job](const std::string& name) {
+    auto answered = job.answer();
+    ASSERT_EQ(answered.size(), 1u);
+    EXPECT_EQ(answered[0].kind, OpKind::Error);
+    EXPECT_EQ(answered[0].names[0], name);
+    EXPECT_NE(answered[0].errorMessage.find("Allgather is not supported with Join"),
+              std::string::npos);
+  };
+  job.enqueue(1, "allgather.noname.0", {3}, OpKind::Allgather);
+  job.send(1);
+  expectJoinError("allgather.noname.0");
+  job.enqueue(2, "allgather.noname.1", {3}, OpKind::Allgather);
+  job.send(2);
+  expectJoinError("allgather.noname.1");
+  job.enqueue(1, "cached", {3}, OpKind::Allgather);
+  EXPECT_FALSE(job.send(1).cacheBits.empty());  // reported by its cache bit
+  expectJoinError("cached");
+  // Allreduce still waits for every rank that has not joined.
+  job.enqueue(1, "g", {3});
+  job.send(1);
+  EXPECT_TRUE(job.answer().empty());
+  job.enqueue(2, "g", {3});
+  job.send(2);
+  out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_TRUE(out[0].withJoinedRanks);
+}
+
 TEST(Coordinator, ShutdownFromAnyRankEndsTheJob) {
   Job job(2, 16);
   RequestBatch b;

@@ -115,3 +115,15 @@ def test_alltoall_async() -> None:
         assert [int(v) for v in np.asarray(received).ravel()] == expected_received
     expected2, _ = _expected(ys, [np.full(size(), 2, dtype=np.int32)] * size())
     assert_same(out2, expected2, "float16")
+
+
+def test_alltoall_uneven_without_splits_fails_on_every_rank() -> None:
+    """A first dimension the ranks cannot share evenly, without splits, fails at the call with
+    InvalidCollectiveError: both the ValueError Horovod's torch raises and the RuntimeError
+    (HorovodInternalError) of its MXNet and TensorFlow frontends. The job goes on."""
+    x = np.arange(size() + 1, dtype=np.float32)
+    with pytest.raises(hora.InvalidCollectiveError, match="divisible by the number of workers"):
+        hora.alltoall(x, name="a2a.uneven")
+    even = np.arange(2 * size(), dtype=np.float32)
+    out = hora.alltoall(even, name="a2a.after_uneven")
+    assert out.shape == even.shape

@@ -133,6 +133,27 @@ def test_join_allreduce() -> None:
     check_next_op_works("after-join")
 
 
+def test_join_then_unsupported_op_fails_on_calling_ranks() -> None:
+    """While a rank has joined, every rank that calls allgather gets an error at once.
+
+    The calls are unnamed and each rank joins first in a different round, so in one round the
+    automatic names differ across the calling ranks: the error cannot wait for them to match.
+    Over all rounds every rank calls allgather size-1 times, so the names agree again after.
+    """
+    n, r = size(), rank()
+    x = np.ones((17, 3), dtype=np.float32)
+    for first in range(n):
+        if r != first:
+            with pytest.raises(hora.InvalidCollectiveError, match="not supported with Join"):
+                hora.allgather(x)
+        last = hora.join()
+        assert last != first
+        assert hora.allgather_object(last, name=f"join.unsupported.{first}") == [last] * n
+    out = hora.allgather(x)
+    assert out.shape == (17 * n, 3)
+    check_next_op_works("after-join-allgather")
+
+
 def test_join_agrees_on_last_rank() -> None:
     """join() returns the same rank everywhere, and ops work after it."""
     time.sleep(0.01 * rank())

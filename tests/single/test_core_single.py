@@ -292,6 +292,16 @@ def test_average_compatibility(started):
         hora.allreduce(np.ones(2))
 
 
+def test_split_errors_are_both_value_and_runtime_errors(started):
+    """Bad alltoall splits raise InvalidCollectiveError: the ValueError Horovod's torch raises and
+    the RuntimeError (HorovodInternalError) its MXNet and TensorFlow frontends raise."""
+    x = np.arange(4.0)
+    for splits, message in (([2, 2], "Number of entries in splits"), ([5], "Sum of splits")):
+        with pytest.raises(hora.InvalidCollectiveError, match=message) as err:
+            hora.alltoall(x, splits=splits)
+        assert isinstance(err.value, ValueError) and isinstance(err.value, RuntimeError)
+
+
 def test_raw_capsules_and_overrides(started):
     x = np.arange(3, dtype=np.float32)
     capsule = x.__dlpack__()

@@ -25,6 +25,7 @@ import numpy as np
 from hora import _core
 from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
+from hora.errors import InvalidCollectiveError
 
 # The engine's numbering, read from the engine itself.
 ALLREDUCE = int(_core.OpKind.ALLREDUCE)
@@ -164,20 +165,51 @@ def resolve_allreduce(op: int | None, average: bool | None) -> tuple[int, int]:
     return (ADASUM if op == Adasum else ALLREDUCE), op
 
 
+# Packages whose frames stand between a user's call and Hora (autograd's Function.apply, Keras
+# layers, Gluon blocks): a call site names the first frame outside these and Hora.
+_FRAMEWORK_PACKAGES = ("torch", "tensorflow", "keras", "tf_keras", "mxnet")
+
+
+def _framework_dirs() -> list[str]:
+    dirs = []
+    for name in _FRAMEWORK_PACKAGES:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None) if module is not None else None
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return dirs
+
+
 @functools.lru_cache(maxsize=1024)
-def _inside_hora(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_HORA_DIR + os.sep)
+def _frame_owner(filename: str) -> int:
+    """0 for a user's file, 1 for a framework's, 2 for Hora's (cached per file name).
+
+    A framework's file can only be on the stack once that framework is imported, so the
+    directories loaded when a file is first seen decide it for good.
+    """
+    path = os.path.abspath(filename)
+    if path.startswith(_HORA_DIR + os.sep):
+        return 2
+    if any(path.startswith(d) for d in _framework_dirs()):
+        return 1
+    return 0
 
 
 def call_site() -> str:
-    """``file.py:123`` of the first caller frame outside the hora package."""
+    """``file.py:123`` of the caller's frame: the first one outside Hora and the frameworks
+    (for a differentiable op the frame below Hora's is autograd's), else the first outside
+    Hora."""
     frame: FrameType | None = sys._getframe(1)
+    fallback = ""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not _inside_hora(filename):
+        owner = _frame_owner(filename)
+        if owner == 0:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        if owner == 1 and not fallback:
+            fallback = f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back
-    return ""
+    return fallback
 
 
 _numpy_bool_dlpack: bool | None = None
@@ -217,13 +249,19 @@ def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     array = np.asarray(splits)
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
         raise ValueError("splits must be a 1-D tensor of integers (int32)")
+    # Both a ValueError and a HoraError: Horovod's torch raises the one, its MXNet and
+    # TensorFlow frontends the other (HorovodInternalError, a RuntimeError).
     if array.size != set_size:
-        raise ValueError("Number of entries in splits does not equal number of workers.")
+        raise InvalidCollectiveError(
+            "Number of entries in splits does not equal number of workers."
+        )
     values = [int(v) for v in array]
     if any(v < 0 for v in values):
         raise ValueError("splits must not be negative")
     if dim0 is not None and sum(values) > dim0:
-        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+        raise InvalidCollectiveError(
+            "Sum of splits entries is greater than the first dimension of tensor."
+        )
     return values
 
 
@@ -271,7 +309,7 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
     if splits is not None:
         return _check_splits(splits, len(members), dim0)
     if dim0 is not None and dim0 % len(members) != 0:
-        raise ValueError(
+        raise InvalidCollectiveError(
             f"alltoall without splits needs the first dimension ({dim0}) to be divisible by the "
             f"number of workers ({len(members)}); pass splits otherwise"
         )

@@ -6,6 +6,8 @@ MXNet 1.9.1 reads NumPy names at import time that NumPy has since removed: ``np.
 (``mirr``, ``npv``, ...; gone in 1.20, kept as raising stubs until 2.0). ``import_mxnet()`` puts
 back the names the installed NumPy lacks, with their old meaning, and then imports MXNet. Names
 NumPy still has are left alone, so NumPy behaves as before for every other library in the process.
+``patch_numpy()`` also runs from the start-up hook ``_hora_mxnet_numpy`` (installed with the
+wheel) when a script imports ``mxnet`` itself before ``hora.mxnet``; it imports nothing but NumPy.
 """
 
 from __future__ import annotations
