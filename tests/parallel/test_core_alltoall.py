@@ -121,6 +121,8 @@ def test_alltoall_uneven_without_splits_fails_on_every_rank() -> None:
     """A first dimension the ranks cannot share evenly, without splits, fails at the call with
     InvalidCollectiveError: both the ValueError Horovod's torch raises and the RuntimeError
     (HorovodInternalError) of its MXNet and TensorFlow frontends. The job goes on."""
+    if size() < 2:
+        pytest.skip("one rank divides every first dimension evenly")
     x = np.arange(size() + 1, dtype=np.float32)
     with pytest.raises(hora.InvalidCollectiveError, match="divisible by the number of workers"):
         hora.alltoall(x, name="a2a.uneven")

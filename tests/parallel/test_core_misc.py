@@ -141,6 +141,8 @@ def test_join_then_unsupported_op_fails_on_calling_ranks() -> None:
     Over all rounds every rank calls allgather size-1 times, so the names agree again after.
     """
     n, r = size(), rank()
+    if n < 2:
+        pytest.skip("with one rank, no rank is left to call allgather while another has joined")
     x = np.ones((17, 3), dtype=np.float32)
     for first in range(n):
         if r != first:

@@ -25,7 +25,7 @@ import numpy as np
 from hora import _core
 from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.errors import InvalidCollectiveError
+from hora.errors import HoraError, InvalidCollectiveError
 
 # The engine's numbering, read from the engine itself.
 ALLREDUCE = int(_core.OpKind.ALLREDUCE)
@@ -288,8 +288,6 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
     spec = _SPEC_BY_KIND.get(kind)
     if spec is not None and spec.reduce_ops and op not in spec.reduce_ops:
         # Horovod raises HorovodInternalError (a RuntimeError) here; ValueError stays true too.
-        from hora.errors import InvalidCollectiveError
-
         raise InvalidCollectiveError(spec.op_error)
     if kind == BROADCAST and root_rank not in members:
         raise ValueError(
@@ -405,8 +403,6 @@ def engine_error(exc: BaseException) -> BaseException:
     becomes ``InvalidCollectiveError``, which is both a ``ValueError`` and a ``HoraError``; any
     other ``RuntimeError`` becomes ``HoraError``; anything else passes unchanged.
     """
-    from hora.errors import HoraError, InvalidCollectiveError
-
     if isinstance(exc, HoraError):
         return exc
     if isinstance(exc, ValueError):
