@@ -25,7 +25,7 @@ import numpy as np
 from hora import _core
 from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.errors import HoraError, InvalidCollectiveError
+from hora.errors import HoraError, HoraTimeoutError, InternalError, InvalidCollectiveError
 
 # The engine's numbering, read from the engine itself.
 ALLREDUCE = int(_core.OpKind.ALLREDUCE)
@@ -429,8 +429,6 @@ def wait_all(handles: Sequence[Any], timeout: float | None = None) -> None:
             first_error = first_error or exc
             continue
         if finished is False:
-            from hora.errors import HoraTimeoutError
-
             raise HoraTimeoutError(f"operation not finished after {timeout} s")
     if first_error is not None:
         converted = engine_error(first_error)
@@ -459,8 +457,6 @@ def allocated_output(handle: Any) -> np.ndarray:
     """
     out = handle_output(handle)
     if out is None:
-        from hora.errors import InternalError
-
         raise InternalError("an allocating operation finished without an output array")
     return out
 
