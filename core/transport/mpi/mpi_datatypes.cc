@@ -1,6 +1,7 @@
 #include "core/transport/mpi/mpi_datatypes.h"
 
 #include <string>
+#include <utility>
 
 #include "core/common/errors.h"
 #include "core/common/reduce.h"
@@ -81,13 +82,18 @@ MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op
   return {mpiElementType(dtype), native};
 }
 
+namespace {
+
+// One row of ops per entry of kOwnReductionTypes, in its order, so the table is the only list.
+template <size_t... I>
+void createEach(MPI_Op ops[kOwnReductionTypeCount][4], std::index_sequence<I...>) {
+  (createFor<kOwnReductionTypes[I]>(ops[I]), ...);
+}
+
+}  // namespace
+
 void createOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
-  createFor<DataType::Float16>(ops[ownReductionIndex(DataType::Float16)]);
-  createFor<DataType::BFloat16>(ops[ownReductionIndex(DataType::BFloat16)]);
-  createFor<DataType::UInt8>(ops[ownReductionIndex(DataType::UInt8)]);
-  createFor<DataType::Int8>(ops[ownReductionIndex(DataType::Int8)]);
-  createFor<DataType::UInt16>(ops[ownReductionIndex(DataType::UInt16)]);
-  createFor<DataType::Int16>(ops[ownReductionIndex(DataType::Int16)]);
+  createEach(ops, std::make_index_sequence<kOwnReductionTypeCount>());
 }
 
 void freeOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
