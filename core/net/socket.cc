@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/common/errors.h"
+#include "core/net/fault_injection.h"
 
 namespace hora {
 namespace net {
@@ -29,6 +30,13 @@ namespace {
 constexpr int kSocketBufferBytes = 4 << 20;
 
 std::string errnoText(int err) { return std::strerror(err); }
+
+// The injected cut (see fault_injection.h): what a peer reset looks like to the sender.
+IoResult cutBySend(int fd, const void* data, size_t bytes) {
+  if (bytes > 0) (void)::send(fd, data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_RDWR);
+  return {IoStatus::Closed, 0, ECONNRESET};
+}
 
 sockaddr_in resolveIpv4(const std::string& host, int port) {
   sockaddr_in addr{};
@@ -102,6 +110,8 @@ void Socket::shutdownBoth() {
 }
 
 IoResult sendSome(int fd, const void* data, size_t bytes) {
+  FaultDecision fault = faultBeforeSend(bytes);
+  if (fault.cut) return cutBySend(fd, data, fault.allowBytes);
   for (;;) {
     ssize_t n = ::send(fd, data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return {IoStatus::Ok, static_cast<size_t>(n), 0};

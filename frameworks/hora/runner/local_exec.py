@@ -10,6 +10,11 @@ wrapper, see ``ssh_exec``, then terminates the rank there and the ssh client exi
 is gone). Whatever still runs after the grace period gets SIGKILL on its process group.
 
 When a rank exits non-zero, or the launcher is asked to stop, every other rank is stopped.
+
+When the launcher itself dies abruptly (``kill -9``, an OOM kill) it cannot stop anything, so a
+small reaper process (see ``reaper``) watches it: the launcher tells the reaper each local rank's
+process group, and the reaper stops the groups still listed when its pipe from the launcher
+breaks. Remote ranks end through their ssh stdin, which breaks the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from hora.runner.output import PrefixSink, Sink
 
@@ -98,6 +103,56 @@ class _Child:
         self._close_stdin.set()
 
 
+class _Reaper:
+    """The launcher's end of the reaper process: announces and withdraws rank process groups."""
+
+    def __init__(self, grace_seconds: float) -> None:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+        self._lock = threading.Lock()
+        self._pipe: IO[bytes] | None = None
+        try:
+            self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-I", "-S", script, str(grace_seconds)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+            self._pipe = self._process.stdin
+        except OSError as exc:
+            _say(f"warning: cannot start the reaper ({exc}); if this launcher is killed, its "
+                 "ranks may outlive it")
+            self._process = None
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._pipe is None:
+                return
+            try:
+                self._pipe.write(line.encode() + b"\n")
+                self._pipe.flush()
+            except OSError:
+                self._pipe = None  # the reaper is gone; nothing more to tell it
+
+    def add(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def remove(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Ends the reaper normally (every group withdrawn first by the caller)."""
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        if self._process is not None:
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
 def _start(target: object, *args: object, name: str) -> threading.Thread:
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)  # type: ignore[arg-type]
     thread.start()
@@ -139,6 +194,7 @@ class Job:
         self._sink: Sink = sink if sink is not None else PrefixSink()
         self._grace = grace_seconds
         self._children: list[_Child] = []
+        self._reaper: _Reaper | None = None
         self._stop_signal: int | None = None
         self._exits: queue.Queue[tuple[int, int]] = queue.Queue()  # (index, code) in exit order
         self.failed_rank: int | None = None
@@ -150,27 +206,50 @@ class Job:
         Raises:
             OSError: a command cannot be started (ranks already started are stopped).
         """
+        if any(not spec.remote for spec in self._specs):
+            self._reaper = _Reaper(max(1.0, self._grace - 2.0))
         try:
             for index, spec in enumerate(self._specs):
                 child = _Child(spec, self._sink)
                 self._children.append(child)
+                if self._reaper is not None and not spec.remote:
+                    self._reaper.add(child.process.pid)  # its own session: pgid == pid
                 _start(self._watch, index, child, name=f"horarun-rank{spec.rank}-wait")
         except OSError:
             self._terminate_all()
+            self._close_reaper()
             raise
 
     def _watch(self, index: int, child: _Child) -> None:
         code = child.process.wait()
         child.release()
+        reaper = self._reaper
+        if code == 0 and reaper is not None and not child.spec.remote:
+            reaper.remove(child.process.pid)  # ended by itself: the launcher lets it be
         self._exits.put((index, code))
 
     def request_stop(self, signum: int) -> None:
         """Ask ``wait()`` to stop the job (called from the launcher's signal handlers)."""
         self._stop_signal = signum
 
+    def _close_reaper(self) -> None:
+        if self._reaper is None:
+            return
+        for child in self._children:
+            if not child.spec.remote:
+                self._reaper.remove(child.process.pid)
+        self._reaper.close()
+        self._reaper = None
+
     def wait(self) -> int:
         """Supervise until every rank exited 0 (returns 0), a rank failed (returns its exit code
         after stopping the others), or a stop was requested (returns 128 + signal)."""
+        try:
+            return self._supervise()
+        finally:
+            self._close_reaper()
+
+    def _supervise(self) -> int:
         running = len(self._children)
         while True:
             if self._stop_signal is not None:
