@@ -8,6 +8,9 @@
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (they need NumPy 1.x)
+#   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
+#      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
+#      seed that it prints, or HORA_CHAOS_SEED)
 # Stops at the first failure (unless --keep-going) and ends with a timing table and the line
 # "summary: N passed, M failed", counting stages and test runs.
 #
@@ -15,7 +18,8 @@
 #   --skip-install   do not pip install (use what is installed)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,mpi,mxnet,tensorflow
+#   --only LIST      comma-separated stages to run:
+#                    install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores).
 set -uo pipefail
@@ -27,7 +31,7 @@ RUN_TIMEOUT=${HORA_RUN_TIMEOUT:-900}
 JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow"
+ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,7 +39,7 @@ while [ $# -gt 0 ]; do
     --keep-going) KEEP_GOING=1 ;;
     --np) NPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -297,6 +301,20 @@ if wants tensorflow; then
         "$ROOT/build/venv-tensorflow/bin/python" -m pytest -q -p no:cacheprovider "$f"
     done
   done
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 8. Chaos: faults injected on purpose; every job must end within its bound, name the failed rank
+#    and leave no process or socket behind (TCP, and MPI when built; see tests/chaos/run_chaos.py)
+
+if wants chaos; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  run "chaos: launcher killed, fault-injection hook" timeout -k 20 "$RUN_TIMEOUT" \
+    "$PY" -m pytest -q -p no:cacheprovider tests/chaos
+  CHAOS_ARGS=(--count "${HORA_CHAOS_COUNT:-200}" --jobs 3)
+  [ -n "${HORA_CHAOS_SEED:-}" ] && CHAOS_ARGS+=(--seed "$HORA_CHAOS_SEED")
+  run "chaos: ${HORA_CHAOS_COUNT:-200} randomized fault scenarios" timeout -k 20 "$RUN_TIMEOUT" \
+    "$PY" tests/chaos/run_chaos.py "${CHAOS_ARGS[@]}"
 fi
 
 finish

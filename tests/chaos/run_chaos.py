@@ -12,7 +12,8 @@ survivors must notice the failure on their own), or under mpirun (MPI). Then one
   batch of fused ops, shutdown) after a random delay;
 * stop: the victim SIGSTOPs itself while the others wait for it (a silent peer);
 * cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes;
-* launcher: horarun is killed with SIGKILL while its ranks sleep or wait in a collective.
+* launcher: horarun (or mpirun) is killed with SIGKILL while its ranks sleep or wait in a
+  collective; they must all be gone within LAUNCHER_DEATH_BOUND_SECONDS.
 
 Every scenario asserts: the job ends within its bound; the outcome names the victim rank (the
 launcher's report, mpirun's, or every survivor's error); no result is ever wrong; ranks that saw
@@ -78,8 +79,11 @@ def draw(seed: int, mpi: bool, silent_peer: bool) -> Scenario:
     kind = rng.choices(("kill", "stop", "cut", "launcher"), weights=(55, 12, 23, 10))[0]
     if kind == "stop" and not silent_peer:
         kind = "kill"
-    modes = ["horarun", "direct"] + (["mpirun"] if mpi and kind == "kill" else [])
-    mode = "horarun" if kind == "launcher" else rng.choice(modes)
+    if kind == "launcher":
+        modes = ["horarun", "horarun"] + (["mpirun"] if mpi else [])
+    else:
+        modes = ["horarun", "direct"] + (["mpirun"] if mpi and kind == "kill" else [])
+    mode = rng.choice(modes)
     np_ = rng.choice((2, 3))
     op = rng.choice(OPS)
     steps = 3
@@ -105,7 +109,7 @@ def draw(seed: int, mpi: bool, silent_peer: bool) -> Scenario:
     return scenario
 
 
-def _horarun() -> list[str]:
+def horarun_argv() -> list[str]:
     beside = Path(sys.executable).parent / "horarun"
     if beside.exists():
         return [str(beside)]
@@ -118,7 +122,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _base_env(s: Scenario, marker: str) -> dict[str, str]:
+def base_env(s: Scenario, marker: str) -> dict[str, str]:
     drop = ("HORA_", "HOROVOD_", "OMPI_", "PMI_", "SLURM_", "CHAOS_")
     names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in names}
@@ -198,14 +202,15 @@ class _Reader:
             return "\n".join(self.lines)
 
 
-def _spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, _Reader]:
+def spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, _Reader]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
                             errors="replace")
     return proc, _Reader(proc.stdout)
 
 
-def _wait(proc: subprocess.Popen, bound: float) -> bool:
+def wait_process(proc: subprocess.Popen, bound: float) -> bool:
+    """Whether ``proc`` ended within ``bound`` seconds."""
     try:
         proc.wait(timeout=bound)
         return True
@@ -216,7 +221,7 @@ def _wait(proc: subprocess.Popen, bound: float) -> bool:
 def run_one(s: Scenario, mpirun: str | None) -> list[str]:
     """Runs scenario ``s``; returns what went wrong (empty when it passed) and, last, the output."""
     marker = uuid.uuid4().hex
-    env = _base_env(s, marker)
+    env = base_env(s, marker)
     worker = [sys.executable, str(WORKER)]
     problems: list[str] = []
     procs: list[subprocess.Popen] = []
@@ -227,8 +232,9 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
         for r in range(s.np):
             renv = dict(env, RANK=str(r), WORLD_SIZE=str(s.np), LOCAL_RANK=str(r),
                         LOCAL_WORLD_SIZE=str(s.np), MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(port), HORA_SECRET=marker)
-            proc, reader = _spawn(worker, renv)
+                        MASTER_PORT=str(port), HORA_RENDEZVOUS_PORT=str(port),
+                        HORA_SECRET=marker)
+            proc, reader = spawn(worker, renv)
             procs.append(proc)
             readers.append(reader)
     elif s.mode == "mpirun":
@@ -236,11 +242,11 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
         env.update(HORA_CONTROLLER="mpi", HORA_CPU_OPERATIONS="mpi", OMPI_ALLOW_RUN_AS_ROOT="1",
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
         argv = [mpirun, "--bind-to", "none", "-np", str(s.np), "-x", "CHAOS_MARK", *worker]
-        proc, reader = _spawn(argv, env)
+        proc, reader = spawn(argv, env)
         procs.append(proc)
         readers.append(reader)
     else:
-        proc, reader = _spawn([*_horarun(), "-np", str(s.np), *worker], env)
+        proc, reader = spawn([*horarun_argv(), "-np", str(s.np), *worker], env)
         procs.append(proc)
         readers.append(reader)
 
@@ -256,11 +262,11 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
         left = wait_gone(marker, LAUNCHER_DEATH_BOUND_SECONDS)
         if left:
             problems.append(f"{len(left)} processes of the job still ran "
-                            f"{LAUNCHER_DEATH_BOUND_SECONDS:.0f} s after horarun was killed")
+                            f"{LAUNCHER_DEATH_BOUND_SECONDS:.0f} s after the launcher was killed")
         return problems + ["\n".join(r.text() for r in readers)]
 
     hung = [i for i, p in enumerate(procs)
-            if not _wait(p, max(0.1, JOB_BOUND_SECONDS - (time.monotonic() - start)))]
+            if not wait_process(p, max(0.1, JOB_BOUND_SECONDS - (time.monotonic() - start)))]
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -399,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.monotonic() - t0:.0f} s ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
     for s, problems, output in failures:
         print(f"\n=== FAILED {s.describe()}\n    " + "\n    ".join(problems))
-        print(f"    replay: {sys.executable} {Path(__file__)} --seeds {s.seed}")
+        print(f"    replay: {sys.executable} {Path(__file__)} --seeds {s.seed}"
+              + (" --no-mpi" if mpirun is None else "")
+              + (" --silent-peer" if args.silent_peer else ""))
         print(output)
     if failures:
         print(f"chaos: failing seeds: {','.join(str(s.seed) for s, _, _ in failures)}")
