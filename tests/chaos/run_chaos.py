@@ -12,6 +12,9 @@ survivors must notice the failure on their own), or under mpirun (MPI). Then one
   batch of fused ops, shutdown) after a random delay;
 * stop: the victim SIGSTOPs itself while the others wait for it (a silent peer);
 * cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes;
+* optimizer: hora.torch.DistributedOptimizer trains a small model (torchrun-style, TCP) and the
+  victim SIGKILLs itself mid-training; each survivor whose step failed must still have the
+  parameters it had before that step;
 * launcher: horarun (or mpirun) is killed with SIGKILL while its ranks sleep or wait in a
   collective; they must all be gone within LAUNCHER_DEATH_BOUND_SECONDS.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import importlib.util
 import os
 import random
 import re
@@ -41,6 +45,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
+TORCH_WORKER = HERE / "torch_worker.py"
 OPS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 KILL_POINTS = ("rendezvous", "negotiation", "mid", "fusion", "shutdown")
 TIMEOUT_SECONDS = 2  # HORA_TIMEOUT_SECONDS of every job: the bound on a silent peer
@@ -72,13 +77,18 @@ class Scenario:
         return text + (f" cut_after={self.cut_bytes}B" if self.kind == "cut" else "")
 
 
-def draw(seed: int, mpi: bool, silent_peer: bool) -> Scenario:
-    """The scenario of ``seed`` (MPI scenarios only when ``mpi``, stop only when
-    ``silent_peer``: a stop drawn otherwise becomes a kill at the same point of the job)."""
+def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenario:
+    """The scenario of ``seed`` (MPI scenarios only when ``mpi``; stop only when ``silent_peer``,
+    optimizer only when ``torch``: either drawn otherwise becomes a kill)."""
     rng = random.Random(seed)
-    kind = rng.choices(("kill", "stop", "cut", "launcher"), weights=(55, 12, 23, 10))[0]
-    if kind == "stop" and not silent_peer:
+    kind = rng.choices(("kill", "stop", "cut", "launcher", "optimizer"),
+                       weights=(52, 12, 23, 8, 5))[0]
+    if (kind == "stop" and not silent_peer) or (kind == "optimizer" and not torch):
         kind = "kill"
+    if kind == "optimizer":
+        np_ = rng.choice((2, 3))
+        return Scenario(seed, kind, "direct", np_, "torch", "backward", rng.randrange(np_),
+                        rng.randrange(3), rng.uniform(0.0, 0.1), 0, 300)
     if kind == "launcher":
         modes = ["horarun", "horarun"] + (["mpirun"] if mpi else [])
     else:
@@ -222,7 +232,7 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
     """Runs scenario ``s``; returns what went wrong (empty when it passed) and, last, the output."""
     marker = uuid.uuid4().hex
     env = base_env(s, marker)
-    worker = [sys.executable, str(WORKER)]
+    worker = [sys.executable, str(TORCH_WORKER if s.kind == "optimizer" else WORKER)]
     problems: list[str] = []
     procs: list[subprocess.Popen] = []
     readers: list[_Reader] = []
@@ -290,7 +300,8 @@ def _names(error: str, victim: int, s: Scenario) -> bool:
     survivor that cannot reach the store during the rendezvous is told about the store."""
     if re.search(rf"\brank(\(s\))? {victim}\b", error):
         return True
-    return s.point == "rendezvous" and victim == 0 and "store at" in error
+    in_init = s.point == "rendezvous" or " in init " in error
+    return in_init and victim == 0 and "store at" in error
 
 
 def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str],
@@ -313,7 +324,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
         if not failed_lines:
             problems.append("the job failed but no rank reported a Hora error")
         said = re.search(r"job failed: rank (\d+) was the first", output)
-        errors = " ".join(line.split(":", 1)[-1] for line in failed_lines)
+        errors = " ".join(line.split("FAILED", 1)[-1] for line in failed_lines)
         if not (said and int(said.group(1)) == s.victim) and not _names(errors, s.victim, s):
             problems.append(f"neither the launcher nor an error names rank {s.victim}")
         return problems
@@ -321,6 +332,10 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
     v = s.victim
     if "VICTIM-ACTS" not in output:
         problems.append("the victim never acted")
+    if s.kind == "optimizer":
+        for m in re.finditer(r"PARAMS rank=(\d+) unchanged=(\w+)", output):
+            if m.group(2) != "True":
+                problems.append(f"rank {m.group(1)}'s parameters changed in the failed step")
     if s.mode == "direct":
         naming = []
         for r, (p, o) in enumerate(zip(procs, outputs)):
@@ -364,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", help="comma-separated seeds to replay")
     parser.add_argument("--jobs", type=int, default=3, help="scenarios at a time")
     parser.add_argument("--no-mpi", action="store_true", help="no mpirun scenarios")
+    parser.add_argument("--show", action="store_true", help="print every job's output")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="no optimizer scenarios (hora.torch.DistributedOptimizer)")
     parser.add_argument("--silent-peer", action="store_true",
                         help="include SIGSTOP scenarios (the survivors must fail within "
                         "HORA_TIMEOUT_SECONDS on their own)")
@@ -380,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         mpirun = mpirun if probe.returncode == 0 else None
     print(f"chaos: {len(seeds)} scenarios from seed {seeds[0]}, {args.jobs} at a time, "
           f"MPI {'on' if mpirun else 'off'}", flush=True)
-    scenarios = [draw(seed, mpirun is not None, args.silent_peer) for seed in seeds]
+    torch = importlib.util.find_spec("torch") is not None and not args.no_torch
+    scenarios = [draw(seed, mpirun is not None, args.silent_peer, torch) for seed in seeds]
     t0 = time.monotonic()
     failures = []
     lock = threading.Lock()
@@ -394,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.monotonic() - t:5.1f}s] {s.describe()}: {status}", flush=True)
             if problems:
                 failures.append((s, problems, output))
+            elif args.show:
+                print(output, flush=True)
 
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for future in [pool.submit(one, s) for s in scenarios]:
@@ -406,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     for s, problems, output in failures:
         print(f"\n=== FAILED {s.describe()}\n    " + "\n    ".join(problems))
         print(f"    replay: {sys.executable} {Path(__file__)} --seeds {s.seed}"
-              + (" --no-mpi" if mpirun is None else "")
+              + (" --no-mpi" if mpirun is None else "") + (" --no-torch" if not torch else "")
               + (" --silent-peer" if args.silent_peer else ""))
         print(output)
     if failures:

@@ -27,6 +27,7 @@ import threading
 import time
 
 import numpy as np
+import worker_sockets  # counts the sockets held before hora.init()
 
 
 def _env_rank() -> int:
@@ -35,47 +36,6 @@ def _env_rank() -> int:
         if value:
             return int(value)
     return 0
-
-
-def _sockets() -> set[str]:
-    """The inodes of the sockets this process holds."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            found.add(link[8:-1])
-    return found
-
-
-def _listening(inodes: set[str]) -> set[str]:
-    """Those of ``inodes`` that are listening TCP sockets."""
-    found = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = [line.split() for line in f.read().splitlines()[1:]]
-        except OSError:
-            continue
-        found |= {row[9] for row in rows if len(row) > 9 and row[3] == "0A" and row[9] in inodes}
-    return found
-
-
-def _report_sockets() -> None:
-    """Prints the sockets left after hora.shutdown(): listeners apart (rank 0's rendezvous store
-    outlives shutdown by design when no launcher serves it), the rest after at most 5 s (a server
-    closes a connection whose peer died on its next poll)."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        extra = _sockets() - BASE_SOCKETS
-        listening = _listening(extra)
-        if len(extra - listening) == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    print(f"SOCKETS rank={ME} left={len(extra - listening)} listening={len(listening)}",
-          flush=True)
 
 
 OP = os.environ.get("CHAOS_OP", "allreduce")
@@ -88,7 +48,6 @@ STEPS = int(os.environ.get("CHAOS_STEPS", "3"))
 HOLD = float(os.environ.get("CHAOS_HOLD", "0"))
 ME = _env_rank()
 IS_VICTIM = ME == VICTIM
-BASE_SOCKETS = _sockets()
 
 
 def _misbehave() -> None:
@@ -203,6 +162,6 @@ except hora.HoraError as exc:
     text = " ".join(str(exc).split())
     print(f"FAILED rank={rank} after={elapsed:.1f}s {type(exc).__name__}: {text}", flush=True)
     hora.shutdown()
-    _report_sockets()
+    worker_sockets.report(rank)
     _let_timer_act()
     sys.exit(3)
