@@ -17,7 +17,8 @@ struct FaultPlan {
 };
 
 const char* rankFromEnvironment() {
-  for (const char* name : {"HORA_RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"}) {
+  for (const char* name :
+       {"HORA_RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"}) {
     const char* v = std::getenv(name);
     if (v != nullptr && *v != '\0') return v;
   }
@@ -43,7 +44,8 @@ FaultPlan readPlan() {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t eq = item.find('=');
     std::string key = item.substr(0, eq);
     std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
@@ -67,7 +69,7 @@ FaultPlan readPlan() {
   plan.armed = true;
   plan.closeAfterBytes = static_cast<size_t>(bytes);
   HORA_LOG(Warning, "HORA_FAULT_INJECT: a connection will be cut after " + std::to_string(bytes) +
-                   " bytes sent");
+                        " bytes sent");
   return plan;
 }
 
