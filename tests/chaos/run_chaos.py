@@ -181,7 +181,7 @@ def wait_gone(marker: str, bound: float) -> list[int]:
     return left
 
 
-class _Reader:
+class Reader:
     """Collects a process's output lines on a thread; lets a caller wait for a line count."""
 
     def __init__(self, stream) -> None:  # type: ignore[no-untyped-def]
@@ -212,11 +212,11 @@ class _Reader:
             return "\n".join(self.lines)
 
 
-def spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, _Reader]:
+def spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, Reader]:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
                             errors="replace")
-    return proc, _Reader(proc.stdout)
+    return proc, Reader(proc.stdout)
 
 
 def wait_process(proc: subprocess.Popen, bound: float) -> bool:
@@ -235,7 +235,7 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
     worker = [sys.executable, str(TORCH_WORKER if s.kind == "optimizer" else WORKER)]
     problems: list[str] = []
     procs: list[subprocess.Popen] = []
-    readers: list[_Reader] = []
+    readers: list[Reader] = []
     start = time.monotonic()
     if s.mode == "direct":
         port = _free_port()
