@@ -34,6 +34,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"AUTOTUNE_STEPS_PER_SAMPLE", "10", "training steps in one autotune sample"},
       {"AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", "samples whose median scores one candidate"},
       {"DYNAMIC_PROCESS_SETS", "0", "1 allows add_process_set/remove_process_set after init"},
+      {"FAULT_INJECT", "",
+       "tests only: close_after_bytes=N[,rank=R] cuts a connection after N bytes sent"},
       // Topology, set by horarun (or derived from torchrun / Slurm variables).
       {"RANK", "", "this process's rank"},
       {"SIZE", "", "number of ranks"},

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/common/logging.h"
+#include "core/common/settings.h"
 
 namespace hora {
 namespace net {
@@ -36,11 +37,10 @@ bool parseCount(const std::string& text, long long* out) {
 
 FaultPlan readPlan() {
   FaultPlan plan;
-  const char* spec = std::getenv("HORA_FAULT_INJECT");
-  if (spec == nullptr || *spec == '\0') return plan;
+  std::string text;
+  if (!lookupEnv("FAULT_INJECT", &text)) return plan;
   long long bytes = -1;
   long long rank = -1;
-  std::string text(spec);
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
