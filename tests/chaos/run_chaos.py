@@ -10,7 +10,9 @@ survivors must notice the failure on their own), or under mpirun (MPI). Then one
 
 * kill: the victim rank SIGKILLs itself at a point (rendezvous, negotiation, mid-collective, in a
   batch of fused ops, shutdown) after a random delay;
-* stop: the victim SIGSTOPs itself while the others wait for it (a silent peer);
+* stop: the victim SIGSTOPs itself while the others wait for it (a silent peer). By default the
+  victim is not rank 0 and rank 0's stall inspector is set to shut the job down; --silent-peer
+  asks more: any victim, no stall shutdown, the survivors fail within HORA_TIMEOUT_SECONDS;
 * cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes;
 * optimizer: hora.torch.DistributedOptimizer trains a small model (torchrun-style, TCP) and the
   victim SIGKILLs itself mid-training; each survivor whose step failed must still have the
@@ -70,6 +72,7 @@ class Scenario:
     elems: int
     steps: int
     cut_bytes: int = -1
+    silent_peer: bool = False
 
     def describe(self) -> str:
         text = (f"seed={self.seed} {self.kind}/{self.point} {self.mode} np={self.np} op={self.op} "
@@ -78,12 +81,12 @@ class Scenario:
 
 
 def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenario:
-    """The scenario of ``seed`` (MPI scenarios only when ``mpi``; stop only when ``silent_peer``,
-    optimizer only when ``torch``: either drawn otherwise becomes a kill)."""
+    """The scenario of ``seed`` (MPI scenarios only when ``mpi``; optimizer only when ``torch``,
+    else a kill; a stopped rank 0 only when ``silent_peer``)."""
     rng = random.Random(seed)
     kind = rng.choices(("kill", "stop", "cut", "launcher", "optimizer"),
                        weights=(52, 12, 23, 8, 5))[0]
-    if (kind == "stop" and not silent_peer) or (kind == "optimizer" and not torch):
+    if kind == "optimizer" and not torch:
         kind = "kill"
     if kind == "optimizer":
         np_ = rng.choice((2, 3))
@@ -110,10 +113,13 @@ def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenari
     else:
         point, delay = "launcher", 0.0
     victim = rng.randrange(np_)
+    if kind == "stop" and not silent_peer:
+        victim = 1 + rng.randrange(np_ - 1)  # a stopped rank 0 (the coordinator) hangs today
     if kind == "launcher" and rng.random() < 0.3:
         victim = -1  # every rank idles instead of one sleeping while the others wait
     scenario = Scenario(seed, kind, mode, np_, op, point, victim, rng.randrange(steps), delay,
                         elems, steps)
+    scenario.silent_peer = silent_peer
     if kind == "cut":
         scenario.cut_bytes = rng.choice((rng.randrange(0, 512), rng.randrange(512, 64 << 10)))
     return scenario
@@ -143,6 +149,9 @@ def base_env(s: Scenario, marker: str) -> dict[str, str]:
         HORA_START_TIMEOUT="10",
         PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
     )
+    if s.kind == "stop" and s.victim != 0 and not s.silent_peer:
+        # What ends a silent peer today: rank 0's stall inspector, told to shut the job down.
+        env.update(HORA_STALL_CHECK_TIME_SECONDS="2", HORA_STALL_SHUTDOWN_TIME_SECONDS="4")
     if s.kind == "cut":
         env["HORA_FAULT_INJECT"] = f"close_after_bytes={s.cut_bytes},rank={s.victim}"
     return env
@@ -275,8 +284,11 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
                             f"{LAUNCHER_DEATH_BOUND_SECONDS:.0f} s after the launcher was killed")
         return problems + ["\n".join(r.text() for r in readers)]
 
-    hung = [i for i, p in enumerate(procs)
-            if not wait_process(p, max(0.1, JOB_BOUND_SECONDS - (time.monotonic() - start)))]
+    # A stopped victim without a launcher stays stopped: nobody is there to end it.
+    watched = [i for i in range(len(procs))
+               if not (s.kind == "stop" and s.mode == "direct" and i == s.victim)]
+    hung = [i for i in watched
+            if not wait_process(procs[i], max(0.1, JOB_BOUND_SECONDS - (time.monotonic() - start)))]
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -296,7 +308,7 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
 def _names(error: str, victim: int, s: Scenario) -> bool:
     """Whether a survivor's error names the victim. Rank 0 serves the rendezvous store, so a
     survivor that cannot reach the store during the rendezvous is told about the store."""
-    if re.search(rf"\brank(\(s\))? {victim}\b", error):
+    if re.search(rf"\brank(\(s\))? {victim}\b|missing ranks \[[^\]]*\b{victim}\b", error):
         return True
     in_init = s.point == "rendezvous" or " in init " in error
     return in_init and victim == 0 and "store at" in error
@@ -307,13 +319,14 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
     problems = []
     if "WRONG-RESULT" in output:
         problems.append("a rank got a wrong result")
-    for m in re.finditer(r"SOCKETS rank=(\d+) left=(\d+) listening=(\d+)", output):
-        rank, left, listening = (int(x) for x in m.groups())
+    for m in re.finditer(r"SOCKETS rank=(\d+) left=(\d+) listening=(\d+) store=(\d+)", output):
+        rank, left, listening, store = (int(x) for x in m.groups())
         if left > 0:
             problems.append(f"rank {rank} holds {left} connections after shutdown")
-        store = 1 if rank == 0 and s.mode != "horarun" else 0  # rank 0 serves the store itself
-        if listening > store:
+        if listening > (1 if rank == 0 and s.mode == "mpirun" else 0):  # mpirun: rank 0's store
             problems.append(f"rank {rank} still listens on {listening} sockets after shutdown")
+        if store > 0 and not (rank == 0 and s.mode == "direct"):
+            problems.append(f"rank {rank} holds {store} sockets of a store it does not serve")
     failed_lines = [line for line in output.splitlines() if "FAILED rank=" in line]
     codes = [p.returncode for p in procs]
     if s.kind == "cut":
@@ -353,8 +366,8 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
     if codes[0] == 0:
         problems.append("the launcher exited 0 although a rank died or stopped")
     if s.mode == "mpirun":
-        if not re.search(rf"process rank {v}\b", output) and not re.search(
-                rf"rank {v}\b", " ".join(failed_lines)):
+        if not re.search(rf"process rank {v}\b", output) and not _names(
+                " ".join(failed_lines), v, s):
             problems.append(f"neither mpirun nor the survivors name rank {v}")
         return problems
     launcher_says = re.search(r"job failed: rank (\d+) was the first", output)
@@ -362,8 +375,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
     if first is None:
         problems.append("the launcher does not say which rank failed first")
     elif first != v:
-        named = [line for line in failed_lines if re.search(rf"\brank {v}\b",
-                                                            line.split("FAILED", 1)[1])]
+        named = [line for line in failed_lines if _names(line.split("FAILED", 1)[1], v, s)]
         if not named:
             problems.append(f"the launcher names rank {first}, and no error names the victim {v}")
     return problems
@@ -381,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-torch", action="store_true",
                         help="no optimizer scenarios (hora.torch.DistributedOptimizer)")
     parser.add_argument("--silent-peer", action="store_true",
-                        help="include SIGSTOP scenarios (the survivors must fail within "
-                        "HORA_TIMEOUT_SECONDS on their own)")
+                        help="stop scenarios also stop rank 0 and run without the stall "
+                        "inspector's shutdown: the survivors must fail within "
+                        "HORA_TIMEOUT_SECONDS on their own")
     args = parser.parse_args(argv)
     if args.seeds:
         seeds = [int(x) for x in args.seeds.split(",")]
