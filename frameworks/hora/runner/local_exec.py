@@ -86,11 +86,13 @@ class _Child:
                 pass
 
     def request_stop(self) -> None:
-        """Ask the rank to end: close the ssh stdin, or SIGTERM the local process group."""
+        """Ask the rank to end: close the ssh stdin, or SIGTERM the local process group (then
+        SIGCONT, so that a stopped rank acts on the SIGTERM now, not at the SIGKILL)."""
         if self.spec.stdin is not None:
             self._close_stdin.set()
         else:
             self.signal(signal.SIGTERM)
+            self.signal(signal.SIGCONT)
 
     def signal(self, signum: int) -> None:
         try:

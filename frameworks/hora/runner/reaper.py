@@ -7,9 +7,9 @@ whose only writer is the launcher. It reads lines from the launcher:
 * ``-PGID``: that rank has ended and the launcher has dealt with its group.
 
 End-of-file means the launcher is gone: the kernel closes the pipe when the launcher dies, however
-it dies. Every group still listed then gets SIGTERM, and SIGKILL after the grace period
-(``argv[1]`` seconds). A launcher that ends normally has removed every group first, so the reaper
-then just exits.
+it dies. Every group still listed then gets SIGTERM (and SIGCONT, for stopped ranks), and SIGKILL
+after the grace period (``argv[1]`` seconds). A launcher that ends normally has removed every group
+first, so the reaper then just exits.
 
 The file runs as a script (``python -I -S reaper.py GRACE``), so it imports nothing from Hora:
 it starts in milliseconds and does not load the engine.
@@ -73,6 +73,7 @@ def reap(lines: object, grace_seconds: float) -> set[int]:
     if not groups:
         return groups
     alive = _signal_groups(groups, signal.SIGTERM)
+    _signal_groups(alive, signal.SIGCONT)  # a stopped rank acts on the SIGTERM now
     deadline = time.monotonic() + grace_seconds
     while alive and time.monotonic() < deadline and _any_alive(alive):
         time.sleep(0.05)
