@@ -6,7 +6,8 @@ Scenario i of a run is drawn from seed S + i alone, so ``--seeds X`` replays sce
 (the seed of every failure is printed with that command). Each scenario starts a small job of
 tests/chaos/worker.py (2 or 3 ranks, small tensors, a small HORA_TIMEOUT_SECONDS) in one of three
 ways: under horarun (TCP), as ranks started torchrun-style with no launcher at all (TCP: the
-survivors must notice the failure on their own), or under mpirun (MPI). Then one of:
+survivors must notice the failure on their own), or under mpirun (MPI, or negotiation and
+collectives on different transports: mpi+tcp, tcp+mpi). Then one of:
 
 * kill: the victim rank SIGKILLs itself at a point (rendezvous, negotiation, mid-collective, in a
   batch of fused ops, shutdown) after a random delay;
@@ -73,10 +74,12 @@ class Scenario:
     steps: int
     cut_bytes: int = -1
     silent_peer: bool = False
+    pair: str = "mpi+mpi"  # mpirun: transport of negotiation + transport of collectives
 
     def describe(self) -> str:
         text = (f"seed={self.seed} {self.kind}/{self.point} {self.mode} np={self.np} op={self.op} "
                 f"victim={self.victim} step={self.step} delay={self.delay:.3f}s elems={self.elems}")
+        text += f" {self.pair}" if self.mode == "mpirun" else ""
         return text + (f" cut_after={self.cut_bytes}B" if self.kind == "cut" else "")
 
 
@@ -120,6 +123,8 @@ def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenari
     scenario = Scenario(seed, kind, mode, np_, op, point, victim, rng.randrange(steps), delay,
                         elems, steps)
     scenario.silent_peer = silent_peer
+    if mode == "mpirun":
+        scenario.pair = rng.choice(("mpi+mpi", "mpi+mpi", "mpi+tcp", "tcp+mpi"))
     if kind == "cut":
         scenario.cut_bytes = rng.choice((rng.randrange(0, 512), rng.randrange(512, 64 << 10)))
     return scenario
@@ -258,7 +263,9 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
             readers.append(reader)
     elif s.mode == "mpirun":
         assert mpirun is not None
-        env.update(HORA_CONTROLLER="mpi", HORA_CPU_OPERATIONS="mpi", OMPI_ALLOW_RUN_AS_ROOT="1",
+        controller, operations = s.pair.split("+")
+        env.update(HORA_CONTROLLER=controller, HORA_CPU_OPERATIONS=operations,
+                   OMPI_ALLOW_RUN_AS_ROOT="1",
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
         argv = [mpirun, "--bind-to", "none", "-np", str(s.np), "-x", "CHAOS_MARK", *worker]
         proc, reader = spawn(argv, env)
