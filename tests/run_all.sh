@@ -328,8 +328,8 @@ framework_venv() {
 # framework_imports NAME: the framework was installed for this run, so it and Hora's frontend for
 # it must import; the tests' importorskip would otherwise turn a broken install into skipped tests.
 framework_imports() {
-  run "venv $1: $1 and hora.$1 import" "$ROOT/build/venv-$1/bin/python" -c \
-    "import $1, hora.$1; print('$1', $1.__version__, 'hora', hora.__version__)"
+  run "venv $1: hora.$1 and $1 import" "$ROOT/build/venv-$1/bin/python" -c \
+    "import hora.$1, $1; print('$1', $1.__version__, 'hora', hora.__version__)"
 }
 
 if wants mxnet; then

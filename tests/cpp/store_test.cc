@@ -280,22 +280,38 @@ bool closedWithin(int fd, Millis bound) {
   return false;
 }
 
-TEST(TcpStore, UnauthenticatedConnectionsAreCappedAndTimeOut) {
-  StoreServerLimits limits{4, Millis(500)};
+TEST(TcpStore, UnauthenticatedConnectionsAreCapped) {
+  // A handshake timeout far beyond the test, so only the cap can close a connection here.
+  StoreServerLimits limits{4, Millis(600000)};
   TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
   std::vector<net::Socket> strangers;
   for (int i = 0; i < 4; ++i) strangers.push_back(rawConnect(server.port()));
-  // A fifth silent connection evicts the oldest one at once...
+  // A fifth silent connection evicts the oldest one...
   strangers.push_back(rawConnect(server.port()));
   EXPECT_TRUE(closedWithin(strangers[0].fd(), Millis(5000)));
   // ...and an honest client always gets in while strangers hold every slot.
   TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
   good.set("k", "v");
   EXPECT_EQ(good.get("k", 100ms), "v");
-  // Strangers that never finish the handshake are dropped after the handshake timeout.
-  for (size_t i = 1; i < strangers.size(); ++i) {
-    EXPECT_TRUE(closedWithin(strangers[i].fd(), Millis(10000))) << "stranger " << i;
+  // The honest client evicted exactly one more (the second oldest); the newest three stay.
+  EXPECT_TRUE(closedWithin(strangers[1].fd(), Millis(5000)));
+  for (size_t i = 2; i < strangers.size(); ++i) {
+    EXPECT_FALSE(closedWithin(strangers[i].fd(), Millis(100))) << "stranger " << i;
   }
+}
+
+TEST(TcpStore, UnauthenticatedConnectionsTimeOut) {
+  StoreServerLimits limits{net::kMaxPendingHandshakes, Millis(300)};
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
+  good.set("k", "v");
+  net::Socket silent = rawConnect(server.port());
+  // Half a handshake (the connector's first bytes) does not reset the clock either.
+  net::Socket slow = rawConnect(server.port());
+  std::string partial(3, '\0');
+  net::sendAll(slow.fd(), partial.data(), partial.size(), Clock::now() + 1000ms, "test");
+  EXPECT_TRUE(closedWithin(silent.fd(), Millis(10000)));
+  EXPECT_TRUE(closedWithin(slow.fd(), Millis(10000)));
   // The authenticated client is not subject to the handshake timeout.
   std::this_thread::sleep_for(limits.handshakeTimeout * 2);
   EXPECT_EQ(good.get("k", 100ms), "v");
