@@ -84,8 +84,8 @@ trap 'rm -f "$RUN_LOG"' EXIT
 shopt -s nullglob
 
 # collect_skips LABEL: adds the skips pytest reported in $RUN_LOG to the summary. A multi-rank run
-# prints each rank's report (horarun prefixes "[r]<stdout>:"); the same line from several ranks
-# counts once.
+# prints each rank's report (horarun prefixes "[r]<stdout>:"; under mpirun pytest colours it); the
+# same line from several ranks counts once.
 collect_skips() {
   local label=$1 line n reason
   while IFS= read -r line; do
@@ -94,7 +94,8 @@ collect_skips() {
     reason=${line#*SKIPPED \[$n\] }
     TESTS_SKIPPED=$((TESTS_SKIPPED + n))
     SKIP_REASONS+=("$label: $n skipped: $reason")
-  done < <(sed -E 's/^\[[0-9]+\]<std(out|err)>://' "$RUN_LOG" | grep -E '^SKIPPED \[[0-9]+\] ' | sort -u)
+  done < <(sed -E 's/\x1b\[[0-9;]*m//g; s/^\[[0-9]+\]<std(out|err)>://' "$RUN_LOG" |
+           grep -E '^SKIPPED \[[0-9]+\] ' | sort -u)
 }
 
 # run LABEL CMD... : runs one counted step, prints its output, records time and result.
