@@ -17,6 +17,7 @@
 #include "core/common/errors.h"
 #include "core/common/settings.h"
 #include "core/config.h"
+#include "core/net/socket.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
@@ -38,7 +39,7 @@ struct State {
   // outlives shutdown() so that a re-init on the same port finds it; the generation keeps the
   // keys of each init apart.
   std::unique_ptr<TcpStoreServer> store;
-  std::string storeIdentity;  // "port/secret" the store was started with
+  std::string storeIdentity;  // "host:port/secret" the store was started with
 };
 
 // Never destroyed: a runtime still running at interpreter exit dies with the process instead of
@@ -64,15 +65,17 @@ void setCurrent(std::shared_ptr<Runtime> rt) {
   state().runtime = std::move(rt);
 }
 
-// Rank 0 of a job without a launcher serves the store on every interface. Lifecycle lock held.
-void serveRendezvous(int port, const std::string& secret) {
+// Rank 0 of a job without a launcher serves the store on the address the ranks reach it at (see
+// net::serverBindHost: the loopback for a local job). Lifecycle lock held.
+void serveRendezvous(const std::string& storeHost, int port, const std::string& secret) {
   if (port <= 0) throw InvalidArgument("serve_store needs a store port");
   State& s = state();
-  std::string identity = std::to_string(port) + "/" + secret;
+  std::string host = net::serverBindHost(storeHost);
+  std::string identity = host + ":" + std::to_string(port) + "/" + secret;
   if (s.store && s.storeIdentity == identity) return;
   if (s.store) s.store->stop();
   s.store.reset();
-  s.store = std::make_unique<TcpStoreServer>("", port, secret);
+  s.store = std::make_unique<TcpStoreServer>(host, port, secret);
   s.storeIdentity = identity;
 }
 
@@ -109,7 +112,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
     existing->shutdown();             // a runtime that died (peer failure) is replaced
     setCurrent(nullptr);
   }
-  if (serveStore) serveRendezvous(storePort, secret);
+  if (serveStore) serveRendezvous(storeHost, storePort, secret);
   options.generation = state().generation++;
   std::shared_ptr<Runtime> rt = Runtime::start(options);
   setCurrent(std::move(rt));

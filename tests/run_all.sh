@@ -11,11 +11,16 @@
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
 #      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
 #      seed that it prints, or HORA_CHAOS_SEED)
-# Stops at the first failure (unless --keep-going) and ends with a timing table and the line
-# "summary: N passed, M failed", counting stages and test runs.
+# Stops at the first failure (unless --keep-going) and ends with a timing table, the line
+# "summary: N passed, M failed, K tests skipped" (N and M count stages and test runs, K the pytest
+# tests skipped in them), every skip reason with its stage, and the disk space left under build/.
+# The MXNet and TensorFlow stages first check that the framework imports in the environment made
+# for it: one that does not is a failure, never a stage of skipped tests.
 #
 # Options:
 #   --skip-install   do not pip install (use what is installed)
+#   --system-install let the install stage pip install into $PYTHON although it is not a virtual
+#                    environment (CI's throwaway machine; without it that stage refuses)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
 #   --only LIST      comma-separated stages to run:
@@ -30,6 +35,7 @@ PY=${PYTHON:-python3}
 RUN_TIMEOUT=${HORA_RUN_TIMEOUT:-900}
 JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
+SYSTEM_INSTALL=0
 NPS="1 2 3 4"
 ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos"
 
@@ -37,16 +43,33 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --skip-install) ONLY=${ONLY//install/} ;;
     --keep-going) KEEP_GOING=1 ;;
+    --system-install) SYSTEM_INSTALL=1 ;;
     --np) NPS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "run_all.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 
-# Debian's own Python refuses pip installs outside a venv unless told otherwise.
-export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+# Installing into a Python that is not a virtual environment changes the machine for everybody:
+# only on request.
+if wants install && [ "$SYSTEM_INSTALL" = 0 ] &&
+   ! "$PY" -c 'import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)'; then
+  echo "run_all.sh: $PY is not a virtual environment, and the install stage would pip install" \
+    "into it. Activate a virtual environment (or set PYTHON to one), pass --skip-install to use" \
+    "what is installed, or pass --system-install to install into it anyway." >&2
+  exit 2
+fi
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
+# Debian's own Python refuses pip installs outside a venv unless told otherwise; told only when
+# asked to install there.
+if [ "$SYSTEM_INSTALL" = 1 ]; then export PIP_BREAK_SYSTEM_PACKAGES=1; fi
+# Every pytest run reports its skips ("SKIPPED [n] file:line: reason"), which the summary collects.
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }-rs"
 export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
 export PYTHONDONTWRITEBYTECODE=1
 
@@ -56,10 +79,28 @@ SKIPPED=0
 STOPPED=0
 FAILURES=()
 TIMINGS=()
+TESTS_SKIPPED=0
+SKIP_REASONS=()
 T_START=$SECONDS
+RUN_LOG=$(mktemp)
+trap 'rm -f "$RUN_LOG"' EXIT
 
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 shopt -s nullglob
+
+# collect_skips LABEL: adds the skips pytest reported in $RUN_LOG to the summary. A multi-rank run
+# prints each rank's report (horarun prefixes "[r]<stdout>:"; under mpirun pytest colours it); the
+# same line from several ranks counts once.
+collect_skips() {
+  local label=$1 line n reason
+  while IFS= read -r line; do
+    n=${line#*SKIPPED [}
+    n=${n%%]*}
+    reason=${line#*SKIPPED \[$n\] }
+    TESTS_SKIPPED=$((TESTS_SKIPPED + n))
+    SKIP_REASONS+=("$label: $n skipped: $reason")
+  done < <(sed -E 's/\x1b\[[0-9;]*m//g; s/^\[[0-9]+\]<std(out|err)>://' "$RUN_LOG" |
+           grep -E '^SKIPPED \[[0-9]+\] ' | sort -u)
+}
 
 # run LABEL CMD... : runs one counted step, prints its output, records time and result.
 run() {
@@ -73,9 +114,10 @@ run() {
   echo "=== $label"
   echo "+ $*"
   local t0=$SECONDS rc
-  "$@"
-  rc=$?
+  "$@" 2>&1 | tee "$RUN_LOG"
+  rc=${PIPESTATUS[0]}
   local dt=$((SECONDS - t0))
+  collect_skips "$label"
   if [ $rc -eq 0 ]; then
     PASSED=$((PASSED + 1))
     TIMINGS+=("$(printf '%-58s %6ss  %s' "$label" "$dt" "ok")")
@@ -100,10 +142,18 @@ finish() {
     echo "failed:"
     for line in "${FAILURES[@]}"; do echo "  $line"; done
   fi
+  if [ "${#SKIP_REASONS[@]}" -gt 0 ]; then
+    echo "skipped tests:"
+    for line in "${SKIP_REASONS[@]}"; do echo "  $line"; done
+  fi
+  if [ -d build ]; then
+    echo "disk left under build/: $(du -sh build 2>/dev/null | cut -f1)"
+    du -sh build/* 2>/dev/null | sed 's/^/  /'
+  fi
   if [ "$SKIPPED" -gt 0 ]; then
-    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED skipped"
+    echo "summary: $PASSED passed, $FAILED failed, $SKIPPED not run, $TESTS_SKIPPED tests skipped"
   else
-    echo "summary: $PASSED passed, $FAILED failed"
+    echo "summary: $PASSED passed, $FAILED failed, $TESTS_SKIPPED tests skipped"
   fi
   if [ "$FAILED" -gt 0 ]; then exit 1; fi
   exit 0
@@ -280,8 +330,16 @@ framework_venv() {
   fi
 }
 
+# framework_imports NAME: the framework was installed for this run, so it and Hora's frontend for
+# it must import; the tests' importorskip would otherwise turn a broken install into skipped tests.
+framework_imports() {
+  run "venv $1: hora.$1 and $1 import" "$ROOT/build/venv-$1/bin/python" -c \
+    "import hora.$1, $1; print('$1', $1.__version__, 'hora', hora.__version__)"
+}
+
 if wants mxnet; then
   framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4
+  framework_imports mxnet
   for np in 2 3; do
     for f in tests/parallel/test_mxnet_*.py; do
       run "mxnet np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
@@ -294,6 +352,7 @@ fi
 if wants tensorflow; then
   framework_venv tensorflow tensorflow-cpu==2.21.0 numpy==1.26.4 ml_dtypes==0.5.4
   export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
+  framework_imports tensorflow
   for np in 2 3; do
     for f in tests/parallel/test_tensorflow_*.py; do
       run "tensorflow np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \

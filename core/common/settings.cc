@@ -47,7 +47,10 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"RENDEZVOUS_ADDR", "", "address of the rendezvous store (served by horarun, or by rank 0)"},
       {"RENDEZVOUS_PORT", "", "port of the rendezvous store"},
       {"SECRET", "", "job secret every connection proves it knows (set by horarun)"},
-      {"IFACE", "", "network interface whose address ranks listen on"},
+      {"SECRET_FILE", "", "file holding the job secret (read when HORA_SECRET is unset)"},
+      {"INSECURE", "0",
+       "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
+      {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
       {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
   };

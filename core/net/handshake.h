@@ -91,6 +91,13 @@ class Handshake {
 // or TimeoutError.
 void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::string& what);
 
+// Limits on connections that have not yet proved the job secret, applied by every listener (the
+// store server and the mesh set-up): at most kMaxPendingHandshakes at a time (a new one evicts the
+// oldest, so a stranger holding connections open cannot lock the ranks out) and each for at most
+// kHandshakeTimeout (an honest peer needs one round trip).
+constexpr int kMaxPendingHandshakes = 64;
+constexpr Millis kHandshakeTimeout{10000};
+
 // Cryptographically random bytes from the kernel.
 std::string randomBytes(size_t n);
 

@@ -322,6 +322,30 @@ std::string advertisedHost(const std::string& listenHost) {
   return "127.0.0.1";
 }
 
+bool isLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr addr{};
+  return inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
+}
+
+std::string serverBindHost(const std::string& host) {
+  if (host.empty() || host == "0.0.0.0" || host == "*") return "";
+  sockaddr_in resolved = resolveIpv4(host, 0);
+  char text[INET_ADDRSTRLEN] = "";
+  inet_ntop(AF_INET, &resolved.sin_addr, text, sizeof(text));
+  if ((ntohl(resolved.sin_addr.s_addr) >> 24) == 127) return isLoopbackHost(host) ? text : "";
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  bool local = false;
+  for (ifaddrs* it = list; it != nullptr && !local; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    local =
+        reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr == resolved.sin_addr.s_addr;
+  }
+  freeifaddrs(list);
+  return local ? text : "";
+}
+
 std::string joinHostPort(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }

@@ -86,6 +86,14 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline, const
 // address, a host name, an interface name ("eth0"), or "" for this host's resolved name
 // (falling back to 127.0.0.1).
 std::string advertisedHost(const std::string& listenHost);
+// The address a server that clients reach at `host` should bind: 127.0.0.1 (or the given loopback
+// address) for a loopback host; host's address when it is one of this machine's interfaces; ""
+// (every interface) when it is not, or when a name that is not "localhost" resolves to a loopback
+// address here (a hosts file mapping this host's name to 127.0.1.1: the address other hosts use
+// cannot be known). Throws IoError when host does not resolve.
+std::string serverBindHost(const std::string& host);
+// True for "localhost" and 127.0.0.0/8 literals.
+bool isLoopbackHost(const std::string& host);
 // "host:port" <-> parts. parseHostPort throws InvalidArgument on malformed input.
 std::string joinHostPort(const std::string& host, int port);
 void parseHostPort(const std::string& text, std::string* host, int* port);

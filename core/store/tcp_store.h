@@ -7,7 +7,8 @@
 // "... authentication failed ...". Frames carry magic + version + length; a malformed frame or an
 // oversized length drops that one connection (with a log line) while the server keeps serving.
 //
-// Server: one thread, non-blocking sockets in a poll(2) loop, any number of clients. A get() or
+// Server: one thread, non-blocking sockets in a poll(2) loop, any number of authenticated clients
+// (unauthenticated ones are capped in number and time, see StoreServerLimits). A get() or
 // wait() for a missing key parks the request in the server, which replies when a set()/add()
 // provides the key or when the request's own timeout ends; clients never poll.
 //
@@ -22,11 +23,21 @@
 
 namespace hora {
 
+// Bounds on connections that have not passed the handshake (defaults: core/net/handshake.h).
+struct StoreServerLimits {
+  int maxPendingHandshakes;
+  Millis handshakeTimeout;
+};
+StoreServerLimits defaultStoreServerLimits();
+
 class TcpStoreServer {
  public:
   // Listens on host:port ("" or "0.0.0.0" = every interface; port 0 = a free port, see port())
-  // and starts serving at once. Throws IoError when the address cannot be bound.
-  TcpStoreServer(const std::string& host, int port, const std::string& secret);
+  // and starts serving at once. Throws IoError when the address cannot be bound. Unauthenticated
+  // connections beyond limits.maxPendingHandshakes evict the oldest one; each is dropped when it
+  // has not finished the handshake within limits.handshakeTimeout.
+  TcpStoreServer(const std::string& host, int port, const std::string& secret,
+                 StoreServerLimits limits = defaultStoreServerLimits());
   ~TcpStoreServer();  // stop()
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;

@@ -31,8 +31,6 @@ enum Type : uint16_t {
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
 // Longest wait a request may ask for (about 11 days): keeps deadlines far from overflow.
 constexpr uint64_t kMaxWaitMs = 1000000000ull;
-// Time a connection may take to finish the handshake before the server drops it.
-constexpr int64_t kHandshakeTimeoutMs = 30000;
 
 }  // namespace store_protocol
 }  // namespace hora

@@ -44,7 +44,7 @@ using net::Socket;
 
 class TcpStoreServer::Impl {
  public:
-  Impl(const std::string& host, int port, const std::string& secret);
+  Impl(const std::string& host, int port, const std::string& secret, StoreServerLimits limits);
   ~Impl();
   int port() const { return port_; }
   void stop();
@@ -80,6 +80,7 @@ class TcpStoreServer::Impl {
   void run();
   void serveOnce();
   void acceptAll();
+  void evictOldestPending();
   void onReadable(Conn& c);
   void handshakeStep(Conn& c, const char* data, size_t n);
   void processFrames(Conn& c);
@@ -95,6 +96,7 @@ class TcpStoreServer::Impl {
   Socket listener_;
   int port_ = 0;
   std::string secret_;
+  StoreServerLimits limits_;
   int wakeFd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
@@ -103,8 +105,9 @@ class TcpStoreServer::Impl {
   std::vector<Waiter> waiters_;
 };
 
-TcpStoreServer::Impl::Impl(const std::string& host, int port, const std::string& secret)
-    : secret_(secret) {
+TcpStoreServer::Impl::Impl(const std::string& host, int port, const std::string& secret,
+                           StoreServerLimits limits)
+    : secret_(secret), limits_(limits) {
   listener_ = net::listenOn(host, port, &port_);
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) throw IoError("store server: cannot create eventfd");
@@ -189,6 +192,7 @@ void TcpStoreServer::Impl::acceptAll() {
     std::string peer;
     Socket s = net::acceptPending(listener_.fd(), &peer);
     if (!s.valid()) return;
+    evictOldestPending();
     // Only store clients may stay: a data or control connection here is a rank given the store's
     // address by mistake, and refusing it in the handshake tells that rank so at once.
     auto validate = [](net::PeerKind kind, int) {
@@ -196,10 +200,25 @@ void TcpStoreServer::Impl::acceptAll() {
       return std::string("a ") + net::peerKindName(kind) + " connection reached the store";
     };
     auto c = std::make_unique<Conn>(std::move(s), peer, Handshake::acceptor(secret_, -1, validate));
-    c->handshakeDeadline = Clock::now() + Millis(kHandshakeTimeoutMs);
+    c->handshakeDeadline = Clock::now() + limits_.handshakeTimeout;
     handshakeStep(*c, nullptr, 0);
     HORA_LOG(Debug, "store server: connection from " << peer);
     conns_.push_back(std::move(c));
+  }
+}
+
+// Makes room for one more unauthenticated connection: at the cap, the oldest one goes. conns_ is
+// in accept order, so the first pending one is the oldest.
+void TcpStoreServer::Impl::evictOldestPending() {
+  int pending = 0;
+  Conn* oldest = nullptr;
+  for (auto& c : conns_) {
+    if (c->dead || c->authed) continue;
+    if (oldest == nullptr) oldest = c.get();
+    ++pending;
+  }
+  if (oldest != nullptr && pending >= limits_.maxPendingHandshakes) {
+    drop(*oldest, "too many connections waiting for the handshake; the oldest is dropped", true);
   }
 }
 
@@ -412,8 +431,13 @@ void TcpStoreServer::Impl::drop(Conn& c, const std::string& why, bool warn) {
   c.sock.reset();
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& secret)
-    : impl_(std::make_unique<Impl>(host, port, secret)) {}
+StoreServerLimits defaultStoreServerLimits() {
+  return {net::kMaxPendingHandshakes, net::kHandshakeTimeout};
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& secret,
+                               StoreServerLimits limits)
+    : impl_(std::make_unique<Impl>(host, port, secret, limits)) {}
 
 TcpStoreServer::~TcpStoreServer() = default;
 

@@ -1,13 +1,18 @@
 // Stores: the shared contract (set/get/add/check/wait, timeouts naming keys) for MemoryStore, the
 // TCP store and PrefixStore; then the TCP store's defences (wrong secret, garbage, oversized
 // frames) and its behaviour with many clients.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/common/errors.h"
 #include "core/net/frame.h"
@@ -16,6 +21,7 @@
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
+#include "core/store/tcp_store_protocol.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -235,6 +241,135 @@ TEST(TcpStore, GarbageBeforeAndAfterAuthenticationDropsOnlyThatConnection) {
   EXPECT_EQ(good.get("k", 100ms), "v");
   TcpStoreClient late("127.0.0.1", server.port(), kSecret, Millis(2000));
   EXPECT_EQ(late.add("n", 3), 3);
+}
+
+// The local address of this process's listening socket on `port` (from /proc/self/net/tcp).
+std::string boundAddress(int port) {
+  FILE* f = std::fopen("/proc/self/net/tcp", "r");
+  if (f == nullptr) return "?";
+  char line[512];
+  std::string found = "none";
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned slot = 0, ip = 0, p = 0, rip = 0, rport = 0, state = 0;
+    if (std::sscanf(line, " %u: %8X:%4X %8X:%4X %2X", &slot, &ip, &p, &rip, &rport, &state) != 6)
+      continue;
+    if (state != 0x0A || static_cast<int>(p) != port) continue;  // 0x0A = LISTEN
+    in_addr addr{};
+    addr.s_addr = ip;  // printed as the raw 32-bit word, in network order in memory
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &addr, text, sizeof(text));
+    found = text;
+  }
+  std::fclose(f);
+  return found;
+}
+
+TEST(TcpStore, ListenerBindsOnlyTheGivenAddress) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  EXPECT_EQ(boundAddress(server.port()), "127.0.0.1");
+}
+
+// True once the peer closed fd, waiting up to `bound` (a generous bound, not a timing claim).
+bool closedWithin(int fd, Millis bound) {
+  char buf[256];
+  auto deadline = Clock::now() + bound;
+  while (net::waitFor(fd, POLLIN, deadline)) {
+    net::IoResult r = net::recvSome(fd, buf, sizeof(buf));
+    if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) return true;
+  }
+  return false;
+}
+
+TEST(TcpStore, UnauthenticatedConnectionsAreCapped) {
+  // A handshake timeout far beyond the test, so only the cap can close a connection here.
+  StoreServerLimits limits{4, Millis(600000)};
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  std::vector<net::Socket> strangers;
+  for (int i = 0; i < 4; ++i) strangers.push_back(rawConnect(server.port()));
+  // A fifth silent connection evicts the oldest one...
+  strangers.push_back(rawConnect(server.port()));
+  EXPECT_TRUE(closedWithin(strangers[0].fd(), Millis(5000)));
+  // ...and an honest client always gets in while strangers hold every slot.
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
+  good.set("k", "v");
+  EXPECT_EQ(good.get("k", 100ms), "v");
+  // The honest client evicted exactly one more (the second oldest); the newest three stay.
+  EXPECT_TRUE(closedWithin(strangers[1].fd(), Millis(5000)));
+  for (size_t i = 2; i < strangers.size(); ++i) {
+    EXPECT_FALSE(closedWithin(strangers[i].fd(), Millis(100))) << "stranger " << i;
+  }
+}
+
+TEST(TcpStore, UnauthenticatedConnectionsTimeOut) {
+  StoreServerLimits limits{net::kMaxPendingHandshakes, Millis(300)};
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
+  good.set("k", "v");
+  net::Socket silent = rawConnect(server.port());
+  // Half a handshake (the connector's first bytes) does not reset the clock either.
+  net::Socket slow = rawConnect(server.port());
+  std::string partial(3, '\0');
+  net::sendAll(slow.fd(), partial.data(), partial.size(), Clock::now() + 1000ms, "test");
+  EXPECT_TRUE(closedWithin(silent.fd(), Millis(10000)));
+  EXPECT_TRUE(closedWithin(slow.fd(), Millis(10000)));
+  // The authenticated client is not subject to the handshake timeout.
+  std::this_thread::sleep_for(limits.handshakeTimeout * 2);
+  EXPECT_EQ(good.get("k", 100ms), "v");
+}
+
+TEST(TcpStore, DefaultLimitsLetHonestClientsPastManyStrangers) {
+  // The README's numbers.
+  EXPECT_EQ(net::kMaxPendingHandshakes, 64);
+  EXPECT_EQ(net::kHandshakeTimeout, Millis(10000));
+  EXPECT_EQ(defaultStoreServerLimits().maxPendingHandshakes, net::kMaxPendingHandshakes);
+  EXPECT_EQ(defaultStoreServerLimits().handshakeTimeout, net::kHandshakeTimeout);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  std::vector<net::Socket> strangers;
+  for (int i = 0; i < net::kMaxPendingHandshakes + 16; ++i) {
+    strangers.push_back(rawConnect(server.port()));
+  }
+  TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
+  EXPECT_EQ(good.add("n", 2), 2);
+  // The oldest strangers were evicted to make room.
+  EXPECT_TRUE(closedWithin(strangers[0].fd(), Millis(5000)));
+}
+
+TEST(ServerBindHost, BindsTheAddressClientsUse) {
+  EXPECT_EQ(net::serverBindHost("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(net::serverBindHost("localhost"), "127.0.0.1");
+  EXPECT_EQ(net::serverBindHost(""), "");
+  EXPECT_EQ(net::serverBindHost("0.0.0.0"), "");
+  // TEST-NET-3: never an address of this machine, so the server cannot bind it.
+  EXPECT_EQ(net::serverBindHost("203.0.113.9"), "");
+  EXPECT_TRUE(net::isLoopbackHost("127.0.0.1") && net::isLoopbackHost("localhost"));
+  EXPECT_FALSE(net::isLoopbackHost("10.0.0.1") || net::isLoopbackHost("myhost"));
+  // Every non-loopback IPv4 address of this machine binds as itself.
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(getifaddrs(&list), 0);
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof(text));
+    if (net::isLoopbackHost(text)) continue;
+    EXPECT_EQ(net::serverBindHost(text), text);
+    TcpStoreServer server(net::serverBindHost(text), 0, kSecret);
+    EXPECT_EQ(boundAddress(server.port()), std::string(text));
+  }
+  freeifaddrs(list);
+}
+
+// After the handshake, frames are plain bytes: neither encrypted nor signed (the README says so).
+TEST(TcpStore, FramesAfterTheHandshakeArePlainBytes) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  net::Socket s = rawConnect(server.port());
+  net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+  net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+  std::string frame = net::buildFrame(net::kStoreMagic, store_protocol::kSet,
+                                      net::Writer().str("plain-key").str("plain-value").take());
+  EXPECT_NE(frame.find("plain-value"), std::string::npos);  // the value travels as it is
+  net::sendAll(s.fd(), frame.data(), frame.size(), Clock::now() + 1000ms, "test");
+  TcpStoreClient reader("127.0.0.1", server.port(), kSecret, Millis(2000));
+  EXPECT_EQ(reader.get("plain-key", 2000ms), "plain-value");
 }
 
 TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {

@@ -262,6 +262,65 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
   EXPECT_EQ(outcomes, (std::vector<std::string>{"garbage dropped", "wrong secret refused"}));
 }
 
+// True once the peer closed fd, waiting up to `bound` (a generous bound, not a timing claim).
+bool peerClosedWithin(int fd, Millis bound) {
+  char buf[256];
+  auto deadline = Clock::now() + bound;
+  while (net::waitFor(fd, POLLIN, deadline)) {
+    net::IoResult r = net::recvSome(fd, buf, sizeof(buf));
+    if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) return true;
+  }
+  return false;
+}
+
+// Strangers that connect and say nothing, more of them than the cap, while rank 0 waits for rank
+// 1: the oldest is evicted at once, a silent one is dropped at the handshake timeout, and rank 1
+// still gets in.
+TEST(TcpTransport, UnauthenticatedConnectionsAreCappedAndTimeOut) {
+  MemoryStore store;
+  std::mutex m;
+  std::condition_variable cv;
+  bool strangersDone = false;
+  std::vector<std::string> outcomes;
+  std::thread stranger([&] {
+    std::string host;
+    int port = 0;
+    net::parseHostPort(store.get("addr/0", 5000ms), &host, &port);
+    auto deadline = Clock::now() + 5000ms;
+    std::vector<net::Socket> held;
+    for (int i = 0; i < net::kMaxPendingHandshakes + 1; ++i) {
+      held.push_back(net::connectWithRetry(host, port, deadline));
+    }
+    if (peerClosedWithin(held[0].fd(), 5000ms)) outcomes.push_back("oldest evicted");
+    if (peerClosedWithin(held.back().fd(), net::kHandshakeTimeout * 3)) {
+      outcomes.push_back("silent one timed out");
+    }
+    {
+      std::lock_guard<std::mutex> lock(m);
+      strangersDone = true;
+    }
+    cv.notify_all();
+  });
+  std::exception_ptr failure;
+  try {
+    test::spawnRanks(2, [&](int rank) {
+      if (rank == 1) {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait_for(lock, net::kHandshakeTimeout * 4, [&] { return strangersDone; });
+      }
+      ConnectOptions o = options(rank, 2);
+      o.startTimeout = net::kHandshakeTimeout * 6;
+      Connection conn = connect(store, o);
+      checkAllreduce(*conn.world, {0, 1}, 17, DataType::Float32, ReduceOp::Sum);
+    });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  stranger.join();
+  if (failure) std::rethrow_exception(failure);
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"oldest evicted", "silent one timed out"}));
+}
+
 TEST(TcpTransport, MissingRankTimesOutNamingIt) {
   MemoryStore store;
   std::vector<std::string> messages(2);

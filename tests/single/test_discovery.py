@@ -1,5 +1,7 @@
 """Rank discovery from launcher, torchrun, mpirun and Slurm variables (no engine started)."""
 
+import logging
+
 import pytest
 from hora.common import discovery
 from hora.common.discovery import RankInfo, discover
@@ -145,11 +147,83 @@ def test_first_host(nodelist, expected):
     assert discovery.first_host(nodelist) == expected
 
 
-def test_secret_fallback_is_deterministic_and_overridable():
-    info = discover(torchrun_env(1))
-    assert info.secret == discovery.fallback_secret("10.1.1.1", 29501)
-    assert discover(torchrun_env(2)).secret == info.secret
+def test_no_secret_is_derived_from_public_values():
+    assert discover(torchrun_env(1)).secret == ""
+    assert discover(slurm_env(2, 1, 0, MASTER_ADDR="m", MASTER_PORT="1234")).secret == ""
     assert discover(torchrun_env(1, HORA_SECRET="mine")).secret == "mine"
+    assert not hasattr(discovery, "fallback_secret")
+
+
+def test_secret_file(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("from-file\n")
+    assert discover(torchrun_env(1, HORA_SECRET_FILE=str(path))).secret == "from-file"
+    both = torchrun_env(1, HORA_SECRET="env", HORA_SECRET_FILE=str(path))
+    assert discover(both).secret == "env"
+    with pytest.raises(ValueError, match="cannot read it"):
+        discover(torchrun_env(1, HORA_SECRET_FILE=str(tmp_path / "missing")))
+    (tmp_path / "empty").write_text("  \n")
+    with pytest.raises(ValueError, match="is empty"):
+        discover(torchrun_env(1, HORA_SECRET_FILE=str(tmp_path / "empty")))
+
+
+MPIRUN_REMOTE = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+                 "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                 "MASTER_ADDR": "10.1.1.1"}
+
+
+@pytest.mark.parametrize("env", [
+    torchrun_env(0), torchrun_env(1), MPIRUN_REMOTE,
+    slurm_env(2, 1, 0, MASTER_ADDR="10.1.1.1", MASTER_PORT="1234"),
+], ids=["torchrun-rank0", "torchrun-rank1", "mpirun", "slurm"])
+def test_no_secret_on_a_network_address_is_refused(env):
+    info = discover(env)
+    with pytest.raises(ValueError, match="without a job secret") as caught:
+        discovery.checked_secret(info, "10.1.1.2", environ=env)
+    for name in ("HORA_SECRET", "HORA_SECRET_FILE", "HORA_INSECURE=1"):
+        assert name in str(caught.value)
+    # The explicit opt-in lets it run, unauthenticated.
+    assert discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": "1"}) == ""
+    for off in ("0", "no", ""):
+        with pytest.raises(ValueError):
+            discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": off})
+    secured = discover({**env, "HORA_SECRET": "s"})
+    assert discovery.checked_secret(secured, "10.1.1.2", environ=env) == "s"
+
+
+def test_insecure_warns_on_rank_0_only(caplog):
+    env = {"HORA_INSECURE": "1"}
+    with caplog.at_level(logging.WARNING, logger="hora"):
+        discovery.checked_secret(discover(torchrun_env(1)), "10.1.1.2", environ=env)
+        assert not caplog.records
+        discovery.checked_secret(discover(torchrun_env(0)), "10.1.1.2", environ=env)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "HORA_INSECURE" in caplog.records[0].getMessage()
+
+
+def test_loopback_or_single_rank_jobs_need_no_secret():
+    for master in ("127.0.0.1", "localhost"):
+        info = discover(torchrun_env(1, MASTER_ADDR=master))
+        assert discovery.checked_secret(info, "127.0.0.1", environ={}) == ""
+        # Listening on a network interface (HORA_IFACE) is not a loopback job any more.
+        with pytest.raises(ValueError, match="HORA_SECRET"):
+            discovery.checked_secret(info, "10.1.1.2", environ={})
+    alone = discover({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "10.1.1.1"})
+    assert discovery.checked_secret(alone, "", environ={}) == ""
+    # A TCP part beside MPI has no store address yet: the engine makes a secret over MPI.
+    over_mpi = discovery.RankInfo(0, 2, source="mpi")
+    assert discovery.checked_secret(over_mpi, "", environ={}) == ""
+
+
+def test_listen_host_is_the_loopback_for_a_local_job(monkeypatch):
+    monkeypatch.delenv("HORA_IFACE", raising=False)
+    monkeypatch.delenv("HOROVOD_IFACE", raising=False)
+    assert discovery.listen_host("127.0.0.1") == "127.0.0.1"
+    assert discovery.listen_host("localhost") == "127.0.0.1"
+    assert discovery.listen_host("") == ""
+    monkeypatch.setenv("HORA_IFACE", "10.9.8.7")
+    assert discovery.listen_host("127.0.0.1") == "10.9.8.7"
+    assert discovery.is_loopback("127.0.0.2") and not discovery.is_loopback("10.0.0.1")
 
 
 def test_undeclared_hora_variable_is_refused():

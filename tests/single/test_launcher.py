@@ -332,7 +332,8 @@ def test_rank_specs_local_and_remote():
     assert "topsecret" not in " ".join(remote.argv) and "old" not in " ".join(remote.argv)
     assert "HORA_SECRET" not in remote.env  # the ssh client's own environment
     assert remote.stdin == b"HORA_SECRET=topsecret\nHORARUN_TASK_CHUNKS=0\n\n"
-    assert remote.argv[:9] == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+    assert remote.argv[:9] == ["ssh", "-o", "BatchMode=yes", "-o",
+                               "StrictHostKeyChecking=accept-new",
                                "-p", "2222", "-i", "/id"]
     assert remote.argv[9] == "node2"
     words = shlex.split(remote.argv[10])
@@ -380,7 +381,24 @@ def test_ssh_payload_and_quoting():
     words = shlex.split(cmd)
     assert words[1] == "/tmp/it's here"
     assert words[-4:] == ["env", "V=a 'b' $c", "echo", "$HOME;"]
-    assert ssh_exec.ssh_base() == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    assert ssh_exec.ssh_base() == ["ssh", "-o", "BatchMode=yes", "-o",
+                                   "StrictHostKeyChecking=accept-new"]
+
+
+def test_ssh_host_key_checking_flag():
+    """Host keys are checked by default (accept-new); --ssh-host-key-checking changes it."""
+    assert launch.parse_args(["-np", "1", "true"]).ssh_host_key_checking == "accept-new"
+    for value in ("yes", "no"):
+        args = ["-np", "2", "-H", "localhost:1,node2:1", "--ssh-host-key-checking", value]
+        specs = _specs(args, ["node2"], {"PATH": "/bin"})
+        assert f"StrictHostKeyChecking={value}" in specs[1].argv
+        assert not any(a.startswith("StrictHostKeyChecking") for a in specs[0].argv)
+    specs = _specs(["-np", "2", "-H", "localhost:1,node2:1"], ["node2"], {"PATH": "/bin"})
+    assert "StrictHostKeyChecking=accept-new" in specs[1].argv
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--ssh-host-key-checking", "maybe", "-np", "1", "true"])
+    with pytest.raises(ValueError, match="accept-new"):
+        ssh_exec.ssh_base(host_key_checking="off")
 
 
 def _run_wrapper(command_script, stop_after=None, private=None):

@@ -42,9 +42,10 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
     try {
       std::string random = net::randomBytes(kSecretBytes);
       std::string secret = toHex(reinterpret_cast<const uint8_t*>(random.data()), random.size());
-      out.server = std::make_unique<TcpStoreServer>("", 0, secret);
-      std::string address =
-          net::joinHostPort(net::advertisedHost(options.listenHost), out.server->port());
+      // Bound to the address it advertises, like every listener of the job.
+      std::string host = net::advertisedHost(options.listenHost);
+      out.server = std::make_unique<TcpStoreServer>(host, 0, secret);
+      std::string address = net::joinHostPort(host, out.server->port());
       message = kOk + address + " " + secret;
       HORA_LOG(Debug, "rank 0: serving the rendezvous store for TCP at " << address);
     } catch (const Error& e) {

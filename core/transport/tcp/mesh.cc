@@ -42,6 +42,7 @@ struct Attempt {
   Target* target = nullptr;  // outgoing attempts only
   bool connecting = false;   // non-blocking connect not yet complete
   bool claimed = false;      // incoming: passed validation, owns its (kind, rank) slot
+  Clock::time_point handshakeDeadline = Clock::time_point::max();  // incoming only
   std::string peer;
   bool dead = false;
 };
@@ -65,6 +66,9 @@ class MeshBuilder {
   void pump(Attempt& a);
   void finish(Attempt& a);
   void abandon(Attempt& a, const std::string& why, Setback setback);
+  bool pendingIncoming(const Attempt& a) const;
+  void evictOldestPending();
+  void expirePending(Clock::time_point now);
   std::string validate(net::PeerKind kind, int rank);
   bool complete() const;
   int expectedIncoming() const;
@@ -103,6 +107,7 @@ MeshSockets MeshBuilder::build() {
     for (const auto& t : targets_) {
       if (!t.done && !t.active) wake = std::min(wake, t.retryAt);
     }
+    for (const auto& a : attempts_) wake = std::min(wake, a->handshakeDeadline);
     int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
     size_t polled = fds.size() - 1;
@@ -114,14 +119,17 @@ MeshSockets MeshBuilder::build() {
         std::string peer;
         net::Socket s = net::acceptPending(listener_.fd(), &peer);
         if (!s.valid()) break;
+        evictOldestPending();
         auto validator = [this](net::PeerKind kind, int rank) { return validate(kind, rank); };
         auto a = std::make_unique<Attempt>(std::move(s),
                                            net::Handshake::acceptor(o_.secret, o_.rank, validator));
         a->peer = peer;
+        a->handshakeDeadline = Clock::now() + net::kHandshakeTimeout;
         attempts_.push_back(std::move(a));
         pump(*attempts_.back());
       }
     }
+    expirePending(Clock::now());
     attempts_.erase(std::remove_if(attempts_.begin(), attempts_.end(),
                                    [](const std::unique_ptr<Attempt>& a) { return a->dead; }),
                     attempts_.end());
@@ -131,10 +139,41 @@ MeshSockets MeshBuilder::build() {
   return std::move(mesh_);
 }
 
+// An incoming connection that has not yet proved the secret (the only kind a stranger can hold).
+bool MeshBuilder::pendingIncoming(const Attempt& a) const {
+  return !a.dead && a.target == nullptr && a.hs.state() != net::Handshake::State::Done;
+}
+
+// At the cap, the oldest unauthenticated incoming connection makes room for the new one.
+void MeshBuilder::evictOldestPending() {
+  int pending = 0;
+  Attempt* oldest = nullptr;
+  for (auto& a : attempts_) {
+    if (!pendingIncoming(*a)) continue;
+    if (oldest == nullptr) oldest = a.get();
+    ++pending;
+  }
+  if (oldest != nullptr && pending >= net::kMaxPendingHandshakes) {
+    abandon(*oldest, "too many connections waiting for the handshake; the oldest is dropped",
+            Setback::Rejected);
+  }
+}
+
+void MeshBuilder::expirePending(Clock::time_point now) {
+  for (auto& a : attempts_) {
+    if (pendingIncoming(*a) && a->handshakeDeadline <= now) {
+      abandon(*a, "handshake timed out", Setback::Rejected);
+    }
+  }
+}
+
 void MeshBuilder::publish() {
   int port = 0;
-  listener_ = net::listenOn("0.0.0.0", 0, &port);
-  std::string address = net::joinHostPort(net::advertisedHost(o_.listenHost), port);
+  // The listener binds exactly the address it advertises: a job on one host listens on the
+  // loopback only, and HORA_IFACE keeps every other interface closed.
+  std::string host = net::advertisedHost(o_.listenHost);
+  listener_ = net::listenOn(host, 0, &port);
+  std::string address = net::joinHostPort(host, port);
   HORA_LOG(Debug, me() << ": listening for peers at " << address);
   store_.set(addressKey(o_.rank), address);
 }

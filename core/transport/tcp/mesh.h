@@ -1,14 +1,16 @@
 #pragma once
 // Mesh set-up: connects this rank to every other rank of the job before any collective runs.
 //
-//   1. Listen on an ephemeral port on every interface; publish "addr/<rank>" = "host:port" in the
-//      store (host from options.listenHost, see net::advertisedHost()).
+//   1. Listen on an ephemeral port of the address this rank advertises (options.listenHost, see
+//      net::advertisedHost()), and only there; publish "addr/<rank>" = "host:port" in the store.
 //   2. Data plane: one connection per pair of ranks; the higher rank connects to the lower.
 //      Control plane: a star; every rank > 0 opens a second connection to rank 0.
 //   3. Every connection runs the handshake (handshake.h): both ends prove the job secret, and the
 //      connector states its rank and the connection kind. A connection that fails it, sends
 //      garbage, or claims a rank and kind already connected is dropped with a log line, and set-up
 //      carries on waiting for the real peer. Refused or failed outgoing attempts are retried.
+//      Incoming connections that have not passed the handshake are capped and time out
+//      (net::kMaxPendingHandshakes, net::kHandshakeTimeout).
 //
 // All of it runs in one poll(2) loop (non-blocking accept, connect and handshakes), bounded by
 // options.startTimeout: TimeoutError names the ranks that never published or never connected.

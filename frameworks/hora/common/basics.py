@@ -89,7 +89,9 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
 
     Raises:
         ValueError: inconsistent launcher variables, a ``comm`` list that is invalid or leaves
-            this rank out, or invalid process sets.
+            this rank out, invalid process sets, or a job that would listen on a non-loopback
+            address without a job secret (the message names ``HORA_SECRET``,
+            ``HORA_SECRET_FILE`` and ``HORA_INSECURE``; see ``discovery.checked_secret``).
         TypeError: ``comm`` is neither an mpi4py communicator nor a list of ranks.
         NotSupportedError: a transport asked for is not built, ``comm`` is given while
             neither role runs on MPI, or MPI is asked for in a job that mpirun did not start.
@@ -122,13 +124,15 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             )
         else:
             info = discovery.discover()
+        listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
+        secret = discovery.checked_secret(info, listen) if transports.uses_tcp else info.secret
         objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
         _core.init(
             info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
             info.cross_size, transport=transports.cpu_operations,
             controller=transports.controller, store_host=info.store_host,
-            store_port=info.store_port, serve_store=info.serve_store, secret=info.secret,
-            listen_host=discovery.listen_host(info.store_host) if transports.uses_tcp else "",
+            store_port=info.store_port, serve_store=info.serve_store, secret=secret,
+            listen_host=listen,
             process_sets=to_register, mpi_comm=comm_handle,
         )
         _topology = dict(_core.topology())

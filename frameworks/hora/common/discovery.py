@@ -25,16 +25,18 @@ When either role runs on MPI none of this is needed: MPI already connected the r
 TCP role beside MPI gets its store from rank 0 over MPI. ``select_transport`` decides which
 transports run (see its docstring).
 
-The job secret proves to every connection that the peer belongs to this job. horarun generates a
-random one. Without a launcher, ``HORA_SECRET`` is used when set; otherwise every rank derives the
-same secret from the rendezvous address and port. That fallback keeps jobs from different stores
-apart but is guessable, so it is logged (at debug level); set ``HORA_SECRET`` on shared networks.
+The job secret proves to every connection that the peer belongs to this job; no secret is ever
+derived from public values. horarun generates a random one. Without horarun the secret comes from
+``HORA_SECRET`` or from the file named by ``HORA_SECRET_FILE`` (the same value on every rank);
+a TCP part beside MPI gets a fresh random one over MPI. Without any of these a job may only run on
+the loopback (store at 127.0.0.1 or localhost, no ``HORA_IFACE``), where every listener binds
+127.0.0.1; elsewhere ``checked_secret`` refuses to start unless ``HORA_INSECURE=1`` opts in
+(trusted clusters only; rank 0 logs a warning).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import ipaddress
 import logging
 import os
@@ -122,23 +124,76 @@ def default_cross(rank: int, size: int, local_size: int) -> tuple[int, int]:
     return min(rank // local_size, cross_size - 1), cross_size
 
 
-def fallback_secret(host: str, port: int) -> str:
-    """The secret every rank derives when no launcher provided one (see the module docstring)."""
-    return hashlib.sha256(f"hora-rendezvous:{host}:{port}".encode()).hexdigest()
-
-
-def _secret(env: _Env, host: str, port: int, from_launcher: bool) -> str:
+def _secret(env: _Env, from_launcher: bool) -> str:
     secret = env.hora("SECRET") or (env.raw("_HOROVOD_SECRET_KEY") if from_launcher else None)
     if secret:
         return secret
-    if not host:
+    path = env.hora("SECRET_FILE")
+    if not path:
         return ""
-    _log.debug(
-        "hora: no HORA_SECRET set; deriving the job secret from the rendezvous address %s:%d. "
-        "Set HORA_SECRET to the same random value on every rank on shared networks.",
-        host, port,
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"HORA_SECRET_FILE={path}: cannot read it ({e.strerror})") from None
+    if not text:
+        raise ValueError(f"HORA_SECRET_FILE={path} is empty; put the job secret in it")
+    return text
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _flag(value: str | None) -> bool:
+    text = (value or "").strip().lower()
+    if text in ("true", "yes"):
+        return True
+    try:
+        return int(text) > 0
+    except ValueError:
+        return False
+
+
+def checked_secret(info: RankInfo, listen: str, environ: Mapping[str, str] | None = None) -> str:
+    """The secret this rank's TCP connections prove, after checking that the job may run with it.
+
+    A job with a secret, a job of one rank, and a job that gets its store over MPI pass as they
+    are. Without a secret, a job whose store is on the loopback and whose ranks listen there
+    (``listen`` from ``listen_host``) runs unauthenticated: only this host can reach it. Otherwise
+    ``HORA_INSECURE=1`` lets it run (rank 0 logs a warning), and without that it may not start.
+
+    Raises:
+        ValueError: no secret, a non-loopback address, and no ``HORA_INSECURE``; the message
+            names what to set.
+    """
+    if info.secret or info.size == 1 or not info.store_host:
+        return info.secret
+    if is_loopback(info.store_host) and (not listen or is_loopback(listen)):
+        return ""
+    where = listen or info.store_host
+    if _flag(_Env(environ).hora("INSECURE")):
+        if info.rank == 0:
+            _log.warning(
+                "hora: HORA_INSECURE is set: rank 0 serves the store at %s:%d and every rank "
+                "listens without a job secret; anyone who can reach these ports can join the job",
+                info.store_host, info.store_port,
+            )
+        return ""
+    raise ValueError(
+        f"{info.source}: rank {info.rank} would listen on the non-loopback address {where} "
+        f"(store {info.store_host}:{info.store_port}) without a job secret, so anyone on the "
+        "network could join the job. Set HORA_SECRET to the same random value on every rank "
+        "(for example the output of: python -c 'import secrets; print(secrets.token_hex(32))'), "
+        "or HORA_SECRET_FILE to a file holding it; or start the job with horarun, which makes "
+        "one; or, on a trusted cluster only, set HORA_INSECURE=1"
     )
-    return fallback_secret(host, port)
 
 
 def _checked(info: RankInfo) -> RankInfo:
@@ -177,7 +232,7 @@ def _from_launcher(env: _Env) -> RankInfo | None:
     return RankInfo(
         rank, size, local_rank, local_size, cross_rank, cross_size,
         store_host=host, store_port=port, serve_store=False,
-        secret=_secret(env, host, port, from_launcher=True),
+        secret=_secret(env, from_launcher=True),
         hostname=env.hora("HOSTNAME") or socket.gethostname(), source="horarun",
     )
 
@@ -190,7 +245,7 @@ def _self_served(env: _Env, source: str, rank: int, size: int, local_rank: int, 
     return RankInfo(
         rank, size, local_rank, local_size, cross[0], cross[1],
         store_host=host, store_port=port, serve_store=size > 1 and rank == 0,
-        secret=_secret(env, host, port, from_launcher=False),
+        secret=_secret(env, from_launcher=False),
         hostname=socket.gethostname(), source=source,
     )
 
@@ -399,9 +454,11 @@ def discover(environ: Mapping[str, str] | None = None) -> RankInfo:
 def listen_host(store_host: str) -> str:
     """The address this rank listens on and advertises to its peers.
 
-    ``HORA_IFACE`` names an interface (``eth0``) or an address; otherwise, when the rendezvous
-    store is on another machine, the local address the routing table uses to reach it (the peers
-    reach this rank the same way); otherwise "" (the engine's default for a single host).
+    ``HORA_IFACE`` names an interface (``eth0``) or an address; otherwise, for a store on the
+    loopback (a job on one host), ``127.0.0.1``; otherwise, the local address the routing table
+    uses to reach the store (the peers reach this rank the same way); "" when there is no store or
+    no route (the engine then uses this host's resolved name). Every listener of this rank (the
+    mesh and, on rank 0, the store it serves) binds exactly this address.
 
     Raises:
         ValueError: ``HORA_IFACE`` names an interface without an IPv4 address.
@@ -422,8 +479,10 @@ def listen_host(store_host: str) -> str:
                 f"(interfaces: {', '.join(sorted(addresses)) or 'none'})"
             )
         return addresses[iface]
-    if not store_host or store_host in ("localhost", "0.0.0.0") or store_host.startswith("127."):
+    if not store_host or store_host == "0.0.0.0":
         return ""
+    if is_loopback(store_host):
+        return "127.0.0.1"
     try:
         return netaddr.route_via_socket(socket.gethostbyname(store_host))
     except OSError:

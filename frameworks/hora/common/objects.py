@@ -1,4 +1,11 @@
-"""Broadcast and allgather of arbitrary picklable Python objects (over uint8 tensors)."""
+"""Broadcast and allgather of arbitrary picklable Python objects (over uint8 tensors).
+
+Unpickling runs code chosen by whoever wrote the bytes, so these functions execute what peers
+send. That is safe only because every peer is a rank of this job: each connection the bytes
+travel over passed the handshake that proves the job secret (or, on the loopback, comes from this
+host; or MPI connected the ranks). Under ``HORA_INSECURE=1`` anyone who reaches the job's ports at
+start-up can take a rank's place and so run code in every rank that calls these functions.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +38,9 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     """Send ``obj`` from ``root_rank`` to every rank of the set; returns the root's object.
 
     The object is cloudpickled, its size broadcast as ``broadcast.<name>.sz``, then its bytes as
-    ``broadcast.<name>.t``; ``name`` defaults to the type name of ``obj``.
+    ``broadcast.<name>.t``; ``name`` defaults to the type name of ``obj``. Non-root ranks
+    unpickle the root's bytes: trust in them rests on the job's authenticated connections (see the
+    module docstring).
     """
     name = name or type(obj).__name__
     is_root = basics.rank() == root_rank
@@ -51,7 +60,8 @@ def allgather_object(obj: Any, name: str | None = None,
     """Gather ``obj`` from every rank of the set; returns the objects in set-rank order.
 
     Sizes are allgathered as ``allgather.<name>.sz``, then the bytes as ``allgather.<name>.t``;
-    ``name`` defaults to the type name of ``obj``.
+    ``name`` defaults to the type name of ``obj``. Every rank unpickles every other rank's bytes:
+    trust in them rests on the job's authenticated connections (see the module docstring).
     """
     name = name or type(obj).__name__
     payload = _dumps(obj)

@@ -106,7 +106,8 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
             env.update(_rank_env(slot, settings, rendezvous, port, interface_flag))
             env.setdefault("PYTHONUNBUFFERED", "1")
             argv = ssh_exec.ssh_command(slot.hostname, cwd or os.getcwd(), env, command, grace,
-                                        args.ssh_port, args.ssh_identity_file)
+                                        args.ssh_port, args.ssh_identity_file,
+                                        getattr(args, "ssh_host_key_checking", "accept-new"))
             payload = ssh_exec.stdin_payload({**private, **(remote_private or {})})
             specs.append(RankSpec(slot.rank, slot.hostname, argv,
                                   envs.without_secrets(base_env), payload, remote=True))

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hora.runner import check_build, config, hosts, job, mpirun, slots
+from hora.runner import check_build, config, hosts, job, mpirun, slots, ssh_exec
 from hora.runner.env import SETTINGS
 
 COMPAT_FLAGS = (
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="file with one 'host slots=N' line per host")
     add("-p", "--ssh-port", dest="ssh_port", type=int, help="ssh port of the remote hosts")
     add("-i", "--ssh-identity-file", dest="ssh_identity_file", help="ssh private key")
+    add("--ssh-host-key-checking", dest="ssh_host_key_checking", default="accept-new",
+        choices=ssh_exec.HOST_KEY_CHECKING,
+        help="ssh StrictHostKeyChecking for remote hosts: accept-new (default: learn a new "
+        "host's key, refuse a changed one), yes (known hosts only) or no (trust any key)")
     add("--network-interface", "--network-interfaces", dest="network_interface",
         help="interface(s) the ranks communicate over, e.g. eth0 (the first is used)")
     add("--output-filename", dest="output_filename",

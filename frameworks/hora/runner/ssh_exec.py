@@ -2,7 +2,7 @@
 
 The ssh command line is::
 
-    ssh -o BatchMode=yes -o StrictHostKeyChecking=no [-p PORT] [-i KEY] HOST \\
+    ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new [-p PORT] [-i KEY] HOST \\
         'cd CWD >/dev/null 2>&1; exec sh -c WRAPPER horarun-rank GRACE WATCHER env VAR=VALUE...
         COMMAND...'
 
@@ -16,6 +16,10 @@ the pipe or dies (or the ssh connection breaks), the watcher sends SIGTERM to th
 group, and SIGKILL after GRACE seconds. When the rank ends by itself, the wrapper stops the
 watcher and whatever the rank left behind in its process group, and exits with the rank's code.
 Remote hosts need a POSIX ``sh`` and ``setsid`` (util-linux), as every Linux distribution has.
+
+Host keys: ``StrictHostKeyChecking=accept-new`` by default, so a host seen for the first time is
+added to ``known_hosts`` and a host whose key later changes is refused (a machine in the middle
+cannot pose as it). ``horarun --ssh-host-key-checking`` sets ``yes`` (only known hosts) or ``no``.
 """
 
 from __future__ import annotations
@@ -46,9 +50,22 @@ WRAPPER = "; ".join(_WRAPPER_STEPS)
 """The remote shell program: reads private variables, runs the rank, stops it on stdin EOF."""
 
 
-def ssh_base(port: int | None = None, identity_file: str | None = None) -> list[str]:
-    """``ssh`` and its options, up to (not including) the host."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+HOST_KEY_CHECKING = ("accept-new", "yes", "no")
+"""Values of ``horarun --ssh-host-key-checking`` (ssh's StrictHostKeyChecking); the first is the
+default."""
+
+
+def ssh_base(port: int | None = None, identity_file: str | None = None,
+             host_key_checking: str = "accept-new") -> list[str]:
+    """``ssh`` and its options, up to (not including) the host.
+
+    Raises:
+        ValueError: ``host_key_checking`` is not one of ``HOST_KEY_CHECKING``.
+    """
+    if host_key_checking not in HOST_KEY_CHECKING:
+        raise ValueError(f"ssh host key checking must be one of {', '.join(HOST_KEY_CHECKING)}, "
+                         f"got {host_key_checking!r}")
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={host_key_checking}"]
     if port is not None:
         argv += ["-p", str(port)]
     if identity_file:
@@ -75,9 +92,10 @@ def remote_command(cwd: str, env: Mapping[str, str], command: Sequence[str],
 
 def ssh_command(host: str, cwd: str, env: Mapping[str, str], command: Sequence[str],
                 grace_seconds: int, port: int | None = None,
-                identity_file: str | None = None) -> list[str]:
+                identity_file: str | None = None,
+                host_key_checking: str = "accept-new") -> list[str]:
     """The full ssh argv that runs ``command`` on ``host`` in ``cwd`` with ``env``."""
-    return ssh_base(port, identity_file) + [host, remote_command(cwd, env, command, grace_seconds)]
+    return ssh_base(port, identity_file, host_key_checking) + [host, remote_command(cwd, env, command, grace_seconds)]
 
 
 def stdin_payload(private: Mapping[str, str]) -> bytes:
