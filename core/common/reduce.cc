@@ -375,6 +375,30 @@ void narrowDividedFromInt32(const int32_t* src, void* dst, size_t count, DataTyp
   }
 }
 
+bool sumsInFloat32(DataType dtype) {
+  return dtype == DataType::Float16 || dtype == DataType::BFloat16;
+}
+
+void widenToFloat32(const void* src, float* dst, size_t count, DataType dtype) {
+  HORA_CHECK(sumsInFloat32(dtype), "widenToFloat32 on " + std::string(dtypeName(dtype)));
+  const auto* in = static_cast<const uint16_t*>(src);
+  if (dtype == DataType::Float16) {
+    for (size_t i = 0; i < count; ++i) dst[i] = widenHalf(in[i]);
+  } else {
+    for (size_t i = 0; i < count; ++i) dst[i] = widenBfloat16(in[i]);
+  }
+}
+
+void narrowFromFloat32(const float* src, void* dst, size_t count, DataType dtype) {
+  HORA_CHECK(sumsInFloat32(dtype), "narrowFromFloat32 on " + std::string(dtypeName(dtype)));
+  auto* out = static_cast<uint16_t*>(dst);
+  if (dtype == DataType::Float16) {
+    for (size_t i = 0; i < count; ++i) out[i] = narrowHalf(src[i]);
+  } else {
+    for (size_t i = 0; i < count; ++i) out[i] = narrowBfloat16(src[i]);
+  }
+}
+
 float halfToFloat(uint16_t h) { return widenHalf(h); }
 uint16_t floatToHalf(float f) { return narrowHalf(f); }
 float bfloat16ToFloat(uint16_t b) { return widenBfloat16(b); }

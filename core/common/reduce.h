@@ -42,6 +42,16 @@ void narrowScaledFromInt32(const int32_t* src, void* dst, size_t count, DataType
 void narrowDividedFromInt32(const int32_t* src, void* dst, size_t count, DataType dtype,
                             int divisor);
 
+// float16 and bfloat16, whose Sum and Average are summed in float32 and rounded once at the end,
+// so a sum over three or more ranks does not round at every step.
+bool sumsInFloat32(DataType dtype);
+
+// dst[i] = float(src[i]) for a float16 or bfloat16 dtype.
+void widenToFloat32(const void* src, float* dst, size_t count, DataType dtype);
+
+// dst[i] = src[i] rounded to nearest even in a float16 or bfloat16 dtype.
+void narrowFromFloat32(const float* src, void* dst, size_t count, DataType dtype);
+
 // Conversions used by the kernels and by tests.
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

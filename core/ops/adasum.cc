@@ -5,6 +5,7 @@
 // with bit-identical results. Needs a power-of-two set size (checked during negotiation).
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/common/errors.h"
@@ -38,8 +39,11 @@ void store(void* p, size_t i, DataType t, double v) {
   }
 }
 
+// A norm below sqrt(DBL_MIN) counts as zero (the reference's cut-off): the dot products of
+// float32 gradients near FLT_MIN (squares near 1e-76) are still well defined in double.
 double coefficient(double dot, double normSq) {
-  return normSq >= 1e-30 ? 1.0 - dot / (2.0 * normSq) : 1.0;
+  static const double kTinyNormSq = std::sqrt(std::numeric_limits<double>::min());
+  return normSq >= kTinyNormSq ? 1.0 - dot / (2.0 * normSq) : 1.0;
 }
 
 // a <- adasum(a, b) elementwise over n values.

@@ -15,13 +15,17 @@ bool dividesBySize(const Response& r) {
   return r.reduceOp == ReduceOp::Average && r.postscale == 1.0;
 }
 
-void finishReduction(const Response& r, void* buf, size_t count, int setSize) {
+void finishReduction(const Response& r, DataType dtype, void* buf, size_t count, int setSize) {
   if (dividesBySize(r)) {
-    divideInPlace(buf, count, r.dtype, setSize);
+    divideInPlace(buf, count, dtype, setSize);
     return;
   }
   double post = effectivePostscale(r, setSize);
-  if (post != 1.0) scaleInPlace(buf, count, r.dtype, post);
+  if (post != 1.0) scaleInPlace(buf, count, dtype, post);
+}
+
+void finishReduction(const Response& r, void* buf, size_t count, int setSize) {
+  finishReduction(r, r.dtype, buf, count, setSize);
 }
 
 void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t count, int setSize) {
@@ -34,6 +38,10 @@ void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t c
 
 bool sumsWide(const Response& r) {
   return r.reduceOp == ReduceOp::Average && averagesInInt32(r.dtype);
+}
+
+bool sumsInFloat(const Response& r) {
+  return (r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average) && sumsInFloat32(r.dtype);
 }
 
 void runAllreduce(const Response& r, OpContext& cx) {
@@ -68,6 +76,12 @@ void runAllreduce(const Response& r, OpContext& cx) {
       widenToInt32(buf, wide.data(), total, r.dtype);
       cx.comm.allreduce(wide.data(), total, DataType::Int32, ReduceOp::Sum);
       narrowFromInt32(r, wide.data(), buf, total, cx.comm.size());
+    } else if (sumsInFloat(r)) {
+      std::vector<float> wide(total);
+      widenToFloat32(buf, wide.data(), total, r.dtype);
+      cx.comm.allreduce(wide.data(), total, DataType::Float32, ReduceOp::Sum);
+      finishReduction(r, DataType::Float32, wide.data(), total, cx.comm.size());
+      narrowFromFloat32(wide.data(), buf, total, r.dtype);
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.allreduce(buf, total, r.dtype, op);

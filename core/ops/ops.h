@@ -22,7 +22,9 @@ double effectivePostscale(const Response& r, int setSize);
 bool dividesBySize(const Response& r);
 
 // Runs the step after the sum: the division of a plain Average, else the postscale factor.
+// `dtype` is the buffer's type (float32 while a float16 sum is held wide).
 void finishReduction(const Response& r, void* buf, size_t count, int setSize);
+void finishReduction(const Response& r, DataType dtype, void* buf, size_t count, int setSize);
 
 // The int32 sum of an 8- or 16-bit Average back into the type, divided or scaled likewise.
 void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t count, int setSize);
@@ -30,5 +32,10 @@ void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t c
 // Average of an 8- or 16-bit integer tensor: summed in int32, then scaled back into the type,
 // so three or more ranks do not wrap the sum.
 bool sumsWide(const Response& r);
+
+// Sum or Average of a float16 or bfloat16 tensor: the prescaled values (rounded into the type,
+// as the reference does) are summed in float32, divided or postscaled there, and rounded into
+// the type once, so every rank count rounds once and an Average of equal values is exact.
+bool sumsInFloat(const Response& r);
 
 }  // namespace hora

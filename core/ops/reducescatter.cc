@@ -85,6 +85,13 @@ void runReducescatter(const Response& r, OpContext& cx) {
       widenToInt32(in, wideIn.data(), total, r.dtype);
       cx.comm.reduceScatter(wideIn.data(), wideOut.data(), counts, DataType::Int32, ReduceOp::Sum);
       narrowFromInt32(r, wideOut.data(), out, counts[me], n);
+    } else if (sumsInFloat(r)) {
+      std::vector<float> wideIn(total), wideOut(counts[me]);
+      widenToFloat32(in, wideIn.data(), total, r.dtype);
+      cx.comm.reduceScatter(wideIn.data(), wideOut.data(), counts, DataType::Float32,
+                            ReduceOp::Sum);
+      finishReduction(r, DataType::Float32, wideOut.data(), counts[me], n);
+      narrowFromFloat32(wideOut.data(), out, counts[me], r.dtype);
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.reduceScatter(in, out, counts, r.dtype, op);

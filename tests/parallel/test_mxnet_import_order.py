@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent("""
 def _single_rank_env() -> dict[str, str]:
     """This rank's environment without what makes a process join the running job."""
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("HORA_", "OMPI_", "PMI_", "PMIX_"))}
+            if not k.startswith(("HORA_", "HOROVOD_", "OMPI_", "PMI_", "PMIX_"))}
 
 
 def test_mxnet_imported_before_hora() -> None:

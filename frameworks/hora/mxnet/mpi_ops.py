@@ -32,6 +32,7 @@ import numpy as np
 
 import hora as _hora
 from hora.common import api, ops
+from hora.common import basics as _basics  # noqa: F401  (Horovod's name for this module)
 from hora.common.api import *
 from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set

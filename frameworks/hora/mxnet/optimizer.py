@@ -106,7 +106,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         gradient_predivide_factor: split of the averaging between before and after the sum.
         num_groups: when > 0, gradients of one update call are reduced in that many grouped
             allreduces.
-        process_set: the ranks that average their gradients.
+        process_set: the ranks that average their gradients; a rank outside it updates with
+            its own gradient.
     """
 
     def __init__(self, optimizer: Any, gradient_predivide_factor: float = 1.0,
@@ -151,8 +152,8 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def _allreduce(self, index: Any, grad: Any) -> None:
         size = process_set_size(self._process_set)
         prescale = 1.0 / self._gradient_predivide_factor
-        if size == 1 and prescale == 1.0:
-            return
+        if (size == 1 and prescale == 1.0) or not self._process_set.included():
+            return  # a rank outside the set updates with its own gradient, as in Horovod
         if isinstance(index, (list, tuple)):
             grads, names = list(grad), [str(i) for i in index]
         else:

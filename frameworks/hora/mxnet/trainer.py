@@ -45,7 +45,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             by ``factor / size`` after it.
         prefix: prepended to gradient names.
         num_groups: number of grouped allreduces per step (0: one allreduce per gradient).
-        process_set: the ranks that average their gradients.
+        process_set: the ranks that average their gradients; a rank outside it updates with
+            its own gradient.
     """
 
     def __init__(self, params: Any, optimizer: Any, optimizer_params: dict | None = None,
@@ -93,7 +94,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             names.append(f"{self._hora_prefix}{i}")
             pending.append((copies, sent, ctx))
         prescale = 1.0 / self._hora_predivide
-        if process_set_size(self._hora_process_set) > 1 or prescale != 1.0:
+        if self._hora_process_set.included() and (
+                process_set_size(self._hora_process_set) > 1 or prescale != 1.0):
             allreduce_gradients_(grads, names, prescale_factor=prescale,
                                  num_groups=self._hora_num_groups,
                                  process_set=self._hora_process_set)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -131,17 +132,44 @@ def settings_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+TOPOLOGY_NAMES = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE",
+                  "HOSTNAME")
+"""Coordinates of a rank, exported as ``HORA_<name>`` and, as horovodrun does, ``HOROVOD_<name>``."""
+
+
 def topology_env(slot: SlotInfo) -> dict[str, str]:
-    """HORA_RANK, HORA_SIZE, local and cross coordinates and HORA_HOSTNAME of one rank."""
-    return {
-        "HORA_RANK": str(slot.rank),
-        "HORA_SIZE": str(slot.size),
-        "HORA_LOCAL_RANK": str(slot.local_rank),
-        "HORA_LOCAL_SIZE": str(slot.local_size),
-        "HORA_CROSS_RANK": str(slot.cross_rank),
-        "HORA_CROSS_SIZE": str(slot.cross_size),
-        "HORA_HOSTNAME": slot.hostname,
-    }
+    """Rank, size, local and cross coordinates and host name of one rank.
+
+    Each is set under both prefixes: scripts and tests written for Horovod read the
+    ``HOROVOD_`` names that horovodrun exports.
+    """
+    values = (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank,
+              slot.cross_size, slot.hostname)
+    env: dict[str, str] = {}
+    for prefix in ("HORA_", "HOROVOD_"):
+        env.update({prefix + name: str(value) for name, value in zip(TOPOLOGY_NAMES, values)})
+    return env
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def omp_threads_env(environ: Mapping[str, str], local_size: int,
+                    cores: int | None = None) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` = cores // local ranks (at least 1), unless the user has set it.
+
+    Each rank's framework otherwise starts one thread per core, and ranks sharing a host
+    fight for the cores (as torchrun, the launcher sets a default).
+    """
+    if "OMP_NUM_THREADS" in environ:
+        return {}
+    cores = usable_cores() if cores is None else cores
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, local_size)))}
 
 
 def rendezvous_env(address: str, port: int) -> dict[str, str]:

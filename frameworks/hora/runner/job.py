@@ -99,6 +99,7 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
     grace = max(1, int(GRACE_SECONDS) - 2)
     private = envs.private_env(secret)
     specs = []
+    omp_default: str | None = None
     for slot in plan:
         if slot.hostname in remote:
             env = envs.exported_env(base_env)
@@ -114,11 +115,18 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
         else:
             env = envs.without_secrets(base_env)
             env.update(exports)
+            threads = envs.omp_threads_env(env, slot.local_size)
+            env.update(threads)
+            if threads and slot.local_size > 1:
+                omp_default = threads["OMP_NUM_THREADS"]
             env.update(_rank_env(slot, settings, rendezvous, port,
                                  interface_flag or rendezvous.local_interface))
             env.update(private)
             env.setdefault("PYTHONUNBUFFERED", "1")  # rank output appears line by line
             specs.append(RankSpec(slot.rank, slot.hostname, list(command), env))
+    if omp_default is not None:
+        _say(f"setting OMP_NUM_THREADS={omp_default} for each rank on this host (cores / local "
+             "ranks), so ranks do not fight for the cores; set OMP_NUM_THREADS to choose")
     return specs
 
 

@@ -3,8 +3,9 @@
     horarun -np N [-H host1:4,host2:4 | --hostfile FILE] [options] command [args...]
 
 Every rank gets HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROSS_RANK,
-HORA_CROSS_SIZE, HORA_HOSTNAME, HORA_RENDEZVOUS_ADDR/PORT and a fresh HORA_SECRET, plus the
-engine settings of the tuning flags. Output lines are prefixed ``[rank]<stdout>:`` /
+HORA_CROSS_SIZE, HORA_HOSTNAME (also under horovodrun's HOROVOD_* names),
+HORA_RENDEZVOUS_ADDR/PORT and a fresh HORA_SECRET, plus the engine settings of the tuning flags;
+local ranks get OMP_NUM_THREADS = cores // local ranks unless it is set. Output lines are prefixed ``[rank]<stdout>:`` /
 ``[rank]<stderr>:`` (or written to ``--output-filename`` DIR/rank.<n>/{stdout,stderr}). The
 launcher exits with 0 when every rank succeeded, or with the exit code of the first rank that
 failed (after stopping the others). Ctrl-C or SIGTERM stops every rank.

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from hora.common import basics, gradients
+from hora.common import basics as _basics  # noqa: F401  (Horovod's name for this module)
 from hora.common import ops as _ops
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id

@@ -13,6 +13,7 @@ import torch
 
 import hora as _hora
 from hora.common import api
+from hora.common import basics as _basics  # noqa: F401  (Horovod's name for this module)
 from hora.common.api import *
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._async_ops import (

@@ -1,0 +1,112 @@
+"""horarun: the environment each rank sees beyond Hora's own variables: horovodrun's
+HOROVOD_* topology names and the default OMP_NUM_THREADS. Only loopback addresses are used."""
+
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import hora
+from hora.runner import env, job, launch, slots
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hora.__file__)))
+TOPOLOGY = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME")
+
+
+def _child_env(**extra):
+    result = dict(os.environ)
+    result["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [result.get("PYTHONPATH")] if p])
+    for key in [k for k in result if k.startswith(("HORA_", "HOROVOD_", "HORARUN_"))]:
+        del result[key]
+    result.pop("OMP_NUM_THREADS", None)
+    result.update(extra)
+    return result
+
+
+def _horarun(args, script, **extra_env):
+    command = [sys.executable, "-m", "hora.runner", *args, sys.executable, "-c",
+               textwrap.dedent(script)]
+    return subprocess.run(command, env=_child_env(**extra_env), capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def _specs(args_list, remote, base):
+    args = launch.parse_args([*args_list, "python", "t.py"])
+    plan = launch.plan(args.num_proc, args.hosts, args.hostfile)
+    rendezvous = job.Rendezvous("0.0.0.0", "10.1.2.3", "eth9")
+    return job.build_specs(args, args.command, plan, remote, rendezvous, 4242, "s3cret", base,
+                           cwd="/w")
+
+
+def test_topology_env_has_horovod_names():
+    plan = slots.assign_slots([slots.HostSlots("a", 2), slots.HostSlots("b", 2)], 4)
+    for slot in plan:
+        values = env.topology_env(slot)
+        expected = (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank,
+                    slot.cross_size, slot.hostname)
+        for name, value in zip(TOPOLOGY, expected):
+            assert values["HORA_" + name] == values["HOROVOD_" + name] == str(value)
+
+
+def test_local_and_remote_ranks_get_horovod_names():
+    base = {"PATH": "/bin", "HOROVOD_RANK": "7", "HOROVOD_SIZE": "9"}  # stale: overridden
+    specs = _specs(["-np", "3", "-H", "localhost:2,node2:1"], ["node2"], base)
+    local = specs[1].env
+    assert (local["HOROVOD_RANK"], local["HOROVOD_SIZE"], local["HOROVOD_LOCAL_RANK"],
+            local["HOROVOD_LOCAL_SIZE"], local["HOROVOD_CROSS_RANK"],
+            local["HOROVOD_CROSS_SIZE"], local["HOROVOD_HOSTNAME"]) == (
+                "1", "3", "1", "2", "0", "1", "localhost")
+    words = shlex.split(specs[2].argv[-1])
+    remote = dict(w.split("=", 1) for w in words[words.index("env") + 1:-2])
+    assert (remote["HOROVOD_RANK"], remote["HOROVOD_SIZE"], remote["HOROVOD_LOCAL_RANK"],
+            remote["HOROVOD_CROSS_RANK"], remote["HOROVOD_HOSTNAME"]) == (
+                "2", "3", "0", "1", "node2")
+
+
+def test_omp_threads_default_is_cores_per_local_rank():
+    assert env.omp_threads_env({}, 2, cores=5) == {"OMP_NUM_THREADS": "2"}
+    assert env.omp_threads_env({}, 4, cores=2) == {"OMP_NUM_THREADS": "1"}
+    assert env.omp_threads_env({}, 1, cores=8) == {"OMP_NUM_THREADS": "8"}
+    assert env.omp_threads_env({"OMP_NUM_THREADS": "3"}, 2, cores=8) == {}
+    assert env.usable_cores() >= 1
+
+
+def test_omp_threads_in_rank_specs():
+    expected = str(max(1, env.usable_cores() // 2))
+    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [expected, expected]
+    specs = _specs(["-np", "2"], [], {"PATH": "/bin", "OMP_NUM_THREADS": "5"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == ["5", "5"]
+    specs = _specs(["-np", "2", "-x", "OMP_NUM_THREADS=6"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == ["6", "6"]
+
+
+SHOW = """
+    import os
+    names = ["HOROVOD_" + n for n in {names}] + ["OMP_NUM_THREADS"]
+    print(" ".join(os.environ.get(n, "-") for n in names))
+"""
+
+
+def test_ranks_see_horovod_names_and_omp_threads():
+    result = _horarun(["-np", "2"], SHOW.format(names=list(TOPOLOGY)))
+    assert result.returncode == 0, result.stderr
+    threads = max(1, env.usable_cores() // 2)
+    for rank in range(2):
+        assert f"[{rank}]<stdout>:{rank} 2 {rank} 2 0 1 localhost {threads}\n" in result.stdout
+    assert result.stderr.count(f"setting OMP_NUM_THREADS={threads}") == 1
+
+
+def test_user_omp_threads_is_respected():
+    result = _horarun(["-np", "2"], SHOW.format(names=["RANK"]), OMP_NUM_THREADS="3")
+    assert result.returncode == 0, result.stderr
+    assert "[0]<stdout>:0 3\n" in result.stdout and "[1]<stdout>:1 3\n" in result.stdout
+    assert "OMP_NUM_THREADS" not in result.stderr
+
+
+def test_one_local_rank_gets_every_core_silently():
+    result = _horarun(["-np", "1"], SHOW.format(names=["RANK"]))
+    assert result.returncode == 0, result.stderr
+    assert f"<stdout>:0 {env.usable_cores()}\n" in result.stdout
+    assert "OMP_NUM_THREADS" not in result.stderr
