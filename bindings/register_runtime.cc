@@ -233,8 +233,8 @@ void waitForProcessSetChange(const Runtime& rt, const Handle& handle, const char
   if (timeout > 0) bound = timeout;
   if (!waitInterruptibly(handle, bound)) {
     throw TimeoutError(std::string(call) + " did not complete within HORA_TIMEOUT_SECONDS (" +
-                       std::to_string(static_cast<int64_t>(timeout)) +
-                       " s) on rank " + std::to_string(rt.topology().rank) +
+                       std::to_string(static_cast<int64_t>(timeout)) + " s) on rank " +
+                       std::to_string(rt.topology().rank) +
                        ": every rank must make the same call. A later matching call on the "
                        "other ranks still applies the change here.");
   }

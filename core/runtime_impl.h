@@ -97,11 +97,11 @@ class RuntimeImpl final : public Runtime {
 
   std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};
-  bool waitingNow_ = false;        // background thread: read at the start of each cycle
-  bool reportedWaiting_ = false;   // the wait state last sent to the coordinator
-  uint64_t reportedApplied_ = 0;   // and the applied-batch count sent with it
-  bool stopped_ = false;    // background thread: leave the loop
-  std::string stopReason_;  // why the coordinator ended the job
+  bool waitingNow_ = false;       // background thread: read at the start of each cycle
+  bool reportedWaiting_ = false;  // the wait state last sent to the coordinator
+  uint64_t reportedApplied_ = 0;  // and the applied-batch count sent with it
+  bool stopped_ = false;          // background thread: leave the loop
+  std::string stopReason_;        // why the coordinator ended the job
   bool shutdownSent_ = false;
   Clock::time_point shutdownDeadline_{};
 
@@ -109,7 +109,8 @@ class RuntimeImpl final : public Runtime {
   bool running_ = false;
   std::atomic<bool> shutdownRequested_{false};
   std::atomic<int> controlCounter_{0};
-  std::atomic<int> waiters_{0};  // frontend threads blocked in a wait without timeout  // names of add/remove-process-set calls
+  std::atomic<int> waiters_{0};  // frontend threads blocked in a wait without timeout  // names of
+                                 // add/remove-process-set calls
   std::thread thread_;
 };
 

@@ -137,8 +137,8 @@ bool Coordinator::failDeadlocks(Clock::time_point now) {
   for (const auto& key : keys) {
     auto it = pending_.find(key);
     if (timeline_ != nullptr) timeline_->negotiateEnd(it->second.processSetId, it->second.name);
-    immediate_.push_back(errorResponse(it->second.name, it->second.processSetId,
-                                       ResponseError::Mismatch, report));
+    immediate_.push_back(
+        errorResponse(it->second.name, it->second.processSetId, ResponseError::Mismatch, report));
     pending_.erase(it);
     int slot = cache_.slotOf(key);
     if (slot >= 0) evictSlot(slot);

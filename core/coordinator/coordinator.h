@@ -111,10 +111,10 @@ class Coordinator {
   double newCycleTimeMs_ = -1;       // to announce in the next batch
   int64_t newFusionThreshold_ = -1;  // likewise
   bool warnedFull_ = false;
-  bool disabledDeadlocks_;                // HORA_STALL_CHECK_DISABLE turns the check off too
-  std::vector<bool> waiting_;             // last wait state each rank reported
-  std::vector<uint64_t> waitReportedAt_;  // the sender's applied batches at that report
-  uint64_t changes_ = 0;                  // ingested batches and wait-state changes
+  bool disabledDeadlocks_;                  // HORA_STALL_CHECK_DISABLE turns the check off too
+  std::vector<bool> waiting_;               // last wait state each rank reported
+  std::vector<uint64_t> waitReportedAt_;    // the sender's applied batches at that report
+  uint64_t changes_ = 0;                    // ingested batches and wait-state changes
   uint64_t deadlockSeenAt_ = ~uint64_t(0);  // changes_ when the current deadlock was first seen
   Clock::time_point deadlockSince_{};
   bool shutdown_ = false;

@@ -69,8 +69,7 @@ TEST(Deadlock, AllFourRanksWaitingInTwoPairs) {
             (std::vector<int>{0, 1, 2, 3}));
   // With rank 3 computing, 'a' still needs rank 2, which waits in 'b' for 0 and 1: stuck all
   // the same, whatever rank 3 submits.
-  EXPECT_EQ(findDeadlockedRanks(pending, blockedRanks({0, 1, 2}, 4)),
-            (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(findDeadlockedRanks(pending, blockedRanks({0, 1, 2}, 4)), (std::vector<int>{0, 1, 2}));
   // With ranks 2 and 3 both computing, nothing is certain.
   EXPECT_TRUE(findDeadlockedRanks(pending, blockedRanks({0, 1}, 4)).empty());
 }
