@@ -79,12 +79,24 @@ def test_every_pending_collective_of_a_deadlocked_rank_fails() -> None:
 
 
 def test_long_wait_for_a_busy_rank_is_not_ended() -> None:
-    """The last rank computes for 5 s before its allreduce; the others wait, and it completes."""
+    """The last rank starts an allreduce, then computes for 5 s before the next one.
+
+    Meanwhile the others wait in that next allreduce while the busy rank's first one waits for
+    them: the two ranks wait on different names, but the busy rank is not blocked, so this is a
+    long wait, not a deadlock, and both complete.
+    """
+    early = all_inputs(11, "float32", "dl.long.early")
+    later = all_inputs(17, "float32", "dl.long.later")
     if rank() == size() - 1:
+        handle = hora.allreduce_async(early[rank()], op=hora.Sum, name="dl.long.early")
         time.sleep(5.0)
-    xs = all_inputs(17, "float32", "dl.long")
-    out = hora.allreduce(xs[rank()], op=hora.Sum, name="dl.long")
-    assert_same(out, reduce_ref(xs, "sum", "float32"), "float32")
+        out_later = hora.allreduce(later[rank()], op=hora.Sum, name="dl.long.later")
+        out_early = hora.synchronize(handle)
+    else:
+        out_later = hora.allreduce(later[rank()], op=hora.Sum, name="dl.long.later")
+        out_early = hora.allreduce(early[rank()], op=hora.Sum, name="dl.long.early")
+    assert_same(out_early, reduce_ref(early, "sum", "float32"), "float32")
+    assert_same(out_later, reduce_ref(later, "sum", "float32"), "float32")
 
 
 def test_deadlock_is_certain_while_another_rank_computes() -> None:
