@@ -1,6 +1,10 @@
 // findDeadlockedRanks: which blocked ranks no future submission can release.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+
+#include "core/coordinator/coordinator.h"
 #include "core/coordinator/deadlock.h"
 
 namespace hora {
@@ -72,6 +76,100 @@ TEST(Deadlock, AllFourRanksWaitingInTwoPairs) {
   EXPECT_EQ(findDeadlockedRanks(pending, blockedRanks({0, 1, 2}, 4)), (std::vector<int>{0, 1, 2}));
   // With ranks 2 and 3 both computing, nothing is certain.
   EXPECT_TRUE(findDeadlockedRanks(pending, blockedRanks({0, 1}, 4)).empty());
+}
+
+}  // namespace
+}  // namespace hora
+
+namespace hora {
+namespace {
+
+// The coordinator's side: wait reports, their staleness, and the errors it answers with.
+class TwoRanks {
+ public:
+  TwoRanks() : sets_(0) {
+    sets_.add(0, {0, 1}, nullptr);
+    coordinator_ = std::make_unique<Coordinator>(2, sets_, Settings{}, 1);
+  }
+  void submit(int rank, const std::string& name, bool waiting, uint64_t applied) {
+    RequestBatch b;
+    b.appliedBatches = applied;
+    b.waiting = waiting;
+    if (!name.empty()) {
+      Request r;
+      r.name = name;
+      r.rank = rank;
+      r.shape = {4};
+      r.callSite = "train.py:" + std::to_string(10 + rank);
+      b.requests.push_back(r);
+    }
+    coordinator_->ingest(rank, b);
+  }
+  Coordinator& coordinator() { return *coordinator_; }
+
+ private:
+  ProcessSetTable sets_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST(CoordinatorDeadlock, CrossedWaitsFailOnceConfirmed) {
+  TwoRanks job;
+  job.submit(0, "a", true, 0);
+  job.submit(1, "b", true, 0);
+  auto t0 = Clock::now();
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0));  // first seen
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0 + Millis(100)));
+  EXPECT_TRUE(job.coordinator().failDeadlocks(t0 + Millis(5000)));
+  ResponseBatch batch;
+  ASSERT_TRUE(job.coordinator().buildBatch(&batch));
+  ASSERT_EQ(batch.responses.size(), 2u);
+  for (const auto& r : batch.responses) {
+    EXPECT_EQ(r.kind, OpKind::Error);
+    EXPECT_EQ(r.errorCode, ResponseError::Mismatch);
+    EXPECT_NE(r.errorMessage.find("rank 0: ALLREDUCE 'a' submitted at train.py:10"),
+              std::string::npos)
+        << r.errorMessage;
+    EXPECT_NE(r.errorMessage.find("rank 1: ALLREDUCE 'b' submitted at train.py:11"),
+              std::string::npos)
+        << r.errorMessage;
+  }
+  EXPECT_TRUE(job.coordinator().pending().empty());
+}
+
+TEST(CoordinatorDeadlock, ARankNotWaitingIsNeverEnded) {
+  TwoRanks job;
+  job.submit(0, "a", true, 0);
+  job.submit(1, "b", false, 0);  // submitted, then went on computing
+  auto t0 = Clock::now();
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0));
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0 + Millis(60000)));
+}
+
+TEST(CoordinatorDeadlock, AWaitReportedBeforeTheLastBatchIsStale) {
+  TwoRanks job;
+  job.submit(0, "warm", false, 0);
+  job.submit(1, "warm", false, 0);
+  ResponseBatch first;
+  ASSERT_TRUE(job.coordinator().buildBatch(&first));  // one batch built: ranks must apply it
+  job.submit(0, "a", true, 1);
+  job.submit(1, "b", true, 0);  // sent before rank 1 applied that batch, which may release it
+  auto t0 = Clock::now();
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0));
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0 + Millis(5000)));
+  job.submit(1, "", true, 1);  // still waiting after applying it: now it counts
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0 + Millis(5100)));
+  EXPECT_TRUE(job.coordinator().failDeadlocks(t0 + Millis(10000)));
+}
+
+TEST(CoordinatorDeadlock, AnyChangeRestartsTheConfirmation) {
+  TwoRanks job;
+  job.submit(0, "a", true, 0);
+  job.submit(1, "b", true, 0);
+  auto t0 = Clock::now();
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0));
+  job.submit(1, "c", true, 0);  // rank 1 submitted more: its state changed
+  EXPECT_FALSE(job.coordinator().failDeadlocks(t0 + Millis(5000)));
+  EXPECT_TRUE(job.coordinator().failDeadlocks(t0 + Millis(10000)));
 }
 
 }  // namespace
