@@ -174,3 +174,29 @@ TEST(CoordinatorDeadlock, AnyChangeRestartsTheConfirmation) {
 
 }  // namespace
 }  // namespace hora
+
+namespace hora {
+namespace {
+
+TEST(CoordinatorDeadlock, TurnedOffWithTheStallInspector) {
+  ProcessSetTable sets(0);
+  sets.add(0, {0, 1}, nullptr);
+  Settings settings;
+  settings.stallCheckDisable = true;
+  Coordinator coordinator(2, sets, settings, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    RequestBatch b;
+    b.waiting = true;
+    Request r;
+    r.name = rank == 0 ? "a" : "b";
+    r.rank = rank;
+    b.requests.push_back(r);
+    coordinator.ingest(rank, b);
+  }
+  auto t0 = Clock::now();
+  EXPECT_FALSE(coordinator.failDeadlocks(t0));
+  EXPECT_FALSE(coordinator.failDeadlocks(t0 + Millis(60000)));
+}
+
+}  // namespace
+}  // namespace hora
