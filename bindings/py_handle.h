@@ -15,6 +15,7 @@
 
 #include "bindings/dlpack.h"
 #include "core/coordinator/handle.h"
+#include "core/runtime.h"
 
 namespace hora::bindings {
 
@@ -43,5 +44,30 @@ class PyHandle {
 
 // Releases the inputs of dropped handles whose operations have finished. GIL held.
 void sweepDeferredReleases();
+
+// The running Runtime, or null (register_runtime.cc). GIL held or not.
+std::shared_ptr<Runtime> currentRuntime();
+
+// Marks the calling thread as blocked in a wait (Runtime::waitBegin/waitEnd) for its lifetime.
+class BlockedScope {
+ public:
+  explicit BlockedScope(std::shared_ptr<Runtime> runtime) : runtime_(std::move(runtime)) {
+    if (runtime_) runtime_->waitBegin();
+  }
+  ~BlockedScope() {
+    if (runtime_) runtime_->waitEnd();
+  }
+  BlockedScope(const BlockedScope&) = delete;
+  BlockedScope& operator=(const BlockedScope&) = delete;
+
+ private:
+  std::shared_ptr<Runtime> runtime_;
+};
+
+// Waits for `handle` in slices of at most kSignalCheckInterval with the GIL released, running
+// Python's signal handlers between slices (a KeyboardInterrupt or an alarm's exception propagates
+// within one slice). Without a timeout the thread counts as blocked for deadlock detection.
+// True when done; false when `timeoutSeconds` passed first. GIL held on entry.
+bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds);
 
 }  // namespace hora::bindings

@@ -62,26 +62,32 @@ bool PyHandle::poll() {
   return done;
 }
 
-bool PyHandle::wait(std::optional<double> timeoutSeconds) {
+bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds) {
   auto deadline = Clock::now();
   if (timeoutSeconds) {
     deadline += std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::max(0.0, *timeoutSeconds)));
   }
-  bool done = false;
+  BlockedScope blocked(timeoutSeconds ? nullptr : currentRuntime());
   while (true) {
     Millis slice = kSignalCheckInterval;
     if (timeoutSeconds) {
       auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
       slice = std::max(Millis(0), std::min(slice, left));
     }
+    bool done = false;
     {
       py::gil_scoped_release release;
-      done = handle_->wait(slice);
+      done = handle.wait(slice);
     }
-    if (done || (timeoutSeconds && Clock::now() >= deadline)) break;
+    if (done) return true;
+    if (timeoutSeconds && Clock::now() >= deadline) return false;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+}
+
+bool PyHandle::wait(std::optional<double> timeoutSeconds) {
+  bool done = waitInterruptibly(*handle_, timeoutSeconds);
   sweepDeferredReleases();
   if (!done) return false;
   releaseInputIfDone();

@@ -54,6 +54,12 @@ std::shared_ptr<Runtime> current() {
   return state().runtime;
 }
 
+}  // namespace
+
+std::shared_ptr<Runtime> currentRuntime() { return current(); }
+
+namespace {
+
 std::shared_ptr<Runtime> requireRuntime() {
   auto rt = current();
   if (!rt) throw InvalidArgument(kNotInitialized);
@@ -221,16 +227,42 @@ py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::s
   return result;
 }
 
+// Process-set changes wait for every rank's matching call, bounded by HORA_TIMEOUT_SECONDS and
+// interruptible by signals. The change stays submitted after a timeout: should the other ranks
+// make the call later, every rank still applies it, so the sets stay the same everywhere.
+void waitForProcessSetChange(const Runtime& rt, const Handle& handle, const char* call) {
+  double timeout = rt.settings().timeoutSeconds;
+  std::optional<double> bound;
+  if (timeout > 0) bound = timeout;
+  if (!waitInterruptibly(handle, bound)) {
+    throw TimeoutError(std::string(call) + " did not complete within HORA_TIMEOUT_SECONDS (" +
+                       std::to_string(static_cast<int64_t>(timeout)) + " s) on rank " +
+                       std::to_string(rt.topology().rank) +
+                       ": every rank must make the same call. A later matching call on the "
+                       "other ranks still applies the change here.");
+  }
+  handle.rethrowIfFailed();
+}
+
 int addProcessSet(const std::vector<int>& ranks) {
   auto rt = requireRuntime();
-  py::gil_scoped_release release;
-  return rt->addProcessSet(ranks);
+  std::shared_ptr<Handle> handle;
+  {
+    py::gil_scoped_release release;
+    handle = rt->addProcessSet(ranks);
+  }
+  waitForProcessSetChange(*rt, *handle, "add_process_set");
+  return handle->processSetId;
 }
 
 void removeProcessSet(int id) {
   auto rt = requireRuntime();
-  py::gil_scoped_release release;
-  rt->removeProcessSet(id);
+  std::shared_ptr<Handle> handle;
+  {
+    py::gil_scoped_release release;
+    handle = rt->removeProcessSet(id);
+  }
+  waitForProcessSetChange(*rt, *handle, "remove_process_set");
 }
 
 // MPI: initialise MPI if needed and describe the communicator the engine would run on.

@@ -168,13 +168,18 @@ std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::stri
   op.request.kind = kind;
   op.request.name = name + "." + std::to_string(controlCounter_++);
   op.request.processSet = std::move(change);
-  auto handle = enqueue({op}).front();
-  handle->wait(std::nullopt);
-  handle->rethrowIfFailed();
-  return handle;
+  return enqueue({op}).front();
 }
 
-int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
+void RuntimeImpl::waitBegin() {
+  if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) wakeLoop();
+}
+
+void RuntimeImpl::waitEnd() {
+  if (waiters_.fetch_sub(1, std::memory_order_acq_rel) == 1) wakeLoop();
+}
+
+std::shared_ptr<Handle> RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
   if (!settings_.dynamicProcessSets) {
     throw InvalidArgument(
         "adding process sets after init needs dynamic process sets: set "
@@ -187,10 +192,10 @@ int RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
   if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
   ProcessSetChange change;
   change.ranks = std::move(sorted);
-  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change))->processSetId;
+  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change));
 }
 
-void RuntimeImpl::removeProcessSet(int id) {
+std::shared_ptr<Handle> RuntimeImpl::removeProcessSet(int id) {
   if (!settings_.dynamicProcessSets) {
     throw InvalidArgument(
         "removing process sets needs dynamic process sets: set "
@@ -198,7 +203,7 @@ void RuntimeImpl::removeProcessSet(int id) {
   }
   ProcessSetChange change;
   change.id = id;
-  enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change));
+  return enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change));
 }
 
 void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {

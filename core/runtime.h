@@ -66,10 +66,20 @@ class Runtime {
 
   virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) = 0;
 
-  // Process sets. Id 0 is the world. add/remove are collective over the world and block until
-  // every rank made the same call (dynamic sets must be enabled).
-  virtual int addProcessSet(const std::vector<int>& ranks) = 0;
-  virtual void removeProcessSet(int id) = 0;
+  // A frontend thread is blocked in a wait without timeout between waitBegin() and waitEnd()
+  // (calls from several threads count up). While any is, this rank reports itself blocked, and
+  // the coordinator fails collectives that blocked ranks wait for and can never get
+  // (core/coordinator/deadlock.h). A wait with a timeout must not be marked: its caller may go
+  // on to submit something else. Cheap and thread-safe.
+  virtual void waitBegin() = 0;
+  virtual void waitEnd() = 0;
+
+  // Process sets. Id 0 is the world. add/remove are collective over the world: they check their
+  // arguments (InvalidArgument; dynamic sets must be enabled), submit the change and return its
+  // handle, which completes once every rank made the same call (the new id in processSetId). The
+  // caller waits for it with a bound (HORA_TIMEOUT_SECONDS in the bindings).
+  virtual std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks) = 0;
+  virtual std::shared_ptr<Handle> removeProcessSet(int id) = 0;
   virtual std::vector<int> processSetRanks(int id) const = 0;  // InvalidArgument if unknown
   virtual std::vector<int> processSetIds() const = 0;
 

@@ -39,8 +39,10 @@ class RuntimeImpl final : public Runtime {
   const Topology& topology() const override { return topology_; }
   Settings settings() const override;
   std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) override;
-  int addProcessSet(const std::vector<int>& ranks) override;
-  void removeProcessSet(int id) override;
+  std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks) override;
+  std::shared_ptr<Handle> removeProcessSet(int id) override;
+  void waitBegin() override;
+  void waitEnd() override;
   std::vector<int> processSetRanks(int id) const override { return sets_.ranks(id); }
   std::vector<int> processSetIds() const override { return sets_.ids(); }
   std::string transportName() const override { return transportName_; }
@@ -61,6 +63,7 @@ class RuntimeImpl final : public Runtime {
   void loop();
   void cycle();
   void sendRequests(Clock::time_point now);
+  void reportWaiting();
   void applyBatch(const ResponseBatch& batch);
   void applyResponse(const Response& r);
   void applyControl(const Response& r);  // errors, join, barrier, process-set changes
@@ -94,15 +97,20 @@ class RuntimeImpl final : public Runtime {
 
   std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};
-  bool stopped_ = false;    // background thread: leave the loop
-  std::string stopReason_;  // why the coordinator ended the job
+  bool waitingNow_ = false;       // background thread: read at the start of each cycle
+  bool reportedWaiting_ = false;  // the wait state last sent to the coordinator
+  uint64_t reportedApplied_ = 0;  // and the applied-batch count sent with it
+  bool stopped_ = false;          // background thread: leave the loop
+  std::string stopReason_;        // why the coordinator ended the job
   bool shutdownSent_ = false;
   Clock::time_point shutdownDeadline_{};
 
   mutable std::mutex mu_;
   bool running_ = false;
   std::atomic<bool> shutdownRequested_{false};
-  std::atomic<int> controlCounter_{0};  // names of add/remove-process-set calls
+  std::atomic<int> controlCounter_{0};
+  std::atomic<int> waiters_{0};  // frontend threads blocked in a wait without timeout  // names of
+                                 // add/remove-process-set calls
   std::thread thread_;
 };
 

@@ -13,6 +13,8 @@ namespace {
 
 // How long a rank that asked to shut down waits for the coordinator to acknowledge.
 constexpr Millis kShutdownAckTimeout{10000};
+// How often rank 0 looks for deadlocks while tensors are pending.
+constexpr Millis kDeadlockCheckInterval{200};
 
 const char* kShutdownText =
     "Hora has been shut down. This was caused by an exception on one of the ranks or an attempt "
@@ -40,6 +42,9 @@ void RuntimeImpl::loop() {
 
 void RuntimeImpl::cycle() {
   timeline_.cycleStart();
+  // Read before taking new entries: whatever a waiting thread enqueued before it began to wait is
+  // then taken too, and the wait state never reaches the coordinator ahead of those requests.
+  waitingNow_ = waiters_.load(std::memory_order_acquire) > 0;
   auto fresh = queue_.takeNew();
   fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
   auto now = Clock::now();
@@ -81,7 +86,10 @@ void RuntimeImpl::cycle() {
     wait = wait.count() < 0 ? left : std::min(wait, left);
   }
 
+  reportWaiting();
+
   if (coordinator_) {
+    coordinator_->failDeadlocks(now);
     ResponseBatch batch;
     if (coordinator_->buildBatch(&batch)) {
       std::string bytes = encodeResponseBatch(batch);
@@ -104,10 +112,13 @@ void RuntimeImpl::cycle() {
   }
 }
 
-// The poll may not outlast the next stall check on rank 0.
+// The poll may not outlast the next stall or deadlock check on rank 0.
 Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
   if (!stalls_) return forSending;
   Millis check = stalls_->untilNextCheck(*coordinator_, now);
+  if (coordinator_->watchingDeadlocks()) {
+    check = check.count() < 0 ? kDeadlockCheckInterval : std::min(check, kDeadlockCheckInterval);
+  }
   if (check.count() < 0) return forSending;
   return forSending.count() < 0 ? check : std::min(forSending, check);
 }
@@ -118,11 +129,35 @@ void RuntimeImpl::inspectStalls(Clock::time_point now) {
   if (verdict.shutdown) coordinator_->requestShutdown(verdict.report);
 }
 
+// The coordinator needs this rank's wait state whenever it changes, and again after every batch
+// applied while waiting (a report made before a batch may be stale: the batch may release it).
+void RuntimeImpl::reportWaiting() {
+  if (!fresh_.empty() || participant_.hasResends()) return;  // travels with those requests
+  // Blocked only matters while something this rank sent is unanswered: otherwise the coordinator
+  // holds nothing of it, and a rank it does not know to be blocked counts as free.
+  bool blocked = waitingNow_ && participant_.outstanding() > 0;
+  uint64_t applied = participant_.appliedBatches();
+  if (coordinator_) {
+    coordinator_->setWaiting(topology_.rank, blocked, applied);
+    return;
+  }
+  if (blocked == reportedWaiting_ && (!blocked || applied == reportedApplied_)) return;
+  RequestBatch b;
+  b.appliedBatches = applied;
+  b.waiting = blocked;
+  control_->send(0, encodeRequestBatch(b));
+  reportedWaiting_ = blocked;
+  reportedApplied_ = applied;
+}
+
 void RuntimeImpl::sendRequests(Clock::time_point now) {
   RequestBatch batch = participant_.collect(queue_, fresh_);
   fresh_.clear();
   lastSend_ = now;
   if (batch.requests.empty() && batch.cacheBits.empty()) return;
+  batch.waiting = waitingNow_;
+  reportedWaiting_ = waitingNow_;
+  reportedApplied_ = batch.appliedBatches;
   if (coordinator_) {
     coordinator_->ingest(topology_.rank, batch);
   } else {

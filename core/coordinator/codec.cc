@@ -20,7 +20,7 @@ namespace {
 
 // Version 2: typed per-kind fields (element counts, gathered rows, splits matrix, process-set
 // change) instead of one overloaded size vector; the tuned fusion threshold in response batches.
-constexpr uint8_t kRequestBatchVersion = 2;
+constexpr uint8_t kRequestBatchVersion = 3;
 constexpr uint8_t kResponseBatchVersion = 2;
 
 // Items in a vector or batch take at least this many bytes each; bounds counts before allocating.
@@ -167,6 +167,7 @@ std::string encodeRequestBatch(const RequestBatch& b) {
   w.u32(static_cast<uint32_t>(b.requests.size()));
   for (const auto& r : b.requests) writeRequest(w, r);
   w.boolean(b.shutdown);
+  w.boolean(b.waiting);
   return w.take();
 }
 
@@ -179,6 +180,7 @@ RequestBatch decodeRequestBatch(const std::string& bytes) {
   auto n = rd.count(kMinRequestBytes);
   for (uint32_t i = 0; i < n; ++i) b.requests.push_back(readRequest(rd));
   b.shutdown = rd.boolean();
+  b.waiting = rd.boolean();
   expectEnd(rd);
   return b;
 }

@@ -16,6 +16,7 @@ struct RequestBatch {
   std::vector<uint64_t> cacheBits;  // bit s set: the request cached in slot s is ready again
   std::vector<Request> requests;
   bool shutdown = false;  // this rank is shutting down
+  bool waiting = false;   // a frontend thread of this rank is blocked in a wait without timeout
 };
 
 // What the coordinator tells every rank, in the order every rank must follow.

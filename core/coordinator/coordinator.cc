@@ -1,15 +1,22 @@
 #include "core/coordinator/coordinator.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/coordinator/deadlock.h"
 #include "core/coordinator/response_builder.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_planner.h"
 
 namespace hora {
 namespace {
+
+// How long a deadlock must stand unchanged before its tensors fail: reports of ranks that are
+// about to be released are still on their way for at most a few cycles.
+constexpr Millis kDeadlockConfirm{1000};
+constexpr size_t kTensorsPerRank = 6;
 
 bool cacheable(const Response& r) {
   switch (r.kind) {
@@ -35,9 +42,15 @@ Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Setti
       slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
       joined_(static_cast<size_t>(worldSize), false),
       nextProcessSetId_(nextProcessSetId),
-      autotuner_(settings) {}
+      autotuner_(settings),
+      disabledDeadlocks_(settings.stallCheckDisable),
+      waiting_(static_cast<size_t>(worldSize), false),
+      waitReportedAt_(static_cast<size_t>(worldSize), 0) {}
 
 void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
+  ++changes_;
+  waiting_[fromRank] = batch.waiting;
+  waitReportedAt_[fromRank] = batch.appliedBatches;
   for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
     uint64_t bits = batch.cacheBits[word];
     while (bits != 0) {
@@ -60,6 +73,118 @@ void Coordinator::requestShutdown(const std::string& reason) {
   if (shutdown_) return;
   shutdown_ = true;
   shutdownReason_ = reason;
+}
+
+void Coordinator::setWaiting(int rank, bool waiting, uint64_t appliedBatches) {
+  if (waiting_[rank] == waiting && waitReportedAt_[rank] == appliedBatches) return;
+  ++changes_;
+  waiting_[rank] = waiting;
+  waitReportedAt_[rank] = appliedBatches;
+}
+
+std::vector<int> Coordinator::submitters(const PendingTensor& p) const {
+  std::vector<int> have;
+  for (const auto& r : p.requests) have.push_back(r.rank);
+  have.insert(have.end(), p.hitRanks.begin(), p.hitRanks.end());
+  std::sort(have.begin(), have.end());
+  return have;
+}
+
+std::vector<int> Coordinator::missingRanks(const PendingTensor& p) const {
+  std::vector<int> have = submitters(p);
+  std::vector<int> missing;
+  for (int r : sets_.ranks(p.processSetId)) {
+    if (!joined_[r] && !std::binary_search(have.begin(), have.end(), r)) missing.push_back(r);
+  }
+  return missing;
+}
+
+bool Coordinator::failDeadlocks(Clock::time_point now) {
+  if (disabledDeadlocks_ || pending_.empty()) return false;
+  std::vector<bool> blocked(static_cast<size_t>(worldSize_));
+  for (int r = 0; r < worldSize_; ++r) {
+    blocked[r] = waiting_[r] && waitReportedAt_[r] == nextSequence_;
+  }
+  std::vector<PendingView> views;
+  for (const auto& kv : pending_) {
+    const PendingTensor& p = kv.second;
+    if (!sets_.contains(p.processSetId) || isReady(p)) return false;  // about to be answered
+    views.push_back({submitters(p), missingRanks(p)});
+  }
+  std::vector<int> stuck = findDeadlockedRanks(views, blocked);
+  if (stuck.empty()) {
+    deadlockSeenAt_ = ~uint64_t(0);
+    return false;
+  }
+  if (deadlockSeenAt_ != changes_) {
+    deadlockSeenAt_ = changes_;
+    deadlockSince_ = now;
+    return false;
+  }
+  if (now - deadlockSince_ < kDeadlockConfirm) return false;
+  std::string report = deadlockReport(stuck);
+  HORA_LOG(Error, report);
+  std::vector<std::string> keys;
+  for (const auto& kv : pending_) {
+    std::vector<int> have = submitters(kv.second);
+    for (int r : stuck) {
+      if (std::binary_search(have.begin(), have.end(), r)) {
+        keys.push_back(kv.first);
+        break;
+      }
+    }
+  }
+  for (const auto& key : keys) {
+    auto it = pending_.find(key);
+    if (timeline_ != nullptr) timeline_->negotiateEnd(it->second.processSetId, it->second.name);
+    immediate_.push_back(
+        errorResponse(it->second.name, it->second.processSetId, ResponseError::Mismatch, report));
+    pending_.erase(it);
+    int slot = cache_.slotOf(key);
+    if (slot >= 0) evictSlot(slot);
+  }
+  deadlockSeenAt_ = ~uint64_t(0);
+  return true;
+}
+
+std::string Coordinator::deadlockReport(const std::vector<int>& stuck) const {
+  std::ostringstream out;
+  out << "Deadlock: ranks [";
+  for (size_t i = 0; i < stuck.size(); ++i) out << (i ? ", " : "") << stuck[i];
+  out << "] are blocked waiting for collectives that can never run, because the ranks they need "
+         "are blocked waiting for different ones. Every rank must submit the same collectives "
+         "(same names and process sets); all pending collectives of these ranks fail. Per rank, "
+         "what it waits in:";
+  std::vector<std::pair<uint64_t, const PendingTensor*>> ordered;
+  for (const auto& kv : pending_) ordered.emplace_back(kv.second.arrival, &kv.second);
+  std::sort(ordered.begin(), ordered.end());
+  for (int rank : stuck) {
+    out << "\n  rank " << rank << ":";
+    size_t shown = 0;
+    for (const auto& entry : ordered) {
+      const PendingTensor& p = *entry.second;
+      std::string site;
+      bool mine = false;
+      for (const auto& r : p.requests) {
+        if (r.rank == rank) {
+          mine = true;
+          site = r.callSite;
+        }
+      }
+      if (!mine && std::find(p.hitRanks.begin(), p.hitRanks.end(), rank) == p.hitRanks.end()) {
+        continue;
+      }
+      if (shown++ == kTensorsPerRank) {
+        out << " ...";
+        break;
+      }
+      if (site.empty()) site = callSiteOf(p);
+      out << (shown > 1 ? ";" : "") << " " << kindOf(p) << " '" << p.name << "'";
+      if (p.processSetId != 0) out << " (process set " << p.processSetId << ")";
+      out << " submitted at " << site;
+    }
+  }
+  return out.str();
 }
 
 void Coordinator::addFull(int fromRank, const Request& request) {

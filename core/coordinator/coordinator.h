@@ -15,6 +15,13 @@
 // in a batch the sender had not yet applied is ignored, and the sender resends that tensor in full
 // when it applies the eviction. Slots with outstanding bits are never chosen as LRU victims.
 //
+// Deadlocks: every batch says whether a frontend thread of its sender is blocked in a wait. A
+// rank counts as blocked only while that report is current (sent after applying every batch built
+// so far: a newer batch may have released it). When blocked ranks hold pending tensors that can
+// never run (core/coordinator/deadlock.h) and nothing changes for kDeadlockConfirm,
+// failDeadlocks() answers each of those tensors with an error naming, per rank, the collectives
+// it waits in and their call sites; the job goes on.
+//
 // Pure logic, no I/O; owned and driven by the background thread of rank 0.
 #include <cstdint>
 #include <string>
@@ -50,6 +57,12 @@ class Coordinator {
 
   void ingest(int fromRank, const RequestBatch& batch);
   void requestShutdown(const std::string& reason);
+  // Rank 0 reports its own wait state here (other ranks through their batches).
+  void setWaiting(int rank, bool waiting, uint64_t appliedBatches);
+  // Queues error responses for deadlocked tensors (see above); true when it did.
+  bool failDeadlocks(Clock::time_point now);
+  // Whether failDeadlocks() needs to run again soon.
+  bool watchingDeadlocks() const { return !disabledDeadlocks_ && !pending_.empty(); }
   // The next batch, or false when there is nothing to tell the ranks.
   bool buildBatch(ResponseBatch* out);
 
@@ -68,6 +81,9 @@ class Coordinator {
   void markReady(const PendingTensor& p, int fromRank);
   void evictSlot(int slot);
   bool isReady(const PendingTensor& p) const;
+  std::vector<int> missingRanks(const PendingTensor& p) const;
+  std::vector<int> submitters(const PendingTensor& p) const;
+  std::string deadlockReport(const std::vector<int>& stuck) const;
   // Whether the op may run while some ranks have joined (allreduce and barrier only).
   bool runsWhileJoined(const PendingTensor& p) const;
   Response respond(const std::string& key, PendingTensor& p);
@@ -95,6 +111,12 @@ class Coordinator {
   double newCycleTimeMs_ = -1;       // to announce in the next batch
   int64_t newFusionThreshold_ = -1;  // likewise
   bool warnedFull_ = false;
+  bool disabledDeadlocks_;                  // HORA_STALL_CHECK_DISABLE turns the check off too
+  std::vector<bool> waiting_;               // last wait state each rank reported
+  std::vector<uint64_t> waitReportedAt_;    // the sender's applied batches at that report
+  uint64_t changes_ = 0;                    // ingested batches and wait-state changes
+  uint64_t deadlockSeenAt_ = ~uint64_t(0);  // changes_ when the current deadlock was first seen
+  Clock::time_point deadlockSince_{};
   bool shutdown_ = false;
   std::string shutdownReason_;
 };

@@ -370,9 +370,28 @@ void run() {
 }
 
 }  // namespace
+
+// --timeout-abort: rank 0 enters an allreduce that the other ranks never join; with a 1 s
+// timeout it must log which call timed out and abort the MPI job (ctest matches the log line;
+// without the bound the job would only end after the others' 60 s sleep, with no such line).
+int timeoutAbort() {
+  mpi::MpiContext& context = mpi::MpiContext::acquire();
+  hora::gRank = context.worldRank();
+  mpi::MpiCommunicator world(hora::dupWorld(), hora::gRank, INT_MAX, Millis(1000));
+  if (hora::gRank == 0) {
+    int one = 1;
+    world.allreduce(&one, 1, DataType::Int32, ReduceOp::Sum);
+    std::printf("rank 0: the allreduce returned although no other rank joined it\n");
+    return 1;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  return 1;
+}
+
 }  // namespace hora
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--timeout-abort") return hora::timeoutAbort();
   try {
     hora::run();
   } catch (const std::exception& e) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/common/errors.h"
+#include "core/common/logging.h"
 #include "core/transport/mpi/mpi_datatypes.h"
 
 namespace hora {
@@ -13,6 +15,8 @@ namespace {
 constexpr int kSendRecvTag = 1;
 constexpr int kExchangeTag = 2;
 constexpr size_t kMaxUnit = size_t(1) << 16;
+// Exit code of every process of an MPI job aborted because a collective timed out.
+constexpr int kTimeoutAbortCode = 124;
 
 const uint8_t* bytesOf(const void* p) { return static_cast<const uint8_t*>(p); }
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
@@ -40,11 +44,12 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount)
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount, Millis timeout)
     : context_(MpiContext::acquire()),
       comm_(comm),
       worldRank_(worldRank),
-      maxCount_(std::max<size_t>(1, std::min<size_t>(maxCount, INT_MAX))) {
+      maxCount_(std::max<size_t>(1, std::min<size_t>(maxCount, INT_MAX))),
+      timeout_(timeout) {
   checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
            prefix("setup") + "MPI_Comm_set_errhandler");
   checkMpi(MPI_Comm_rank(comm_, &rank_), prefix("setup") + "MPI_Comm_rank");
@@ -136,6 +141,7 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
     if (requests.empty()) return MPI_SUCCESS;
     return MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
   };
+  // The cancelled requests of a failed post complete at once: MPI_Waitall is bounded there.
   try {
     // Receives first, so that eager sends find them posted.
     for (bool sending : {false, true}) {
@@ -164,7 +170,33 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
     waitAll();
     throw;
   }
-  check(waitAll(), op, "MPI_Waitall");
+  if (!requests.empty()) {
+    await(requests.data(), static_cast<int>(requests.size()), op, "MPI_Isend/MPI_Irecv");
+  }
+}
+
+void MpiCommunicator::await(MPI_Request* requests, int count, const char* op, const char* call,
+                            MPI_Status* statuses) {
+  const auto start = Clock::now();
+  while (true) {
+    int done = 0;
+    check(MPI_Testall(count, requests, &done, statuses ? statuses : MPI_STATUSES_IGNORE), op, call);
+    if (done) return;
+    auto now = Clock::now();
+    if (timeout_.count() > 0 && now - start >= timeout_) {
+      std::string message =
+          prefix(op) + call + " did not complete within HORA_TIMEOUT_SECONDS (" +
+          std::to_string(timeout_.count() / 1000) +
+          " s): a peer is stuck, stopped or unreachable. MPI cannot cancel a collective, so the "
+          "MPI job is aborted.";
+      HORA_LOG(Error, message);
+      MPI_Abort(comm_, kTimeoutAbortCode);
+      throw TimeoutError(message);  // MPI_Abort does not return on a conforming MPI
+    }
+    // MPI progresses a transfer only inside its calls: sleeping between tests would stall long
+    // pipelined messages. Yielding keeps the core as free as MPI_Wait's own busy polling does.
+    std::this_thread::yield();
+  }
 }
 
 void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
@@ -175,8 +207,11 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
   run("allreduce", [&] {
     for (size_t off = 0; off < count; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, count - off));
-      check(MPI_Allreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_),
-            "allreduce", "MPI_Allreduce");
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_,
+                           &request),
+            "allreduce", "MPI_Iallreduce");
+      await(&request, 1, "allreduce", "MPI_Iallreduce");
     }
   });
 }
@@ -197,9 +232,11 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
     if (unit > 0) {
       MPI_Datatype type = unitType(unit);
       std::vector<int> counts = inUnits(bytesPerRank, unit), displs = inUnits(offsets, unit);
-      check(MPI_Allgatherv(inPlace ? MPI_IN_PLACE : in, counts[rank_], type, out, counts.data(),
-                           displs.data(), type, comm_),
-            "allgatherv", "MPI_Allgatherv");
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Iallgatherv(inPlace ? MPI_IN_PLACE : in, counts[rank_], type, out, counts.data(),
+                            displs.data(), type, comm_, &request),
+            "allgatherv", "MPI_Iallgatherv");
+      await(&request, 1, "allgatherv", "MPI_Iallgatherv");
       return;
     }
     if (!inPlace && myBytes > 0) std::memmove(mine, in, myBytes);
@@ -219,7 +256,10 @@ void MpiCommunicator::broadcast(void* buf, size_t bytes, int root) {
   run("broadcast", [&] {
     for (size_t off = 0; off < bytes; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, bytes - off));
-      check(MPI_Bcast(bytesOf(buf) + off, n, MPI_BYTE, root, comm_), "broadcast", "MPI_Bcast");
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Ibcast(bytesOf(buf) + off, n, MPI_BYTE, root, comm_, &request), "broadcast",
+            "MPI_Ibcast");
+      await(&request, 1, "broadcast", "MPI_Ibcast");
     }
   });
 }
@@ -250,8 +290,11 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
       MPI_Datatype type = unitType(unit);
       std::vector<int> sc = inUnits(sendBytes, unit), sd = inUnits(sendOffsets, unit);
       std::vector<int> rc = inUnits(recvBytes, unit), rd = inUnits(recvOffsets, unit);
-      check(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_),
-            "alltoallv", "MPI_Alltoallv");
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Ialltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_,
+                           &request),
+            "alltoallv", "MPI_Ialltoallv");
+      await(&request, 1, "alltoallv", "MPI_Ialltoallv");
       return;
     }
     if (sendBytes[rank_] > 0) std::memmove(myOut, myIn, sendBytes[rank_]);
@@ -289,8 +332,10 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
     }
     if (total <= maxCount_) {
       std::vector<int> counts = inUnits(countsPerRank, 1);
-      check(MPI_Reduce_scatter(in, out, counts.data(), red.type, red.op, comm_), "reducescatter",
-            "MPI_Reduce_scatter");
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Ireduce_scatter(in, out, counts.data(), red.type, red.op, comm_, &request),
+            "reducescatter", "MPI_Ireduce_scatter");
+      await(&request, 1, "reducescatter", "MPI_Ireduce_scatter");
       return;
     }
     // Too many elements for one call: reduce each rank's block to it, in chunks.
@@ -299,7 +344,10 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
         int n = static_cast<int>(std::min(maxCount_, countsPerRank[k] - off));
         const uint8_t* src = bytesOf(in) + (offsets[k] + off) * elem;
         void* dst = k == rank_ ? bytesOf(out) + off * elem : nullptr;
-        check(MPI_Reduce(src, dst, n, red.type, red.op, k, comm_), "reducescatter", "MPI_Reduce");
+        MPI_Request request = MPI_REQUEST_NULL;
+        check(MPI_Ireduce(src, dst, n, red.type, red.op, k, comm_, &request), "reducescatter",
+              "MPI_Ireduce");
+        await(&request, 1, "reducescatter", "MPI_Ireduce");
       }
     }
   });
@@ -307,7 +355,11 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
 
 void MpiCommunicator::barrier() {
   if (size_ == 1) return;
-  run("barrier", [&] { check(MPI_Barrier(comm_), "barrier", "MPI_Barrier"); });
+  run("barrier", [&] {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &request), "barrier", "MPI_Ibarrier");
+    await(&request, 1, "barrier", "MPI_Ibarrier");
+  });
 }
 
 void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom,
@@ -328,14 +380,21 @@ void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes
   if (sendBytes == 0 && recvBytes == 0) return;
   run("sendrecv", [&] {
     if (sendBytes <= maxCount_ && recvBytes <= maxCount_) {
-      MPI_Status status;
-      check(MPI_Sendrecv(sendBuf, static_cast<int>(sendBytes), MPI_BYTE,
-                         sendBytes > 0 ? sendTo : MPI_PROC_NULL, kSendRecvTag, recvBuf,
-                         static_cast<int>(recvBytes), MPI_BYTE,
-                         recvBytes > 0 ? recvFrom : MPI_PROC_NULL, kSendRecvTag, comm_, &status),
-            "sendrecv", "MPI_Sendrecv");
+      MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      MPI_Status statuses[2];
+      check(MPI_Irecv(recvBuf, static_cast<int>(recvBytes), MPI_BYTE,
+                      recvBytes > 0 ? recvFrom : MPI_PROC_NULL, kSendRecvTag, comm_, &requests[0]),
+            "sendrecv", "MPI_Irecv");
+      int rc = MPI_Isend(sendBuf, static_cast<int>(sendBytes), MPI_BYTE,
+                         sendBytes > 0 ? sendTo : MPI_PROC_NULL, kSendRecvTag, comm_, &requests[1]);
+      if (rc != MPI_SUCCESS) {
+        MPI_Cancel(&requests[0]);
+        MPI_Wait(&requests[0], MPI_STATUS_IGNORE);
+        check(rc, "sendrecv", "MPI_Isend");
+      }
+      await(requests, 2, "sendrecv", "MPI_Isend/MPI_Irecv", statuses);
       int got = 0;
-      MPI_Get_count(&status, MPI_BYTE, &got);
+      MPI_Get_count(&statuses[0], MPI_BYTE, &got);
       if (recvBytes > 0 && static_cast<size_t>(got) != recvBytes) {
         throw IoError(prefix("sendrecv") + "rank " + std::to_string(recvFrom) + " sent " +
                       std::to_string(got) + " bytes, expected " + std::to_string(recvBytes));
@@ -370,7 +429,7 @@ std::unique_ptr<Communicator> MpiCommunicator::subset(const std::vector<int>& ra
     MPI_Group_free(&group);
     check(rc, "subset", "MPI_Comm_create_group");
   });
-  return std::make_unique<MpiCommunicator>(sub, worldRank_, maxCount_);
+  return std::make_unique<MpiCommunicator>(sub, worldRank_, maxCount_, timeout_);
 }
 
 }  // namespace mpi

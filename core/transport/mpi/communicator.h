@@ -13,16 +13,21 @@
 // except in tests, which lower it to exercise those paths with small buffers.
 //
 // Errors: the communicator uses MPI_ERRORS_RETURN, so an MPI failure is thrown as IoError
-// naming the rank and the op, and the communicator refuses work afterwards. MPI collectives
-// cannot time out: a peer that hangs without dying hangs this rank too (a peer that dies
-// normally makes the MPI launcher abort the job). Used by one thread at a time, as Communicator
-// requires.
+// naming the rank and the op, and the communicator refuses work afterwards.
+//
+// Timeouts: every collective is posted non-blocking (MPI_Iallreduce, ...) and polled. One that
+// has not completed after `timeout` (HORA_TIMEOUT_SECONDS; 0 = never) means a peer is stuck,
+// stopped or unreachable; MPI cannot cancel a collective, so the rank logs which call timed out
+// and calls MPI_Abort (exit code 124), which ends every process of the job. subset()'s
+// MPI_Comm_create_group has no non-blocking form; it runs only after every member agreed to it.
+// Used by one thread at a time, as Communicator requires.
 #include <climits>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/common/time.h"
 #include "core/transport/communicator.h"
 #include "core/transport/mpi/mpi_context.h"
 
@@ -32,7 +37,8 @@ namespace mpi {
 class MpiCommunicator : public Communicator {
  public:
   // Takes ownership of comm. worldRank labels error messages.
-  MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount = INT_MAX);
+  MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount = INT_MAX,
+                  Millis timeout = Millis(0));
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -81,12 +87,16 @@ class MpiCommunicator : public Communicator {
   MPI_Datatype unitType(size_t unit);
   // Posts every transfer in chunks of at most maxCount bytes and waits for all of them.
   void exchange(const char* op, const std::vector<Transfer>& transfers);
+  // Polls the requests until all completed; past timeout_, aborts the MPI job.
+  void await(MPI_Request* requests, int count, const char* op, const char* call,
+             MPI_Status* statuses = nullptr);
 
   MpiContext& context_;
   MpiContext::Lease lease_;
   MPI_Comm comm_;
   int worldRank_;
   size_t maxCount_;
+  Millis timeout_;
   int rank_ = 0;
   int size_ = 1;
   std::string failure_;  // set when a collective failed: the communicator refuses further work

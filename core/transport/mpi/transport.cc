@@ -1,5 +1,7 @@
 #include "core/transport/mpi/transport.h"
 
+#include <climits>
+
 #include "core/common/errors.h"
 #include "core/transport/mpi/communicator.h"
 #include "core/transport/mpi/control_channel.h"
@@ -19,7 +21,7 @@ Connection MpiTransport::connect(const ConnectOptions& options, Store&) {
   }
   Connection c;
   try {
-    c.world = std::make_unique<MpiCommunicator>(data, options.rank);
+    c.world = std::make_unique<MpiCommunicator>(data, options.rank, INT_MAX, options.opTimeout);
   } catch (...) {
     MPI_Comm_free(&control);
     throw;

@@ -8,7 +8,10 @@
 #include "core/transport/tcp/control_channel.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,11 +37,36 @@ constexpr size_t kReadChunk = 64 << 10;
 
 }  // namespace
 
+// Kernel keepalive rather than heartbeats: probes cost the application nothing, they work while
+// the background thread sleeps in poll(2) with no timer, and the protocol stays as it is. A
+// stopped process still answers probes (its kernel does); only a crashed host or a cut network
+// goes silent, which is what an idle connection must notice. Idle T/2, then probes every T/8,
+// four unanswered ones end it: about T in all. TCP_USER_TIMEOUT bounds unacknowledged sends.
+void setLivenessTimeout(int fd, Millis timeout) {
+  int seconds = static_cast<int>(std::max<int64_t>(2, timeout.count() / 1000));
+  int idle = std::max(1, seconds / 2), interval = std::max(1, seconds / 8), count = 4;
+  unsigned int userTimeoutMs = static_cast<unsigned int>(std::max<int64_t>(1000, timeout.count()));
+  int one = 1;
+  bool ok =
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof(userTimeoutMs)) == 0;
+  if (!ok) {
+    throw IoError(std::string("cannot set keepalive options on a control connection: ") +
+                  std::strerror(errno));
+  }
+}
+
 TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets,
                                      Millis opTimeout)
     : rank_(rank), size_(size), opTimeout_(opTimeout) {
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
-    if (sockets[r].valid()) peers_.push_back({r, std::move(sockets[r]), std::string()});
+    if (sockets[r].valid()) {
+      setLivenessTimeout(sockets[r].fd(), opTimeout);
+      peers_.push_back({r, std::move(sockets[r]), std::string()});
+    }
   }
   // wakeup() may come from any thread while the background thread sleeps in poll(2): an eventfd
   // in the same poll set ends that sleep without a lock or a timeout tick.

@@ -8,7 +8,9 @@
 // partial frames stay buffered across calls. send() writes a whole frame; while the peer's
 // window is full it keeps reading incoming frames into a stash (so two ranks sending to each
 // other never deadlock) and fails with TimeoutError when nothing moves for the op timeout. A
-// closed connection or a malformed frame throws IoError naming the peer.
+// closed connection or a malformed frame throws IoError naming the peer. An idle connection to a
+// crashed host or across a cut network fails within about the op timeout (TCP keepalive sized
+// from it, setLivenessTimeout()), so an idle rank does not sleep on it for hours.
 #include <string>
 #include <vector>
 
@@ -18,6 +20,10 @@
 
 namespace hora {
 namespace tcp {
+
+// Keepalive and user-timeout options of a TCP socket such that a silent peer fails it within
+// about `timeout` (at least 2 s). Throws IoError when the options cannot be set.
+void setLivenessTimeout(int fd, Millis timeout);
 
 class TcpControlChannel : public ControlChannel {
  public:

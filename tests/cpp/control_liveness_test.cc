@@ -1,0 +1,65 @@
+// The TCP control channel sizes TCP keepalive from the op timeout, so that an idle connection to
+// a crashed host or across a cut network fails within about that timeout.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <vector>
+
+#include "core/net/socket.h"
+#include "core/transport/tcp/control_channel.h"
+
+namespace hora {
+namespace {
+
+int intOption(int fd, int level, int name) {
+  int value = -1;
+  socklen_t len = sizeof(value);
+  EXPECT_EQ(getsockopt(fd, level, name, &value, &len), 0);
+  return value;
+}
+
+struct LoopbackPair {
+  net::Socket client, server;
+};
+
+LoopbackPair connectedPair() {
+  int port = 0;
+  net::Socket listener = net::listenOn("127.0.0.1", 0, &port);
+  LoopbackPair p;
+  p.client = net::connectWithRetry("127.0.0.1", port, Clock::now() + std::chrono::seconds(10));
+  EXPECT_TRUE(net::waitFor(listener.fd(), POLLIN, Clock::now() + std::chrono::seconds(10)));
+  p.server = net::acceptPending(listener.fd(), nullptr);
+  return p;
+}
+
+TEST(ControlLiveness, KeepaliveIsSizedFromTheTimeout) {
+  LoopbackPair p = connectedPair();
+  int fd = p.client.fd();
+  tcp::setLivenessTimeout(fd, Millis(60000));
+  EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+  int idle = intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE);
+  int interval = intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL);
+  int count = intOption(fd, IPPROTO_TCP, TCP_KEEPCNT);
+  // A silent peer is noticed within the timeout, not the kernel's two hours.
+  EXPECT_GT(idle, 0);
+  EXPECT_LE(idle + interval * count, 60);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 60000);
+}
+
+TEST(ControlLiveness, TheChannelAppliesItToEveryConnection) {
+  LoopbackPair p = connectedPair();
+  int fd = p.server.fd();
+  std::vector<net::Socket> sockets(2);
+  sockets[1] = std::move(p.server);  // rank 0's connection to rank 1
+  tcp::TcpControlChannel channel(0, 2, std::move(sockets), Millis(8000));
+  int idle = intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE);
+  int interval = intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL);
+  int count = intOption(fd, IPPROTO_TCP, TCP_KEEPCNT);
+  EXPECT_LE(idle + interval * count, 8);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 8000);
+}
+
+}  // namespace
+}  // namespace hora

@@ -1,0 +1,160 @@
+"""A peer that dies in the middle of a training step: survivors keep their parameters.
+
+Each test starts its own 3-rank torch job torchrun-style on loopback (no launcher that would kill
+the survivors) and bounds every wait. The victim runs its backward pass (its hooks submit the
+gradient allreduces, some of which may have started moving data) and dies before the step ends.
+The survivors' ``optimizer.step()`` must raise a hora.HoraError, and their parameters must be
+exactly what they were before that step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = r"""
+import os
+import sys
+
+import torch
+
+import hora
+import hora.torch as hvd
+
+hvd.init()
+rank = hvd.rank()
+victim = int(os.environ["FAULT_VICTIM"])
+torch.manual_seed(0)
+# Wide enough that the gradient allreduces take a while and are fused in pieces.
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
+opt = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+    named_parameters=model.named_parameters(),
+)
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+def backward():
+    torch.manual_seed(100 + rank)
+    x = torch.randn(32, 256)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+
+for _ in range(2):
+    backward()
+    opt.step()
+print(f"READY rank={rank}", flush=True)
+before = [p.detach().clone() for p in model.parameters()]
+if rank == victim:
+    backward()  # its hooks submit the gradient allreduces; some may start moving data
+    os._exit(1)
+try:
+    # The victim's death may surface in the backward pass (a hook submitting to a stopped engine)
+    # or in step(); either way the step must not change a parameter.
+    backward()
+    opt.step()
+except Exception as exc:
+    unchanged = all(torch.equal(a, p.detach()) for a, p in zip(before, model.parameters()))
+    print(
+        f"STEP-FAILED rank={rank} horaerror={isinstance(exc, hora.HoraError)} "
+        f"unchanged={unchanged} {type(exc).__name__}: {exc}",
+        flush=True,
+    )
+    sys.exit(3)
+print(f"UNEXPECTED-SUCCESS rank={rank}", flush=True)
+sys.exit(4)
+"""
+
+NP = 3
+JOB_TIMEOUT_SECONDS = "5"
+HANG_SECONDS = 90.0
+
+
+def _clean_env() -> dict[str, str]:
+    drop = ("HORA_", "HOROVOD_", "OMPI_", "PMI_", "SLURM_")
+    names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in names}
+    env["HORA_TIMEOUT_SECONDS"] = JOB_TIMEOUT_SECONDS
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["worker_dies", "coordinator_dies"])
+def test_survivors_keep_parameters_when_a_peer_dies_mid_step(tmp_path: Path, victim: int) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = _free_port()
+    procs = []
+    for r in range(NP):
+        env = _clean_env()
+        env.update(
+            RANK=str(r),
+            WORLD_SIZE=str(NP),
+            LOCAL_RANK=str(r),
+            LOCAL_WORLD_SIZE=str(NP),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            HORA_RENDEZVOUS_PORT=str(port),
+            FAULT_VICTIM=str(victim),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+                cwd=tmp_path,
+            )
+        )
+    deadline = time.monotonic() + HANG_SECONDS
+    outputs: list[str] = []
+    hung: list[int] = []
+    for r, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            hung.append(r)
+            _kill_group(proc)
+            out, _ = proc.communicate()
+        outputs.append(out)
+    for proc in procs:
+        _kill_group(proc)
+    transcript = "\n".join(
+        f"--- rank {r} (exit {p.returncode}) ---\n{o}"
+        for r, (p, o) in enumerate(zip(procs, outputs))
+    )
+    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{transcript}"
+    assert all(f"READY rank={r}" in outputs[r] for r in range(NP)), transcript
+    for r in range(NP):
+        if r == victim:
+            continue
+        assert procs[r].returncode == 3, f"rank {r} did not report a failed step:\n{transcript}"
+        match = re.search(r"STEP-FAILED rank=\d+ horaerror=(\w+) unchanged=(\w+)", outputs[r])
+        assert match, transcript
+        assert match.group(1) == "True", f"rank {r} got a non-Hora exception:\n{transcript}"
+        assert match.group(2) == "True", f"rank {r} changed its parameters:\n{transcript}"
