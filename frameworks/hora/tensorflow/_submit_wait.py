@@ -1,0 +1,222 @@
+"""Collectives in TensorFlow graphs as two nodes: a submit node that never blocks and a wait node.
+
+The submit node hands its inputs to the engine and returns at once with a token (an int64
+scalar); the wait node takes the token, waits for the engine and returns the results. Eagerly
+both halves run at once, the submit when it is called and the wait when its results are asked
+for, so a caller that submits several collectives before waiting for any overlaps them.
+
+Why a graph built this way cannot deadlock, whatever the number of collectives and inter-op
+threads and whatever order TensorFlow picks for ready nodes:
+
+- Every wait node has a control dependency on every submit node created before it in the same
+  graph (same control-flow context, same generation, see below), its own included. The edges
+  go through a chain of ``NoOp`` gates, one per submit, so a graph of n collectives has O(n)
+  extra edges.
+- Submit nodes never block, and the engine completes a collective once every rank has
+  submitted it, whatever the ranks' wait nodes are doing (it negotiates by name on its own
+  thread).
+- Suppose every rank were stuck. Take, among the wait nodes blocked on any rank, the one
+  created first, w; its collective c waits for some rank q that has not run c's submit s.
+  Each wait blocked on q was created no earlier than w, so it depends on s: s has run on q,
+  a contradiction, unless q has a free thread and nothing runnable. Then s waits for data
+  from an unfinished node; following the unfinished inputs back, one reaches either a
+  runnable node (q is not stuck) or a blocked wait whose output feeds s, which was created
+  before s and so before w, against the choice of w.
+
+The ranks must build the same graph (they already must, to agree on the names). Nodes that
+block in one piece (join, barrier, gradient nodes) are outside this argument; inside a
+``tf.function`` TensorFlow keeps them in program order.
+
+Inside a ``tf.function``, TensorFlow would serialize stateful nodes in program order, which
+would keep gradient reductions from starting as soon as each gradient exists: both nodes are
+marked as independent side effects, so only the edges above order them (and both always run).
+
+In a ``tf.compat.v1.Session`` graph a wait may pull in a submit whose wait is not fetched in
+that step. The engine runs that collective anyway (every rank runs the same fetches); the next
+time the same submit node runs, it first drains the unclaimed result. A generation ends when any
+of the graph's collectives has run: collectives created afterwards (a new test, a new stage of a
+script) do not depend on earlier ones, whose inputs (placeholders) may not be fed any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from hora.tensorflow._host import as_numpy_dtype, to_tensor
+
+# ``start(sources)`` submits to the engine and returns ``finish()``, which waits and returns
+# the results (NumPy arrays).
+Finish = Callable[[], list]
+Start = Callable[[list], Finish]
+
+_lock = threading.Lock()
+_pending: dict[int, Finish] = {}
+_tokens = itertools.count(1)
+
+
+def _register(finish: Finish) -> int:
+    with _lock:
+        token = next(_tokens)
+        _pending[token] = finish
+    return token
+
+
+def _take(token: int) -> Finish | None:
+    with _lock:
+        return _pending.pop(token, None)
+
+
+def _drain(token: int) -> None:
+    """Wait for a submitted collective whose results nobody claimed, and drop them."""
+    finish = _take(token)
+    if finish is not None:
+        with contextlib.suppress(Exception):  # the results, errors included, were not wanted
+            finish()
+
+
+class _Generation:
+    """The submit nodes of one graph since its collectives last ran, per control-flow context:
+    the last gate of each context's chain."""
+
+    __slots__ = ("gates", "ran")
+
+    def __init__(self) -> None:
+        self.gates: dict[int, tf.Operation] = {}
+        self.ran = False
+
+
+_generations: weakref.WeakKeyDictionary[Any, _Generation] = weakref.WeakKeyDictionary()
+
+
+def _generation(graph: Any) -> _Generation:
+    gen = _generations.get(graph)
+    if gen is None or gen.ran:
+        gen = _Generation()
+        _generations[graph] = gen
+    return gen
+
+
+def _context_key(graph: Any) -> int:
+    getter = getattr(graph, "_get_control_flow_context", None)
+    return id(getter()) if getter is not None else 0
+
+
+def _run_independently(op: tf.Operation) -> None:
+    """Exempt ``op`` from ``tf.function``'s program-order chaining of stateful nodes (it still
+    always runs)."""
+    graph = op.graph
+    manager = getattr(graph, "experimental_acd_manager", None)
+    if getattr(graph, "_add_control_dependencies", False) and manager is not None:
+        manager.run_independently(op)
+
+
+class Submitted:
+    """One submitted collective: eagerly its ``finish``; in a graph its token tensor and the
+    output dtypes of its wait."""
+
+    __slots__ = ("finish", "op_name", "out_dtypes", "token")
+
+    def __init__(self, out_dtypes: Sequence[tf.DType], op_name: str,
+                 finish: Finish | None = None, token: tf.Tensor | None = None) -> None:
+        self.out_dtypes = list(out_dtypes)
+        self.op_name = op_name
+        self.finish = finish
+        self.token = token
+
+
+def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+           op_name: str) -> Submitted:
+    """Submit ``start(sources)`` on ``inputs`` (at once eagerly; as a submit node while tracing).
+
+    ``start`` must not modify its sources and must keep them referenced until ``finish`` ran.
+    """
+    inputs = list(inputs)
+    if tf.executing_eagerly():
+        return Submitted(out_dtypes, op_name, finish=start(inputs))
+    graph = tf.compat.v1.get_default_graph()
+    gen = _generation(graph)
+    last_token: list[int | None] = [None]
+
+    def submit_node(*arrays: np.ndarray) -> np.ndarray:
+        gen.ran = True
+        previous = last_token[0]
+        if previous is not None:
+            _drain(previous)
+        token = _register(start([np.asarray(a) for a in arrays]))
+        last_token[0] = token
+        return np.array(token, dtype=np.int64)
+
+    token = tf.numpy_function(submit_node, inputs, tf.int64, stateful=True,
+                              name=f"{op_name}Submit")
+    token.set_shape([])
+    _run_independently(token.op)
+    key = _context_key(graph)
+    previous_gate = gen.gates.get(key)
+    deps = [token.op] if previous_gate is None else [previous_gate, token.op]
+    with tf.control_dependencies(deps):
+        gen.gates[key] = tf.no_op(name=f"{op_name}Gate")
+    return Submitted(out_dtypes, op_name, token=token)
+
+
+def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf.Tensor]]:
+    """The results of submitted collectives, one list per item (one wait node for all of them
+    in a graph)."""
+    items = list(items)
+    if not items:
+        return []
+    if tf.executing_eagerly():
+        results = []
+        for item in items:
+            assert item.finish is not None
+            outs = item.finish()
+            results.append([to_tensor(o, d) for o, d in zip(outs, item.out_dtypes)])
+        return results
+    graph = tf.compat.v1.get_default_graph()
+    gate = _generation(graph).gates.get(_context_key(graph))
+    counts = [len(item.out_dtypes) for item in items]
+    out_dtypes = [d for item in items for d in item.out_dtypes]
+
+    def wait_node(*tokens: np.ndarray) -> list:
+        finishes = [_take(int(t)) for t in tokens]
+        outs: list = []
+        first_error: BaseException | None = None
+        for finish, item in zip(finishes, items):
+            if finish is None:
+                raise RuntimeError(f"{item.op_name}: the collective was not submitted in this "
+                                   "step")
+            try:
+                results = finish()
+            except Exception as exc:  # noqa: BLE001 (every collective is waited for first)
+                first_error = first_error or exc
+                continue
+            outs += [as_numpy_dtype(np.asarray(o), d)
+                     for o, d in zip(results, item.out_dtypes)]
+        if first_error is not None:
+            raise first_error
+        return outs
+
+    deps = [] if gate is None else [gate]
+    with tf.control_dependencies(deps):
+        outs = tf.numpy_function(wait_node, [item.token for item in items], out_dtypes,
+                                 stateful=True, name=op_name or items[0].op_name)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    _run_independently(outs[0].op)
+    results, start = [], 0
+    for count in counts:
+        results.append(outs[start:start + count])
+        start += count
+    return results
+
+
+def run(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+        op_name: str) -> list[tf.Tensor]:
+    """Submit and wait for one collective: ``wait([submit(...)])[0]``."""
+    return wait([submit(start, inputs, out_dtypes, op_name)])[0]
