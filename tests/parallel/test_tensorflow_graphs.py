@@ -125,18 +125,45 @@ def test_session_graph_subset_fetches() -> None:
             check_all(session_run(outs, graph, sess))
 
 
-def test_session_graphs_built_after_a_run_are_independent() -> None:
-    """Collectives added to a graph after it ran do not need the earlier ones' feeds."""
+def test_session_graph_grown_between_runs() -> None:
+    """Collectives added one at a time, each run fetching all of them so far (the pattern of
+    tests that evaluate inside their loop)."""
     graph = tf.Graph()
     with graph.as_default():
-        fed = tf.compat.v1.placeholder(tf.float32, [2])
-        first = hvd.allreduce(fed, op=hvd.Sum, name="graph_fed")
+        outs: list = []
         with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
-            options = tf.compat.v1.RunOptions(timeout_in_ms=int(BOUND_S * 1000))
-            out = sess.run(first, feed_dict={fed: np.ones(2, np.float32)}, options=options)
+            for i in range(COUNT // 2):
+                outs.append(build(i))
+                results = session_run(outs, graph, sess)
+                for k, out in enumerate(results):
+                    np.testing.assert_array_equal(out, expected(k), err_msg=f"{i}: {k}")
+
+
+def test_session_graph_differently_fed_collectives() -> None:
+    """A collective reading a placeholder runs without the feeds of collectives created before
+    it that read other placeholders (training and evaluation fed differently)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        train_in = tf.compat.v1.placeholder(tf.float32, [2])
+        eval_in = tf.compat.v1.placeholder(tf.float32, [2])
+        train = [hvd.allreduce(train_in * i, op=hvd.Sum, name=f"graph_train_{i}")
+                 for i in range(8)]
+        plain = [build(i) for i in range(8)]
+        evaluation = hvd.allreduce(eval_in, op=hvd.Sum, name="graph_eval")
+        later = [build(i + 8) for i in range(8)]
+        options = tf.compat.v1.RunOptions(timeout_in_ms=int(BOUND_S * 1000))
+        ones = np.ones(2, np.float32)
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            out = sess.run(evaluation, feed_dict={eval_in: ones}, options=options)
             np.testing.assert_array_equal(out, np.full(2, float(size()), np.float32))
-            later = [build(i) for i in range(COUNT)]
-            check_all(session_run(later, graph, sess))
+            results = sess.run(later, options=options)
+            for i, out in enumerate(results):
+                np.testing.assert_array_equal(out, expected(i + 8))
+            results = sess.run(train + plain, feed_dict={train_in: ones}, options=options)
+            for i, out in enumerate(results[:8]):
+                np.testing.assert_array_equal(out, np.full(2, float(size() * i), np.float32))
+            for i, out in enumerate(results[8:]):
+                np.testing.assert_array_equal(out, expected(i))
 
 
 def test_function_many_independent_collectives() -> None:

@@ -9,9 +9,8 @@ Why a graph built this way cannot deadlock, whatever the number of collectives a
 threads and whatever order TensorFlow picks for ready nodes:
 
 - Every wait node has a control dependency on every submit node created before it in the same
-  graph (same control-flow context, same generation, see below), its own included. The edges
-  go through a chain of ``NoOp`` gates, one per submit, so a graph of n collectives has O(n)
-  extra edges.
+  graph and control-flow context, its own included (see below for placeholders). The edges go
+  through chains of ``NoOp`` gates, one gate per submit, so n collectives add O(n) edges.
 - Submit nodes never block, and the engine completes a collective once every rank has
   submitted it, whatever the ranks' wait nodes are doing (it negotiates by name on its own
   thread).
@@ -23,19 +22,21 @@ threads and whatever order TensorFlow picks for ready nodes:
   runnable node (q is not stuck) or a blocked wait whose output feeds s, which was created
   before s and so before w, against the choice of w.
 
-The ranks must build the same graph (they already must, to agree on the names). Nodes that
-block in one piece (join, barrier, gradient nodes) are outside this argument; inside a
-``tf.function`` TensorFlow keeps them in program order.
+The ranks must build the same graph and run the same fetches (they already must, to agree on
+the names). Nodes that block in one piece (join, barrier, gradient nodes) are outside this
+argument; inside a ``tf.function`` TensorFlow keeps them in program order.
 
 Inside a ``tf.function``, TensorFlow would serialize stateful nodes in program order, which
 would keep gradient reductions from starting as soon as each gradient exists: both nodes are
 marked as independent side effects, so only the edges above order them (and both always run).
 
-In a ``tf.compat.v1.Session`` graph a wait may pull in a submit whose wait is not fetched in
-that step. The engine runs that collective anyway (every rank runs the same fetches); the next
-time the same submit node runs, it first drains the unclaimed result. A generation ends when any
-of the graph's collectives has run: collectives created afterwards (a new test, a new stage of a
-script) do not depend on earlier ones, whose inputs (placeholders) may not be fed any more.
+In a ``tf.compat.v1.Session`` graph a wait may pull in an earlier submit whose own wait is not
+fetched in that step. The engine runs that collective anyway (every rank runs the same
+fetches); the next time the same submit node runs, it first drains the unclaimed result. A wait
+does not depend on earlier submits that read a placeholder its own collectives do not read:
+those belong to another kind of step (evaluation fed differently than training, say) and could
+not run without their feeds. Collectives of one step fed from disjoint placeholders are thus not
+ordered against each other, the one case the argument above does not cover.
 """
 
 from __future__ import annotations
@@ -82,26 +83,51 @@ def _drain(token: int) -> None:
             finish()
 
 
-class _Generation:
-    """The submit nodes of one graph since its collectives last ran, per control-flow context:
-    the last gate of each context's chain."""
+class _GraphGates:
+    """The gate chains of one graph, keyed by control-flow context and by the placeholders the
+    chain's submits read: the last gate of each."""
 
-    __slots__ = ("gates", "ran")
+    __slots__ = ("feeds", "gates")
 
     def __init__(self) -> None:
-        self.gates: dict[int, tf.Operation] = {}
-        self.ran = False
+        self.gates: dict[tuple[int, frozenset], tf.Operation] = {}
+        self.feeds: dict[str, frozenset] = {}
 
 
-_generations: weakref.WeakKeyDictionary[Any, _Generation] = weakref.WeakKeyDictionary()
+_graphs: weakref.WeakKeyDictionary[Any, _GraphGates] = weakref.WeakKeyDictionary()
+
+_PLACEHOLDERS = frozenset(("Placeholder", "PlaceholderV2"))
 
 
-def _generation(graph: Any) -> _Generation:
-    gen = _generations.get(graph)
-    if gen is None or gen.ran:
-        gen = _Generation()
-        _generations[graph] = gen
-    return gen
+def _gates(graph: Any) -> _GraphGates:
+    gates = _graphs.get(graph)
+    if gates is None:
+        gates = _GraphGates()
+        _graphs[graph] = gates
+    return gates
+
+
+def _feeds(gates: _GraphGates, tensors: Sequence[tf.Tensor]) -> frozenset:
+    """The names of the placeholders (without default) that ``tensors`` depend on."""
+    memo = gates.feeds
+    result: set = set()
+    stack = [t.op for t in tensors]
+    while stack:
+        op = stack[-1]
+        if op.name in memo:
+            stack.pop()
+            continue
+        parents = [t.op for t in op.inputs] + list(op.control_inputs)
+        missing = [p for p in parents if p.name not in memo]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        own = {op.name} if op.type in _PLACEHOLDERS else set()
+        memo[op.name] = frozenset(own.union(*(memo[p.name] for p in parents)))
+    for t in tensors:
+        result |= memo[t.op.name]
+    return frozenset(result)
 
 
 def _context_key(graph: Any) -> int:
@@ -122,14 +148,16 @@ class Submitted:
     """One submitted collective: eagerly its ``finish``; in a graph its token tensor and the
     output dtypes of its wait."""
 
-    __slots__ = ("finish", "op_name", "out_dtypes", "token")
+    __slots__ = ("feeds", "finish", "op_name", "out_dtypes", "token")
 
     def __init__(self, out_dtypes: Sequence[tf.DType], op_name: str,
-                 finish: Finish | None = None, token: tf.Tensor | None = None) -> None:
+                 finish: Finish | None = None, token: tf.Tensor | None = None,
+                 feeds: frozenset = frozenset()) -> None:
         self.out_dtypes = list(out_dtypes)
         self.op_name = op_name
         self.finish = finish
         self.token = token
+        self.feeds = feeds
 
 
 def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
@@ -142,11 +170,12 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     if tf.executing_eagerly():
         return Submitted(out_dtypes, op_name, finish=start(inputs))
     graph = tf.compat.v1.get_default_graph()
-    gen = _generation(graph)
+    gates = _gates(graph)
+    # A function's placeholders are its arguments, always fed.
+    feeds = frozenset() if graph.building_function else _feeds(gates, inputs)
     last_token: list[int | None] = [None]
 
     def submit_node(*arrays: np.ndarray) -> np.ndarray:
-        gen.ran = True
         previous = last_token[0]
         if previous is not None:
             _drain(previous)
@@ -158,12 +187,12 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
                               name=f"{op_name}Submit")
     token.set_shape([])
     _run_independently(token.op)
-    key = _context_key(graph)
-    previous_gate = gen.gates.get(key)
+    key = (_context_key(graph), feeds)
+    previous_gate = gates.gates.get(key)
     deps = [token.op] if previous_gate is None else [previous_gate, token.op]
     with tf.control_dependencies(deps):
-        gen.gates[key] = tf.no_op(name=f"{op_name}Gate")
-    return Submitted(out_dtypes, op_name, token=token)
+        gates.gates[key] = tf.no_op(name=f"{op_name}Gate")
+    return Submitted(out_dtypes, op_name, token=token, feeds=feeds)
 
 
 def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf.Tensor]]:
@@ -180,7 +209,10 @@ def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf
             results.append([to_tensor(o, d) for o, d in zip(outs, item.out_dtypes)])
         return results
     graph = tf.compat.v1.get_default_graph()
-    gate = _generation(graph).gates.get(_context_key(graph))
+    context = _context_key(graph)
+    feeds = frozenset().union(*(item.feeds for item in items))
+    deps = [gate for (ctx, chain_feeds), gate in _gates(graph).gates.items()
+            if ctx == context and chain_feeds <= feeds]
     counts = [len(item.out_dtypes) for item in items]
     out_dtypes = [d for item in items for d in item.out_dtypes]
 
@@ -203,7 +235,6 @@ def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf
             raise first_error
         return outs
 
-    deps = [] if gate is None else [gate]
     with tf.control_dependencies(deps):
         outs = tf.numpy_function(wait_node, [item.token for item in items], out_dtypes,
                                  stateful=True, name=op_name or items[0].op_name)
