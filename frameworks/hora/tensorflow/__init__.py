@@ -48,6 +48,7 @@ from hora.tensorflow.mpi_ops import (
     size_op,
 )
 from hora.tensorflow.optimizer import DistributedOptimizer
+from hora.tensorflow.util import _executing_eagerly  # noqa: F401 (Horovod's tests use it)
 
 __all__ = api.__all__ + [
     "Compression", "DistributedGradientTape", "DistributedOptimizer",

@@ -51,7 +51,46 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from hora.errors import InvalidCollectiveError, MismatchError
 from hora.tensorflow._host import as_numpy_dtype, to_tensor
+
+
+class FailedPreconditionError(tf.errors.FailedPreconditionError, MismatchError):
+    """Ranks disagreed on an operation: TensorFlow's error class for it (as Horovod raises it),
+    and Hora's ``MismatchError``."""
+
+
+class InvalidArgumentError(tf.errors.InvalidArgumentError, InvalidCollectiveError):
+    """An operation refused as invalid: TensorFlow's error class for it (as Horovod raises it),
+    and Hora's ``InvalidCollectiveError`` (a ``ValueError``)."""
+
+
+def _as_tf_error(exc: BaseException) -> BaseException:
+    """``exc`` as the TensorFlow error Horovod raises for it, when there is one. Inside a graph
+    TensorFlow then reports the same error class (it keeps an ``OpError``'s code)."""
+    if isinstance(exc, tf.errors.OpError):
+        return exc
+    if isinstance(exc, MismatchError):
+        return FailedPreconditionError(None, None, str(exc))
+    if isinstance(exc, InvalidCollectiveError):
+        return InvalidArgumentError(None, None, str(exc))
+    return exc
+
+
+def _converting(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` raising ``_as_tf_error`` of what it raises."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            converted = _as_tf_error(exc)
+            if converted is exc:
+                raise
+            raise converted from exc
+
+    return call
+
 
 # ``start(sources)`` submits to the engine and returns ``finish()``, which waits and returns
 # the results (NumPy arrays).
@@ -167,8 +206,9 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     ``start`` must not modify its sources and must keep them referenced until ``finish`` ran.
     """
     inputs = list(inputs)
+    begin = _converting(start)
     if tf.executing_eagerly():
-        return Submitted(out_dtypes, op_name, finish=start(inputs))
+        return Submitted(out_dtypes, op_name, finish=_converting(begin(inputs)))
     graph = tf.compat.v1.get_default_graph()
     gates = _gates(graph)
     # A function's placeholders are its arguments, always fed.
@@ -179,7 +219,7 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
         previous = last_token[0]
         if previous is not None:
             _drain(previous)
-        token = _register(start([np.asarray(a) for a in arrays]))
+        token = _register(_converting(begin([np.asarray(a) for a in arrays])))
         last_token[0] = token
         return np.array(token, dtype=np.int64)
 
