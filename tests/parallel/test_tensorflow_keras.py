@@ -336,3 +336,16 @@ def test_keras_module_api() -> None:
     np.testing.assert_allclose(scattered.numpy(), np.full([1, 2], float(size())))
     with pytest.raises(RuntimeError):
         hvd.broadcast_global_variables(0)
+
+
+def test_keras3_breaks_horovod_examples() -> None:
+    """What Horovod's own Keras examples trip over on Keras 3 whatever the library (the README
+    says so): an optimizer's variables are a list property, not a method, and ``compile``
+    takes no ``experimental_run_tf_function``."""
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    assert isinstance(opt.variables, list)
+    with pytest.raises(TypeError):
+        opt.variables()
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(TypeError, match="experimental_run_tf_function"):
+        model.compile(optimizer=opt, loss="mse", experimental_run_tf_function=False)
