@@ -349,3 +349,15 @@ def test_keras3_breaks_horovod_examples() -> None:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     with pytest.raises(TypeError, match="experimental_run_tf_function"):
         model.compile(optimizer=opt, loss="mse", experimental_run_tf_function=False)
+
+
+def test_horovod_version_helper() -> None:
+    """hora.common.util.is_version_greater_equal_than compares release numbers, as the helper of
+    the same name in horovod.common.util that Horovod's Keras test files import."""
+    from hora.common.util import is_version_greater_equal_than
+
+    assert is_version_greater_equal_than(tf.__version__, "2.6.0")
+    assert is_version_greater_equal_than("2.6", "2.6.0")
+    assert not is_version_greater_equal_than("2.5.9", "2.6.0")
+    with pytest.raises(ValueError):
+        is_version_greater_equal_than(2.6, "2.6.0")  # type: ignore[arg-type]

@@ -337,11 +337,24 @@ def assign_from_root(variables: list, root_rank: int, name: str | None,
 @no_autograph
 def broadcast_(variables: Any, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> Any:
-    """Overwrite ``variables`` (one variable or a list) in place with ``root_rank``'s values, in
-    one call; returns what was given (``tf.Variable`` or Keras variables)."""
+    """Overwrite ``variables`` (a list of ``tf.Variable`` or Keras variables; or one variable)
+    in place with ``root_rank``'s values, in one call.
+
+    Returns, as Horovod does, the updated values for a list (inside a graph, tensors whose
+    evaluation runs the broadcast and the assignments); a single variable is returned itself.
+    """
     single = not isinstance(variables, (list, tuple))
-    assign_from_root([variables] if single else list(variables), root_rank, name, process_set)
-    return variables
+    assigned = assign_from_root([variables] if single else list(variables), root_rank, name,
+                                process_set)
+    if single:
+        return variables
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(v) for v in variables]
+    values = []
+    for var, update in zip(variables, assigned):
+        with tf.control_dependencies([update]):
+            values.append(tf.identity(tf.convert_to_tensor(var)))
+    return values
 
 
 # ------------------------------------------------------------------------------------- alltoall
