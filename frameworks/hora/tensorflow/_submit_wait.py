@@ -235,6 +235,23 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     return Submitted(out_dtypes, op_name, token=token, feeds=feeds)
 
 
+def _finish_all(finishes: Sequence[Finish | None], items: Sequence[Submitted]) -> list[list]:
+    """Every collective's results; each one is waited for before the first error is raised,
+    so that none of their names stays in flight."""
+    results: list[list] = []
+    first_error: BaseException | None = None
+    for finish, item in zip(finishes, items):
+        try:
+            if finish is None:
+                raise RuntimeError(f"{item.op_name}: the collective was not submitted")
+            results.append(finish())
+        except Exception as exc:  # noqa: BLE001 (every collective is waited for first)
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+    return results
+
+
 def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf.Tensor]]:
     """The results of submitted collectives, one list per item (one wait node for all of them
     in a graph)."""
@@ -242,12 +259,9 @@ def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf
     if not items:
         return []
     if tf.executing_eagerly():
-        results = []
-        for item in items:
-            assert item.finish is not None
-            outs = item.finish()
-            results.append([to_tensor(o, d) for o, d in zip(outs, item.out_dtypes)])
-        return results
+        finished = _finish_all([item.finish for item in items], items)
+        return [[to_tensor(o, d) for o, d in zip(outs, item.out_dtypes)]
+                for outs, item in zip(finished, items)]
     graph = tf.compat.v1.get_default_graph()
     context = _context_key(graph)
     feeds = frozenset().union(*(item.feeds for item in items))
@@ -257,23 +271,9 @@ def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf
     out_dtypes = [d for item in items for d in item.out_dtypes]
 
     def wait_node(*tokens: np.ndarray) -> list:
-        finishes = [_take(int(t)) for t in tokens]
-        outs: list = []
-        first_error: BaseException | None = None
-        for finish, item in zip(finishes, items):
-            if finish is None:
-                raise RuntimeError(f"{item.op_name}: the collective was not submitted in this "
-                                   "step")
-            try:
-                results = finish()
-            except Exception as exc:  # noqa: BLE001 (every collective is waited for first)
-                first_error = first_error or exc
-                continue
-            outs += [as_numpy_dtype(np.asarray(o), d)
-                     for o, d in zip(results, item.out_dtypes)]
-        if first_error is not None:
-            raise first_error
-        return outs
+        finished = _finish_all([_take(int(t)) for t in tokens], items)
+        return [as_numpy_dtype(np.asarray(o), d)
+                for outs, item in zip(finished, items) for o, d in zip(outs, item.out_dtypes)]
 
     with tf.control_dependencies(deps):
         outs = tf.numpy_function(wait_node, [item.token for item in items], out_dtypes,
