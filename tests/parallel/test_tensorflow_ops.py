@@ -724,3 +724,10 @@ def test_allreduce_float_dtypes_in_function_exact(dtype: str) -> None:
     out = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum), autograph=False)(to_tf(xs[rank()]))
     assert out.dtype.as_numpy_dtype == np_dtype(dtype)
     check(out, reduce_ref(xs, "sum", dtype), dtype)
+
+
+def test_horovod_helpers() -> None:
+    """Helpers Horovod scripts call on hora.tensorflow: no GPU collectives, the mode test."""
+    assert hvd.gpu_available("tensorflow") is False
+    assert hvd._executing_eagerly() is True
+    assert not tf.function(lambda: tf.constant(hvd._executing_eagerly()))().numpy()
