@@ -151,19 +151,22 @@ def _feeds(gates: _GraphGates, tensors: Sequence[tf.Tensor]) -> frozenset:
     memo = gates.feeds
     result: set = set()
     stack = [t.op for t in tensors]
+    entered: set = set()
     while stack:
         op = stack[-1]
         if op.name in memo:
             stack.pop()
             continue
         parents = [t.op for t in op.inputs] + list(op.control_inputs)
-        missing = [p for p in parents if p.name not in memo]
-        if missing:
+        # A parent already entered closes a cycle (a v1 while loop's back edge): skipped.
+        missing = [p for p in parents if p.name not in memo and p.name not in entered]
+        if missing and op.name not in entered:
+            entered.add(op.name)
             stack.extend(missing)
             continue
         stack.pop()
         own = {op.name} if op.type in _PLACEHOLDERS else set()
-        memo[op.name] = frozenset(own.union(*(memo[p.name] for p in parents)))
+        memo[op.name] = frozenset(own.union(*(memo.get(p.name, frozenset()) for p in parents)))
     for t in tensors:
         result |= memo[t.op.name]
     return frozenset(result)
