@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from hora.common import ops as _ops
-from hora.common.process_sets import ProcessSet, global_process_set
+from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
 from hora.tensorflow import _submit_wait
 from hora.tensorflow._host import as_numpy_dtype, host_view, private, readable, to_tensor
 from hora.tensorflow._submit_wait import Finish, Submitted
@@ -84,8 +84,15 @@ def _start(collective: str, names: Sequence[str], **request: Any) -> _submit_wai
 
 def submit_grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],
                    op_name: str, **request: Any) -> Submitted:
-    """Submit one call of ``collective`` on ``tensors`` as one group (see ``grouped``)."""
+    """Submit one call of ``collective`` on ``tensors`` as one group (see ``grouped``).
+
+    Raises:
+        ValueError: the process set is not registered (found while the graph is built).
+    """
     tensors = list(tensors)
+    process_set = request.get("process_set")
+    if process_set is not None and process_set.process_set_id is not None:
+        process_set_by_id(process_set.process_set_id)
     return _submit_wait.submit(_start(collective, names, **request), tensors,
                                [t.dtype for t in tensors], op_name)
 

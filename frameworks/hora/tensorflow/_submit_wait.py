@@ -61,8 +61,9 @@ class FailedPreconditionError(tf.errors.FailedPreconditionError, MismatchError):
 
 
 class InvalidArgumentError(tf.errors.InvalidArgumentError, InvalidCollectiveError):
-    """An operation refused as invalid: TensorFlow's error class for it (as Horovod raises it),
-    and Hora's ``InvalidCollectiveError`` (a ``ValueError``)."""
+    """An operation refused as invalid (by the engine, or by the checks made when it is
+    submitted): TensorFlow's error class for it (as Horovod raises it), and Hora's
+    ``InvalidCollectiveError``, a ``ValueError``."""
 
 
 def _as_tf_error(exc: BaseException) -> BaseException:
@@ -72,7 +73,7 @@ def _as_tf_error(exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, MismatchError):
         return FailedPreconditionError(None, None, str(exc))
-    if isinstance(exc, InvalidCollectiveError):
+    if isinstance(exc, ValueError):  # refused by the engine or by the checks at submission
         return InvalidArgumentError(None, None, str(exc))
     return exc
 
