@@ -145,14 +145,15 @@ def test_session_graph_grown_between_runs() -> None:
 
 def test_session_graph_differently_fed_collectives() -> None:
     """A collective reading a placeholder runs without the feeds of collectives created before
-    it that read other placeholders (training and evaluation fed differently)."""
+    it that read other placeholders (training and evaluation fed differently). Collectives
+    fetched together here are ordered: the fed ones come after those that read no feed."""
     graph = tf.Graph()
     with graph.as_default():
         train_in = tf.compat.v1.placeholder(tf.float32, [2])
         eval_in = tf.compat.v1.placeholder(tf.float32, [2])
+        plain = [build(i) for i in range(8)]
         train = [hvd.allreduce(train_in * i, op=hvd.Sum, name=f"graph_train_{i}")
                  for i in range(8)]
-        plain = [build(i) for i in range(8)]
         evaluation = hvd.allreduce(eval_in, op=hvd.Sum, name="graph_eval")
         later = [build(i + 8) for i in range(8)]
         ones = np.ones(2, np.float32)

@@ -35,8 +35,9 @@ fetched in that step. The engine runs that collective anyway (every rank runs th
 fetches); the next time the same submit node runs, it first drains the unclaimed result. A wait
 does not depend on earlier submits that read a placeholder its own collectives do not read:
 those belong to another kind of step (evaluation fed differently than training, say) and could
-not run without their feeds. Collectives of one step fed from disjoint placeholders are thus not
-ordered against each other, the one case the argument above does not cover.
+not run without their feeds. A step that fetches a collective reading a placeholder together with
+one created later that does not read it has the two unordered: the one case the argument above
+does not cover.
 """
 
 from __future__ import annotations
