@@ -4,10 +4,10 @@
         [--steps 50] [--warmup 10]
 
 The same model, per-rank batch and optimizer (SGD) run as a ``tf.function`` step on N CPU
-processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``, one engine call
-per step for all gradients) and once with ``tf.distribute.MultiWorkerMirroredStrategy`` (N
-workers found through ``TF_CONFIG`` on localhost ports, its collective all-reduce inside the
-optimizer). Rank 0 of each run writes its timings as JSON; this process prints both and the
+processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``, each
+gradient's reduction submitted as soon as it exists) and once with
+``tf.distribute.MultiWorkerMirroredStrategy`` (N workers found through ``TF_CONFIG`` on localhost
+ports, its collective all-reduce inside the optimizer). Rank 0 of each run writes its timings as JSON; this process prints both and the
 ratio hora / MWMS of steps per second (above 1: Hora is faster). The two runs alternate for
 ``--rounds`` rounds so that a change of machine load does not favour one of them.
 """

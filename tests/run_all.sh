@@ -317,7 +317,8 @@ if wants mpi; then
 fi
 
 # ------------------------------------------------------------------------------------------------
-# 7. Frameworks that need NumPy 1.x, each in its own virtual environment
+# 7. Frameworks with their own dependencies (MXNet needs NumPy 1.x), each in its own virtual
+#    environment
 
 # framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
 framework_venv() {
@@ -350,7 +351,8 @@ if wants mxnet; then
 fi
 
 if wants tensorflow; then
-  framework_venv tensorflow tensorflow-cpu==2.21.0 numpy==1.26.4 ml_dtypes==0.5.4
+  # TensorFlow 2.21 works with NumPy 2: its venv takes whatever NumPy TensorFlow asks for.
+  framework_venv tensorflow tensorflow-cpu==2.21.0 ml_dtypes==0.5.4
   export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
   framework_imports tensorflow
   for np in 2 3; do

@@ -48,12 +48,16 @@ from hora.tensorflow.mpi_ops import (
     size_op,
 )
 from hora.tensorflow.optimizer import DistributedOptimizer
+from hora.tensorflow.util import (
+    _executing_eagerly,  # noqa: F401 (Horovod's tests use it)
+    gpu_available,
+)
 
 __all__ = api.__all__ + [
     "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "PartialDistributedGradientTape", "allgather", "allgather_object", "allreduce", "alltoall",
     "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
-    "broadcast_object_fn", "broadcast_variables", "grouped_allgather", "grouped_allreduce",
-    "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "mpi_ops",
+    "broadcast_object_fn", "broadcast_variables", "gpu_available", "grouped_allgather",
+    "grouped_allreduce", "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "mpi_ops",
     "process_set_included_op", "rank_op", "reducescatter", "size_op",
 ]

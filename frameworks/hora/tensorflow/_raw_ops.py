@@ -1,13 +1,12 @@
 """The bridge between TensorFlow tensors and the engine, without gradients.
 
-Every collective is one Python callable that submits to the engine (``hora.common.ops.submit``)
-and waits. Eagerly it runs at once on the tensors (read in place through DLPack);
-while a ``tf.function`` is traced it becomes one stateful ``tf.numpy_function`` node, so the
-same code runs on every TensorFlow version without a compiled kernel. TensorFlow's automatic
-control dependencies keep stateful nodes in program order, so every rank executes its
-collectives in the order the code issues them.
+Every collective is a ``start`` callable that submits to the engine (``hora.common.ops``) and
+returns a ``finish`` that waits. Eagerly both run at once on the tensors (read in place through
+DLPack); while a graph is built they become a submit node and a wait node
+(``hora.tensorflow._submit_wait``, which explains why such graphs cannot deadlock), so the same
+code runs on every TensorFlow version without a compiled kernel.
 
-A grouped call is one node for all of its tensors (one Python round trip per group).
+A grouped call is one submit node and one wait node for all of its tensors.
 """
 
 from __future__ import annotations
@@ -19,8 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 from hora.common import ops as _ops
-from hora.common.process_sets import ProcessSet, global_process_set
+from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
+from hora.tensorflow import _submit_wait
 from hora.tensorflow._host import as_numpy_dtype, host_view, private, readable, to_tensor
+from hora.tensorflow._submit_wait import Finish, Submitted
 
 NumpyFn = Callable[[list], list]
 
@@ -62,6 +63,40 @@ def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
     return tf.TensorShape([None]).concatenate(shape[1:])
 
 
+def _start(collective: str, names: Sequence[str], **request: Any) -> _submit_wait.Start:
+    """What submits ``collective`` on its sources as one group; in-place collectives work on
+    private copies. The sources stay referenced until the returned ``finish`` ran."""
+    names = list(names)
+    in_place = _ops.OPS[collective].in_place
+
+    def start(sources: list) -> Finish:
+        bufs = [private(x) if in_place else readable(x) for x in sources]
+        handles = _ops.enqueue(collective, bufs, names=names, **request)
+
+        def finish() -> list:
+            wait_all(handles)
+            return bufs if in_place else [_ops.allocated_output(h) for h in handles]
+
+        return finish
+
+    return start
+
+
+def submit_grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],
+                   op_name: str, **request: Any) -> Submitted:
+    """Submit one call of ``collective`` on ``tensors`` as one group (see ``grouped``).
+
+    Raises:
+        ValueError: the process set is not registered (found while the graph is built).
+    """
+    tensors = list(tensors)
+    process_set = request.get("process_set")
+    if process_set is not None and process_set.process_set_id is not None:
+        process_set_by_id(process_set.process_set_id)
+    return _submit_wait.submit(_start(collective, names, **request), tensors,
+                               [t.dtype for t in tensors], op_name)
+
+
 def grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],
             op_name: str, shape_of: Callable[[tf.TensorShape], tf.TensorShape] = lambda s: s,
             **request: Any) -> list[tf.Tensor]:
@@ -70,16 +105,8 @@ def grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],
     tensors = list(tensors)
     if not tensors:
         return []
-    names = list(names)
-    in_place = _ops.OPS[collective].in_place
-
-    def fn(sources: list) -> list:
-        bufs = [private(x) if in_place else readable(x) for x in sources]
-        handles = _ops.enqueue(collective, bufs, names=names, **request)
-        wait_all(handles)
-        return bufs if in_place else [_ops.allocated_output(h) for h in handles]
-
-    outs = run(fn, tensors, [t.dtype for t in tensors], op_name)
+    item = submit_grouped(collective, tensors, names, op_name, **request)
+    outs = _submit_wait.wait([item])[0]
     return _set_shapes(outs, [shape_of(t.shape) for t in tensors])
 
 
@@ -98,33 +125,21 @@ def multi_group_allreduce(groups: Sequence[Sequence[tf.Tensor]],
                           names: Sequence[Sequence[str]], op: int, prescale: float = 1.0,
                           postscale: float = 1.0,
                           process_set: ProcessSet = global_process_set) -> list[list[tf.Tensor]]:
-    """Allreduce several groups (each negotiated and fused on its own) in ONE call.
+    """Allreduce several groups, each negotiated and fused on its own: one submit node per
+    group (it starts as soon as that group's tensors exist), then one wait node for all.
 
-    Used for gradients: one Python round trip per step whatever ``num_groups`` is.
+    Used for gradients, so that each reduction starts while the others are still computed.
     """
-    sizes = [len(g) for g in groups]
-    flat = [t for g in groups for t in g]
-    if not flat:
-        return [[] for _ in groups]
-    def fn(sources: list) -> list:
-        bufs = [private(x) for x in sources]
-        handles = []
-        start = 0
-        for group_names, count in zip(names, sizes):
-            if count:
-                handles += _ops.enqueue("allreduce", bufs[start:start + count],
-                                        names=list(group_names), op=op, prescale=prescale,
-                                        postscale=postscale, process_set=process_set)
-            start += count
-        wait_all(handles)
-        return bufs
-
-    outs = _set_shapes(run(fn, flat, [t.dtype for t in flat], "HorovodGroupedAllreduce"),
-                       [t.shape for t in flat])
-    result, start = [], 0
-    for count in sizes:
-        result.append(outs[start:start + count])
-        start += count
+    items = [submit_grouped("allreduce", list(group), group_names, "HorovodAllreduce", op=op,
+                            prescale=prescale, postscale=postscale, process_set=process_set)
+             for group, group_names in zip(groups, names) if len(group)]
+    waited = iter(_submit_wait.wait(items, "HorovodGroupedAllreduce"))
+    result = []
+    for group in groups:
+        if not len(group):
+            result.append([])
+            continue
+        result.append(_set_shapes(next(waited), [t.shape for t in group]))
     return result
 
 
@@ -157,17 +172,21 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
     received rows and the number of rows received from each rank (int32)."""
     inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
 
-    def fn(sources: list) -> list:
+    def start(sources: list) -> Finish:
         buf = readable(sources[0])
         split_values = None if len(sources) == 1 else np.asarray(host_view(sources[1]),
                                                                  dtype=np.int32)
         handle = _ops.enqueue("alltoall", [buf], names=[name], splits=split_values,
                               process_set=process_set)[0]
-        wait_all([handle])
-        received = np.asarray(handle.received_splits(), dtype=np.int32)
-        return [_ops.handle_output(handle), received]
 
-    out, received = run(fn, inputs, [tensor.dtype, tf.int32], "HorovodAlltoall")
+        def finish(_source: Any = buf) -> list:  # the engine reads the source until done
+            wait_all([handle])
+            received = np.asarray(handle.received_splits(), dtype=np.int32)
+            return [_ops.handle_output(handle), received]
+
+        return finish
+
+    out, received = _submit_wait.run(start, inputs, [tensor.dtype, tf.int32], "HorovodAlltoall")
     out.set_shape(_rows_unknown(tensor.shape))
     members = process_set.size() if process_set.process_set_id is not None else None
     received.set_shape([members])

@@ -5,7 +5,7 @@ Usage (eager or inside ``tf.function``)::
     with tf.GradientTape() as tape:
         loss = loss_fn(model(x), y)
     tape = hvd.DistributedGradientTape(tape)
-    grads = tape.gradient(loss, model.trainable_variables)   # reduced, one engine call
+    grads = tape.gradient(loss, model.trainable_variables)   # reduced across ranks
 
 The returned object is an instance of a subclass of the tape's own class sharing the tape's
 recorded state, so ``isinstance(tape, tf.GradientTape)`` holds and the tape may also be

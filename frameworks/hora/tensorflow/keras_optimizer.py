@@ -6,7 +6,7 @@ name, same module, built from ``optimizer.get_config()``), so ``isinstance`` che
 ``model.fit`` behave as with the original. The subclass overrides:
 
 - Keras 3: ``apply`` (``apply_gradients`` and ``model.fit`` go through it). The gradients are
-  reduced across ranks in one engine call, then the original ``apply`` runs (clipping, loss
+  reduced across ranks (each reduction submitted as soon as its gradient exists), then the original ``apply`` runs (clipping, loss
   scaling, weight decay and the update see the reduced gradients, identical on every rank).
   With ``backward_passes_per_step = k > 1`` gradients are summed locally into accumulator
   variables (optimizer variables named ``hora_accumulator``) and reduced and applied every k-th

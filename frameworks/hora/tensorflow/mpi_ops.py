@@ -145,22 +145,36 @@ def _grouped_allreduce_dense(tensors: list[tf.Tensor], names: list[str], op: int
         xs, names, op, prescale, postscale, process_set), backward)
 
 
+def _check_sparse_op(op: int) -> None:
+    """Raise Horovod's error for a reduce op that IndexedSlices do not take."""
+    if op == Adasum:
+        raise NotImplementedError(
+            "The Adasum reduction does not currently support sparse tensors; pass "
+            "sparse_as_dense=True to reduce them as dense tensors"
+        )
+    if op not in (Average, Sum):
+        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+
+
+def _check_sparse_scale(prescale: float, postscale: float) -> None:
+    if prescale != 1.0 or postscale != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+
+
 def _allreduce_indexed_slices(slices: tf.IndexedSlices, name: str | None, op: int,
                               prescale: float, postscale: float,
                               process_set: ProcessSet) -> tf.IndexedSlices:
-    """Sparse allreduce: allgather of values and indices (one call), averaged for Average."""
-    if op not in (Average, Sum):
-        raise NotImplementedError(
-            "allreduce of IndexedSlices supports only Average and Sum; pass sparse_as_dense=True "
-            "to reduce them as dense tensors"
-        )
+    """Sparse allreduce: allgather of values and indices (one call). Average divides the
+    gathered values by the set size with TensorFlow's ``/`` (integer values become floats, as
+    in Horovod); scale factors (from a gradient predivide factor) multiply them."""
+    _check_sparse_op(op)
     base = default_name("allreduce", "HorovodAllgather", slices.values, name)
     values, indices = _raw.grouped_allgather(
         [slices.values, slices.indices], [f"{base}.values", f"{base}.indices"], process_set)
-    factor = prescale * postscale
     if op == Average:
-        factor /= process_set.size()
-    return tf.IndexedSlices(_scaled(values, factor), indices, dense_shape=slices.dense_shape)
+        values = values / tf.cast(process_set.size(), values.dtype)
+    values = _scaled(values, prescale * postscale)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 @no_autograph
@@ -184,6 +198,8 @@ def allreduce(tensor: tf.Tensor | tf.IndexedSlices, average: bool | None = None,
     """
     op = _resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
+        _check_sparse_op(op)
+        _check_sparse_scale(prescale_factor, postscale_factor)
         check_dtype(tensor.values, "allreduce")
         return _allreduce_indexed_slices(tensor, name, op, prescale_factor, postscale_factor,
                                          process_set)
@@ -211,6 +227,9 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor | tf.IndexedSlices],
     tensors = list(tensors)
     if not tensors:
         return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        _check_sparse_op(op)
+        _check_sparse_scale(prescale_factor, postscale_factor)
     results: list = [None] * len(tensors)
     dense_at = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
@@ -319,11 +338,24 @@ def assign_from_root(variables: list, root_rank: int, name: str | None,
 @no_autograph
 def broadcast_(variables: Any, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> Any:
-    """Overwrite ``variables`` (one variable or a list) in place with ``root_rank``'s values, in
-    one call; returns what was given (``tf.Variable`` or Keras variables)."""
+    """Overwrite ``variables`` (a list of ``tf.Variable`` or Keras variables; or one variable)
+    in place with ``root_rank``'s values, in one call.
+
+    Returns, as Horovod does, the updated values for a list (inside a graph, tensors whose
+    evaluation runs the broadcast and the assignments); a single variable is returned itself.
+    """
     single = not isinstance(variables, (list, tuple))
-    assign_from_root([variables] if single else list(variables), root_rank, name, process_set)
-    return variables
+    assigned = assign_from_root([variables] if single else list(variables), root_rank, name,
+                                process_set)
+    if single:
+        return variables
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(v) for v in variables]
+    values = []
+    for var, update in zip(variables, assigned):
+        with tf.control_dependencies([update]):
+            values.append(tf.identity(tf.convert_to_tensor(var)))
+    return values
 
 
 # ------------------------------------------------------------------------------------- alltoall

@@ -45,7 +45,7 @@ class GradientReducer:
         op: Average (default), Sum or Adasum.
         gradient_predivide_factor: with Average, scale by ``1/f`` before the sum and ``f/size``
             after it.
-        groups: None (every dense gradient in one group), a number of groups, or lists of
+        groups: None (every dense gradient on its own), a number of groups, or lists of
             variables reduced together (a variable in no list forms a group of its own).
         process_set: the ranks that take part.
 
@@ -80,7 +80,8 @@ class GradientReducer:
 
     def _group_indices(self, dense_at: list[int], variables: Sequence[Any] | None) -> list:
         if self.groups is None:
-            return [dense_at]
+            # One submit per gradient: each reduction starts as soon as its gradient exists.
+            return [[i] for i in dense_at]
         if isinstance(self.groups, int):
             return split_evenly(dense_at, self.groups)
         if variables is None:
@@ -104,8 +105,9 @@ class GradientReducer:
 
     @no_autograph
     def reduce(self, grads: Sequence[Any], variables: Sequence[Any] | None = None) -> list:
-        """The reductions of ``grads`` (None entries stay None), in one engine call for the
-        dense ones. Every rank must pass the same number of gradients with the same shapes.
+        """The reductions of ``grads`` (None entries stay None). Every dense group is submitted
+        on its own (inside a graph, as soon as its gradients exist) and all are waited for
+        together. Every rank must pass the same number of gradients with the same shapes.
         """
         grads = list(grads)
         if not self.active():

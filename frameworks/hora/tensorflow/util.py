@@ -104,3 +104,9 @@ def no_autograph(fn: Any) -> Any:
     """Keep AutoGraph from rewriting ``fn`` when it is called inside a ``tf.function``: the
     frontend's Python control flow is over Python values and must run as written."""
     return tf.autograph.experimental.do_not_convert(fn)
+
+
+def gpu_available(ext_base_name: str = "tensorflow", verbose: bool = False) -> bool:
+    """Whether this frontend can run collectives on GPU tensors (Horovod's question, asked by
+    scripts that choose a device): False, as Hora reduces host memory only."""
+    return False

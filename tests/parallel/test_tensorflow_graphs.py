@@ -1,0 +1,197 @@
+"""Graphs with many independent collectives, in tf.compat.v1.Session graphs and tf.function.
+
+Run as ``horarun -np N python -m pytest -q tests/parallel/test_tensorflow_graphs.py``
+(N = 1..4). TensorFlow may run the collectives of such a graph in a different order on every
+rank, with fewer inter-op threads than collectives: each graph must still finish with the
+right values. A regression must fail, not hang: every run happens in a thread joined with a
+bound (a Session's own run deadline cannot stop a node that blocks), and the conftest watchdog
+ends a rank that still hangs after that.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import hora.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+from conftest import rank, size
+
+COUNT = 64
+BOUND_S = 60.0
+# Fewer inter-op threads than collectives: with one blocking node per collective, ranks that
+# start different collectives first would each hold every thread.
+SESSION_CONFIG = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2,
+                                          intra_op_parallelism_threads=1,
+                                          use_per_session_threads=True)
+
+
+def value(r: int, i: int) -> np.ndarray:
+    """The input of collective ``i`` on rank ``r`` (rows differ by rank and by collective)."""
+    return np.full([r % 3 + 1, 2], r * 1000 + i, np.float32)
+
+
+def build(i: int) -> Any:
+    """Collective ``i``: allgather for even i, Sum-allreduce for odd i."""
+    x = tf.constant(value(rank(), i))
+    if i % 2 == 0:
+        return hvd.allgather(x, name=f"graph_gather_{i}")
+    return hvd.allreduce(x[:1], op=hvd.Sum, name=f"graph_sum_{i}")
+
+
+def expected(i: int) -> np.ndarray:
+    """What collective ``i`` returns on every rank."""
+    if i % 2 == 0:
+        return np.concatenate([value(r, i) for r in range(size())])
+    return np.sum([value(r, i)[:1] for r in range(size())], axis=0)
+
+
+def check_all(results: list) -> None:
+    """Each result equals its NumPy reference."""
+    assert len(results) == COUNT
+    for i, out in enumerate(results):
+        np.testing.assert_array_equal(np.asarray(out), expected(i), err_msg=f"collective {i}")
+
+
+def session_run(fetches: Any, graph: tf.Graph, session: Any = None, feeds: Any = None) -> Any:
+    """``session.run(fetches)`` (in a new session when none is given), with a bound."""
+    if session is not None:
+        return bounded(lambda: session.run(fetches, feed_dict=feeds))
+    with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+        return bounded(lambda: sess.run(fetches, feed_dict=feeds))
+
+
+def bounded(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a thread, failing the test when it does not return within the bound."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the test's thread)
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(BOUND_S)
+    if thread.is_alive():
+        message = f"the graph did not finish within {BOUND_S} s"
+        print(message, file=sys.stderr, flush=True)  # closing the session may hang next
+        raise AssertionError(message)
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def test_session_graph_many_independent_collectives() -> None:
+    """64 independent allgathers and allreduces in one Session graph, fetched together, twice
+    in one session (the second run reuses the same nodes and names)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        outs = [build(i) for i in range(COUNT)]
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            for _ in range(2):
+                check_all(session_run(outs, graph, sess))
+
+
+def test_session_graph_chained_collectives() -> None:
+    """Collectives fed by other collectives' results, in a Session graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        firsts = [build(i) for i in range(COUNT)]
+        seconds = [hvd.allreduce(tf.reduce_sum(f), op=hvd.Sum, name=f"graph_chain_{i}")
+                   for i, f in enumerate(firsts)]
+        results = session_run(seconds + firsts, graph)
+    check_all(results[COUNT:])
+    for i, out in enumerate(results[:COUNT]):
+        assert float(out) == float(np.sum(expected(i))) * size(), f"chain {i}"
+
+
+def test_session_graph_subset_fetches() -> None:
+    """Fetching only some collectives of a graph, then all of them, gives the right values."""
+    graph = tf.Graph()
+    with graph.as_default():
+        outs = [build(i) for i in range(COUNT)]
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            last = session_run(outs[-1], graph, sess)
+            np.testing.assert_array_equal(last, expected(COUNT - 1))
+            odd = session_run(outs[1::2], graph, sess)
+            for i, out in zip(range(1, COUNT, 2), odd):
+                np.testing.assert_array_equal(out, expected(i))
+            check_all(session_run(outs, graph, sess))
+
+
+def test_session_graph_grown_between_runs() -> None:
+    """Collectives added one at a time, each run fetching all of them so far (the pattern of
+    tests that evaluate inside their loop)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        outs: list = []
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            for i in range(COUNT // 2):
+                outs.append(build(i))
+                results = session_run(outs, graph, sess)
+                for k, out in enumerate(results):
+                    np.testing.assert_array_equal(out, expected(k), err_msg=f"{i}: {k}")
+
+
+def test_session_graph_differently_fed_collectives() -> None:
+    """A collective reading a placeholder runs without the feeds of collectives created before
+    it that read other placeholders (training and evaluation fed differently). Collectives
+    fetched together here are ordered: the fed ones come after those that read no feed."""
+    graph = tf.Graph()
+    with graph.as_default():
+        train_in = tf.compat.v1.placeholder(tf.float32, [2])
+        eval_in = tf.compat.v1.placeholder(tf.float32, [2])
+        plain = [build(i) for i in range(8)]
+        train = [hvd.allreduce(train_in * i, op=hvd.Sum, name=f"graph_train_{i}")
+                 for i in range(8)]
+        evaluation = hvd.allreduce(eval_in, op=hvd.Sum, name="graph_eval")
+        later = [build(i + 8) for i in range(8)]
+        ones = np.ones(2, np.float32)
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            out = session_run(evaluation, graph, sess, {eval_in: ones})
+            np.testing.assert_array_equal(out, np.full(2, float(size()), np.float32))
+            results = session_run(later, graph, sess)
+            for i, out in enumerate(results):
+                np.testing.assert_array_equal(out, expected(i + 8))
+            results = session_run(train + plain, graph, sess, {train_in: ones})
+            for i, out in enumerate(results[:8]):
+                np.testing.assert_array_equal(out, np.full(2, float(size() * i), np.float32))
+            for i, out in enumerate(results[8:]):
+                np.testing.assert_array_equal(out, expected(i))
+
+
+def test_function_many_independent_collectives() -> None:
+    """The same 64 collectives inside one tf.function, called twice."""
+
+    @tf.function(autograph=False)
+    def fn() -> list:
+        return [build(i) for i in range(COUNT)]
+
+    for _ in range(2):
+        check_all(bounded(fn))
+
+
+def test_function_gradients_of_many_collectives() -> None:
+    """Gradients through many independent allreduces inside a tf.function (the gradient of a
+    Sum-allreduce of x is the Sum-allreduce of the output gradient)."""
+    xs = [tf.Variable(np.full([3], float(rank() + i), np.float32)) for i in range(16)]
+
+    @tf.function(autograph=False)
+    def fn() -> list:
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(hvd.allreduce(x, op=hvd.Sum, name=f"graph_grad_{i}"))
+                             for i, x in enumerate(xs)])
+        return tape.gradient(loss, xs)
+
+    for grad in bounded(fn):
+        np.testing.assert_array_equal(np.asarray(grad), np.full([3], float(size()), np.float32))
