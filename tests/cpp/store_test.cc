@@ -16,6 +16,7 @@
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
+#include "core/store/tcp_store_protocol.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -235,6 +236,38 @@ TEST(TcpStore, GarbageBeforeAndAfterAuthenticationDropsOnlyThatConnection) {
   EXPECT_EQ(good.get("k", 100ms), "v");
   TcpStoreClient late("127.0.0.1", server.port(), kSecret, Millis(2000));
   EXPECT_EQ(late.add("n", 3), 3);
+}
+
+// Requests queued behind a parked one are all answered once it is released, however many: the
+// server works through them in a loop. (Handled by nested calls, 200000 queued requests that are
+// each answered at once overflowed the server thread's stack and took the whole store down.)
+TEST(TcpStore, ManyRequestsQueuedBehindAParkedOneAreAllAnswered) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  net::Socket s = rawConnect(server.port());
+  net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+  net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+  const int queued = 200000;
+  std::string frames = net::buildFrame(net::kStoreMagic, store_protocol::kWait,
+                                       net::Writer().u64(20000).u32(1).str("gate").take());
+  // A wait for no keys at all: answered as soon as it is handled.
+  std::string waitForNothing =
+      net::buildFrame(net::kStoreMagic, store_protocol::kWait, net::Writer().u64(0).u32(0).take());
+  frames.reserve(frames.size() + queued * waitForNothing.size());
+  for (int i = 0; i < queued; ++i) frames += waitForNothing;
+  // The server keeps reading while the first request is parked, so this completes.
+  net::sendAll(s.fd(), frames.data(), frames.size(), Clock::now() + 20000ms, "test");
+
+  TcpStoreClient other("127.0.0.1", server.port(), kSecret, Millis(2000));
+  other.set("gate", "open");
+  std::string replies((queued + 1) * net::kFrameHeaderBytes, '\0');
+  net::recvAll(s.fd(), &replies[0], replies.size(), Clock::now() + 20000ms, "test");
+  for (int i = 0; i <= queued; ++i) {
+    net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(replies.data()) +
+                                           i * net::kFrameHeaderBytes);
+    ASSERT_EQ(h.type, store_protocol::kOk) << "reply " << i;
+    ASSERT_EQ(h.length, 0u) << "reply " << i;
+  }
+  EXPECT_EQ(other.get("gate", 100ms), "open");
 }
 
 TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {
