@@ -328,8 +328,8 @@ if wants fuzz; then
         "build/fuzz/work/$target"
       [ -f "build/fuzz/work/$target/stats" ] && FUZZ_STATS+=("$(cat "build/fuzz/work/$target/stats")")
     done
-    echo
-    for line in "${FUZZ_STATS[@]}"; do echo "$line"; done
+    # The executions per target also go to the summary table at the end.
+    for line in "${FUZZ_STATS[@]}"; do TIMINGS+=("  $line"); done
   fi
 fi
 
