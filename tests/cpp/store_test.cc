@@ -2,6 +2,7 @@
 // TCP store and PrefixStore; then the TCP store's defences (wrong secret, garbage, oversized
 // frames) and its behaviour with many clients.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -268,6 +269,47 @@ TEST(TcpStore, ManyRequestsQueuedBehindAParkedOneAreAllAnswered) {
     ASSERT_EQ(h.length, 0u) << "reply " << i;
   }
   EXPECT_EQ(other.get("gate", 100ms), "open");
+}
+
+// Peak resident memory of this process, in bytes.
+long peakResidentBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024L;
+}
+
+// A reply whose header announces far more than arrives costs the client only what arrives: it
+// fails with IoError when the server hangs up, without having allocated the announced 64 MiB.
+// (Found by fuzz_store_client under a 16 MiB allocation limit.)
+TEST(TcpStore, AnAnnouncedReplyLengthIsNotAllocatedBeforeItsBytesArrive) {
+  int port = 0;
+  net::Socket listener = net::listenOn("127.0.0.1", 0, &port);
+  std::thread fakeServer([&] {
+    auto deadline = Clock::now() + 5000ms;
+    if (!net::waitFor(listener.fd(), POLLIN, deadline)) return;
+    net::Socket conn = net::acceptPending(listener.fd(), nullptr);
+    try {
+      net::Handshake hs = net::Handshake::acceptor(kSecret, -1, nullptr);
+      net::runHandshake(conn.fd(), hs, deadline, "fake store");
+      uint8_t header[net::kFrameHeaderBytes];
+      net::recvAll(conn.fd(), header, sizeof(header), deadline, "fake store");
+      std::string request(net::decodeHeader(header).length, '\0');
+      net::recvAll(conn.fd(), &request[0], request.size(), deadline, "fake store");
+      net::FrameHeader reply;
+      reply.magic = net::kStoreMagic;
+      reply.type = store_protocol::kValue;
+      reply.length = store_protocol::kMaxFrameBytes;
+      net::encodeHeader(reply, header);
+      net::sendAll(conn.fd(), header, sizeof(header), deadline, "fake store");
+    } catch (const Error&) {
+      // Whatever failed here, the client's checks below report it.
+    }
+  });  // hangs up after the header
+  TcpStoreClient client("127.0.0.1", port, kSecret, Millis(5000));
+  long before = peakResidentBytes();
+  EXPECT_THROW(client.get("k", 0ms), IoError);
+  fakeServer.join();
+  EXPECT_LT(peakResidentBytes() - before, long(store_protocol::kMaxFrameBytes / 2));
 }
 
 TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {

@@ -154,6 +154,16 @@ int main(int argc, char** argv) {
   write("store_client", "add_error", reply(2, proto::kError, WireWriter().str("no int").take()));
   write("store_client", "check_bool", reply(3, proto::kBool, WireWriter().u8(1).take()));
   write("store_client", "wait_ok", reply(4, proto::kOk, ""));
+  // Regression: a header announcing 48 MiB with one byte behind it (the client once allocated the
+  // announced length before reading; fuzz_store_client runs with a 16 MiB allocation limit).
+  net::FrameHeader big;
+  big.magic = net::kStoreMagic;
+  big.type = proto::kValue;
+  big.length = 48u << 20;
+  uint8_t header[net::kFrameHeaderBytes];
+  net::encodeHeader(big, header);
+  write("store_client", "regress_announced_length",
+        std::string(1, 1) + std::string(reinterpret_cast<char*>(header), sizeof(header)) + "v");
 
   // Handshake: mode byte, then a split byte and one message per step (see fuzz_handshake.cc).
   std::string hello = handshakeFrame(2, WireWriter().u8(2).u32(1).take() + std::string(64, 'h'));

@@ -10,11 +10,12 @@ bin=$1 seeds=$2 seconds=$3 work=$4
 name=$(basename "$bin")
 rm -rf "$work"
 mkdir -p "$work/corpus" "$seeds"
-# -timeout: one input taking this long is a hang. -rss_limit_mb / -malloc_limit_mb: a decoder
-# that allocates from a length field it did not bound fails here. The store and control-channel
-# targets log every dropped connection; only errors are worth printing.
+# -timeout: one input taking this long is a hang. -malloc_limit_mb: no decoder needs a 16 MiB
+# block for an input of at most 8 KiB, so a larger one means it sized a buffer from a length
+# field instead of from the bytes that arrived. The store and control-channel targets log every
+# dropped connection; only errors are worth printing.
 HORA_LOG_LEVEL=error "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -malloc_limit_mb=512 -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/" \
+  -malloc_limit_mb=16 -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/" \
   "$work/corpus" "$seeds" >"$work/log" 2>&1
 rc=$?
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
