@@ -11,6 +11,10 @@
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
 #      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
 #      seed that it prints, or HORA_CHAOS_SEED)
+#   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, from its
+#      committed seeds, with the executions per target; asan / tsan: the C++ unit tests (with the
+#      MPI driver at 1-4 ranks and the runtime's multi-rank thread tests) under AddressSanitizer +
+#      UndefinedBehaviorSanitizer, and under ThreadSanitizer
 # Stops at the first failure (unless --keep-going) and ends with a timing table, the line
 # "summary: N passed, M failed, K tests skipped" (N and M count stages and test runs, K the pytest
 # tests skipped in them), every skip reason with its stage, and the disk space left under build/.
@@ -23,10 +27,11 @@
 #                    environment (CI's throwaway machine; without it that stage refuses)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run:
-#                    install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos
+#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,mpi,mxnet,
+#                    tensorflow,chaos,fuzz,asan,tsan
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
-#   HORA_BUILD_JOBS (default: number of cores).
+#   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
+#   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,7 +42,7 @@ JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 SYSTEM_INSTALL=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos"
+ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos,fuzz,asan,tsan"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -376,6 +381,57 @@ if wants chaos; then
   [ -n "${HORA_CHAOS_SEED:-}" ] && CHAOS_ARGS+=(--seed "$HORA_CHAOS_SEED")
   run "chaos: ${HORA_CHAOS_COUNT:-200} randomized fault scenarios" timeout -k 20 "$RUN_TIMEOUT" \
     "$PY" tests/chaos/run_chaos.py "${CHAOS_ARGS[@]}"
+fi
+
+# 9. Fuzzing and sanitizers (C++ only: build trees of their own under build/)
+
+if wants fuzz; then
+  FUZZ_SECONDS=${HORA_FUZZ_SECONDS:-25}
+  FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
+  if [ -z "$FUZZ_CXX" ]; then
+    run "fuzz: find clang++ (apt-get install clang-14)" false
+  else
+    run "fuzz: configure (clang, ASan + UBSan, libFuzzer)" cmake -S . -B build/fuzz -G Ninja \
+      -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DHORA_BUILD_FUZZERS=ON -DHORA_WITH_MPI=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    run "fuzz: build" cmake --build build/fuzz -j "$JOBS"
+    FUZZ_STATS=()
+    for src in tests/fuzz/fuzz_*.cc; do
+      target=$(basename "$src" .cc)
+      target=${target#fuzz_}
+      rm -f "build/fuzz/work/$target/stats"
+      run "fuzz $target (${FUZZ_SECONDS}s)" bash tests/fuzz/run_fuzzer.sh \
+        "build/fuzz/tests/fuzz/fuzz_$target" "tests/fuzz/corpus/$target" "$FUZZ_SECONDS" \
+        "build/fuzz/work/$target"
+      [ -f "build/fuzz/work/$target/stats" ] && FUZZ_STATS+=("$(cat "build/fuzz/work/$target/stats")")
+    done
+    # The executions per target also go to the summary table at the end.
+    for line in "${FUZZ_STATS[@]}"; do TIMINGS+=("  $line"); done
+  fi
+fi
+
+# sanitizer_stage NAME SANITIZERS: builds the C++ tests in build/NAME with -fsanitize=SANITIZERS
+# and runs them. The MPI driver tests (mpirun at 1-4 ranks) and the runtime tests (ranks as
+# threads over TCP) are the multi-rank runs.
+sanitizer_stage() {
+  local name=$1 sanitizers=$2
+  run "$name: configure (-fsanitize=$sanitizers)" cmake -S . -B "build/$name" -G Ninja \
+    -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$sanitizers"
+  run "$name: build" cmake --build "build/$name" -j "$JOBS"
+  run "$name: C++ unit tests and MPI driver (ctest)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ctest --test-dir "build/$name" --output-on-failure --timeout 600
+}
+
+if wants asan; then
+  export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp
+  sanitizer_stage asan address,undefined
+fi
+
+if wants tsan; then
+  export TSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/tsan.supp:second_deadlock_stack=1
+  sanitizer_stage tsan thread
 fi
 
 finish

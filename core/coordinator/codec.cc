@@ -23,9 +23,7 @@ namespace {
 constexpr uint8_t kRequestBatchVersion = 3;
 constexpr uint8_t kResponseBatchVersion = 2;
 
-// Items in a vector or batch take at least this many bytes each; bounds counts before allocating.
-constexpr size_t kMinRequestBytes = 1;
-constexpr size_t kMinResponseBytes = 1;
+// Strings in a vector take at least their u32 length each; bounds counts before allocating.
 constexpr size_t kMinStringBytes = 4;
 constexpr uint8_t kMaxReduceOp = static_cast<uint8_t>(ReduceOp::Product);
 
@@ -146,6 +144,26 @@ Response readResponse(WireReader& rd) {
   return r;
 }
 
+// The fewest bytes one encoded message can take: the encoding of one with every vector and string
+// empty. A count is checked against it before anything is decoded, so a batch cannot announce
+// more messages than its bytes hold (each decoded message occupies several times its minimal
+// encoding in memory).
+template <typename M, typename WriteFn>
+size_t minEncodedBytes(WriteFn write) {
+  WireWriter w;
+  write(w, M());
+  return w.data().size();
+}
+
+uint32_t messageCount(WireReader& rd, size_t minBytesEach, const char* what) {
+  uint32_t n = rd.count(minBytesEach);
+  if (!rd.ok()) {
+    throw IoError(std::string("malformed negotiation message: more ") + what +
+                  " announced than its bytes can hold");
+  }
+  return n;
+}
+
 // A batch from another build of Hora: say so rather than misreading its fields.
 void expectVersion(WireReader& rd, uint8_t version, const char* what) {
   auto v = rd.u8();
@@ -177,7 +195,8 @@ RequestBatch decodeRequestBatch(const std::string& bytes) {
   RequestBatch b;
   b.appliedBatches = rd.u64();
   b.cacheBits = rd.vec<uint64_t>();
-  auto n = rd.count(kMinRequestBytes);
+  static const size_t kMinRequestBytes = minEncodedBytes<Request>(writeRequest);
+  uint32_t n = messageCount(rd, kMinRequestBytes, "requests");
   for (uint32_t i = 0; i < n; ++i) b.requests.push_back(readRequest(rd));
   b.shutdown = rd.boolean();
   b.waiting = rd.boolean();
@@ -205,7 +224,8 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
   ResponseBatch b;
   b.sequence = rd.u64();
   b.evictedSlots = rd.vec<int32_t>();
-  auto n = rd.count(kMinResponseBytes);
+  static const size_t kMinResponseBytes = minEncodedBytes<Response>(writeResponse);
+  uint32_t n = messageCount(rd, kMinResponseBytes, "responses");
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
   b.cycleTimeMs = rd.f64();
   b.fusionThreshold = rd.i64();

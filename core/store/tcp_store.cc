@@ -36,6 +36,8 @@ namespace {
 // TimedOut reply, sent at the request's own deadline, normally arrives well inside it, so the
 // caller sees which keys were missing instead of a bare socket timeout.
 constexpr Millis kReplyGrace{30000};
+// A reply payload is read in pieces of at most this size (see call()).
+constexpr size_t kReplyChunkBytes = 1 << 20;
 
 // Negative timeouts mean "do not wait"; huge ones are clamped as the server would clamp them.
 uint64_t clampMs(Millis t) {
@@ -88,8 +90,15 @@ TcpStoreClient::Reply TcpStoreClient::call(uint16_t type, const std::string& pay
   net::FrameHeader h = net::decodeHeader(header);
   std::string bad = net::validateHeader(h, net::kStoreMagic, kMaxFrameBytes);
   if (!bad.empty()) throw IoError(where() + " sent a malformed reply: " + bad);
-  Reply reply{h.type, std::string(h.length, '\0')};
-  if (h.length > 0) net::recvAll(c->sock.fd(), &reply.payload[0], h.length, deadline, where());
+  // The payload buffer grows with the bytes that arrive, never to the announced length up front:
+  // a corrupt header must not cost memory that no bytes back.
+  Reply reply{h.type, std::string()};
+  while (reply.payload.size() < h.length) {
+    size_t at = reply.payload.size();
+    size_t n = std::min<size_t>(h.length - at, kReplyChunkBytes);
+    reply.payload.resize(at + n);
+    net::recvAll(c->sock.fd(), &reply.payload[at], n, deadline, where());
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_.push_back(std::move(c));

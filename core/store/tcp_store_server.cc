@@ -89,6 +89,7 @@ class TcpStoreServer::Impl {
   void flush(Conn& c);
   void drop(Conn& c, const std::string& why, bool warn);
   void notifyWaiters();
+  void resumeReleased();
   void expire(Clock::time_point now);
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   int nextTimeoutMs() const;
@@ -103,6 +104,9 @@ class TcpStoreServer::Impl {
   std::map<std::string, std::string> values_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<Waiter> waiters_;
+  // Connections whose parked request was just answered and whose queued frames are still to be
+  // handled. A work list, not a recursive call: each queued request can release another one.
+  std::vector<Conn*> released_;
 };
 
 TcpStoreServer::Impl::Impl(const std::string& host, int port, const std::string& secret,
@@ -128,6 +132,7 @@ void TcpStoreServer::Impl::stop() {
   if (thread_.joinable()) thread_.join();
   conns_.clear();
   waiters_.clear();
+  released_.clear();
   listener_.reset();
 }
 
@@ -167,10 +172,12 @@ void TcpStoreServer::Impl::serveOnce() {
       Conn& c = *conns_[i];
       if (ev & POLLOUT) flush(c);
       if (!c.dead && (ev & (POLLIN | POLLHUP | POLLERR))) onReadable(c);
+      resumeReleased();
     }
     if (fds[1].revents != 0) acceptAll();
   }
   expire(Clock::now());
+  resumeReleased();
   // Forget dropped connections and whatever they had parked.
   auto deadWaiter = [](const Waiter& w) { return w.conn->dead; };
   waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), deadWaiter), waiters_.end());
@@ -344,10 +351,9 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
   drop(c, "malformed request payload", true);
 }
 
-// Answers every parked request whose keys are all present, then lets those connections go on
-// with the requests they sent meanwhile. Called after every change to values_.
+// Answers every parked request whose keys are all present and queues those connections to go on
+// with the requests they sent meanwhile (resumeReleased). Called after every change to values_.
 void TcpStoreServer::Impl::notifyWaiters() {
-  std::vector<Conn*> resumed;
   for (size_t i = 0; i < waiters_.size();) {
     Waiter& w = waiters_[i];
     if (!w.conn->dead && missing(w.keys).empty()) {
@@ -357,19 +363,27 @@ void TcpStoreServer::Impl::notifyWaiters() {
         reply(*w.conn, kOk, "");
       }
       w.conn->waiting = false;
-      resumed.push_back(w.conn);
+      released_.push_back(w.conn);
       waiters_.erase(waiters_.begin() + static_cast<long>(i));
     } else {
       ++i;
     }
   }
-  for (Conn* c : resumed) processFrames(*c);
+}
+
+// Handles the frames queued behind answered requests. Iterative: a connection with a million
+// queued requests, each releasing the next, must not nest a million calls deep.
+void TcpStoreServer::Impl::resumeReleased() {
+  while (!released_.empty()) {
+    Conn* c = released_.back();
+    released_.pop_back();
+    processFrames(*c);
+  }
 }
 
 // Deadlines: parked requests past theirs get TimedOut (and their connections resume); connections
 // still unauthenticated past the handshake deadline are dropped.
 void TcpStoreServer::Impl::expire(Clock::time_point now) {
-  std::vector<Conn*> resumed;
   for (size_t i = 0; i < waiters_.size();) {
     Waiter& w = waiters_[i];
     if (!w.conn->dead && w.deadline <= now) {
@@ -379,13 +393,12 @@ void TcpStoreServer::Impl::expire(Clock::time_point now) {
       for (const auto& k : keys) out.str(k);
       reply(*w.conn, kTimedOut, out.take());
       w.conn->waiting = false;
-      resumed.push_back(w.conn);
+      released_.push_back(w.conn);
       waiters_.erase(waiters_.begin() + static_cast<long>(i));
     } else {
       ++i;
     }
   }
-  for (Conn* c : resumed) processFrames(*c);
   for (auto& c : conns_) {
     if (!c->dead && !c->authed && c->handshakeDeadline <= now)
       drop(*c, "handshake timed out", true);

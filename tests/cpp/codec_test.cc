@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/common/errors.h"
+#include "core/common/wire.h"
 #include "core/coordinator/codec.h"
 
 namespace hora {
@@ -114,6 +115,41 @@ TEST(Codec, TruncatedOrCorruptMessagesThrowIoError) {
   // A huge length prefix must not allocate or read past the end.
   std::string huge = bytes.substr(0, 9) + std::string("\xff\xff\xff\x7f", 4);
   EXPECT_THROW(decodeRequestBatch(huge), IoError);
+}
+
+// A batch announcing more messages than its bytes can hold is refused on the count alone, before
+// any message is decoded: each decoded message takes several times its encoded size in memory,
+// so a count bounded only by one byte per message would let a small frame allocate gigabytes.
+TEST(Codec, MoreMessagesAnnouncedThanTheBytesHoldAreRefusedUpFront) {
+  const uint32_t n = 64;
+  // n bytes follow the count: enough for n one-byte messages, not for n real ones. Each byte is
+  // an invalid op kind, which a decoder that started on the messages would report instead.
+  std::string requests = WireWriter().u8(2).u64(0).u32(0).u32(n).take() + std::string(n, '\xff');
+  try {
+    decodeRequestBatch(requests);
+    FAIL() << "decoded a request batch that cannot hold its count";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("more requests announced"), std::string::npos) << e.what();
+  }
+  std::string responses = WireWriter().u8(2).u64(0).u32(0).u32(n).take() + std::string(n, '\xff');
+  try {
+    decodeResponseBatch(responses);
+    FAIL() << "decoded a response batch that cannot hold its count";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("more responses announced"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The bound on counts is the smallest real message: batches of nothing but minimal messages
+// (every vector and string empty) still decode.
+TEST(Codec, BatchesOfMinimalMessagesDecode) {
+  RequestBatch rb;
+  rb.requests.resize(5);
+  EXPECT_EQ(decodeRequestBatch(encodeRequestBatch(rb)).requests.size(), 5u);
+  ResponseBatch sb;
+  sb.responses.resize(5);
+  EXPECT_EQ(decodeResponseBatch(encodeResponseBatch(sb)).responses.size(), 5u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -370,6 +371,79 @@ TEST(TcpStore, FramesAfterTheHandshakeArePlainBytes) {
   net::sendAll(s.fd(), frame.data(), frame.size(), Clock::now() + 1000ms, "test");
   TcpStoreClient reader("127.0.0.1", server.port(), kSecret, Millis(2000));
   EXPECT_EQ(reader.get("plain-key", 2000ms), "plain-value");
+}
+
+// Requests queued behind a parked one are all answered once it is released, however many: the
+// server works through them in a loop. (Handled by nested calls, 200000 queued requests that are
+// each answered at once overflowed the server thread's stack and took the whole store down.)
+TEST(TcpStore, ManyRequestsQueuedBehindAParkedOneAreAllAnswered) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  net::Socket s = rawConnect(server.port());
+  net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+  net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+  const int queued = 200000;
+  std::string frames = net::buildFrame(net::kStoreMagic, store_protocol::kWait,
+                                       net::Writer().u64(20000).u32(1).str("gate").take());
+  // A wait for no keys at all: answered as soon as it is handled.
+  std::string waitForNothing =
+      net::buildFrame(net::kStoreMagic, store_protocol::kWait, net::Writer().u64(0).u32(0).take());
+  frames.reserve(frames.size() + queued * waitForNothing.size());
+  for (int i = 0; i < queued; ++i) frames += waitForNothing;
+  // The server keeps reading while the first request is parked, so this completes.
+  net::sendAll(s.fd(), frames.data(), frames.size(), Clock::now() + 20000ms, "test");
+
+  TcpStoreClient other("127.0.0.1", server.port(), kSecret, Millis(2000));
+  other.set("gate", "open");
+  std::string replies((queued + 1) * net::kFrameHeaderBytes, '\0');
+  net::recvAll(s.fd(), &replies[0], replies.size(), Clock::now() + 20000ms, "test");
+  for (int i = 0; i <= queued; ++i) {
+    net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(replies.data()) +
+                                           i * net::kFrameHeaderBytes);
+    ASSERT_EQ(h.type, store_protocol::kOk) << "reply " << i;
+    ASSERT_EQ(h.length, 0u) << "reply " << i;
+  }
+  EXPECT_EQ(other.get("gate", 100ms), "open");
+}
+
+// Peak resident memory of this process, in bytes.
+long peakResidentBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024L;
+}
+
+// A reply whose header announces far more than arrives costs the client only what arrives: it
+// fails with IoError when the server hangs up, without having allocated the announced 64 MiB.
+// (Found by fuzz_store_client under a 16 MiB allocation limit.)
+TEST(TcpStore, AnAnnouncedReplyLengthIsNotAllocatedBeforeItsBytesArrive) {
+  int port = 0;
+  net::Socket listener = net::listenOn("127.0.0.1", 0, &port);
+  std::thread fakeServer([&] {
+    auto deadline = Clock::now() + 5000ms;
+    if (!net::waitFor(listener.fd(), POLLIN, deadline)) return;
+    net::Socket conn = net::acceptPending(listener.fd(), nullptr);
+    try {
+      net::Handshake hs = net::Handshake::acceptor(kSecret, -1, nullptr);
+      net::runHandshake(conn.fd(), hs, deadline, "fake store");
+      uint8_t header[net::kFrameHeaderBytes];
+      net::recvAll(conn.fd(), header, sizeof(header), deadline, "fake store");
+      std::string request(net::decodeHeader(header).length, '\0');
+      net::recvAll(conn.fd(), &request[0], request.size(), deadline, "fake store");
+      net::FrameHeader reply;
+      reply.magic = net::kStoreMagic;
+      reply.type = store_protocol::kValue;
+      reply.length = store_protocol::kMaxFrameBytes;
+      net::encodeHeader(reply, header);
+      net::sendAll(conn.fd(), header, sizeof(header), deadline, "fake store");
+    } catch (const Error&) {
+      // Whatever failed here, the client's checks below report it.
+    }
+  });  // hangs up after the header
+  TcpStoreClient client("127.0.0.1", port, kSecret, Millis(5000));
+  long before = peakResidentBytes();
+  EXPECT_THROW(client.get("k", 0ms), IoError);
+  fakeServer.join();
+  EXPECT_LT(peakResidentBytes() - before, long(store_protocol::kMaxFrameBytes / 2));
 }
 
 TEST(TcpStore, ParkedWaitsDoNotBlockOtherClientsOrThreads) {
