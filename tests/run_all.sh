@@ -7,7 +7,7 @@
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
-#   7. MXNet and TensorFlow frontends, each in its own virtual environment (they need NumPy 1.x)
+#   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x)
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
 #      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
 #      seed that it prints, or HORA_CHAOS_SEED)
