@@ -6,17 +6,15 @@ a hang shows up as a failure with the collected output rather than a stuck test 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from torchrun_jobs import clean_env, kill_group, run_job, transcript
 
 # What a rank of the job runs. The victim leaves after the warm-up; the others wait on an allreduce
 # the victim never submits, and report how that wait ended.
@@ -66,16 +64,6 @@ LAUNCHER_DEADLINE_SECONDS = 25.0
 SURVIVOR_DEADLINE_SECONDS = 20.0
 
 
-def _clean_env() -> dict[str, str]:
-    """This process's environment without any launcher or rank variables."""
-    drop = ("HORA_", "HOROVOD_", "OMPI_", "PMI_", "SLURM_")
-    names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in names}
-    env["HORA_TIMEOUT_SECONDS"] = JOB_TIMEOUT_SECONDS
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _horarun() -> list[str]:
     """The launcher next to this interpreter, or its entry point run through this interpreter."""
     beside = Path(sys.executable).parent / "horarun"
@@ -91,24 +79,11 @@ def _horarun() -> list[str]:
     ]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def test_launcher_names_the_dead_rank(tmp_path: Path) -> None:
     """horarun -np 3: rank 1 exits with status 1; the launcher exits non-zero naming rank 1."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = _clean_env()
+    env = clean_env(JOB_TIMEOUT_SECONDS)
     env["FAULT_VICTIM"] = "1"
     cmd = [*_horarun(), "-np", str(NP), sys.executable, str(script)]
     start = time.monotonic()
@@ -124,11 +99,11 @@ def test_launcher_names_the_dead_rank(tmp_path: Path) -> None:
     try:
         output, _ = proc.communicate(timeout=HANG_SECONDS)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         output, _ = proc.communicate()
         pytest.fail(f"horarun still running after {HANG_SECONDS:.0f} s:\n{output}")
     finally:
-        _kill_group(proc)
+        kill_group(proc)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0, f"launcher exited 0 although rank 1 died:\n{output}"
     assert elapsed < LAUNCHER_DEADLINE_SECONDS, f"launcher took {elapsed:.1f} s:\n{output}"
@@ -151,58 +126,18 @@ def test_launcher_names_the_dead_rank(tmp_path: Path) -> None:
 def test_survivors_fail_pending_op(tmp_path: Path, victim: int) -> None:
     """Three ranks started torchrun-style (no launcher to kill anybody): when one dies, the others'
     pending allreduce fails with a hora.HoraError within seconds and they exit."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = _free_port()
-    procs = []
-    for r in range(NP):
-        env = _clean_env()
-        env.update(
-            RANK=str(r),
-            WORLD_SIZE=str(NP),
-            LOCAL_RANK=str(r),
-            LOCAL_WORLD_SIZE=str(NP),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            HORA_RENDEZVOUS_PORT=str(port),
-            FAULT_VICTIM=str(victim),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-                cwd=tmp_path,
-            )
-        )
-    deadline = time.monotonic() + HANG_SECONDS
-    outputs: list[str] = []
-    hung: list[int] = []
-    for r, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            hung.append(r)
-            _kill_group(proc)
-            out, _ = proc.communicate()
-        outputs.append(out)
-    for proc in procs:
-        _kill_group(proc)
-    transcript = "\n".join(
-        f"--- rank {r} (exit {p.returncode}) ---\n{o}"
-        for r, (p, o) in enumerate(zip(procs, outputs))
-    )
-    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{transcript}"
-    assert all(f"READY rank={r}" in outputs[r] for r in range(NP)), transcript
-    assert procs[victim].returncode == 1, transcript
+    env = clean_env(JOB_TIMEOUT_SECONDS)
+    env["FAULT_VICTIM"] = str(victim)
+    procs, outputs, hung = run_job(tmp_path, WORKER, NP, env, list(range(NP)), HANG_SECONDS)
+    log = transcript(procs, outputs)
+    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{log}"
+    assert all(f"READY rank={r}" in outputs[r] for r in range(NP)), log
+    assert procs[victim].returncode == 1, log
     for r in range(NP):
         if r == victim:
             continue
-        assert procs[r].returncode == 3, f"rank {r} did not report a failed op:\n{transcript}"
+        assert procs[r].returncode == 3, f"rank {r} did not report a failed op:\n{log}"
         match = re.search(r"PENDING-FAILED rank=\d+ after=([\d.]+)s horaerror=(\w+)", outputs[r])
-        assert match, transcript
-        assert match.group(2) == "True", f"rank {r} got a non-Hora exception:\n{transcript}"
-        assert float(match.group(1)) < SURVIVOR_DEADLINE_SECONDS, transcript
+        assert match, log
+        assert match.group(2) == "True", f"rank {r} got a non-Hora exception:\n{log}"
+        assert float(match.group(1)) < SURVIVOR_DEADLINE_SECONDS, log

@@ -9,16 +9,11 @@ exactly what they were before that step.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from torchrun_jobs import clean_env, run_job, transcript
 
 pytest.importorskip("torch")
 
@@ -80,81 +75,19 @@ JOB_TIMEOUT_SECONDS = "5"
 HANG_SECONDS = 90.0
 
 
-def _clean_env() -> dict[str, str]:
-    drop = ("HORA_", "HOROVOD_", "OMPI_", "PMI_", "SLURM_")
-    names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in names}
-    env["HORA_TIMEOUT_SECONDS"] = JOB_TIMEOUT_SECONDS
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker_dies", "coordinator_dies"])
 def test_survivors_keep_parameters_when_a_peer_dies_mid_step(tmp_path: Path, victim: int) -> None:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = _free_port()
-    procs = []
-    for r in range(NP):
-        env = _clean_env()
-        env.update(
-            RANK=str(r),
-            WORLD_SIZE=str(NP),
-            LOCAL_RANK=str(r),
-            LOCAL_WORLD_SIZE=str(NP),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            HORA_RENDEZVOUS_PORT=str(port),
-            FAULT_VICTIM=str(victim),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-                cwd=tmp_path,
-            )
-        )
-    deadline = time.monotonic() + HANG_SECONDS
-    outputs: list[str] = []
-    hung: list[int] = []
-    for r, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            hung.append(r)
-            _kill_group(proc)
-            out, _ = proc.communicate()
-        outputs.append(out)
-    for proc in procs:
-        _kill_group(proc)
-    transcript = "\n".join(
-        f"--- rank {r} (exit {p.returncode}) ---\n{o}"
-        for r, (p, o) in enumerate(zip(procs, outputs))
-    )
-    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{transcript}"
-    assert all(f"READY rank={r}" in outputs[r] for r in range(NP)), transcript
+    env = clean_env(JOB_TIMEOUT_SECONDS)
+    env["FAULT_VICTIM"] = str(victim)
+    procs, outputs, hung = run_job(tmp_path, WORKER, NP, env, list(range(NP)), HANG_SECONDS)
+    log = transcript(procs, outputs)
+    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{log}"
+    assert all(f"READY rank={r}" in outputs[r] for r in range(NP)), log
     for r in range(NP):
         if r == victim:
             continue
-        assert procs[r].returncode == 3, f"rank {r} did not report a failed step:\n{transcript}"
+        assert procs[r].returncode == 3, f"rank {r} did not report a failed step:\n{log}"
         match = re.search(r"STEP-FAILED rank=\d+ horaerror=(\w+) unchanged=(\w+)", outputs[r])
-        assert match, transcript
-        assert match.group(1) == "True", f"rank {r} got a non-Hora exception:\n{transcript}"
-        assert match.group(2) == "True", f"rank {r} changed its parameters:\n{transcript}"
+        assert match, log
+        assert match.group(1) == "True", f"rank {r} got a non-Hora exception:\n{log}"
+        assert match.group(2) == "True", f"rank {r} changed its parameters:\n{log}"

@@ -11,13 +11,9 @@ shows up as a failure with the collected output:
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from torchrun_jobs import clean_env, run_job, transcript
 
 HANG_SECONDS = 90.0
 
@@ -91,96 +87,23 @@ hora.shutdown()
 """
 
 
-def _clean_env() -> dict[str, str]:
-    drop = ("HORA_", "HOROVOD_", "OMPI_", "PMI_", "SLURM_")
-    names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in names}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _run_job(
-    tmp_path: Path, worker: str, np_: int, env_extra: dict[str, str], wait_for: list[int]
-) -> tuple[list[subprocess.Popen], list[str], list[int]]:
-    """Start ``np_`` ranks of ``worker``; wait (bounded) for the ranks in ``wait_for``, then kill
-    every rank. Returns the processes, their outputs and the ranks that hung."""
-    script = tmp_path / "worker.py"
-    script.write_text(worker)
-    port = _free_port()
-    procs = []
-    for r in range(np_):
-        env = _clean_env()
-        env.update(env_extra)
-        env.update(
-            RANK=str(r),
-            WORLD_SIZE=str(np_),
-            LOCAL_RANK=str(r),
-            LOCAL_WORLD_SIZE=str(np_),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            HORA_RENDEZVOUS_PORT=str(port),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-                cwd=tmp_path,
-            )
-        )
-    deadline = time.monotonic() + HANG_SECONDS
-    hung: list[int] = []
-    for r in wait_for:
-        try:
-            procs[r].wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            hung.append(r)
-    for proc in procs:
-        _kill_group(proc)
-    outputs = [p.communicate()[0] for p in procs]
-    return procs, outputs, hung
-
-
-def _transcript(procs: list[subprocess.Popen], outputs: list[str]) -> str:
-    return "\n".join(
-        f"--- rank {r} (exit {p.returncode}) ---\n{o}"
-        for r, (p, o) in enumerate(zip(procs, outputs))
-    )
-
-
 def test_blocked_wait_runs_signal_handlers(tmp_path: Path) -> None:
-    procs, outputs, hung = _run_job(tmp_path, SIGNALS_WORKER, 2, {}, wait_for=[0])
-    transcript = _transcript(procs, outputs)
-    assert not hung, f"rank 0 hung for {HANG_SECONDS:.0f} s:\n{transcript}"
-    assert "ALARM-INTERRUPTED" in outputs[0], transcript
-    assert "SIGINT-INTERRUPTED" in outputs[0], transcript
-    assert procs[0].returncode == 0, transcript
+    procs, outputs, hung = run_job(tmp_path, SIGNALS_WORKER, 2, clean_env(), [0], HANG_SECONDS)
+    log = transcript(procs, outputs)
+    assert not hung, f"rank 0 hung for {HANG_SECONDS:.0f} s:\n{log}"
+    assert "ALARM-INTERRUPTED" in outputs[0], log
+    assert "SIGINT-INTERRUPTED" in outputs[0], log
+    assert procs[0].returncode == 0, log
 
 
 def test_add_process_set_times_out_and_applies_later(tmp_path: Path) -> None:
-    env = {"HORA_TIMEOUT_SECONDS": "2"}
-    procs, outputs, hung = _run_job(tmp_path, PROCESS_SET_WORKER, 3, env, wait_for=[0, 1, 2])
-    transcript = _transcript(procs, outputs)
-    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{transcript}"
-    assert "ADD-TIMED-OUT" in outputs[0], transcript
-    assert "HORA_TIMEOUT_SECONDS" in outputs[0], transcript
-    assert "ADD-LATE id=1" in outputs[1], transcript
+    env = clean_env(timeout_seconds="2")
+    procs, outputs, hung = run_job(tmp_path, PROCESS_SET_WORKER, 3, env, [0, 1, 2], HANG_SECONDS)
+    log = transcript(procs, outputs)
+    assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{log}"
+    assert "ADD-TIMED-OUT" in outputs[0], log
+    assert "HORA_TIMEOUT_SECONDS" in outputs[0], log
+    assert "ADD-LATE id=1" in outputs[1], log
     for r in range(3):
-        assert f"DONE rank={r}" in outputs[r], transcript
-        assert procs[r].returncode == 0, transcript
+        assert f"DONE rank={r}" in outputs[r], log
+        assert procs[r].returncode == 0, log
