@@ -23,6 +23,7 @@
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
 #include "core/store/tcp_store_protocol.h"
+#include "tests/cpp/peer_closed.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -270,17 +271,6 @@ TEST(TcpStore, ListenerBindsOnlyTheGivenAddress) {
   EXPECT_EQ(boundAddress(server.port()), "127.0.0.1");
 }
 
-// True once the peer closed fd, waiting up to `bound` (a generous bound, not a timing claim).
-bool closedWithin(int fd, Millis bound) {
-  char buf[256];
-  auto deadline = Clock::now() + bound;
-  while (net::waitFor(fd, POLLIN, deadline)) {
-    net::IoResult r = net::recvSome(fd, buf, sizeof(buf));
-    if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) return true;
-  }
-  return false;
-}
-
 TEST(TcpStore, UnauthenticatedConnectionsAreCapped) {
   // A handshake timeout far beyond the test, so only the cap can close a connection here.
   StoreServerLimits limits{4, Millis(600000)};
@@ -289,15 +279,15 @@ TEST(TcpStore, UnauthenticatedConnectionsAreCapped) {
   for (int i = 0; i < 4; ++i) strangers.push_back(rawConnect(server.port()));
   // A fifth silent connection evicts the oldest one...
   strangers.push_back(rawConnect(server.port()));
-  EXPECT_TRUE(closedWithin(strangers[0].fd(), Millis(5000)));
+  EXPECT_TRUE(test::peerClosedWithin(strangers[0].fd(), Millis(5000)));
   // ...and an honest client always gets in while strangers hold every slot.
   TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
   good.set("k", "v");
   EXPECT_EQ(good.get("k", 100ms), "v");
   // The honest client evicted exactly one more (the second oldest); the newest three stay.
-  EXPECT_TRUE(closedWithin(strangers[1].fd(), Millis(5000)));
+  EXPECT_TRUE(test::peerClosedWithin(strangers[1].fd(), Millis(5000)));
   for (size_t i = 2; i < strangers.size(); ++i) {
-    EXPECT_FALSE(closedWithin(strangers[i].fd(), Millis(100))) << "stranger " << i;
+    EXPECT_FALSE(test::peerClosedWithin(strangers[i].fd(), Millis(100))) << "stranger " << i;
   }
 }
 
@@ -311,8 +301,8 @@ TEST(TcpStore, UnauthenticatedConnectionsTimeOut) {
   net::Socket slow = rawConnect(server.port());
   std::string partial(3, '\0');
   net::sendAll(slow.fd(), partial.data(), partial.size(), Clock::now() + 1000ms, "test");
-  EXPECT_TRUE(closedWithin(silent.fd(), Millis(10000)));
-  EXPECT_TRUE(closedWithin(slow.fd(), Millis(10000)));
+  EXPECT_TRUE(test::peerClosedWithin(silent.fd(), Millis(10000)));
+  EXPECT_TRUE(test::peerClosedWithin(slow.fd(), Millis(10000)));
   // The authenticated client is not subject to the handshake timeout.
   std::this_thread::sleep_for(limits.handshakeTimeout * 2);
   EXPECT_EQ(good.get("k", 100ms), "v");
@@ -332,7 +322,7 @@ TEST(TcpStore, DefaultLimitsLetHonestClientsPastManyStrangers) {
   TcpStoreClient good("127.0.0.1", server.port(), kSecret, Millis(5000));
   EXPECT_EQ(good.add("n", 2), 2);
   // The oldest strangers were evicted to make room.
-  EXPECT_TRUE(closedWithin(strangers[0].fd(), Millis(5000)));
+  EXPECT_TRUE(test::peerClosedWithin(strangers[0].fd(), Millis(5000)));
 }
 
 TEST(ServerBindHost, BindsTheAddressClientsUse) {

@@ -24,6 +24,7 @@
 #include "core/store/memory_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/collective_checks.h"
+#include "tests/cpp/peer_closed.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -262,17 +263,6 @@ TEST(TcpTransport, StrangersAtTheListeningPortAreDropped) {
   EXPECT_EQ(outcomes, (std::vector<std::string>{"garbage dropped", "wrong secret refused"}));
 }
 
-// True once the peer closed fd, waiting up to `bound` (a generous bound, not a timing claim).
-bool peerClosedWithin(int fd, Millis bound) {
-  char buf[256];
-  auto deadline = Clock::now() + bound;
-  while (net::waitFor(fd, POLLIN, deadline)) {
-    net::IoResult r = net::recvSome(fd, buf, sizeof(buf));
-    if (r.status == net::IoStatus::Closed || r.status == net::IoStatus::Failed) return true;
-  }
-  return false;
-}
-
 // Strangers that connect and say nothing, more of them than the cap, while rank 0 waits for rank
 // 1: the oldest is evicted at once, a silent one is dropped at the handshake timeout, and rank 1
 // still gets in.
@@ -291,8 +281,8 @@ TEST(TcpTransport, UnauthenticatedConnectionsAreCappedAndTimeOut) {
     for (int i = 0; i < net::kMaxPendingHandshakes + 1; ++i) {
       held.push_back(net::connectWithRetry(host, port, deadline));
     }
-    if (peerClosedWithin(held[0].fd(), 5000ms)) outcomes.push_back("oldest evicted");
-    if (peerClosedWithin(held.back().fd(), net::kHandshakeTimeout * 3)) {
+    if (test::peerClosedWithin(held[0].fd(), 5000ms)) outcomes.push_back("oldest evicted");
+    if (test::peerClosedWithin(held.back().fd(), net::kHandshakeTimeout * 3)) {
       outcomes.push_back("silent one timed out");
     }
     {
