@@ -10,7 +10,8 @@ survivors must notice the failure on their own), or under mpirun (MPI, or negoti
 collectives on different transports: mpi+tcp, tcp+mpi). Then one of:
 
 * kill: the victim rank SIGKILLs itself at a point (rendezvous, negotiation, mid-collective, in a
-  batch of fused ops, shutdown) after a random delay;
+  batch of fused ops, shutdown) after a random delay (under mpirun, not during the rendezvous:
+  see draw());
 * stop: the victim SIGSTOPs itself while the others wait for it (a silent peer). By default the
   victim is not rank 0 and rank 0's stall inspector is set to shut the job down; --silent-peer
   asks more: any victim, no stall shutdown, the survivors fail within HORA_TIMEOUT_SECONDS;
