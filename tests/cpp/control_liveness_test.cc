@@ -61,5 +61,17 @@ TEST(ControlLiveness, TheChannelAppliesItToEveryConnection) {
   EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 8000);
 }
 
+// A local socket pair has no keepalive to set: the channel takes it as it is (the control-frame
+// fuzz target and tests run the channel over socket pairs).
+TEST(ControlLiveness, ALocalSocketPairIsLeftAsItIs) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  net::Socket a(fds[0]), b(fds[1]);
+  EXPECT_NO_THROW(tcp::setLivenessTimeout(a.fd(), Millis(8000)));
+  std::vector<net::Socket> sockets(2);
+  sockets[1] = std::move(b);
+  EXPECT_NO_THROW(tcp::TcpControlChannel(0, 2, std::move(sockets), Millis(8000)));
+}
+
 }  // namespace
 }  // namespace hora

@@ -43,6 +43,13 @@ constexpr size_t kReadChunk = 64 << 10;
 // goes silent, which is what an idle connection must notice. Idle T/2, then probes every T/8,
 // four unanswered ones end it: about T in all. TCP_USER_TIMEOUT bounds unacknowledged sends.
 void setLivenessTimeout(int fd, Millis timeout) {
+  // Only TCP has keepalive; a local socket pair (tests, fuzzing) has no network to go silent.
+  int domain = 0;
+  socklen_t length = sizeof(domain);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain != AF_INET &&
+      domain != AF_INET6) {
+    return;
+  }
   int seconds = static_cast<int>(std::max<int64_t>(2, timeout.count() / 1000));
   int idle = std::max(1, seconds / 2), interval = std::max(1, seconds / 8), count = 4;
   unsigned int userTimeoutMs = static_cast<unsigned int>(std::max<int64_t>(1000, timeout.count()));

@@ -22,7 +22,8 @@ namespace hora {
 namespace tcp {
 
 // Keepalive and user-timeout options of a TCP socket such that a silent peer fails it within
-// about `timeout` (at least 2 s). Throws IoError when the options cannot be set.
+// about `timeout` (at least 2 s); a socket that is not TCP/IP (a local socket pair) is left as it
+// is. Throws IoError when the options cannot be set.
 void setLivenessTimeout(int fd, Millis timeout);
 
 class TcpControlChannel : public ControlChannel {
