@@ -219,7 +219,8 @@ class Reader:
     def wait_for(self, pattern: str, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while sum(pattern in line for line in self.lines) < count:
+            # Occurrences, not lines: mpirun may join two ranks' lines into one.
+            while sum(line.count(pattern) for line in self.lines) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
