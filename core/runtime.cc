@@ -24,7 +24,8 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
       cycleTimeMs_(options.settings.cycleTimeMs),
       tuned_{options.settings.fusionThreshold, options.settings.cycleTimeMs},
       sets_(options.topology.rank),
-      participant_(static_cast<size_t>(options.settings.cacheCapacity)) {
+      participant_(static_cast<size_t>(options.settings.cacheCapacity)),
+      liveness_(options.topology.size, secondsToMillis(options.settings.timeoutSeconds)) {
   const Topology& t = topology_;
   if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
     throw InvalidArgument("invalid topology: rank " + std::to_string(t.rank) + " of " +

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/coordinator/coordinator.h"
+#include "core/coordinator/liveness.h"
 #include "core/coordinator/participant.h"
 #include "core/coordinator/process_set_table.h"
 #include "core/coordinator/stall_inspector.h"
@@ -73,6 +74,8 @@ class RuntimeImpl final : public Runtime {
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);
   Millis pollTimeout(Millis forSending, Clock::time_point now);
+  void checkLiveness(Clock::time_point now);
+  void sendHeartbeat(int peer, Heartbeat kind);
   void inspectStalls(Clock::time_point now);
 
   Topology topology_;
@@ -90,7 +93,8 @@ class RuntimeImpl final : public Runtime {
   ProcessSetTable sets_;
   TensorQueue queue_;
   Participant participant_;
-  Timeline timeline_;                         // recorded on world rank 0 only
+  Liveness liveness_;  // background thread: peers this rank waits for that went silent
+  Timeline timeline_;  // recorded on world rank 0 only
   std::unique_ptr<Coordinator> coordinator_;  // world rank 0 only
   std::unique_ptr<StallInspector> stalls_;    // world rank 0 only
   FusionBuffer fusion_;

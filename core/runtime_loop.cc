@@ -99,21 +99,76 @@ void RuntimeImpl::cycle() {
     }
   }
 
+  checkLiveness(now);
   std::vector<ControlChannel::Message> messages;
   control_->poll(messages, pollTimeout(wait, now), Micros(settings_.spinMicroseconds));
-  if (coordinator_) inspectStalls(Clock::now());
+  auto arrived = Clock::now();
+  if (coordinator_) inspectStalls(arrived);
   for (const auto& m : messages) {
+    liveness_.heard(m.from, arrived);
     if (coordinator_) {
-      coordinator_->ingest(m.from, decodeRequestBatch(m.bytes));
+      RequestBatch b = decodeRequestBatch(m.bytes);
+      if (b.heartbeat != Heartbeat::None) {
+        if (b.heartbeat == Heartbeat::Ping) sendHeartbeat(m.from, Heartbeat::Pong);
+        continue;  // hearing it was the point
+      }
+      coordinator_->ingest(m.from, b);
     } else {
-      applyBatch(decodeResponseBatch(m.bytes));
+      ResponseBatch b = decodeResponseBatch(m.bytes);
+      if (b.heartbeat != Heartbeat::None) {
+        if (b.heartbeat == Heartbeat::Ping) sendHeartbeat(m.from, Heartbeat::Pong);
+        continue;  // hearing it was the point
+      }
+      applyBatch(b);
       if (stopped_) return;
     }
   }
 }
 
-// The poll may not outlast the next stall or deadlock check on rank 0.
+// A worker waits for rank 0 while it has requests unanswered; rank 0 waits for the ranks a
+// pending tensor misses. A stopped peer keeps its connection open (its kernel even answers
+// keepalive), so silence is the only sign: past HORA_TIMEOUT_SECONDS the job fails, naming it.
+void RuntimeImpl::checkLiveness(Clock::time_point now) {
+  std::vector<int> watched;
+  if (coordinator_) {
+    for (int r : coordinator_->awaitedRanks()) {
+      if (r != topology_.rank) watched.push_back(r);
+    }
+  } else if (participant_.outstanding() > 0) {
+    watched.push_back(0);
+  }
+  Liveness::Verdict v = liveness_.check(watched, now);
+  if (v.silent >= 0) {
+    std::string who =
+        coordinator_ ? "rank " + std::to_string(v.silent) : "rank 0 (the coordinator)";
+    std::string whom = coordinator_ ? "other ranks wait" : "this rank waits";
+    throw TimeoutError("rank " + std::to_string(topology_.rank) + ": " + who +
+                       " is unresponsive: it sent nothing on its control connection for " +
+                       std::to_string(v.silentFor.count()) + " ms while " + whom +
+                       " for it (stopped, hung or unreachable; HORA_TIMEOUT_SECONDS bounds this)");
+  }
+  for (int r : v.ping) sendHeartbeat(r, Heartbeat::Ping);
+}
+
+void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
+  if (coordinator_) {
+    ResponseBatch b;
+    b.heartbeat = kind;
+    control_->send(peer, encodeResponseBatch(b));
+  } else {
+    RequestBatch b;
+    b.appliedBatches = participant_.appliedBatches();
+    b.heartbeat = kind;
+    control_->send(peer, encodeRequestBatch(b));
+  }
+}
+
+// The poll may not outlast the next liveness check, nor on rank 0 the next stall or deadlock check.
 Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
+  Millis alive = liveness_.untilNextCheck(now);
+  if (alive.count() >= 0) {
+    forSending = forSending.count() < 0 ? alive : std::min(forSending, alive);
+  }
   if (!stalls_) return forSending;
   Millis check = stalls_->untilNextCheck(*coordinator_, now);
   if (coordinator_->watchingDeadlocks()) {
@@ -166,8 +221,11 @@ void RuntimeImpl::sendRequests(Clock::time_point now) {
 }
 
 void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
+  auto begin = Clock::now();
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
+  // No control message was read while the collectives ran: that time is nobody's silence.
+  if (!batch.responses.empty()) liveness_.paused(Clock::now() - begin);
   participant_.batchApplied();
   if (batch.cycleTimeMs >= 0 || batch.fusionThreshold >= 0) {
     if (batch.cycleTimeMs >= 0) cycleTimeMs_ = batch.cycleTimeMs;

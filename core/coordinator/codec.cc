@@ -20,8 +20,9 @@ namespace {
 
 // Version 2: typed per-kind fields (element counts, gathered rows, splits matrix, process-set
 // change) instead of one overloaded size vector; the tuned fusion threshold in response batches.
-constexpr uint8_t kRequestBatchVersion = 3;
-constexpr uint8_t kResponseBatchVersion = 2;
+// Request version 4, response version 3: the heartbeat byte at the end of both.
+constexpr uint8_t kRequestBatchVersion = 4;
+constexpr uint8_t kResponseBatchVersion = 3;
 
 // Strings in a vector take at least their u32 length each; bounds counts before allocating.
 constexpr size_t kMinStringBytes = 4;
@@ -186,6 +187,7 @@ std::string encodeRequestBatch(const RequestBatch& b) {
   for (const auto& r : b.requests) writeRequest(w, r);
   w.boolean(b.shutdown);
   w.boolean(b.waiting);
+  w.u8(static_cast<uint8_t>(b.heartbeat));
   return w.take();
 }
 
@@ -200,6 +202,7 @@ RequestBatch decodeRequestBatch(const std::string& bytes) {
   for (uint32_t i = 0; i < n; ++i) b.requests.push_back(readRequest(rd));
   b.shutdown = rd.boolean();
   b.waiting = rd.boolean();
+  b.heartbeat = checkedEnum<Heartbeat>(rd.u8(), kMaxHeartbeat, "heartbeat");
   expectEnd(rd);
   return b;
 }
@@ -215,6 +218,7 @@ std::string encodeResponseBatch(const ResponseBatch& b) {
   w.i64(b.fusionThreshold);
   w.boolean(b.shutdown);
   w.str(b.shutdownReason);
+  w.u8(static_cast<uint8_t>(b.heartbeat));
   return w.take();
 }
 
@@ -231,6 +235,7 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
   b.fusionThreshold = rd.i64();
   b.shutdown = rd.boolean();
   b.shutdownReason = rd.str();
+  b.heartbeat = checkedEnum<Heartbeat>(rd.u8(), kMaxHeartbeat, "heartbeat");
   expectEnd(rd);
   return b;
 }

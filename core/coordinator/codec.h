@@ -10,6 +10,12 @@
 
 namespace hora {
 
+// Control-channel liveness (core/coordinator/liveness.h): a batch marked Ping or Pong carries
+// nothing else and is neither ingested nor applied. A Ping asks the receiver's background loop
+// for a Pong at once; a Pong only shows that its sender is alive.
+enum class Heartbeat : uint8_t { None = 0, Ping = 1, Pong = 2 };
+constexpr uint8_t kMaxHeartbeat = 2;
+
 // What a rank tells the coordinator: tensors newly ready, as full requests or as cache bits.
 struct RequestBatch {
   uint64_t appliedBatches = 0;      // response batches this rank had applied when it sent this
@@ -17,6 +23,7 @@ struct RequestBatch {
   std::vector<Request> requests;
   bool shutdown = false;  // this rank is shutting down
   bool waiting = false;   // a frontend thread of this rank is blocked in a wait without timeout
+  Heartbeat heartbeat = Heartbeat::None;
 };
 
 // What the coordinator tells every rank, in the order every rank must follow.
@@ -29,6 +36,7 @@ struct ResponseBatch {
                                  // only rank 0 fuses, the others report it)
   bool shutdown = false;
   std::string shutdownReason;
+  Heartbeat heartbeat = Heartbeat::None;
 };
 
 std::string encodeRequestBatch(const RequestBatch& b);

@@ -99,6 +99,19 @@ std::vector<int> Coordinator::missingRanks(const PendingTensor& p) const {
   return missing;
 }
 
+std::vector<int> Coordinator::awaitedRanks() const {
+  std::vector<bool> awaited(static_cast<size_t>(worldSize_), false);
+  for (const auto& kv : pending_) {
+    if (!sets_.contains(kv.second.processSetId)) continue;
+    for (int r : missingRanks(kv.second)) awaited[r] = true;
+  }
+  std::vector<int> ranks;
+  for (int r = 0; r < worldSize_; ++r) {
+    if (awaited[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
 bool Coordinator::failDeadlocks(Clock::time_point now) {
   if (disabledDeadlocks_ || pending_.empty()) return false;
   std::vector<bool> blocked(static_cast<size_t>(worldSize_));

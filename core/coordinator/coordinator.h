@@ -67,6 +67,8 @@ class Coordinator {
   bool buildBatch(ResponseBatch* out);
 
   const std::unordered_map<std::string, PendingTensor>& pending() const { return pending_; }
+  // World ranks that some pending tensor still misses, ascending (control-channel liveness).
+  std::vector<int> awaitedRanks() const;
   const std::vector<bool>& joined() const { return joined_; }
   // For reports: the op kind and the call site of the earliest submission known.
   const char* kindOf(const PendingTensor& p) const;

@@ -12,9 +12,9 @@ collectives on different transports: mpi+tcp, tcp+mpi). Then one of:
 * kill: the victim rank SIGKILLs itself at a point (rendezvous, negotiation, mid-collective, in a
   batch of fused ops, shutdown) after a random delay (under mpirun, not during the rendezvous:
   see draw());
-* stop: the victim SIGSTOPs itself while the others wait for it (a silent peer). By default the
-  victim is not rank 0 and rank 0's stall inspector is set to shut the job down; --silent-peer
-  asks more: any victim, no stall shutdown, the survivors fail within HORA_TIMEOUT_SECONDS;
+* stop: the victim (any rank, the coordinator included) SIGSTOPs itself while the others wait for
+  it (a silent peer); with no stall shutdown set, the survivors must notice the silence on their
+  own (control-channel heartbeats) and fail within about HORA_TIMEOUT_SECONDS;
 * cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes;
 * optimizer: hora.torch.DistributedOptimizer trains a small model (torchrun-style, TCP) and the
   victim SIGKILLs itself mid-training; each survivor whose step failed must still have the
@@ -74,7 +74,6 @@ class Scenario:
     elems: int
     steps: int
     cut_bytes: int = -1
-    silent_peer: bool = False
     pair: str = "mpi+mpi"  # mpirun: transport of negotiation + transport of collectives
 
     def describe(self) -> str:
@@ -84,9 +83,9 @@ class Scenario:
         return text + (f" cut_after={self.cut_bytes}B" if self.kind == "cut" else "")
 
 
-def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenario:
+def draw(seed: int, mpi: bool, torch: bool = True) -> Scenario:
     """The scenario of ``seed`` (MPI scenarios only when ``mpi``; optimizer only when ``torch``,
-    else a kill; a stopped rank 0 only when ``silent_peer``)."""
+    else a kill)."""
     rng = random.Random(seed)
     kind = rng.choices(("kill", "stop", "cut", "launcher", "optimizer"),
                        weights=(52, 12, 23, 8, 5))[0]
@@ -122,13 +121,10 @@ def draw(seed: int, mpi: bool, silent_peer: bool, torch: bool = True) -> Scenari
     else:
         point, delay = "launcher", 0.0
     victim = rng.randrange(np_)
-    if kind == "stop" and not silent_peer:
-        victim = 1 + rng.randrange(np_ - 1)  # a stopped rank 0 (the coordinator) hangs today
     if kind == "launcher" and rng.random() < 0.3:
         victim = -1  # every rank idles instead of one sleeping while the others wait
     scenario = Scenario(seed, kind, mode, np_, op, point, victim, rng.randrange(steps), delay,
                         elems, steps)
-    scenario.silent_peer = silent_peer
     if mode == "mpirun":
         scenario.pair = rng.choice(("mpi+mpi", "mpi+mpi", "mpi+tcp", "tcp+mpi"))
     if kind == "cut":
@@ -160,9 +156,6 @@ def base_env(s: Scenario, marker: str) -> dict[str, str]:
         HORA_START_TIMEOUT="10",
         PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
     )
-    if s.kind == "stop" and s.victim != 0 and not s.silent_peer:
-        # What ends a silent peer today: rank 0's stall inspector, told to shut the job down.
-        env.update(HORA_STALL_CHECK_TIME_SECONDS="2", HORA_STALL_SHUTDOWN_TIME_SECONDS="4")
     if s.kind == "cut":
         env["HORA_FAULT_INJECT"] = f"close_after_bytes={s.cut_bytes},rank={s.victim}"
     return env
@@ -406,10 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", action="store_true", help="print every job's output")
     parser.add_argument("--no-torch", action="store_true",
                         help="no optimizer scenarios (hora.torch.DistributedOptimizer)")
-    parser.add_argument("--silent-peer", action="store_true",
-                        help="stop scenarios also stop rank 0 and run without the stall "
-                        "inspector's shutdown: the survivors must fail within "
-                        "HORA_TIMEOUT_SECONDS on their own")
     args = parser.parse_args(argv)
     if args.seeds:
         seeds = [int(x) for x in args.seeds.split(",")]
@@ -424,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: {len(seeds)} scenarios from seed {seeds[0]}, {args.jobs} at a time, "
           f"MPI {'on' if mpirun else 'off'}", flush=True)
     torch = importlib.util.find_spec("torch") is not None and not args.no_torch
-    scenarios = [draw(seed, mpirun is not None, args.silent_peer, torch) for seed in seeds]
+    scenarios = [draw(seed, mpirun is not None, torch) for seed in seeds]
     t0 = time.monotonic()
     failures = []
     lock = threading.Lock()
@@ -454,8 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     for s, problems, output in failures:
         print(f"\n=== FAILED {s.describe()}\n    " + "\n    ".join(problems))
         print(f"    replay: {sys.executable} {Path(__file__)} --seeds {s.seed}"
-              + (" --no-mpi" if mpirun is None else "") + (" --no-torch" if not torch else "")
-              + (" --silent-peer" if args.silent_peer else ""))
+              + (" --no-mpi" if mpirun is None else "") + (" --no-torch" if not torch else ""))
         print(output)
     if failures:
         print(f"chaos: failing seeds: {','.join(str(s.seed) for s, _, _ in failures)}")

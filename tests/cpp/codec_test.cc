@@ -92,6 +92,23 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(d.fusionThreshold, 1 << 22);
 }
 
+TEST(Codec, HeartbeatsRoundTripAndUnknownKindsAreRefused) {
+  RequestBatch ping;
+  ping.heartbeat = Heartbeat::Ping;
+  EXPECT_EQ(decodeRequestBatch(encodeRequestBatch(ping)).heartbeat, Heartbeat::Ping);
+  EXPECT_EQ(decodeRequestBatch(encodeRequestBatch(RequestBatch{})).heartbeat, Heartbeat::None);
+  ResponseBatch pong;
+  pong.heartbeat = Heartbeat::Pong;
+  EXPECT_EQ(decodeResponseBatch(encodeResponseBatch(pong)).heartbeat, Heartbeat::Pong);
+  // The heartbeat byte ends both batches; a value past Pong is a corrupt or foreign message.
+  std::string request = encodeRequestBatch(ping);
+  request.back() = 3;
+  EXPECT_THROW(decodeRequestBatch(request), IoError);
+  std::string response = encodeResponseBatch(pong);
+  response.back() = 3;
+  EXPECT_THROW(decodeResponseBatch(response), IoError);
+}
+
 TEST(Codec, IntegersAreLittleEndianOnTheWire) {
   RequestBatch b;
   b.appliedBatches = 0x0102030405060708ull;

@@ -56,7 +56,10 @@ std::vector<hora::RequestBatch> requestBatches() {
                       request(hora::OpKind::AddProcessSet, "")};
   hora::RequestBatch bye;
   bye.shutdown = true;
-  return {empty, several, bye};
+  hora::RequestBatch ping;
+  ping.appliedBatches = 7;
+  ping.heartbeat = hora::Heartbeat::Ping;
+  return {empty, several, bye, ping};
 }
 
 std::vector<hora::ResponseBatch> responseBatches() {
@@ -84,7 +87,9 @@ std::vector<hora::ResponseBatch> responseBatches() {
   hora::ResponseBatch bye;
   bye.shutdown = true;
   bye.shutdownReason = "rank 1 failed";
-  return {empty, fused, bye};
+  hora::ResponseBatch pong;
+  pong.heartbeat = hora::Heartbeat::Pong;
+  return {empty, fused, bye, pong};
 }
 
 std::string storeFrame(uint16_t type, const std::string& payload) {
