@@ -75,6 +75,7 @@ class RuntimeImpl final : public Runtime {
   void stop(const std::string& reason, bool failure);
   Millis pollTimeout(Millis forSending, Clock::time_point now);
   void checkLiveness(Clock::time_point now);
+  bool answeredHeartbeat(int from, Heartbeat kind);
   void sendHeartbeat(int peer, Heartbeat kind);
   void inspectStalls(Clock::time_point now);
 

@@ -108,17 +108,11 @@ void RuntimeImpl::cycle() {
     liveness_.heard(m.from, arrived);
     if (coordinator_) {
       RequestBatch b = decodeRequestBatch(m.bytes);
-      if (b.heartbeat != Heartbeat::None) {
-        if (b.heartbeat == Heartbeat::Ping) sendHeartbeat(m.from, Heartbeat::Pong);
-        continue;  // hearing it was the point
-      }
+      if (answeredHeartbeat(m.from, b.heartbeat)) continue;
       coordinator_->ingest(m.from, b);
     } else {
       ResponseBatch b = decodeResponseBatch(m.bytes);
-      if (b.heartbeat != Heartbeat::None) {
-        if (b.heartbeat == Heartbeat::Ping) sendHeartbeat(m.from, Heartbeat::Pong);
-        continue;  // hearing it was the point
-      }
+      if (answeredHeartbeat(m.from, b.heartbeat)) continue;
       applyBatch(b);
       if (stopped_) return;
     }
@@ -148,6 +142,13 @@ void RuntimeImpl::checkLiveness(Clock::time_point now) {
                        " for it (stopped, hung or unreachable; HORA_TIMEOUT_SECONDS bounds this)");
   }
   for (int r : v.ping) sendHeartbeat(r, Heartbeat::Ping);
+}
+
+// A heartbeat batch carries nothing else: hearing it was the point, and a Ping wants a Pong.
+bool RuntimeImpl::answeredHeartbeat(int from, Heartbeat kind) {
+  if (kind == Heartbeat::None) return false;
+  if (kind == Heartbeat::Ping) sendHeartbeat(from, Heartbeat::Pong);
+  return true;
 }
 
 void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
