@@ -364,11 +364,10 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
             if p.returncode != 3:
                 problems.append(f"survivor rank {r} exited with {p.returncode}, not 3 (failed op)")
             naming.append(_names(o.split("FAILED", 1)[-1], v, s))
-        # One survivor at least must name the victim. Not every one does today: a survivor that
-        # fails sends nothing more, so its own peers may see its connection close first and name
-        # it instead (at the rendezvous: the store closes when rank 0 gives up).
-        if naming and not any(naming):
-            problems.append(f"no survivor's error names rank {v}")
+        # Every survivor must name the victim, also one that first sees another survivor's
+        # connection close (that survivor failed because of the victim, and closed in turn).
+        if not all(naming):
+            problems.append(f"not every survivor's error names rank {v}")
         return problems
     if codes[0] == 0:
         problems.append("the launcher exited 0 although a rank died or stopped")

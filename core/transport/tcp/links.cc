@@ -24,11 +24,27 @@ int TcpLinks::fdOf(int peer) const {
   return peers_->sockets[worldRanks_[peer]].fd();
 }
 
+// A rank whose collective fails shuts all its sockets down, so a death cascades: the peer a rank
+// waits on may only be closing because another rank died first. The kernel closed every socket of
+// a dead process at once, so the hung-up sockets this rank holds name the dead rank too.
+std::string TcpLinks::alsoClosed(int peer) const {
+  std::string names;
+  for (size_t r = 0; r < peers_->sockets.size(); ++r) {
+    const net::Socket& s = peers_->sockets[r];
+    if (!s.valid() || static_cast<int>(r) == worldRanks_[peer]) continue;
+    pollfd p{s.fd(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      names += (names.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r);
+    }
+  }
+  return names.empty() ? "" : "; the connections to " + names + " are closed too";
+}
+
 void TcpLinks::closed(int peer, const net::IoResult& r, const char* direction) const {
   throw IoError("rank " + std::to_string(peers_->worldRank) + ": connection to rank " +
                 std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " +
-                op_ + " (" + net::describe(r) +
-                "); that rank probably exited or failed, see its log");
+                op_ + " (" + net::describe(r) + ")" + alsoClosed(peer) +
+                "; a rank probably exited or failed, see the logs");
 }
 
 size_t TcpLinks::trySend(int peer, const void* data, size_t bytes) {

@@ -54,6 +54,7 @@ class TcpLinks : public collectives::Links {
  private:
   int fdOf(int peer) const;
   [[noreturn]] void closed(int peer, const net::IoResult& r, const char* direction) const;
+  std::string alsoClosed(int peer) const;  // "" or "; the connections to rank 3 are closed too"
 
   std::shared_ptr<TcpPeerSockets> peers_;
   std::vector<int> worldRanks_;
