@@ -16,6 +16,7 @@
 #include "bindings/register.h"
 #include "core/common/errors.h"
 #include "core/common/settings.h"
+#include "core/common/time.h"
 #include "core/config.h"
 #include "core/net/socket.h"
 #include "core/runtime.h"
@@ -229,40 +230,44 @@ py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::s
 
 // Process-set changes wait for every rank's matching call, bounded by HORA_TIMEOUT_SECONDS and
 // interruptible by signals. The change stays submitted after a timeout: should the other ranks
-// make the call later, every rank still applies it, so the sets stay the same everywhere.
-void waitForProcessSetChange(const Runtime& rt, const Handle& handle, const char* call) {
-  double timeout = rt.settings().timeoutSeconds;
+// make the call later, every rank still applies it, so the sets stay the same everywhere. The
+// bound is an error path, not a way on, so the wait counts as blocked: ranks that meanwhile
+// wait in a collective this rank never submits end as a deadlock, not at the timeout.
+void waitForProcessSetChange(const std::shared_ptr<Runtime>& rt, const Handle& handle,
+                             const char* call) {
+  double timeout = rt->settings().timeoutSeconds;
   std::optional<double> bound;
   if (timeout > 0) bound = timeout;
+  BlockedScope blocked(rt);
   if (!waitInterruptibly(handle, bound)) {
     throw TimeoutError(std::string(call) + " did not complete within HORA_TIMEOUT_SECONDS (" +
                        std::to_string(static_cast<int64_t>(timeout)) + " s) on rank " +
-                       std::to_string(rt.topology().rank) +
+                       std::to_string(rt->topology().rank) +
                        ": every rank must make the same call. A later matching call on the "
                        "other ranks still applies the change here.");
   }
   handle.rethrowIfFailed();
 }
 
-int addProcessSet(const std::vector<int>& ranks) {
+int addProcessSet(const std::vector<int>& ranks, const std::string& callSite) {
   auto rt = requireRuntime();
   std::shared_ptr<Handle> handle;
   {
     py::gil_scoped_release release;
-    handle = rt->addProcessSet(ranks);
+    handle = rt->addProcessSet(ranks, callSite);
   }
-  waitForProcessSetChange(*rt, *handle, "add_process_set");
+  waitForProcessSetChange(rt, *handle, "add_process_set");
   return handle->processSetId;
 }
 
-void removeProcessSet(int id) {
+void removeProcessSet(int id, const std::string& callSite) {
   auto rt = requireRuntime();
   std::shared_ptr<Handle> handle;
   {
     py::gil_scoped_release release;
-    handle = rt->removeProcessSet(id);
+    handle = rt->removeProcessSet(id, callSite);
   }
-  waitForProcessSetChange(*rt, *handle, "remove_process_set");
+  waitForProcessSetChange(rt, *handle, "remove_process_set");
 }
 
 // MPI: initialise MPI if needed and describe the communicator the engine would run on.
@@ -271,7 +276,8 @@ py::dict mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
   {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
-    info = hora::mpiCommInfo(commF, worldRanks);
+    info = hora::mpiCommInfo(commF, worldRanks,
+                             secondsToMillis(Settings::fromEnvironment().startTimeoutSeconds));
   }
   py::dict d;
   d["comm"] = info.commF;
@@ -328,9 +334,9 @@ void registerRuntime(py::module_& m) {
         py::arg("postscale") = 1.0, py::arg("root_rank") = 0, py::arg("splits") = py::none(),
         py::arg("call_site") = "", py::arg("dtype_overrides") = py::none(),
         "Submit one group of operations (negotiated and fused together); one Handle per name.");
-  m.def("add_process_set", &addProcessSet, py::arg("ranks"),
+  m.def("add_process_set", &addProcessSet, py::arg("ranks"), py::arg("call_site") = "",
         "Collective over all ranks: register a process set, return its id.");
-  m.def("remove_process_set", &removeProcessSet, py::arg("id"),
+  m.def("remove_process_set", &removeProcessSet, py::arg("id"), py::arg("call_site") = "",
         "Collective over all ranks: remove a process set.");
   m.def(
       "process_set_ranks", [](int id) { return requireRuntime()->processSetRanks(id); },

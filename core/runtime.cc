@@ -164,11 +164,13 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
 }
 
 std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::string& name,
-                                                    ProcessSetChange change) {
+                                                    ProcessSetChange change,
+                                                    const std::string& callSite) {
   OpRequest op;
   op.request.kind = kind;
   op.request.name = name + "." + std::to_string(controlCounter_++);
   op.request.processSet = std::move(change);
+  op.request.callSite = callSite;
   return enqueue({op}).front();
 }
 
@@ -180,7 +182,8 @@ void RuntimeImpl::waitEnd() {
   if (waiters_.fetch_sub(1, std::memory_order_acq_rel) == 1) wakeLoop();
 }
 
-std::shared_ptr<Handle> RuntimeImpl::addProcessSet(const std::vector<int>& ranks) {
+std::shared_ptr<Handle> RuntimeImpl::addProcessSet(const std::vector<int>& ranks,
+                                                   const std::string& callSite) {
   if (!settings_.dynamicProcessSets) {
     throw InvalidArgument(
         "adding process sets after init needs dynamic process sets: set "
@@ -193,10 +196,10 @@ std::shared_ptr<Handle> RuntimeImpl::addProcessSet(const std::vector<int>& ranks
   if (!valid) throw InvalidArgument("a process set needs distinct ranks in [0, size)");
   ProcessSetChange change;
   change.ranks = std::move(sorted);
-  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change));
+  return enqueueControl(OpKind::AddProcessSet, "process_set.add", std::move(change), callSite);
 }
 
-std::shared_ptr<Handle> RuntimeImpl::removeProcessSet(int id) {
+std::shared_ptr<Handle> RuntimeImpl::removeProcessSet(int id, const std::string& callSite) {
   if (!settings_.dynamicProcessSets) {
     throw InvalidArgument(
         "removing process sets needs dynamic process sets: set "
@@ -204,7 +207,8 @@ std::shared_ptr<Handle> RuntimeImpl::removeProcessSet(int id) {
   }
   ProcessSetChange change;
   change.id = id;
-  return enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change));
+  return enqueueControl(OpKind::RemoveProcessSet, "process_set.remove", std::move(change),
+                        callSite);
 }
 
 void RuntimeImpl::startTimeline(const std::string& path, bool markCycles) {

@@ -77,9 +77,12 @@ class Runtime {
   // Process sets. Id 0 is the world. add/remove are collective over the world: they check their
   // arguments (InvalidArgument; dynamic sets must be enabled), submit the change and return its
   // handle, which completes once every rank made the same call (the new id in processSetId). The
-  // caller waits for it with a bound (HORA_TIMEOUT_SECONDS in the bindings).
-  virtual std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks) = 0;
-  virtual std::shared_ptr<Handle> removeProcessSet(int id) = 0;
+  // caller waits for it with a bound (HORA_TIMEOUT_SECONDS in the bindings), marked blocked: the
+  // bound is an error, not a way out, so a rank waiting here can deadlock like any other.
+  // callSite (file:line of the frontend call) names the call in stall and deadlock reports.
+  virtual std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks,
+                                                const std::string& callSite) = 0;
+  virtual std::shared_ptr<Handle> removeProcessSet(int id, const std::string& callSite) = 0;
   virtual std::vector<int> processSetRanks(int id) const = 0;  // InvalidArgument if unknown
   virtual std::vector<int> processSetIds() const = 0;
 

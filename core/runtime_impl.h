@@ -40,8 +40,9 @@ class RuntimeImpl final : public Runtime {
   const Topology& topology() const override { return topology_; }
   Settings settings() const override;
   std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) override;
-  std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks) override;
-  std::shared_ptr<Handle> removeProcessSet(int id) override;
+  std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks,
+                                        const std::string& callSite) override;
+  std::shared_ptr<Handle> removeProcessSet(int id, const std::string& callSite) override;
   void waitBegin() override;
   void waitEnd() override;
   std::vector<int> processSetRanks(int id) const override { return sets_.ranks(id); }
@@ -57,7 +58,7 @@ class RuntimeImpl final : public Runtime {
                         ConnectOptions& co);
   void addStaticProcessSets(const std::vector<std::vector<int>>& sets);
   std::shared_ptr<Handle> enqueueControl(OpKind kind, const std::string& name,
-                                         ProcessSetChange change);
+                                         ProcessSetChange change, const std::string& callSite);
   void wakeLoop();
 
   // runtime_loop.cc
@@ -109,6 +110,9 @@ class RuntimeImpl final : public Runtime {
   std::string stopReason_;        // why the coordinator ended the job
   bool shutdownSent_ = false;
   Clock::time_point shutdownDeadline_{};
+  // Both checks walk every pending tensor: they run on a period, not on every cycle.
+  Clock::time_point livenessCheckAt_{};  // next look for silent peers
+  Clock::time_point deadlockCheckAt_{};  // rank 0: next look for deadlocks
 
   mutable std::mutex mu_;
   bool running_ = false;

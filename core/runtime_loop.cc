@@ -15,6 +15,10 @@ namespace {
 constexpr Millis kShutdownAckTimeout{10000};
 // How often rank 0 looks for deadlocks while tensors are pending.
 constexpr Millis kDeadlockCheckInterval{200};
+// While a rank already watches peers, how often it looks again for the peers it waits for (pings
+// go out at most every 20 ms anyway). With none watched it looks every cycle, so that a wait
+// that begins is watched from its first cycle.
+constexpr Millis kLivenessCheckInterval{20};
 
 const char* kShutdownText =
     "Hora has been shut down. This was caused by an exception on one of the ranks or an attempt "
@@ -89,7 +93,10 @@ void RuntimeImpl::cycle() {
   reportWaiting();
 
   if (coordinator_) {
-    coordinator_->failDeadlocks(now);
+    if (now >= deadlockCheckAt_) {
+      coordinator_->failDeadlocks(now);
+      deadlockCheckAt_ = now + kDeadlockCheckInterval;
+    }
     ResponseBatch batch;
     if (coordinator_->buildBatch(&batch)) {
       std::string bytes = encodeResponseBatch(batch);
@@ -123,6 +130,8 @@ void RuntimeImpl::cycle() {
 // pending tensor misses. A stopped peer keeps its connection open (its kernel even answers
 // keepalive), so silence is the only sign: past HORA_TIMEOUT_SECONDS the job fails, naming it.
 void RuntimeImpl::checkLiveness(Clock::time_point now) {
+  if (now < livenessCheckAt_ && liveness_.untilNextCheck(now).count() >= 0) return;
+  livenessCheckAt_ = now + kLivenessCheckInterval;
   std::vector<int> watched;
   if (coordinator_) {
     for (int r : coordinator_->awaitedRanks()) {
@@ -166,14 +175,19 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
 
 // The poll may not outlast the next liveness check, nor on rank 0 the next stall or deadlock check.
 Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
+  auto until = [now](Clock::time_point t) {
+    return t <= now ? Millis(0) : std::chrono::ceil<Millis>(t - now);
+  };
   Millis alive = liveness_.untilNextCheck(now);
   if (alive.count() >= 0) {
+    alive = std::max(alive, until(livenessCheckAt_));
     forSending = forSending.count() < 0 ? alive : std::min(forSending, alive);
   }
   if (!stalls_) return forSending;
   Millis check = stalls_->untilNextCheck(*coordinator_, now);
   if (coordinator_->watchingDeadlocks()) {
-    check = check.count() < 0 ? kDeadlockCheckInterval : std::min(check, kDeadlockCheckInterval);
+    Millis deadlocks = until(deadlockCheckAt_);
+    check = check.count() < 0 ? deadlocks : std::min(check, deadlocks);
   }
   if (check.count() < 0) return forSending;
   return forSending.count() < 0 ? check : std::min(forSending, check);

@@ -34,12 +34,13 @@ BootstrappedStore bootstrapStoreOverMpi(const ConnectOptions& options) {
 #endif
 }
 
-MpiCommInfo mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks) {
+MpiCommInfo mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks, Millis startTimeout) {
 #if HORA_HAVE_MPI
-  return mpi::describeMpiComm(commF, worldRanks);
+  return mpi::describeMpiComm(commF, worldRanks, startTimeout);
 #else
   (void)commF;
   (void)worldRanks;
+  (void)startTimeout;
   noMpi();
 #endif
 }

@@ -46,8 +46,9 @@ struct MpiCommInfo {
 };
 
 // Describes the communicator whose Fortran handle is commF, the MPI_COMM_WORLD ranks listed in
-// worldRanks, or MPI_COMM_WORLD (commF < 0, worldRanks empty). Collective over it.
-MpiCommInfo mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks);
+// worldRanks, or MPI_COMM_WORLD (commF < 0, worldRanks empty). Collective over it, bounded by
+// startTimeout (HORA_START_TIMEOUT).
+MpiCommInfo mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks, Millis startTimeout);
 
 // True when MPI runs at MPI_THREAD_MULTIPLE.
 bool mpiThreadMultiple();

@@ -125,3 +125,23 @@ def test_deadlock_is_certain_while_another_rank_computes() -> None:
             time.sleep(0.05)
     out = hora.synchronize(handle)
     assert_same(out, reduce_ref(xs, "sum", "float32"), "float32")
+
+
+def test_process_set_change_against_allreduce() -> None:
+    """Rank 0 waits in add_process_set while the others wait in an allreduce.
+
+    A process-set change waits for every rank's matching call, bounded by HORA_TIMEOUT_SECONDS;
+    that bound is an error path, so the wait counts as blocked and the drift ends as a deadlock
+    within seconds, naming the change and its line (at the timeout, rank 0 would raise
+    HoraTimeoutError and the others would wait on).
+    """
+    if size() == 1:
+        check_next_op_works("dl.set_change.small")  # the only set of one rank is the world
+        return
+    x = np.ones(6, dtype=np.float32)
+    kinds = ["ADD_PROCESS_SET", "ALLREDUCE"]
+    if rank() == 0:
+        _expect_deadlock(lambda: hora.add_process_set([size() - 1]), kinds)
+    else:
+        _expect_deadlock(lambda: hora.allreduce(x, op=hora.Sum, name="dl.set_change"), kinds)
+    check_next_op_works("dl.set_change")

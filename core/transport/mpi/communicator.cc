@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/transport/mpi/mpi_datatypes.h"
+#include "core/transport/mpi/mpi_wait.h"
 
 namespace hora {
 namespace mpi {
@@ -15,8 +15,6 @@ namespace {
 constexpr int kSendRecvTag = 1;
 constexpr int kExchangeTag = 2;
 constexpr size_t kMaxUnit = size_t(1) << 16;
-// Exit code of every process of an MPI job aborted because a collective timed out.
-constexpr int kTimeoutAbortCode = 124;
 
 const uint8_t* bytesOf(const void* p) { return static_cast<const uint8_t*>(p); }
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
@@ -177,26 +175,13 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
 
 void MpiCommunicator::await(MPI_Request* requests, int count, const char* op, const char* call,
                             MPI_Status* statuses) {
-  const auto start = Clock::now();
-  while (true) {
-    int done = 0;
-    check(MPI_Testall(count, requests, &done, statuses ? statuses : MPI_STATUSES_IGNORE), op, call);
-    if (done) return;
-    auto now = Clock::now();
-    if (timeout_.count() > 0 && now - start >= timeout_) {
-      std::string message =
-          prefix(op) + call + " did not complete within HORA_TIMEOUT_SECONDS (" +
-          std::to_string(timeout_.count() / 1000) +
-          " s): a peer is stuck, stopped or unreachable. MPI cannot cancel a collective, so the "
-          "MPI job is aborted.";
-      HORA_LOG(Error, message);
-      MPI_Abort(comm_, kTimeoutAbortCode);
-      throw TimeoutError(message);  // MPI_Abort does not return on a conforming MPI
-    }
-    // MPI progresses a transfer only inside its calls: sleeping between tests would stall long
-    // pipelined messages. Yielding keeps the core as free as MPI_Wait's own busy polling does.
-    std::this_thread::yield();
-  }
+  int rc = awaitOrAbort(requests, count, statuses, timeout_, comm_, [&] {
+    return prefix(op) + call + " did not complete within HORA_TIMEOUT_SECONDS (" +
+           std::to_string(timeout_.count() / 1000) +
+           " s): a peer is stuck, stopped or unreachable. MPI cannot cancel a collective, so the "
+           "MPI job is aborted.";
+  });
+  check(rc, op, call);
 }
 
 void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {

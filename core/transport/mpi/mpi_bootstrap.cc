@@ -6,6 +6,7 @@
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "core/transport/mpi/job_comm.h"
+#include "core/transport/mpi/mpi_wait.h"
 
 namespace hora {
 namespace mpi {
@@ -16,14 +17,27 @@ constexpr size_t kSecretBytes = 32;
 const std::string kOk = "ok ";
 const std::string kFailed = "error ";
 
+// One broadcast from rank 0, bounded by the start timeout: a rank that never comes aborts the job.
+void bootstrapBcast(const JobComm& job, void* data, int count, MPI_Datatype type, Millis timeout) {
+  const std::string what = "store bootstrap: MPI_Ibcast over " + job.what;
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Ibcast(data, count, type, 0, job.comm, &request), what);
+  checkMpi(awaitOrAbort(&request, 1, nullptr, timeout, job.comm,
+                        [&] {
+                          return what + " did not complete within HORA_START_TIMEOUT (" +
+                                 std::to_string(timeout.count() / 1000) +
+                                 " s): a rank of the job did not start Hora. MPI cannot cancel a "
+                                 "collective, so the MPI job is aborted.";
+                        }),
+           what);
+}
+
 // Rank 0's text on every rank: the length first, then the bytes.
-std::string broadcastText(const JobComm& job, std::string text) {
+std::string broadcastText(const JobComm& job, std::string text, Millis timeout) {
   unsigned long long length = text.size();
-  checkMpi(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, 0, job.comm),
-           "store bootstrap: MPI_Bcast over " + job.what);
+  bootstrapBcast(job, &length, 1, MPI_UNSIGNED_LONG_LONG, timeout);
   text.resize(length);
-  checkMpi(MPI_Bcast(&text[0], static_cast<int>(length), MPI_CHAR, 0, job.comm),
-           "store bootstrap: MPI_Bcast over " + job.what);
+  bootstrapBcast(job, &text[0], static_cast<int>(length), MPI_CHAR, timeout);
   return text;
 }
 
@@ -52,7 +66,7 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
       message = kFailed + std::string(e.what());
     }
   }
-  message = broadcastText(job, message);
+  message = broadcastText(job, message, options.startTimeout);
   if (startsWith(message, kFailed)) {
     throw IoError(
         "rank 0 could not start the rendezvous store the TCP transport needs beside "

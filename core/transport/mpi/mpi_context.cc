@@ -10,11 +10,16 @@
 #include <mutex>
 
 #include "core/common/errors.h"
+#include "core/common/settings.h"
 #include "core/transport/mpi/mpi_datatypes.h"
+#include "core/transport/mpi/mpi_wait.h"
 
 namespace hora {
 namespace mpi {
 namespace {
+
+// Why a start-up wait under mpirun passed HORA_START_TIMEOUT.
+const std::string kNotEveryRankStarted = "not every rank of the MPI job called hora.init()";
 
 std::mutex& contextMutex() {
   static auto* mu = new std::mutex();
@@ -106,6 +111,10 @@ void MpiContext::initialise() {
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
     promoteMpiSymbols();
+    Millis bound = secondsToMillis(Settings::fromEnvironment().startTimeoutSeconds);
+    ExitWatchdog watchdog(bound, "mpi: MPI_Init_thread did not return within HORA_START_TIMEOUT (" +
+                                     std::to_string(bound.count() / 1000) +
+                                     " s): " + kNotEveryRankStarted + ", so this process exits");
     checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
              "mpi: MPI_Init_thread");
     initialisedByHora_ = true;
@@ -197,7 +206,8 @@ void MpiContext::finalizeAtExit() {
   MPI_Finalize();
 }
 
-MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks) {
+MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
+                            Millis startTimeout) {
   MpiContext& context = MpiContext::acquire();
   MPI_Comm comm = MPI_COMM_WORLD;
   if (!worldRanks.empty()) {
@@ -223,6 +233,21 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks) {
   info.commF = MPI_Comm_c2f(comm);
   checkMpi(MPI_Comm_rank(comm, &info.rank), "mpi: MPI_Comm_rank");
   checkMpi(MPI_Comm_size(comm, &info.size), "mpi: MPI_Comm_size");
+  // The splits below block without a bound; once every member passed this barrier, they do not
+  // wait for anyone who has not come.
+  MPI_Request arrived = MPI_REQUEST_NULL;
+  checkMpi(MPI_Ibarrier(comm, &arrived), "mpi: MPI_Ibarrier");
+  checkMpi(awaitOrAbort(&arrived, 1, nullptr, startTimeout, comm,
+                        [&] {
+                          return "rank " + std::to_string(info.rank) + " of " +
+                                 std::to_string(info.size) +
+                                 ": mpi: MPI_Ibarrier did not complete "
+                                 "within HORA_START_TIMEOUT (" +
+                                 std::to_string(startTimeout.count() / 1000) +
+                                 " s): " + kNotEveryRankStarted +
+                                 ". MPI cannot cancel a collective, so the MPI job is aborted.";
+                        }),
+           "mpi: MPI_Ibarrier");
   MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
   checkMpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
            "mpi: MPI_Comm_split_type");

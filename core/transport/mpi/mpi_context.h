@@ -113,8 +113,9 @@ const char* threadLevelName(int level);
 // Initialises MPI if needed and describes the communicator the engine should run on: the one
 // whose Fortran handle is commF (an mpi4py communicator's py2f()), the MPI_COMM_WORLD ranks
 // listed in worldRanks, or MPI_COMM_WORLD when commF < 0 and worldRanks is empty. Collective
-// over that communicator.
-MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks);
+// over that communicator: a member that has not called it within startTimeout (> 0) aborts the
+// MPI job (mpi_wait.h).
+MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks, Millis startTimeout);
 
 }  // namespace mpi
 }  // namespace hora

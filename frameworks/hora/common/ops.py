@@ -9,21 +9,18 @@ alltoall splits, reducescatter op, scalar allgather) so the error is raised wher
 
 from __future__ import annotations
 
-import functools
 import itertools
-import os
-import sys
 import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
 
 from hora import _core
 from hora.common import basics
+from hora.common.call_sites import call_site
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import HoraError, HoraTimeoutError, InternalError, InvalidCollectiveError
 
@@ -85,7 +82,6 @@ _SPEC_BY_KIND = {spec.kind: spec for spec in OPS.values()}
 _SPEC_BY_KIND[ADASUM] = OPS["allreduce"]
 
 _BFLOAT16 = "bfloat16"
-_HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _name_lock = threading.Lock()
 _name_counters: dict[str, int] = {}
@@ -163,53 +159,6 @@ def resolve_allreduce(op: int | None, average: bool | None) -> tuple[int, int]:
     does, and Adasum, which the engine runs as its own kind."""
     op = handle_average_backwards_compatibility(op, average)
     return (ADASUM if op == Adasum else ALLREDUCE), op
-
-
-# Packages whose frames stand between a user's call and Hora (autograd's Function.apply, Keras
-# layers, Gluon blocks): a call site names the first frame outside these and Hora.
-_FRAMEWORK_PACKAGES = ("torch", "tensorflow", "keras", "tf_keras", "mxnet")
-
-
-def _framework_dirs() -> list[str]:
-    dirs = []
-    for name in _FRAMEWORK_PACKAGES:
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None) if module is not None else None
-        if path:
-            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
-    return dirs
-
-
-@functools.lru_cache(maxsize=1024)
-def _frame_owner(filename: str) -> int:
-    """0 for a user's file, 1 for a framework's, 2 for Hora's (cached per file name).
-
-    A framework's file can only be on the stack once that framework is imported, so the
-    directories loaded when a file is first seen decide it for good.
-    """
-    path = os.path.abspath(filename)
-    if path.startswith(_HORA_DIR + os.sep):
-        return 2
-    if any(path.startswith(d) for d in _framework_dirs()):
-        return 1
-    return 0
-
-
-def call_site() -> str:
-    """``file.py:123`` of the caller's frame: the first one outside Hora and the frameworks
-    (for a differentiable op the frame below Hora's is autograd's), else the first outside
-    Hora."""
-    frame: FrameType | None = sys._getframe(1)
-    fallback = ""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        owner = _frame_owner(filename)
-        if owner == 0:
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
-        if owner == 1 and not fallback:
-            fallback = f"{os.path.basename(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return fallback
 
 
 _numpy_bool_dlpack: bool | None = None

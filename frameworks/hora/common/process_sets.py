@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hora import _core
+from hora.common.call_sites import call_site
 
 
 class ProcessSet:
@@ -170,7 +171,7 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
             "Dynamically adding process sets defined by an MPI communicator is not implemented. "
             "Please build the process set via a list of ranks."
         )
-    ps.process_set_id = int(_core.add_process_set(ps.ranks))
+    ps.process_set_id = int(_core.add_process_set(ps.ranks, call_site=call_site()))
     _registry.setdefault(ps.process_set_id, []).append(ps)
     return ps
 
@@ -184,7 +185,7 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     set_id = process_set.process_set_id
     if set_id is None or set_id == 0 or set_id not in _core.process_set_ids():
         return False
-    _core.remove_process_set(set_id)
+    _core.remove_process_set(set_id, call_site=call_site())
     for ps in _registry.pop(set_id, []):
         ps.invalidate()
     process_set.invalidate()
