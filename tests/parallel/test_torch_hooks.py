@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check_next_op_works, make_input, rank, reduce_ref, size
+from conftest import check_next_op_works, make_input, rank, reduce_ref, seed_of, size
 from hora.torch.hooks import GradBucket, HookFuture
 from torch import nn
 from torch_helpers import float_input, to_numpy
@@ -36,14 +36,24 @@ def _params(dtype: torch.dtype = torch.float32) -> list[tuple[str, nn.Parameter]
     return [(f"hk.p{i}", nn.Parameter(torch.zeros(s, dtype=dtype))) for i, s in enumerate(SHAPES)]
 
 
+def _input(r: int, i: int, key: str) -> np.ndarray:
+    """Rank r's gradient for shape i. For the allreduce hook multiples of 0.5 in [-8, 8], whose
+    average is exact; for the compressing hooks float32 values of magnitude in [1, 8) that the
+    cast to the half type rounds, and whose halves divided by the rank count sum exactly in
+    float32 (their exponents span less than 8 binades)."""
+    if key.startswith("allreduce"):
+        return np.asarray(make_input(r, SHAPES[i], "float32", "hooks", key, i))
+    rng = np.random.default_rng(seed_of("hooks", key, r, i))
+    magnitude = rng.uniform(1.0, 8.0, size=SHAPES[i])
+    return np.asarray(magnitude * rng.choice([-1.0, 1.0], size=SHAPES[i]), dtype=np.float32)
+
+
 def _grads(key: str) -> list[np.ndarray]:
-    """This rank's gradient per shape: multiples of 0.5 in [-8, 8] (exact in every float type)."""
-    return [np.asarray(make_input(rank(), s, "float32", "hooks", key, i))
-            for i, s in enumerate(SHAPES)]
+    return [_input(rank(), i, key) for i in range(len(SHAPES))]
 
 
 def _all_grads(key: str, i: int) -> list[np.ndarray]:
-    return [np.asarray(make_input(r, SHAPES[i], "float32", "hooks", key, i)) for r in range(size())]
+    return [_input(r, i, key) for r in range(size())]
 
 
 def _compressed_ref(arrays: list[np.ndarray], wire: type) -> np.ndarray:
