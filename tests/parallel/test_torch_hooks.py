@@ -147,6 +147,7 @@ def test_hook_sees_buckets() -> None:
                                    named_parameters=model.named_parameters(), comm_hook=spy,
                                    groups=[[ps[0], ps[2]]])
     F.mse_loss(model(float_input(rank(), [4, 6], "spy")), torch.zeros(4, 3).double()).backward()
+    assert len(seen) == 3  # called from backward, before step()
     opt.step()
     assert sorted(seen) == [(0, ["0.weight", "2.weight"], [(8, 6), (3, 8)]),
                             (1, ["0.bias"], [(8,)]), (3, ["2.bias"], [(3,)])]
@@ -194,9 +195,15 @@ def _one_step(hook: Callable) -> None:
 
 
 def test_hook_returning_no_future_is_refused() -> None:
-    """A hook that returns something without wait() fails at once, naming the bucket."""
-    with pytest.raises(TypeError, match=r"comm_hook must return a future.*returned NoneType"):
-        _one_step(lambda bucket: None)
+    """A hook that returns something without wait() fails backward at once, naming the bucket."""
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   comm_hook=lambda bucket: None)
+    loss = F.mse_loss(model(float_input(rank(), [4, 6], "none")), torch.zeros(4, 3).double())
+    with pytest.raises(TypeError, match=r"comm_hook must return a future.*bias.*returned NoneType"):
+        loss.backward()
+    assert opt.param_groups  # the optimizer (and so its gradient hooks) lived through backward
     check_next_op_works("hooks_no_future")
 
 
