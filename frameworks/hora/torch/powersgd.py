@@ -153,7 +153,8 @@ class PowerSGD:
                         for i, original in enumerate(group):
                             original.copy_(m[i])
             if copies is not None:
-                self.error_dict[index] = [c - t for c, t in zip(copies, tensors)]
+                for copy, t in zip(copies, tensors):
+                    copy.sub_(t)  # the residual: what this rank sent minus what came back
             if not self.warm_start:
                 self.p_memory_dict.pop(index, None)
                 self.q_memory_dict.pop(index, None)
@@ -162,14 +163,18 @@ class PowerSGD:
         return HookFuture(finish)
 
     def _add_error(self, index: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Add the bucket's residual to its gradients; returns copies of the sums."""
+        """Add the bucket's residual to its gradients, then overwrite the residual buffers with
+        copies of the sums (they become the next residual when the step finishes); returns
+        them."""
         errors = self.error_dict.get(index)
         if errors is None:
-            self.error_dict[index] = [torch.zeros_like(t) for t in tensors]
-        else:
-            for t, e in zip(tensors, errors):
-                t.add_(e)
-        return [t.detach().clone() for t in tensors]
+            errors = [t.detach().clone() for t in tensors]
+            self.error_dict[index] = errors
+            return errors
+        for t, e in zip(tensors, errors):
+            t.add_(e)
+            e.copy_(t)
+        return errors
 
     def _split(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The gradients to compress (as matrices) and those to average as they are."""
