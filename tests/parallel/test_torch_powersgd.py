@@ -223,3 +223,26 @@ def test_rank_one_trains_like_plain_allreduce() -> None:
     _, compressed = _regression_loss(PowerSGD(1, start_powerSGD_iter=10), 200)
     assert plain < 0.05 * initial and compressed < 0.05 * initial, (initial, plain, compressed)
     assert compressed < 1.5 * plain, (plain, compressed)
+
+
+def test_buckets_ready_in_a_different_order_on_each_rank() -> None:
+    """Two branches whose backward order differs between ranks (each rank runs them forward in
+    another order): PowerSGD's second round, started in wait(), still meets on every rank, and
+    the parameters stay equal on every rank."""
+    torch.manual_seed(5)
+    branches = nn.ModuleList([nn.Linear(16, 12, bias=False).double() for _ in range(3)])
+    hook = PowerSGD(matrix_approximation_rank=1, start_powerSGD_iter=2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(branches.parameters(), lr=0.1),
+                                   named_parameters=branches.named_parameters(), comm_hook=hook)
+    order = [(i + rank()) % 3 for i in range(3)]
+    for step in range(4):
+        x = float_input(rank(), [4, 16], "psgd_order", step)
+        opt.zero_grad()
+        outputs = {i: branches[i](x) for i in order}
+        sum(outputs[i].square().mean() for i in range(3)).backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in branches.parameters()])
+    gathered = hvd.allgather(flat.reshape(1, -1), name="psgd.order.params")
+    for r in range(size()):
+        assert torch.equal(gathered[r], gathered[0]), f"rank {r} differs from rank 0"
+    assert set(hook.iterations.values()) == {4}
