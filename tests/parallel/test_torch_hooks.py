@@ -168,13 +168,13 @@ def test_hook_on_a_process_set() -> None:
 
         opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=1.0), named_parameters=named,
                                        comm_hook=spy, process_set=ps)
-        for p, g in zip(params, _grads("pset")):
+        for p, g in zip(params, _grads("allreduce.pset")):
             p.grad = torch.from_numpy(np.array(g))
         opt.synchronize()
         if rank() in members:
             assert sets and all(s is ps for s in sets)
             for i, p in enumerate(params):
-                arrays = [a for r, a in enumerate(_all_grads("pset", i)) if r in members]
+                arrays = [a for r, a in enumerate(_all_grads("allreduce.pset", i)) if r in members]
                 np.testing.assert_array_equal(to_numpy(p.grad),
                                               reduce_ref(arrays, "average", "float32"))
         else:
