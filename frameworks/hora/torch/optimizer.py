@@ -30,6 +30,7 @@ from hora.torch._async_ops import (
     sparse_allreduce_async,
     synchronize,
 )
+from hora.torch._hook_runner import HookRunner, check_comm_hook
 from hora.torch._optimizer_utils import (
     STEP_AFTER_SYNC,
     TOO_MANY_PASSES,
@@ -43,6 +44,9 @@ from hora.torch.compression import Compression, Compressor
 
 class _DistributedMixin(HookedOptimizer):
     """Gradient allreduce on top of a torch optimizer class (combined with it dynamically)."""
+
+    # Set by DistributedOptimizer(comm_hook=...): buckets then go through the hook.
+    _comm_runner: HookRunner | None = None
 
     def __init__(
         self,
@@ -140,6 +144,8 @@ class _DistributedMixin(HookedOptimizer):
         return grad
 
     def _launch(self, p: torch.Tensor) -> tuple[Any, Any]:
+        if self._comm_runner is not None:
+            return self._comm_runner.start([p], [self._prepare(p, True)], single=True), None
         grad = self._prepare(p, force_dense=False)
         name = self._parameter_names.get(p)
         if grad.is_sparse:
@@ -168,14 +174,17 @@ class _DistributedMixin(HookedOptimizer):
             tensors.append(tensor if tensor.is_contiguous() else tensor.contiguous())
             ctxs.append(ctx)
         pre, post = self._scales()
-        handle = grouped_allreduce_async_(
-            tensors,
-            name=self._parameter_names.get(group[0]),
-            op=self._op,
-            prescale_factor=pre,
-            postscale_factor=post,
-            process_set=self._process_set,
-        )
+        if self._comm_runner is not None:
+            handle = self._comm_runner.start(group, tensors, single=False)
+        else:
+            handle = grouped_allreduce_async_(
+                tensors,
+                name=self._parameter_names.get(group[0]),
+                op=self._op,
+                prescale_factor=pre,
+                postscale_factor=post,
+                process_set=self._process_set,
+            )
         for p in group:
             self._handles.pop(p, None)
         self._group_handles[index] = (handle, ctxs)
@@ -205,6 +214,8 @@ class _DistributedMixin(HookedOptimizer):
                 continue
             if any(p.requires_grad or p in self._handles for p in group):
                 self._launch_group_now(index)
+        if self._comm_runner is not None:
+            self._comm_runner.drive()
         first_error: BaseException | None = None
         for p, (handle, ctx) in list(self._handles.items()):
             try:
@@ -279,6 +290,8 @@ class _DistributedMixin(HookedOptimizer):
         """Wait for pending reductions without using their results, then forget them."""
         pending = [h for h, _ in self._handles.values() if h is not None]
         pending += [h for h, _ in self._group_handles.values()]
+        if self._comm_runner is not None:
+            self._comm_runner.drive()
         for handle in pending:
             try:
                 synchronize(handle)
@@ -314,6 +327,7 @@ def DistributedOptimizer(
     groups: int | list[list[torch.Tensor]] | None = None,
     sparse_as_dense: bool = False,
     process_set: ProcessSet = global_process_set,
+    comm_hook: Callable[[Any], Any] | None = None,
 ) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
@@ -333,10 +347,14 @@ def DistributedOptimizer(
             parameters reduced together.
         sparse_as_dense: reduce sparse gradients as dense tensors.
         process_set: ranks that take part.
+        comm_hook: ``hook(bucket) -> future`` reducing each bucket (one parameter, or one of
+            ``groups``) instead of the plain allreduce; see ``hora.torch.hooks``.
 
     Raises:
         ValueError: invalid names (not tuples, duplicates, unnamed parameters), invalid groups,
-            or a predivide factor with an op other than Average.
+            a predivide factor with an op other than Average, or a ``comm_hook`` with
+            compression, a predivide factor or an op other than Average.
+        TypeError: a ``comm_hook`` that is not callable.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -360,9 +378,11 @@ def DistributedOptimizer(
             groups = num_groups
     if groups is not None:
         check_groups(groups)
+    if comm_hook is not None:
+        check_comm_hook(comm_hook, compression, op, gradient_predivide_factor)
     if op != Adasum or size() == 1:
         cls = _combine(_DistributedMixin, optimizer)
-        return cls(
+        wrapped = cls(
             optimizer,
             named_parameters,
             compression,
@@ -373,6 +393,10 @@ def DistributedOptimizer(
             sparse_as_dense,
             process_set,
         )
+        if comm_hook is not None:
+            wrapped._comm_runner = HookRunner(comm_hook, wrapped._ordered,
+                                              wrapped._parameter_names, process_set)
+        return wrapped
     if process_set is not global_process_set and process_set.process_set_id != 0:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     cls = _combine(_DistributedAdasumMixin, optimizer)
