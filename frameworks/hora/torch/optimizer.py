@@ -314,6 +314,7 @@ def DistributedOptimizer(
     groups: int | list[list[torch.Tensor]] | None = None,
     sparse_as_dense: bool = False,
     process_set: ProcessSet = global_process_set,
+    step_in_backward: bool = False,
 ) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
@@ -333,6 +334,9 @@ def DistributedOptimizer(
             parameters reduced together.
         sparse_as_dense: reduce sparse gradients as dense tensors.
         process_set: ranks that take part.
+        step_in_backward: update each parameter inside backward as soon as its reduced gradient
+            is ready, then free the gradient; ``step()`` only waits (SGD, Adam, AdamW, Adagrad;
+            see ``hora.torch._step_in_backward``).
 
     Raises:
         ValueError: invalid names (not tuples, duplicates, unnamed parameters), invalid groups,
@@ -360,6 +364,11 @@ def DistributedOptimizer(
             groups = num_groups
     if groups is not None:
         check_groups(groups)
+    if step_in_backward:
+        return _step_in_backward_optimizer(
+            optimizer, named_parameters, compression, backward_passes_per_step, op,
+            gradient_predivide_factor, groups, sparse_as_dense, process_set,
+        )
     if op != Adasum or size() == 1:
         cls = _combine(_DistributedMixin, optimizer)
         return cls(
@@ -377,3 +386,11 @@ def DistributedOptimizer(
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     cls = _combine(_DistributedAdasumMixin, optimizer)
     return cls(optimizer, named_parameters, compression, backward_passes_per_step)
+
+
+def _step_in_backward_optimizer(optimizer: torch.optim.Optimizer, *args: Any) -> Any:
+    # Imported here: the step-in-backward mixin builds on _DistributedMixin of this module.
+    from hora.torch._step_in_backward import _StepInBackwardMixin, check_step_in_backward
+
+    check_step_in_backward(optimizer, args[3])
+    return _combine(_StepInBackwardMixin, optimizer)(optimizer, *args)
