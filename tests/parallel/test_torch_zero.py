@@ -241,6 +241,11 @@ def test_bad_input() -> None:
     with pytest.raises(NotImplementedError, match="overlap_with_ddp"):
         hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD, overlap_with_ddp=True,
                                     lr=0.1)
+    with pytest.raises(NotImplementedError, match="process_set"):
+        hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD, object(), lr=0.1)
+    with pytest.raises(NotImplementedError, match="parameters_as_bucket_view"):
+        hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD,
+                                    parameters_as_bucket_view=True, lr=0.1)
     with pytest.raises(ValueError, match="same dense type"):
         hvd.ZeroRedundancyOptimizer([torch.zeros(2, requires_grad=True),
                                      torch.zeros(2, dtype=torch.float64, requires_grad=True)],

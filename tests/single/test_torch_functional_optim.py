@@ -91,8 +91,9 @@ def test_other_optimizers_are_refused_by_name() -> None:
 
     with pytest.raises(NotImplementedError, match="MySGD"):
         FunctionalOptimizer(MySGD, lr=0.1)
-    with pytest.raises(NotImplementedError, match="foreach=True"):
-        FunctionalOptimizer(torch.optim.Adam, lr=0.1, foreach=True)
+    for flag in ("foreach", "fused", "capturable", "differentiable"):
+        with pytest.raises(NotImplementedError, match=f"{flag}=True"):
+            FunctionalOptimizer(torch.optim.Adam, lr=0.1, **{flag: True})
     with pytest.raises(ValueError, match="Invalid learning rate"):
         FunctionalOptimizer(torch.optim.SGD, lr=-1.0)
 

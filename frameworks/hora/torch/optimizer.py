@@ -341,6 +341,7 @@ def DistributedOptimizer(
     Raises:
         ValueError: invalid names (not tuples, duplicates, unnamed parameters), invalid groups,
             or a predivide factor with an op other than Average.
+        NotImplementedError: ``step_in_backward`` with an optimizer that has no functional form.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
