@@ -101,14 +101,14 @@ class _StepInBackwardMixin(_DistributedMixin):
 
     def _update_param(self, p: torch.Tensor, reduced: torch.Tensor) -> None:
         self._store_grad(p, reduced)
-        # torch.optim keeps no entry for a parameter whose update has no state (plain SGD).
-        state = self.state.get(p)
-        fresh = state is None
-        if fresh:
-            state = {}
+        grad = p.grad
+        if grad is None:
+            raise AssertionError(f"no gradient stored for {self._parameter_names.get(p)}")
+        known = self.state.get(p)
+        state: dict = {} if known is None else known
         with torch.no_grad():
-            self._update(p, p.grad, state, self._group_of_param(p))
-        if fresh and state:
+            self._update(p, grad, state, self._group_of_param(p))
+        if known is None and state:  # torch.optim keeps no entry for a stateless update (SGD)
             self.state[p] = state
         p.grad = None
         self._done.add(p)

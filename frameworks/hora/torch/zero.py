@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from hora.common.basics import rank as global_rank
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._async_ops import (
     Average,
@@ -93,15 +94,19 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                 "overlap_with_ddp=True is not needed: hora.torch.ZeroRedundancyOptimizer always "
                 "overlaps its updates with backward through its own gradient hooks"
             )
-        if not process_set.included():
+        included = process_set.included()
+        if included is None or process_set.ranks is None:
+            raise ValueError("ZeroRedundancyOptimizer: the process set is not registered "
+                             "(call hora.init() or hora.add_process_set() first)")
+        if not included:
             raise ValueError("ZeroRedundancyOptimizer: this rank is not in the process set")
         params = self._verify_params(params)
         self._initialized = False
         super().__init__(params, defaults)
         self.process_set = process_set
-        self.world_size: int = int(process_set.size())
-        self.rank: int = int(process_set.rank())
         self._set_ranks: list[int] = list(process_set.ranks)
+        self.world_size: int = len(self._set_ranks)
+        self.rank: int = self._set_ranks.index(global_rank())
         self._prefix = f"zero{next(_instances)}"
         self._optim_class = optimizer_class
         self._bucket_bytes = max(1, int(bucket_cap_mb * 1024 * 1024))
@@ -279,13 +284,14 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             raise first_error
 
     def _step_param(self, p: torch.Tensor) -> None:
-        state = self.optim.state.get(p)
-        fresh = state is None
-        if fresh:
-            state = {}
+        update, grad = self._update, p.grad
+        if update is None or grad is None:
+            raise AssertionError("a reduced gradient stepped without a functional form")
+        known = self.optim.state.get(p)
+        state: dict = {} if known is None else known
         with torch.no_grad():
-            self._update(p, p.grad, state, self._local_group_of[p])
-        if fresh and state:
+            update(p, grad, state, self._local_group_of[p])
+        if known is None and state:  # torch.optim keeps no entry for a stateless update
             self.optim.state[p] = state
         p.grad = None
 
