@@ -204,3 +204,14 @@ def test_unsupported_optimizers_are_refused() -> None:
     with pytest.raises(ValueError, match="Adasum"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum,
                                  step_in_backward=True)
+
+
+def test_sparse_gradients_are_refused() -> None:
+    torch.manual_seed(3)
+    embedding = nn.Embedding(10, 4, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(embedding.parameters(), lr=0.1),
+                                   named_parameters=embedding.named_parameters(),
+                                   step_in_backward=True)
+    with pytest.raises(RuntimeError, match="sparse gradients"):
+        embedding(torch.tensor([1, 2, 2])).sum().backward()
+    opt.step()

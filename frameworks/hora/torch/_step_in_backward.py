@@ -104,6 +104,12 @@ class _StepInBackwardMixin(_DistributedMixin):
         grad = p.grad
         if grad is None:
             raise AssertionError(f"no gradient stored for {self._parameter_names.get(p)}")
+        if grad.is_sparse:
+            p.grad = None
+            raise RuntimeError(
+                f"step_in_backward=True does not support sparse gradients (parameter "
+                f"{self._parameter_names.get(p)}); use the standard DistributedOptimizer"
+            )
         known = self.state.get(p)
         state: dict = {} if known is None else known
         with torch.no_grad():
