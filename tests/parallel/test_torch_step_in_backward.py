@@ -55,7 +55,7 @@ def _loss(model: nn.Module, step: int, micro: int) -> torch.Tensor:
 
 
 def _train(make_opt: MakeOpt, in_backward: bool, steps: int = 3, passes: int = 1,
-           unused: bool = False, sync_first: bool = False,
+           unused: bool = False, sync_first: bool = False, broadcast: bool = False,
            **kwargs: object) -> tuple[nn.Module, torch.optim.Optimizer]:
     model = _Net(unused)
     if kwargs.pop("groups_of_two", False):
@@ -64,6 +64,9 @@ def _train(make_opt: MakeOpt, in_backward: bool, steps: int = 3, passes: int = 1
                                    named_parameters=model.named_parameters(),
                                    backward_passes_per_step=passes,
                                    step_in_backward=in_backward, **kwargs)
+    if broadcast:  # creates the state with the wrapped class's own step, then sends rank 0's
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
     for step in range(steps):
         opt.zero_grad()
         for micro in range(passes):
@@ -103,6 +106,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "synchronize_then_step": {"sync_first": True},
     "fp16": {"compression": hvd.Compression.fp16},
     "sum": {"op": hvd.Sum},
+    "broadcast_state": {"broadcast": True},
 }
 
 
