@@ -18,7 +18,6 @@ this one averages them itself (do not wrap it in ``DistributedOptimizer``).
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -26,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from hora.common.basics import rank as global_rank
+from hora.common.ops import auto_name
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._async_ops import (
     Average,
@@ -37,7 +37,6 @@ from hora.torch._async_ops import (
 from hora.torch.functional_optim import check_group, functional_step
 from hora.torch.functions import broadcast_object
 
-_instances = itertools.count()
 _ERRORS = (RuntimeError, ValueError, TypeError)
 
 GRAD_TWICE = (
@@ -107,7 +106,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._set_ranks: list[int] = list(process_set.ranks)
         self.world_size: int = len(self._set_ranks)
         self.rank: int = self._set_ranks.index(global_rank())
-        self._prefix = f"zero{next(_instances)}"
+        # Named like unnamed ops: a counter per process set, so names agree across its ranks.
+        self._prefix = auto_name("ZeroRedundancyOptimizer", process_set.process_set_id or 0)
         self._optim_class = optimizer_class
         self._bucket_bytes = max(1, int(bucket_cap_mb * 1024 * 1024))
         self._partition: list[list[dict]] = []
