@@ -124,6 +124,19 @@ def test_update_runs_inside_backward() -> None:
     assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
 
+def test_without_functional_form_the_update_runs_in_step() -> None:
+    model = _model()
+    opt = hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.RMSprop, lr=0.01)
+    before = [p.detach().clone() for p in model.parameters()]
+    owned = {id(p) for g in opt.optim.param_groups for p in g["params"]}
+    _loss(model, 0).backward()
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    assert all((p.grad is not None) == (id(p) in owned) for p in model.parameters())
+    opt.step()
+    assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_partition_matches_pytorch() -> None:
     """The owners are those PyTorch's ZeroRedundancyOptimizer computes (its own code, run on a
     stand-in object: it needs no process group to partition)."""
