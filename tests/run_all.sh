@@ -4,7 +4,8 @@
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
-#   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present
+#   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
+#      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x)
@@ -283,6 +284,14 @@ if wants torch; then
       parallel_run "np=$np $(basename "$f" .py)" "$np" "" "$f"
     done
   done
+  # The ZeRO example end to end: training, consolidation on rank 0, checkpoint saved and reloaded.
+  if [[ " $NPS " == *" 2 "* ]]; then
+    ZERO_CKPT="$(mktemp -d)/zero_opt.pt"
+    run "np=2 examples/pytorch/zero.py" bash -c \
+      'out=$("$@") || exit 1; echo "$out"; grep -q "saved and reloaded" <<<"$out"' _ \
+      timeout -k 20 "$RUN_TIMEOUT" "${HORARUN[@]}" -np 2 \
+      "$PY" examples/pytorch/zero.py --epochs 2 --samples 2048 --checkpoint "$ZERO_CKPT"
+  fi
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -226,7 +226,8 @@ def test_hook_returning_bad_gradients_is_refused(case: str) -> None:
 
 
 def test_hook_options_are_checked() -> None:
-    """A hook that is not callable, or combined with compression, Sum or a predivide factor."""
+    """A hook that is not callable, or combined with compression, Sum, a predivide factor or
+    step_in_backward."""
     model = _mlp()
 
     def wrap(**kwargs: object) -> None:
@@ -241,6 +242,8 @@ def test_hook_options_are_checked() -> None:
         wrap(comm_hook=hvd.hooks.allreduce, op=hvd.Sum)
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         wrap(comm_hook=hvd.hooks.allreduce, gradient_predivide_factor=2.0)
+    with pytest.raises(ValueError, match="step_in_backward=True cannot be combined"):
+        wrap(comm_hook=hvd.hooks.allreduce, step_in_backward=True)
 
 
 def test_hook_future_error_reaches_step() -> None:

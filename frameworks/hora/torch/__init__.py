@@ -22,8 +22,9 @@ from hora.torch.functions import (
 from hora.torch.mpi_ops import *
 from hora.torch.optimizer import DistributedOptimizer
 from hora.torch.sync_batch_norm import SyncBatchNorm
+from hora.torch.zero import ZeroRedundancyOptimizer
 
 __all__ = mpi_ops.__all__ + [
-    "DistributedOptimizer", "SyncBatchNorm", "allgather_object",
+    "DistributedOptimizer", "SyncBatchNorm", "ZeroRedundancyOptimizer", "allgather_object",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "hooks", "mpi_ops",
 ]

@@ -328,6 +328,7 @@ def DistributedOptimizer(
     sparse_as_dense: bool = False,
     process_set: ProcessSet = global_process_set,
     comm_hook: Callable[[Any], Any] | None = None,
+    step_in_backward: bool = False,
 ) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
@@ -349,12 +350,17 @@ def DistributedOptimizer(
         process_set: ranks that take part.
         comm_hook: ``hook(bucket) -> future`` reducing each bucket (one parameter, or one of
             ``groups``) instead of the plain allreduce; see ``hora.torch.hooks``.
+        step_in_backward: update each parameter inside backward as soon as its reduced gradient
+            is ready, then free the gradient; ``step()`` only waits (SGD, Adam, AdamW, Adagrad;
+            see ``hora.torch._step_in_backward``).
 
     Raises:
         ValueError: invalid names (not tuples, duplicates, unnamed parameters), invalid groups,
-            a predivide factor with an op other than Average, or a ``comm_hook`` with
-            compression, a predivide factor or an op other than Average.
+            a predivide factor with an op other than Average, a ``comm_hook`` with
+            compression, a predivide factor or an op other than Average, or a ``comm_hook``
+            together with ``step_in_backward``.
         TypeError: a ``comm_hook`` that is not callable.
+        NotImplementedError: ``step_in_backward`` with an optimizer that has no functional form.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -380,6 +386,14 @@ def DistributedOptimizer(
         check_groups(groups)
     if comm_hook is not None:
         check_comm_hook(comm_hook, compression, op, gradient_predivide_factor)
+        if step_in_backward:
+            raise ValueError("comm_hook and step_in_backward=True cannot be combined: the "
+                             "in-backward update reads the plain allreduce's result")
+    if step_in_backward:
+        return _step_in_backward_optimizer(
+            optimizer, named_parameters, compression, backward_passes_per_step, op,
+            gradient_predivide_factor, groups, sparse_as_dense, process_set,
+        )
     if op != Adasum or size() == 1:
         cls = _combine(_DistributedMixin, optimizer)
         wrapped = cls(
@@ -401,3 +415,11 @@ def DistributedOptimizer(
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     cls = _combine(_DistributedAdasumMixin, optimizer)
     return cls(optimizer, named_parameters, compression, backward_passes_per_step)
+
+
+def _step_in_backward_optimizer(optimizer: torch.optim.Optimizer, *args: Any) -> Any:
+    # Imported here: the step-in-backward mixin builds on _DistributedMixin of this module.
+    from hora.torch._step_in_backward import _StepInBackwardMixin, check_step_in_backward
+
+    check_step_in_backward(optimizer, args[3])
+    return _combine(_StepInBackwardMixin, optimizer)(optimizer, *args)
