@@ -12,7 +12,7 @@ Tensors reach the engine through DLPack; nothing here is compiled against torch.
 
 from __future__ import annotations
 
-from hora.torch import mpi_ops
+from hora.torch import elastic, mpi_ops
 from hora.torch.functions import (
     allgather_object,
     broadcast_object,
@@ -25,5 +25,5 @@ from hora.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = mpi_ops.__all__ + [
     "DistributedOptimizer", "SyncBatchNorm", "allgather_object",
-    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "mpi_ops",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "elastic", "mpi_ops",
 ]
