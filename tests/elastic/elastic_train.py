@@ -91,8 +91,8 @@ def main() -> None:
     my_kills = kills()
     collective_steps = all_kill_steps("collective")
     hold_step, hold_size = (int(v) for v in os.environ.get("ELASTIC_HOLD", "-1:0").split(":"))
+    model, optimizer = make_model()  # before init(): the first optimizer takes seconds to build
     hvd.init()
-    model, optimizer = make_model()
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, optimizer, step=0)
     resets = []
@@ -135,6 +135,7 @@ def main() -> None:
               "params": flat(model), "resets": resets}
     with open(os.path.join(OUT, f"final.{WORKER}.json"), "w") as f:
         json.dump(result, f)
+    note(f"{time.time():.3f} worker {WORKER} done")
 
 
 if __name__ == "__main__":

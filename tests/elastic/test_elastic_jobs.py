@@ -124,16 +124,32 @@ def test_kill_during_commit_and_the_host_comes_back_after_cooldown(tmp_path):
     job.assert_no_worker_left()
 
 
-def test_grows_from_2_to_4_when_discovery_finds_slots(tmp_path):
+def test_grows_from_2_to_4_and_shrinks_when_a_host_disappears(tmp_path):
+    """Discovery adds a host with 2 slots (127.0.0.1 is this machine under another name); the job
+    holds at step 10 until it has 4 workers. Then the host disappears: its workers are stopped
+    and the job finishes with the 2 others."""
     job = Job(tmp_path, "localhost:2\n", ["--min-np", "2", "--max-np", "4"],
               {"ELASTIC_STEPS": "30", "ELASTIC_HOLD": "10:4"})
     job.wait_for_step(4)
-    job.hosts_file.write_text("localhost:4\n")
+    job.hosts_file.write_text("localhost:2\n127.0.0.1:2\n")
+    job.wait_for_step(13)
+    job.hosts_file.write_text("localhost:2\n")
     code = job.wait()
     log = job.stderr()
     assert code == 0, log
-    assert job.generations()[0] == 2 and job.generations()[-1] == 4, log
-    assert len(assert_trained(job, 30)) == 4
+    assert job.generations()[0] == 2 and 4 in job.generations(), log
+    assert "hosts ['127.0.0.1'] are no longer discovered" in log, log
+    assert len(assert_trained(job, 30)) == 2
+    job.assert_no_worker_left()
+
+
+def test_reset_limit_ends_the_job(tmp_path):
+    job = Job(tmp_path, "localhost:3\n", ["--min-np", "2", "--reset-limit", "0"],
+              {"ELASTIC_STEPS": "1000", "ELASTIC_KILLS": "1:3:negotiation"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 1, log
+    assert "job failed: one more re-formation would exceed --reset-limit 0" in log, log
     job.assert_no_worker_left()
 
 

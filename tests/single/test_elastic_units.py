@@ -191,6 +191,26 @@ def test_discovery_output_parsing():
         parse_discovery_output("a:x\n", None)
 
 
+def test_discovery_script_failures_keep_the_last_good_list(tmp_path):
+    from hora.runner.elastic.discovery import ScriptHosts
+
+    out = tmp_path / "hosts"
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {out}\n")
+    script.chmod(0o755)
+    said: list[str] = []
+    hosts = ScriptHosts(str(script), 2, said.append)
+    out.write_text("a:1\nb\n")
+    assert hosts.find() == {"a": 1, "b": 2}
+    out.write_text("a:x\n")
+    assert hosts.find() == {"a": 1, "b": 2}
+    assert len(said) == 1 and "keeping the last list of hosts" in said[0]
+    out.unlink()  # cat fails
+    assert hosts.find() == {"a": 1, "b": 2}
+    out.write_text("c:3\n")
+    assert hosts.find() == {"c": 3}
+
+
 def test_generation_secrets_differ_per_generation_and_job():
     a0 = protocol.generation_secret("job", 0)
     assert a0 == protocol.generation_secret("job", 0)

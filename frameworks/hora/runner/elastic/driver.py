@@ -127,6 +127,7 @@ class ElasticDriver:
             return False
         while True:
             worker = self._pool.workers[worker_id]
+            worker.reaped = True
             self._ready.discard(worker_id)
             if code == 0 and not worker.stopping:
                 if not self._finished:

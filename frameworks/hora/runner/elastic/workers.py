@@ -77,6 +77,7 @@ class Worker:
     host: str
     child: _Child
     stopping: bool = False  # the driver asked it to end (not a failure)
+    reaped: bool = False  # the driver has handled its exit
 
 
 class WorkerPool:
@@ -90,14 +91,15 @@ class WorkerPool:
         self.exits: queue.Queue[tuple[int, int]] = queue.Queue()
 
     def alive(self) -> list[Worker]:
-        """Workers still running and not being stopped, oldest first."""
-        return [w for w in self.workers.values()
-                if not w.stopping and w.child.process.poll() is None]
+        """Workers not being stopped whose exit the driver has not handled yet, oldest first
+        (a worker that just exited still counts until then, so that its slot is not refilled
+        before the driver knows how it ended)."""
+        return [w for w in self.workers.values() if not w.stopping and not w.reaped]
 
     def count_on(self, host: str) -> int:
         """Running workers on ``host`` (including ones being stopped: they hold the slot)."""
         return sum(1 for w in self.workers.values()
-                   if w.host == host and w.child.process.poll() is None)
+                   if w.host == host and not w.reaped)
 
     def start(self, info: LaunchInfo, host: str, local_slots: int) -> Worker:
         """Start a new worker on ``host``.
