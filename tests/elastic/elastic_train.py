@@ -1,7 +1,8 @@
 """An elastic torch training job for the elastic job tests (started by horarun).
 
 Every rank trains the same small model on the same deterministic batches, so the averaged
-gradient equals the one-process gradient and the parameters after N committed steps are known
+gradient equals the one-process gradient (each worker starts from its own random weights, which
+only a correct sync replaces by worker 0's) and the parameters after N committed steps are known
 (``reference_params``). Environment:
 
 - ``ELASTIC_STEPS``: steps to train (default 24); a commit after every ``ELASTIC_COMMIT`` steps.
@@ -54,8 +55,10 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 4, generator=gen), torch.randn(8, 1, generator=gen)
 
 
-def make_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    torch.manual_seed(7)
+def make_model(worker: str = "0") -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Every worker starts from other weights: only a sync from a worker holding the committed
+    state (worker 0's weights at first) gives the reference parameters."""
+    torch.manual_seed(7 + int(worker or 0))
     model = torch.nn.Linear(4, 1)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
 
@@ -91,7 +94,7 @@ def main() -> None:
     my_kills = kills()
     collective_steps = all_kill_steps("collective")
     hold_step, hold_size = (int(v) for v in os.environ.get("ELASTIC_HOLD", "-1:0").split(":"))
-    model, optimizer = make_model()  # before init(): the first optimizer takes seconds to build
+    model, optimizer = make_model(WORKER)  # before init(): the first optimizer takes seconds to build
     hvd.init()
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, optimizer, step=0)
