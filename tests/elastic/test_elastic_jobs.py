@@ -97,30 +97,24 @@ def assert_trained(job: Job, steps: int) -> list[dict]:
     return finals
 
 
-def test_two_kills_in_a_row_during_negotiation_and_collective(tmp_path):
-    """Worker 1 dies in a negotiation, then worker 0 (rank 0) inside a large allreduce."""
+def test_kills_during_negotiation_collective_and_commit_and_hosts_back_after_cooldown(tmp_path):
+    """A 3-worker job: worker 1 dies in a negotiation, then at once worker 0 (rank 0) inside a
+    large allreduce (two failures in a row). After the cooldown the host takes replacements
+    (workers 3 and 4; the job holds at step 14 until it has 3 workers again), and worker 3 dies
+    inside commit()."""
     job = Job(tmp_path, "localhost:3\n",
               ["-np", "3", "--min-np", "2", "--max-np", "3", "--blacklist-cooldown-range",
                "0.5", "1"],
-              {"ELASTIC_STEPS": "24", "ELASTIC_KILLS": "1:5:negotiation,0:9:collective"})
+              {"ELASTIC_STEPS": "24", "ELASTIC_HOLD": "14:3",
+               "ELASTIC_KILLS": "1:5:negotiation,0:9:collective,3:15:commit"})
     code = job.wait()
     log = job.stderr()
     assert code == 0, log
-    assert log.count("exited with signal SIGKILL") + log.count("signal SIGKILL;") >= 2, log
-    assert_trained(job, 24)
-    job.assert_no_worker_left()
-
-
-def test_kill_during_commit_and_the_host_comes_back_after_cooldown(tmp_path):
-    job = Job(tmp_path, "localhost:3\n",
-              ["--min-np", "2", "--max-np", "3", "--blacklist-cooldown-range", "0.5", "1"],
-              {"ELASTIC_STEPS": "30", "ELASTIC_KILLS": "2:5:commit", "ELASTIC_HOLD": "20:3"})
-    code = job.wait()
-    log = job.stderr()
-    assert code == 0, log
+    for worker in (0, 1, 3):
+        assert f"worker {worker} on localhost signal SIGKILL" in log, log
     sizes = job.generations()
-    assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, log  # shrank, then grew back
-    assert len(assert_trained(job, 30)) == 3
+    assert sizes[0] == 3 and 2 in sizes and 3 in sizes[1:], log  # shrank, then grew back
+    assert len(assert_trained(job, 24)) >= 2
     job.assert_no_worker_left()
 
 
