@@ -82,6 +82,8 @@ class TorchState(ObjectState):
         kwargs: more attributes (epoch, batch, samplers, further models...).
     """
 
+    _handlers: dict[str, _Handler]
+
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None, **kwargs: Any) -> None:
         kwargs.update(model=model, optimizer=optimizer)
