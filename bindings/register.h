@@ -8,6 +8,6 @@ void registerErrors(pybind11::module_& m);   // errors.cc: hora::Error -> hora.e
 void registerEnums(pybind11::module_& m);    // register_enums.cc: OpKind, ReduceOp
 void registerHandle(pybind11::module_& m);   // register_handle.cc: class Handle
 void registerRuntime(pybind11::module_& m);  // register_runtime.cc: init, enqueue, process sets...
-void registerStore(pybind11::module_& m);    // register_store.cc: class StoreServer
+void registerStore(pybind11::module_& m);    // register_store.cc: StoreServer, StoreClient
 
 }  // namespace hora::bindings

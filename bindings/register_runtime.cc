@@ -89,7 +89,8 @@ void serveRendezvous(const std::string& storeHost, int port, const std::string& 
 void init(int rank, int size, int localRank, int localSize, int crossRank, int crossSize,
           const std::string& transport, const std::string& controller, const std::string& storeHost,
           int storePort, bool serveStore, const std::string& secret, const std::string& listenHost,
-          const std::vector<std::vector<int>>& processSets, int64_t mpiComm) {
+          const std::vector<std::vector<int>>& processSets, int64_t mpiComm, int generation,
+          double startTimeoutSeconds) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument("invalid topology: rank " + std::to_string(rank) + " of size " +
                           std::to_string(size));
@@ -111,6 +112,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
   options.mpiComm = mpiComm;
   options.processSets = processSets;
   options.settings = Settings::fromEnvironment();
+  if (startTimeoutSeconds > 0) options.settings.startTimeoutSeconds = startTimeoutSeconds;
 
   py::gil_scoped_release release;
   std::lock_guard<std::mutex> lifecycle(state().lifecycleMu);
@@ -120,7 +122,10 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
     setCurrent(nullptr);
   }
   if (serveStore) serveRendezvous(storeHost, storePort, secret);
-  options.generation = state().generation++;
+  // Every rank of an elastic job passes the driver's generation: the processes' own counts of
+  // inits differ (survivors have more than new workers).
+  int own = state().generation++;
+  options.generation = generation >= 0 ? generation : own;
   std::shared_ptr<Runtime> rt = Runtime::start(options);
   setCurrent(std::move(rt));
 }
@@ -318,11 +323,13 @@ void registerRuntime(py::module_& m) {
         py::arg("transport") = "tcp", py::arg("controller") = "", py::arg("store_host") = "",
         py::arg("store_port") = 0, py::arg("serve_store") = false, py::arg("secret") = "",
         py::arg("listen_host") = "", py::arg("process_sets") = std::vector<std::vector<int>>{},
-        py::arg("mpi_comm") = -1,
+        py::arg("mpi_comm") = -1, py::arg("generation") = -1, py::arg("start_timeout") = -1.0,
         "Start the engine (collective: blocks until every rank connected; GIL released). "
         "transport runs the collectives, controller the negotiation (\"\" = transport). "
         "Without a store, TCP beside MPI bootstraps one over MPI. "
-        "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running.");
+        "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running. "
+        "generation >= 0 names this init's store keys (the same on every rank; default: this "
+        "process's count of inits); start_timeout > 0 overrides HORA_START_TIMEOUT (seconds).");
   m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
   m.def(
       "is_initialized", [] { return current() != nullptr; }, "True between init() and shutdown().");

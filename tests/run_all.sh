@@ -12,6 +12,9 @@
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
 #      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
 #      seed that it prints, or HORA_CHAOS_SEED)
+#   8b. elastic: horarun elastic jobs on this machine (tests/elastic): workers killed during
+#      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
+#      job below --min-np
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, from its
 #      committed seeds, with the executions per target; asan / tsan: the C++ unit tests (with the
 #      MPI driver at 1-4 ranks and the runtime's multi-rank thread tests) under AddressSanitizer +
@@ -29,7 +32,7 @@
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
 #   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,mpi,mxnet,
-#                    tensorflow,chaos,fuzz,asan,tsan
+#                    tensorflow,chaos,elastic,fuzz,asan,tsan
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++).
@@ -43,7 +46,7 @@ JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 SYSTEM_INSTALL=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos,fuzz,asan,tsan"
+ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -390,6 +393,11 @@ if wants chaos; then
   [ -n "${HORA_CHAOS_SEED:-}" ] && CHAOS_ARGS+=(--seed "$HORA_CHAOS_SEED")
   run "chaos: ${HORA_CHAOS_COUNT:-200} randomized fault scenarios" timeout -k 20 "$RUN_TIMEOUT" \
     "$PY" tests/chaos/run_chaos.py "${CHAOS_ARGS[@]}"
+fi
+
+if wants elastic; then
+  run "elastic: horarun elastic jobs (kills, cooldown, growth, below --min-np)" \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/elastic
 fi
 
 # 9. Fuzzing and sanitizers (C++ only: build trees of their own under build/)

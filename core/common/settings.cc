@@ -53,6 +53,11 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
       {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
+      // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
+      {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
+      {"ELASTIC_WORKER_ID", "", "the elastic driver's name for this worker process"},
+      {"ELASTIC_PORT", "", "port of the elastic driver's control store (on RENDEZVOUS_ADDR)"},
+      {"ELASTIC_TIMEOUT", "600", "seconds a worker waits for the driver to form a new generation"},
   };
   return kVars;
 }

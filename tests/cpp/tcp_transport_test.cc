@@ -328,6 +328,45 @@ TEST(TcpTransport, MissingRankTimesOutNamingIt) {
   for (const auto& m : messages) EXPECT_NE(m.find("rank(s) 2"), std::string::npos) << m;
 }
 
+// A store that goes away (the launcher stopped it) while check() is asked.
+class VanishingStore : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
+  std::string get(const std::string& key, Millis timeout) override {
+    return inner_.get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_.add(key, delta); }
+  bool check(const std::vector<std::string>& keys) override {
+    if (gone) throw IoError("store at test: connection closed by peer");
+    return inner_.check(keys);
+  }
+  void wait(const std::vector<std::string>& keys, Millis timeout) override {
+    inner_.wait(keys, timeout);
+  }
+  std::atomic<bool> gone{false};
+
+ private:
+  MemoryStore inner_;
+};
+
+TEST(TcpTransport, RankWaitingForPeersGivesUpWhenTheStoreGoesAway) {
+  VanishingStore store;
+  std::string message;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    store.gone = true;
+  });
+  ConnectOptions o = options(0, 2);  // rank 1 never starts
+  o.startTimeout = 600000ms;         // a TimeoutError would come only after this
+  try {
+    connect(store, o);
+  } catch (const IoError& e) {
+    message = e.what();
+  }
+  stopper.join();
+  EXPECT_NE(message.find("rendezvous store went away"), std::string::npos) << message;
+}
+
 TEST(TcpTransport, WrongSecretNeverConnects) {
   MemoryStore store;
   std::vector<std::string> messages(2);

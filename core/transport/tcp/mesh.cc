@@ -14,6 +14,10 @@ namespace {
 
 constexpr Millis kFirstRetry{20};
 constexpr Millis kMaxRetry{500};
+// How often a rank waiting for its peers checks that the rendezvous store is still there: a
+// launcher that stops the store (an elastic driver replacing this generation of the job, or a
+// launcher that died) ends the wait now instead of at the start timeout.
+constexpr Millis kStoreCheckInterval{500};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 
@@ -73,6 +77,7 @@ class MeshBuilder {
   bool complete() const;
   int expectedIncoming() const;
   [[noreturn]] void timedOut();
+  void checkStore(Clock::time_point now);
   std::string me() const { return "rank " + std::to_string(o_.rank); }
 
   const ConnectOptions& o_;
@@ -83,6 +88,7 @@ class MeshBuilder {
   std::vector<std::unique_ptr<Attempt>> attempts_;
   std::vector<bool> claimedData_, claimedControl_;
   int incomingDone_ = 0;
+  Clock::time_point nextStoreCheck_;
   MeshSockets mesh_;
 };
 
@@ -91,9 +97,11 @@ MeshSockets MeshBuilder::build() {
   publish();
   resolveTargets();
   std::vector<pollfd> fds;
+  nextStoreCheck_ = Clock::now() + kStoreCheckInterval;
   while (!complete()) {
     auto now = Clock::now();
     if (now >= deadline_) timedOut();
+    checkStore(now);
     startDue(now);
     fds.clear();
     fds.push_back({listener_.fd(), POLLIN, 0});
@@ -108,6 +116,7 @@ MeshSockets MeshBuilder::build() {
       if (!t.done && !t.active) wake = std::min(wake, t.retryAt);
     }
     for (const auto& a : attempts_) wake = std::min(wake, a->handshakeDeadline);
+    wake = std::min(wake, nextStoreCheck_);
     int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
     size_t polled = fds.size() - 1;
@@ -164,6 +173,18 @@ void MeshBuilder::expirePending(Clock::time_point now) {
     if (pendingIncoming(*a) && a->handshakeDeadline <= now) {
       abandon(*a, "handshake timed out", Setback::Rejected);
     }
+  }
+}
+
+void MeshBuilder::checkStore(Clock::time_point now) {
+  if (now < nextStoreCheck_) return;
+  nextStoreCheck_ = now + kStoreCheckInterval;
+  try {
+    store_.check({addressKey(o_.rank)});
+  } catch (const IoError& e) {
+    throw IoError(me() + ": the rendezvous store went away while connecting to the peers (" +
+                  e.what() + "); the launcher stopped this job (or a newer generation of an " +
+                  "elastic job replaced it)");
   }
 }
 

@@ -8,6 +8,7 @@ engine; ``shutdown()`` stops it, after which ``init()`` works again. The topolog
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -16,7 +17,10 @@ from typing import Any, Callable, Union
 from hora import _core
 from hora.common import discovery
 from hora.common import process_sets as _ps
-from hora.errors import NotSupportedError
+from hora.common.elastic import worker as elastic_worker
+from hora.errors import HoraError, NotSupportedError
+
+_log = logging.getLogger("hora.elastic")
 
 NOT_INITIALIZED = "Hora has not been initialized; use hora.init()."
 
@@ -97,7 +101,6 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             neither role runs on MPI, or MPI is asked for in a job that mpirun did not start.
         HoraTimeoutError: not every rank arrived at the rendezvous in time.
     """
-    global _topology, _atexit_registered
     with _lock:
         if _core.is_initialized():
             return
@@ -122,24 +125,52 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
                 mpi["rank"], mpi["size"], mpi["local_rank"], mpi["local_size"],
                 mpi["cross_rank"], mpi["cross_size"], source="mpi",
             )
+        elif elastic_worker.active():
+            _start_elastic(transports, requested)
+            return
         else:
             info = discovery.discover()
-        listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
-        secret = discovery.checked_secret(info, listen) if transports.uses_tcp else info.secret
-        objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
-        _core.init(
-            info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
-            info.cross_size, transport=transports.cpu_operations,
-            controller=transports.controller, store_host=info.store_host,
-            store_port=info.store_port, serve_store=info.serve_store, secret=secret,
-            listen_host=listen,
-            process_sets=to_register, mpi_comm=comm_handle,
-        )
-        _topology = dict(_core.topology())
-        _ps.update_after_init(objects)
-        if not _atexit_registered:
-            atexit.register(shutdown)
-            _atexit_registered = True
+        _start_engine(info, transports, requested, comm_handle)
+
+
+def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
+                  requested: Sequence[Any], comm_handle: int, generation: int = -1) -> None:
+    global _topology, _atexit_registered
+    listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
+    secret = discovery.checked_secret(info, listen) if transports.uses_tcp else info.secret
+    objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
+    _core.init(
+        info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,
+        info.cross_size, transport=transports.cpu_operations,
+        controller=transports.controller, store_host=info.store_host,
+        store_port=info.store_port, serve_store=info.serve_store, secret=secret,
+        listen_host=listen,
+        process_sets=to_register, mpi_comm=comm_handle, generation=generation,
+    )
+    _topology = dict(_core.topology())
+    _ps.update_after_init(objects)
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def _start_elastic(transports: discovery.Transports, requested: Sequence[Any]) -> None:
+    """Join the elastic driver's next generation that includes this worker. A generation that
+    does not form (a member died or a newer one superseded it during the rendezvous) is
+    reported to the driver and the next one is joined; waiting for one is bounded by
+    ``HORA_ELASTIC_TIMEOUT``, which raises HoraTimeoutError."""
+    while True:
+        info = elastic_worker.join_next_generation()
+        try:
+            _start_engine(info, transports, requested, -1,
+                          generation=elastic_worker.current_generation())
+            elastic_worker.report_formed()
+            return
+        except HoraError as exc:
+            _core.shutdown()
+            elastic_worker.request_reset()
+            _log.warning("hora elastic: generation %d did not form (%s); waiting for the next",
+                         elastic_worker.current_generation(), exc)
 
 
 def shutdown() -> None:

@@ -14,4 +14,4 @@ Other Keras backends (JAX, torch) are not supported: the gradient hooks are Tens
 from __future__ import annotations
 
 from hora.tensorflow.keras import *
-from hora.tensorflow.keras import __all__, callbacks  # noqa: F401
+from hora.tensorflow.keras import __all__, callbacks, elastic  # noqa: F401

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hora.runner import check_build, config, hosts, job, mpirun, slots, ssh_exec
+from hora.runner import check_build, config, elastic, hosts, job, mpirun, slots, ssh_exec
 from hora.runner.env import SETTINGS
 
 COMPAT_FLAGS = (
@@ -96,6 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
             add(flag, dest=_compat_dest(flag), action="store_true", help=argparse.SUPPRESS)
         else:
             add(flag, dest=_compat_dest(flag), type=kind, help=argparse.SUPPRESS)
+    elastic = parser.add_argument_group("elastic mode (any of --min-np, --max-np, "
+                                        "--host-discovery-script turns it on)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int,
+                         help="fewest workers the job runs with (default: -np)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int,
+                         help="most workers the job grows to (default: unbounded)")
+    elastic.add_argument("--host-discovery-script", dest="host_discovery_script",
+                         help="executable printing one host[:slots] line per usable host; "
+                         "polled every second")
+    elastic.add_argument("--slots", "--slots-per-host", dest="slots", type=int,
+                         help="slots of a discovered host printed without :slots")
+    elastic.add_argument("--elastic-timeout", dest="elastic_timeout", type=float,
+                         help="seconds the job may stay below --min-np before it fails "
+                         "(default: HORA_ELASTIC_TIMEOUT or 600)")
+    elastic.add_argument("--reset-limit", dest="reset_limit", type=int,
+                         help="most re-formations of the job before it fails (default: none)")
+    elastic.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=float,
+                         nargs=2, metavar=("LO", "HI"),
+                         help="seconds a host where a worker failed takes no new workers: "
+                         "random in [LO, HI], doubling with each failure (default: for good)")
     add("--force-ssh", dest="force_ssh", type=lambda s: [h for h in s.split(",") if h],
         help=argparse.SUPPRESS)
     add("command", nargs=argparse.REMAINDER, help="the command every rank runs")
@@ -175,6 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--jsrun is not supported by Hora; use the built-in launcher or --mpi")
     if not args.command:
         parser.error("no command given")
+    if elastic.is_elastic(args):
+        if args.mpi:
+            parser.error("elastic mode runs on the built-in transport; drop --mpi")
+        warn_compat(args)
+        try:
+            return elastic.run_elastic(args, args.command)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         placement = plan(args.num_proc, args.hosts, args.hostfile)
     except ValueError as exc:

@@ -12,7 +12,7 @@ Tensors reach the engine through DLPack; nothing here is compiled against torch.
 
 from __future__ import annotations
 
-from hora.torch import hooks, mpi_ops
+from hora.torch import elastic, hooks, mpi_ops
 from hora.torch.functions import (
     allgather_object,
     broadcast_object,
@@ -26,5 +26,6 @@ from hora.torch.zero import ZeroRedundancyOptimizer
 
 __all__ = mpi_ops.__all__ + [
     "DistributedOptimizer", "SyncBatchNorm", "ZeroRedundancyOptimizer", "allgather_object",
-    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "hooks", "mpi_ops",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "elastic", "hooks",
+    "mpi_ops",
 ]

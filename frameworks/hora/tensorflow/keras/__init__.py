@@ -26,13 +26,13 @@ from hora.tensorflow import functions as _functions
 from hora.tensorflow import keras_optimizer as _kopt
 from hora.tensorflow import mpi_ops as _mpi_ops
 from hora.tensorflow.compression import Compression, Compressor
-from hora.tensorflow.keras import callbacks
+from hora.tensorflow.keras import callbacks, elastic
 from hora.tensorflow.optimizer import GroupsArg
 
 __all__ = api.__all__ + [
     "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce",
     "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "callbacks", "load_model", "reducescatter",
+    "callbacks", "elastic", "load_model", "reducescatter",
 ]
 
 broadcast_object = _functions.broadcast_object

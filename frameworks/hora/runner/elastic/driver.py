@@ -1,0 +1,292 @@
+"""The elastic driver: keeps a job of between ``--min-np`` and ``--max-np`` workers running.
+
+It polls host discovery and starts workers on free slots of usable hosts (up to ``-np`` for
+the first generation, then up to ``--max-np``). It forms numbered generations of the job (see
+``hora.common.elastic.protocol``) from the workers that are ready (their ``init()`` asked for a
+place): the first one once every started worker is ready, a new one at once when a member fails,
+a host goes away or a worker asks for a reset, and one when new workers are ready (growth). A
+worker that is not ready within ``READY_TIMEOUT_SECONDS`` is stopped and counted as a failure. A host where a worker failed is left out for a cooldown
+(``Blacklist``). Below ``--min-np`` for longer than ``--elastic-timeout`` seconds, or past
+``--reset-limit`` re-formations, the job ends with a message saying why. Once any worker
+exits with 0 no new generation is formed; the job ends when every worker has ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+from hora import _core
+from hora.common.elastic import protocol
+from hora.runner.elastic.blacklist import Blacklist
+from hora.runner.elastic.placement import place
+from hora.runner.elastic.workers import LaunchInfo, Worker, WorkerPool
+from hora.runner.local_exec import describe_exit, exit_code_of
+
+DISCOVERY_INTERVAL_SECONDS = 1.0
+READY_TIMEOUT_SECONDS = 120.0
+_TICK_SECONDS = 0.1
+
+
+@dataclasses.dataclass
+class ElasticLimits:
+    """The elastic flags of the command line."""
+
+    min_np: int
+    max_np: int | None
+    initial_np: int | None
+    elastic_timeout: float
+    reset_limit: int | None
+
+
+def say(text: str) -> None:
+    print(f"horarun: {text}", file=sys.stderr, flush=True)
+
+
+class ElasticDriver:
+    """Runs one elastic job; ``run()`` returns the launcher's exit code."""
+
+    def __init__(self, info: LaunchInfo, discover: Callable[[], dict[str, int]],
+                 limits: ElasticLimits, blacklist: Blacklist, pool: WorkerPool,
+                 bind_host: str, control: _core.StoreClient) -> None:
+        self._info = info
+        self._discover = discover
+        self._limits = limits
+        self._blacklist = blacklist
+        self._pool = pool
+        self._bind_host = bind_host
+        self._control = control
+        self._hosts: dict[str, int] = {}
+        self._generation = -1
+        self._members: list[int] = []
+        self._ready: set[int] = set()
+        self._started_at: dict[int, float] = {}
+        self._stores: list[_core.StoreServer] = []
+        self._below_min_since: float | None = None
+        self._reset_seen = -1  # the generation whose reset request was acted on
+        self._finished = False
+        self._finishing_generation = -1
+        self._failure: tuple[int, int] | None = None  # (worker, code) of a failure after success
+        self._stop_signal: int | None = None
+        self._started = time.monotonic()
+
+    def request_stop(self, signum: int) -> None:
+        """Make ``run()`` stop every worker (safe in a signal handler)."""
+        self._stop_signal = signum
+
+    def run(self) -> int:
+        try:
+            return self._loop()
+        finally:
+            self._pool.close()
+            for store in self._stores:
+                store.stop()
+
+    def _loop(self) -> int:
+        next_discovery = 0.0
+        urgent = False  # a member is gone: re-form without waiting for starting workers
+        while True:
+            if self._stop_signal is not None:
+                say(f"received {signal.Signals(self._stop_signal).name}; stopping all workers")
+                return 128 + self._stop_signal
+            urgent |= self._reap()
+            if self._finished:
+                if not self._pool.alive():
+                    return self._final_code()
+                self._stop_unneeded()
+                continue
+            now = time.monotonic()
+            if now >= next_discovery:
+                urgent |= self._poll_hosts()
+                next_discovery = now + DISCOVERY_INTERVAL_SECONDS
+            try:
+                self._start_missing()
+            except OSError as exc:
+                say(f"cannot start {exc.filename or self._info.command[0]!r}: "
+                    f"{exc.strerror or exc}")
+                return 127
+            self._check_ready()
+            urgent |= self._reset_requested()
+            if urgent or self._below_min_since is not None or \
+                    (self._newcomers() and not self._pending()):
+                outcome = self._form()
+                if outcome is not None:
+                    return outcome
+                urgent = False
+
+    def _reap(self) -> bool:
+        """Handle the workers that exited; True when a member of the generation failed."""
+        changed = False
+        try:
+            worker_id, code = self._pool.exits.get(timeout=_TICK_SECONDS)
+        except queue.Empty:
+            return False
+        while True:
+            worker = self._pool.workers[worker_id]
+            worker.reaped = True
+            self._ready.discard(worker_id)
+            if code == 0 and not worker.stopping:
+                if not self._finished:
+                    self._finishing_generation = self._formed(worker_id)
+                    say(f"worker {worker_id} finished in generation "
+                        f"{self._finishing_generation}; waiting for the others to finish")
+                self._finished = True
+            elif not worker.stopping:
+                if self._finished:
+                    self._failure = self._failure or (worker_id, code)
+                else:
+                    self._on_failure(worker, describe_exit(code))
+                    changed = changed or worker_id in self._members
+            try:
+                worker_id, code = self._pool.exits.get_nowait()
+            except queue.Empty:
+                return changed
+
+    def _formed(self, worker_id: int) -> int:
+        value = self._control.try_get(protocol.formed_key(str(worker_id)))
+        return -1 if value is None else int(value)
+
+    def _stop_unneeded(self) -> None:
+        """After a worker finished: stop the workers that are not in the generation it
+        finished in (they wait for a generation that will not form)."""
+        unneeded = [w for w in self._pool.alive()
+                    if self._formed(w.id) != self._finishing_generation]
+        if unneeded:
+            say(f"stopping workers {[w.id for w in unneeded]}: they are not part of generation "
+                f"{self._finishing_generation}, in which the job finished")
+            self._pool.stop(unneeded)
+
+    def _on_failure(self, worker: Worker, what: str) -> None:
+        cooldown = self._blacklist.record_failure(worker.host)
+        when = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
+        say(f"worker {worker.id} on {worker.host} {what}; {worker.host} takes no new "
+            f"workers {when}")
+
+    def _final_code(self) -> int:
+        if self._failure is None:
+            say("job finished")
+            return 0
+        worker_id, code = self._failure
+        say(f"job failed: worker {worker_id} exited with {describe_exit(code)} after another "
+            "worker had finished")
+        return exit_code_of(code)
+
+    def _poll_hosts(self) -> bool:
+        """Refresh the hosts and stop workers on hosts that went away; True when one of them
+        was a member."""
+        self._hosts = self._discover()
+        gone = [w for w in self._pool.alive() if w.host not in self._hosts]
+        if not gone:
+            return False
+        say(f"hosts {sorted({w.host for w in gone})} are no longer discovered; stopping "
+            f"their workers {[w.id for w in gone]}")
+        self._pool.stop(gone)
+        return any(w.id in self._members for w in gone)
+
+    def _target(self) -> int:
+        cap = self._limits.max_np if self._limits.max_np is not None else sys.maxsize
+        if self._generation < 0 and self._limits.initial_np is not None:
+            cap = min(cap, self._limits.initial_np)
+        return cap
+
+    def _start_missing(self) -> None:
+        """Start workers on free slots of usable hosts while fewer than the target run."""
+        missing = self._target() - len(self._pool.alive())
+        for host, slots in self._hosts.items():
+            if not self._blacklist.usable(host):
+                continue
+            while missing > 0 and self._pool.count_on(host) < slots:
+                worker = self._pool.start(self._info, host, slots)
+                self._started_at[worker.id] = time.monotonic()
+                missing -= 1
+
+    def _pending(self) -> list[Worker]:
+        return [w for w in self._pool.alive() if w.id not in self._ready]
+
+    def _newcomers(self) -> bool:
+        return any(w.id in self._ready and w.id not in self._members for w in self._pool.alive())
+
+    def _check_ready(self) -> None:
+        """Note the workers that became ready; stop the ones that are not ready in time."""
+        late = []
+        now = time.monotonic()
+        for worker in self._pending():
+            if self._control.try_get(protocol.started_key(str(worker.id))) is not None:
+                self._ready.add(worker.id)
+            elif now - self._started_at.get(worker.id, now) > READY_TIMEOUT_SECONDS:
+                late.append(worker)
+        if late:
+            self._pool.stop(late)
+            for worker in late:
+                self._on_failure(worker, f"did not call init() within {READY_TIMEOUT_SECONDS:g} s")
+
+    def _reset_requested(self) -> bool:
+        if self._generation < 0:
+            return False
+        if self._reset_seen == self._generation:
+            return False
+        value = self._control.try_get(protocol.reset_key(self._generation))
+        if value is None or int(value) <= 0:
+            return False
+        self._reset_seen = self._generation
+        say(f"a worker of generation {self._generation} asked for a reset")
+        return True
+
+    def _form(self) -> int | None:
+        """Form a new generation of the ready workers when there are enough; the exit code when
+        the job must end instead, None otherwise."""
+        ready = [w for w in self._pool.alive() if w.id in self._ready]
+        if len(ready) < self._limits.min_np:
+            return self._below_min(len(ready))
+        self._below_min_since = None
+        if self._generation >= 0 and self._limits.reset_limit is not None and \
+                self._generation >= self._limits.reset_limit:
+            say(f"job failed: one more re-formation would exceed --reset-limit "
+                f"{self._limits.reset_limit}")
+            return 1
+        target = self._target()
+        if ready[target:]:
+            self._pool.stop(ready[target:])
+        self._publish(ready[:target])
+        return None
+
+    def _below_min(self, ready: int) -> int | None:
+        now = time.monotonic()
+        if self._below_min_since is None:
+            self._below_min_since = now
+            if self._generation >= 0:
+                say(f"{ready} worker(s) ready, fewer than --min-np {self._limits.min_np}; "
+                    f"waiting up to {self._limits.elastic_timeout:g} s (--elastic-timeout)")
+        if now - self._below_min_since < self._limits.elastic_timeout:
+            return None
+        hosts = ", ".join(f"{h}:{s}{'' if self._blacklist.usable(h) else ' (blacklisted)'}"
+                          for h, s in self._hosts.items()) or "none"
+        say(f"job failed: fewer than --min-np {self._limits.min_np} workers ({ready} ready) for "
+            f"{self._limits.elastic_timeout:g} s (--elastic-timeout); hosts: {hosts}")
+        return 1
+
+    def _publish(self, members: list[Worker]) -> None:
+        generation = self._generation + 1
+        secret = protocol.generation_secret(self._info.secret, generation)
+        store = _core.StoreServer(self._bind_host, 0, secret)
+        coordinates = place([(w.id, w.host) for w in members])
+        for worker in members:
+            c = coordinates[worker.id]
+            where = protocol.Assignment(c.rank, c.size, c.local_rank, c.local_size,
+                                        c.cross_rank, c.cross_size, store.port)
+            self._control.set(protocol.worker_key(generation, str(worker.id)), where.encode())
+        self._control.set(protocol.GENERATION_KEY, str(generation).encode())
+        self._control.set(protocol.ready_key(generation), b"1")
+        for old in self._stores:
+            old.stop()  # connections of older generations are refused from now on
+        self._stores = [store]
+        self._generation = generation
+        self._members = [w.id for w in members]
+        order = sorted(members, key=lambda w: coordinates[w.id].rank)
+        say(f"generation {generation} at {time.monotonic() - self._started:.2f} s: "
+            f"{len(members)} workers (" + ", ".join(
+                f"rank {coordinates[w.id].rank}: worker {w.id} on {w.host}" for w in order) + ")")

@@ -1,0 +1,158 @@
+"""Elastic jobs on this machine: workers killed during negotiation, a collective and commit(),
+two failures in a row, a host back after its cooldown, growth from 2 to 4 workers through a
+discovery script, and a job that stays below --min-np. Each job trains the model of
+``elastic_train.py``: its final parameters must be the same on every worker and equal to what
+the committed steps imply, and no worker process may outlive the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from elastic_train import reference_params
+
+JOB_BOUND_SECONDS = 150  # a job that has not ended by then hangs: the test fails
+
+
+class Job:
+    """One ``horarun`` elastic job of ``elastic_train.py`` with a discovery script."""
+
+    def __init__(self, tmp: Path, hosts: str, flags: list[str], env: dict[str, str]) -> None:
+        self.out = tmp / "out"
+        self.out.mkdir()
+        self.hosts_file = tmp / "hosts"
+        self.hosts_file.write_text(hosts)
+        script = tmp / "discover.sh"
+        script.write_text(f"#!/bin/sh\ncat {self.hosts_file}\n")
+        script.chmod(0o755)
+        self.stderr_path = tmp / "stderr"
+        full_env = dict(os.environ, ELASTIC_OUT=str(self.out), **env)
+        argv = [sys.executable, "-m", "hora.runner", "--host-discovery-script", str(script),
+                *flags, sys.executable, str(HERE / "elastic_train.py")]
+        self.started = time.monotonic()
+        with open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL,
+                                            stderr=err)
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait(timeout=JOB_BOUND_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"the job did not end within {JOB_BOUND_SECONDS} s:\n{self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_for_step(self, step: int) -> None:
+        progress = self.out / "progress"
+        while self.process.poll() is None:
+            if progress.exists() and any(int(line.split()[-1]) >= step
+                                         for line in progress.read_text().splitlines() if line):
+                return
+            time.sleep(0.1)
+        pytest.fail(f"the job ended before step {step}:\n{self.stderr()}")
+
+    def finals(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(self.out.glob("final.*.json"))]
+
+    def generations(self) -> list[int]:
+        """Worker count of each generation formed, in order."""
+        return [int(m.group(1)) for m in
+                re.finditer(r"^horarun: generation \d+ at [\d.]+ s: (\d+) workers",
+                            self.stderr(), re.MULTILINE)]
+
+    def assert_no_worker_left(self) -> None:
+        for pid_file in self.out.glob("pid.*"):
+            pid = int(pid_file.read_text())
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            pytest.fail(f"worker {pid_file.suffix[1:]} (pid {pid}) outlived the launcher")
+
+
+def assert_trained(job: Job, steps: int) -> list[dict]:
+    finals = job.finals()
+    assert finals, job.stderr()
+    sizes = {f["size"] for f in finals}
+    assert sizes == {len(finals)}, f"workers finished in different generations: {finals}"
+    assert sorted(f["rank"] for f in finals) == list(range(len(finals)))
+    expected = reference_params(steps)
+    for f in finals:
+        assert f["step"] == steps
+        assert f["params"] == finals[0]["params"], "workers disagree on the parameters"
+        assert f["params"] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    return finals
+
+
+def test_kills_during_negotiation_collective_and_commit_and_hosts_back_after_cooldown(tmp_path):
+    """A 3-worker job: worker 1 dies in a negotiation, then at once worker 0 (rank 0) inside a
+    large allreduce (two failures in a row). After the cooldown the host takes replacements
+    (workers 3 and 4; the job holds at step 14 until it has 3 workers again), and worker 3 dies
+    inside commit()."""
+    job = Job(tmp_path, "localhost:3\n",
+              ["-np", "3", "--min-np", "2", "--max-np", "3", "--blacklist-cooldown-range",
+               "0.5", "1"],
+              {"ELASTIC_STEPS": "24", "ELASTIC_HOLD": "14:3",
+               "ELASTIC_KILLS": "1:5:negotiation,0:9:collective,3:15:commit"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 0, log
+    for worker in (0, 1, 3):
+        assert f"worker {worker} on localhost signal SIGKILL" in log, log
+    sizes = job.generations()
+    assert sizes[0] == 3 and 2 in sizes and 3 in sizes[1:], log  # shrank, then grew back
+    assert len(assert_trained(job, 24)) >= 2
+    job.assert_no_worker_left()
+
+
+def test_grows_from_2_to_4_and_shrinks_when_a_host_disappears(tmp_path):
+    """Discovery adds a host with 2 slots (127.0.0.1 is this machine under another name); the job
+    holds at step 10 until it has 4 workers. Then the host disappears: its workers are stopped
+    and the job finishes with the 2 others."""
+    job = Job(tmp_path, "localhost:2\n", ["--min-np", "2", "--max-np", "4"],
+              {"ELASTIC_STEPS": "30", "ELASTIC_HOLD": "10:4"})
+    job.wait_for_step(4)
+    job.hosts_file.write_text("localhost:2\n127.0.0.1:2\n")
+    job.wait_for_step(13)
+    job.hosts_file.write_text("localhost:2\n")
+    code = job.wait()
+    log = job.stderr()
+    assert code == 0, log
+    assert job.generations()[0] == 2 and 4 in job.generations(), log
+    assert "hosts ['127.0.0.1'] are no longer discovered" in log, log
+    assert len(assert_trained(job, 30)) == 2
+    job.assert_no_worker_left()
+
+
+def test_reset_limit_ends_the_job(tmp_path):
+    job = Job(tmp_path, "localhost:3\n", ["--min-np", "2", "--reset-limit", "0"],
+              {"ELASTIC_STEPS": "1000", "ELASTIC_KILLS": "1:3:negotiation"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 1, log
+    assert "job failed: one more re-formation would exceed --reset-limit 0" in log, log
+    job.assert_no_worker_left()
+
+
+def test_below_min_np_for_the_elastic_timeout_fails_with_a_message(tmp_path):
+    job = Job(tmp_path, "localhost:2\n", ["--min-np", "2", "--elastic-timeout", "2"],
+              {"ELASTIC_STEPS": "1000", "ELASTIC_KILLS": "1:3:negotiation"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 1, log
+    assert "job failed: fewer than --min-np 2 workers (1 ready) for 2 s" in log, log
+    assert not job.finals()
+    job.assert_no_worker_left()
