@@ -293,6 +293,24 @@ TEST(ShmSetup, StrangerWithoutTheSecretGetsNoDescriptor) {
   EXPECT_EQ(strangerResult.rfind("refused", 0), 0u) << strangerResult;
 }
 
+TEST(ShmWait, APeerThatLeftAfterPublishingDoesNotFailTheWait) {
+  shm::Doorbell bell{};
+  shm::WaitPolicy policy;
+  policy.pause = 0us;
+  policy.yield = 0us;
+  policy.timeout = 5000ms;
+  // The condition turns true only once the failure check has seen the peer gone, as when a peer
+  // publishes its last bytes and leaves between the waiter's two looks.
+  bool gone = false;
+  bool ok = shm::waitUntil(
+      bell, policy, [&] { return gone; },
+      [&] {
+        gone = true;
+        return std::string("rank 1 left");
+      });
+  EXPECT_TRUE(ok);
+}
+
 TEST(ShmWait, WakesOnRingFailsOnReasonAndTimesOut) {
   shm::Doorbell bell{};
   shm::WaitPolicy policy;

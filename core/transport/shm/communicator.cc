@@ -53,22 +53,24 @@ void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtyp
   for (int r = 0; r < p.worldSize; ++r) {
     if (r != p.worldRank) ring(p.doorbell(r));
   }
+  auto published = [&](int r) {
+    return static_cast<int32_t>(s.rank(r).line.seq.load(std::memory_order_acquire) - k) >= 0;
+  };
   auto ready = [&] {
     for (int r : others_) {
-      uint32_t seen = s.rank(r).line.seq.load(std::memory_order_acquire);
-      if (static_cast<int32_t>(seen - k) < 0) return false;
+      if (!published(r)) return false;
     }
     return true;
   };
   auto missing = [&] {
     std::string out;
     for (int r : others_) {
-      uint32_t seen = s.rank(r).line.seq.load(std::memory_order_acquire);
-      if (static_cast<int32_t>(seen - k) < 0) out += (out.empty() ? "" : ", ") + std::to_string(r);
+      if (!published(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
     }
     return "waiting for the payload of rank " + out;
   };
-  links_.waitFor(ready, others_, missing);
+  // A rank that published its payload and then left (the job ending) does not fail this wait.
+  links_.waitFor(ready, others_, missing, [&](int r) { return !published(r); });
   uint8_t acc[collectives::kSharedLineMaxBytes];
   std::memcpy(acc, slot(0), bytes);
   for (int r = 1; r < p.worldSize; ++r) reduceInto(acc, slot(r), count, dtype, op);

@@ -118,10 +118,12 @@ size_t ShmLinks::tryRecv(int peer, void* data, size_t bytes) {
 }
 
 void ShmLinks::waitFor(const std::function<bool()>& ready, const std::vector<int>& peers,
-                       const std::function<std::string()>& what) {
+                       const std::function<std::string()>& what,
+                       const std::function<bool(int peer)>& stillNeeded) {
   ShmPeers& p = *peers_;
   auto failed = [&]() -> std::string {
     for (int peer : peers) {
+      if (stillNeeded && !stillNeeded(peer)) continue;
       std::string why = p.peerGone(worldRanks_[peer]);
       if (!why.empty()) {
         return "rank " + std::to_string(p.worldRank) + ": shm " + op_ + " cannot finish: " + why +

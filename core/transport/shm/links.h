@@ -59,10 +59,12 @@ class ShmLinks : public collectives::Links {
   const char* op() const { return op_; }
   int worldRank(int peer) const { return worldRanks_[peer]; }
   ShmPeers& peers() { return *peers_; }
-  // Waits until ready(), failing when one of the listed group peers leaves; what() says what was
-  // awaited, for the error message.
+  // Waits until ready(), failing when one of the listed group peers leaves while it still holds
+  // the wait up (stillNeeded(peer), when given: a peer that left after doing its part is fine);
+  // what() says what was awaited, for the error message.
   void waitFor(const std::function<bool()>& ready, const std::vector<int>& peers,
-               const std::function<std::string()>& what);
+               const std::function<std::string()>& what,
+               const std::function<bool(int peer)>& stillNeeded = nullptr);
 
  private:
   std::shared_ptr<ShmPeers> peers_;

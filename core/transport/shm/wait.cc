@@ -67,8 +67,13 @@ bool waitUntil(Doorbell& mine, const WaitPolicy& policy, const std::function<boo
   }
   const auto deadline = start + policy.timeout;
   for (;;) {
+    // A peer that left may have published what this wait needs just before: look again after
+    // seeing it gone (its gone flag is stored after its data).
     std::string why = failed();
-    if (!why.empty()) throw IoError(why);
+    if (!why.empty()) {
+      if (ready()) return true;
+      throw IoError(why);
+    }
     // The eventcount: read the bell, announce the sleeper, re-check, then sleep only if the bell
     // has not moved since it was read (a publisher bumps it after publishing, then wakes).
     uint32_t seen = mine.bell.load(std::memory_order_seq_cst);
