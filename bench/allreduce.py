@@ -1,16 +1,20 @@
-"""Allreduce benchmark: Hora against torch.distributed (gloo), side by side, on this host.
+"""Allreduce benchmark: Hora against torch.distributed (gloo) and mpi4py, side by side, on this host.
 
     python bench/allreduce.py [--sizes 4,1K,1M] [--iters 20] [--max-size 256M] [--np 2]
 
-The script runs itself twice as workers: once under ``horarun -np N`` (Hora) and once through
-torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1 (the peer).
-Rank 0 of each writes its timings as JSON to a temporary file; this process prints one table.
+The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
+default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``), once
+through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
+once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
+installed. Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
+tables.
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
 algorithm bandwidth (bytes / time) and the bus bandwidth (algbw * 2(n-1)/n), as nccl-tests define
-them, for both, and peer_time / hora_time (above 1: Hora is faster). A second measurement submits
-200 tensors of 16 KiB asynchronously and then waits for all of them, as a training step with many
-small gradients does.
+them, and peer_time / hora_time (above 1: Hora is faster). A second measurement submits 200
+tensors of 16 KiB asynchronously and then waits for all of them, as a training step with many
+small gradients does. A last table puts every implementation side by side, with each one's time
+over Hora's shared-memory time.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -162,6 +167,34 @@ def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
     dist.destroy_process_group()
 
 
+def mpi4py_worker(sizes: list[int], iters: int, out: str) -> None:
+    """Runs under mpirun: mpi4py's in-place Allreduce per size, then 200 Iallreduce + Waitall."""
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    results = []
+    for nbytes in sizes:
+        buf = np.zeros(nbytes // 4, dtype=np.float32)
+        comm.Barrier()
+        stats = median_time(
+            lambda buf=buf: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+            *iterations(nbytes, iters),
+        )
+        results.append({"bytes": nbytes, **stats})
+        del buf
+    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
+
+    def step() -> None:
+        reqs = [comm.Iallreduce(MPI.IN_PLACE, b, op=MPI.SUM) for b in bufs]
+        MPI.Request.Waitall(reqs)
+
+    comm.Barrier()
+    step_stats = median_time(step, 3, iters)
+    if comm.Get_rank() == 0:
+        write_results(out, "mpi4py (Open MPI)", comm.Get_size(), results, step_stats)
+
+
 def write_results(
     out: str, impl: str, world: int, results: list[dict], step: dict[str, float]
 ) -> None:
@@ -195,15 +228,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_hora(args: argparse.Namespace, sizes: list[int], out: str) -> dict | None:
-    cmd = [
-        *horarun_command(),
-        "-np",
-        str(args.np),
+def worker_args(args: argparse.Namespace, sizes: list[int], worker: str, out: str) -> list[str]:
+    return [
         sys.executable,
         str(Path(__file__).resolve()),
         "--worker",
-        "hora",
+        worker,
         "--out",
         out,
         "--iters",
@@ -211,12 +241,47 @@ def run_hora(args: argparse.Namespace, sizes: list[int], out: str) -> dict | Non
         "--sizes",
         ",".join(str(s) for s in sizes),
     ]
-    print(f"running Hora: {' '.join(cmd)}", flush=True)
-    proc = subprocess.run(cmd, check=False)
+
+
+def run_mpi4py(args: argparse.Namespace, sizes: list[int], out: str) -> dict | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        print("mpi4py is not installed: no Open MPI figures (pip install mpi4py)")
+        return None
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("mpirun is not on PATH: no Open MPI figures")
+        return None
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(args.np)]
+    cmd += worker_args(args, sizes, "mpi4py", out)
+    print(f"running mpi4py: {' '.join(cmd)}", flush=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    proc = subprocess.run(cmd, check=False, env=env)
     if proc.returncode != 0:
-        print(f"Hora run failed with exit {proc.returncode}", file=sys.stderr)
+        print(f"mpi4py run failed with exit {proc.returncode}", file=sys.stderr)
         return None
     return json.loads(Path(out).read_text())
+
+
+def run_hora(
+    args: argparse.Namespace, sizes: list[int], out: str, env_extra: dict[str, str], label: str
+) -> dict | None:
+    cmd = [
+        *horarun_command(),
+        "-np",
+        str(args.np),
+        *worker_args(args, sizes, "hora", out),
+    ]
+    print(f"running {label}: {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, check=False, env={**os.environ, **env_extra})
+    if proc.returncode != 0:
+        print(f"{label} run failed with exit {proc.returncode}", file=sys.stderr)
+        return None
+    result = json.loads(Path(out).read_text())
+    result["impl"] = label
+    return result
 
 
 def run_torch(args: argparse.Namespace, sizes: list[int], out: str) -> dict | None:
@@ -307,6 +372,37 @@ def print_report(hora_res: dict | None, peer_res: dict | None, world: int) -> No
         )
 
 
+def print_side_by_side(runs: list[dict], world: int) -> None:
+    """One row per size and the step, one column per implementation, then each one's time over
+    the first (Hora over shared memory)."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return
+    names = [r["impl"] for r in runs]
+    rows: list[tuple[str, list[float | None]]] = []
+    sizes = sorted({x["bytes"] for r in runs for x in r["results"]})
+    for nbytes in sizes:
+        times = []
+        for r in runs:
+            match = [x["median_s"] for x in r["results"] if x["bytes"] == nbytes]
+            times.append(match[0] if match else None)
+        rows.append((format_size(nbytes), times))
+    step_label = f"{STEP_TENSORS} x {format_size(STEP_TENSOR_BYTES)} step"
+    rows.append((step_label, [r.get("step", {}).get("median_s") for r in runs]))
+    print()
+    print(f"side by side, {world} ranks on this host, median time; ratio = time / {names[0]} time")
+    header = f"| case | {' | '.join(names)} | {' | '.join(f'{n} / {names[0]}' for n in names[1:])} |"
+    print(header)
+    print("|" + "---|" * (1 + 2 * len(names) - 1))
+    for label, times in rows:
+        cells = [format_time(t) if t is not None else "-" for t in times]
+        base = times[0]
+        ratios = [
+            f"{t / base:.2f}" if t is not None and base else "-" for t in times[1:]
+        ]
+        print(f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", help="comma-separated sizes in bytes (4, 16K, 1M, ...)")
@@ -314,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=20, help="timed iterations at 1 MiB (20)")
     parser.add_argument("--np", type=int, default=2, help="ranks (2)")
     parser.add_argument("--no-peer", action="store_true", help="skip torch.distributed")
-    parser.add_argument("--worker", choices=["hora"], help=argparse.SUPPRESS)
+    parser.add_argument("--no-mpi", action="store_true", help="skip mpi4py")
+    parser.add_argument("--no-tcp", action="store_true", help="skip Hora over TCP")
+    parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -327,13 +425,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker == "hora":
         hora_worker(sizes, args.iters, args.out)
         return 0
+    if args.worker == "mpi4py":
+        mpi4py_worker(sizes, args.iters, args.out)
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="hora-bench-") as tmp:
-        hora_res = run_hora(args, sizes, os.path.join(tmp, "hora.json"))
+        hora_res = run_hora(args, sizes, os.path.join(tmp, "hora.json"), {}, "hora shm")
+        tcp_res = None
+        if not args.no_tcp:
+            tcp_res = run_hora(
+                args, sizes, os.path.join(tmp, "tcp.json"), {"HORA_SHM_DISABLE": "1"}, "hora tcp"
+            )
         peer_res = None
         if not args.no_peer:
             peer_res = run_torch(args, sizes, os.path.join(tmp, "torch.json"))
+            if peer_res:
+                peer_res["impl"] = "gloo"
+        mpi_res = None
+        if not args.no_mpi:
+            mpi_res = run_mpi4py(args, sizes, os.path.join(tmp, "mpi4py.json"))
+            if mpi_res:
+                mpi_res["impl"] = "mpi4py"
     print_report(hora_res, peer_res, args.np)
+    print_side_by_side([r for r in (hora_res, tcp_res, peer_res, mpi_res) if r], args.np)
     return 0 if hora_res is not None else 1
 
 

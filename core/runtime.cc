@@ -11,6 +11,7 @@
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
 #include "core/transport/connect.h"
+#include "core/transport/shm/transport.h"
 
 namespace hora {
 
@@ -69,9 +70,16 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.opTimeout = secondsToMillis(settings_.timeoutSeconds);
   co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
+  co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
+  // Ranks on one host move data through shared memory when TCP carries both roles (an explicit
+  // MPI choice keeps MPI); negotiation stays on TCP.
+  if (t.size > 1 && controller->name() == "tcp" && data->name() == "tcp" &&
+      shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
+    transportName_ = "tcp+shm";
+  }
   world_ = std::move(conn.world);
   dataCapabilities_ = world_->capabilities();
   control_ = std::move(conn.control);

@@ -3,7 +3,8 @@
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
-#   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4
+#   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
+#      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
@@ -237,6 +238,8 @@ fi
 # The engine settings vary with the rank count so that each path is exercised somewhere: a 64 KiB
 # fusion threshold makes the "big" sizes larger than the threshold; the response cache is turned
 # off and waits sleep at once (no polling first) at 3 ranks; 1 and 4 ranks use the defaults.
+# Every rank runs on this host, so the collectives go through shared memory; a second pass at 3
+# ranks sets HORA_SHM_DISABLE=1 to run the same files (the timeline's aside) over TCP.
 
 core_env() {
   case "$1" in
@@ -261,6 +264,14 @@ if wants core; then
     envs=$(core_env "$np")
     for f in "${CORE_FILES[@]}"; do
       parallel_run "np=$np $(basename "$f" .py) ${envs:+[$envs]}" "$np" "$envs" "$f"
+    done
+  done
+  for np in $NPS; do
+    [ "$np" = 3 ] || continue
+    envs="$(core_env "$np") HORA_SHM_DISABLE=1"
+    for f in "${CORE_FILES[@]}"; do
+      [[ "$f" == *test_core_timeline.py ]] && continue  # the timeline does not depend on it
+      parallel_run "np=$np $(basename "$f" .py) [$envs]" "$np" "$envs" "$f"
     done
   done
   # Fusion off, and a cycle time of 0, at 2 ranks for the ops most affected by them.

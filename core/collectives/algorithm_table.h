@@ -30,7 +30,13 @@ constexpr size_t kRecvStagingBytes = 128 << 10;
 // buffer once and the hops overlap.
 constexpr size_t kBroadcastChainMinBytes = 64 << 10;
 
-enum class AllreduceAlgorithm { RecursiveDoubling, Ring, RankOrdered };
+// Over shared memory (core/transport/shm/), an allreduce of at most this many bytes travels in
+// each rank's own cache line beside its sequence number, and every rank reduces all the lines
+// itself in rank order: one publication and one wait, no pipe. It is the payload a 64-byte line
+// holds beside the sequence number and size.
+constexpr size_t kSharedLineMaxBytes = 56;
+
+enum class AllreduceAlgorithm { RecursiveDoubling, Ring, RankOrdered, SharedLine };
 enum class BroadcastAlgorithm { BinomialTree, Chain };
 
 // Floating-point Sum and Product depend on the order of the operands. With two ranks every
@@ -41,8 +47,12 @@ inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
   return floating && orderSensitiveOp && size >= 3;
 }
 
+// sharedLines: the transport offers SharedLine (shared memory over the whole job). SharedLine
+// folds in rank order, so it also serves the cases that need rank order. Larger shared-memory
+// messages take the same algorithms as TCP, staged through the bounded rings (chunked staging).
 inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
-                                          bool rankOrder = false) {
+                                          bool rankOrder = false, bool sharedLines = false) {
+  if (sharedLines && bytes <= kSharedLineMaxBytes) return AllreduceAlgorithm::SharedLine;
   if (rankOrder) return AllreduceAlgorithm::RankOrdered;
   if (bytes < kAllreduceRingMinBytes || count < static_cast<size_t>(size)) {
     return AllreduceAlgorithm::RecursiveDoubling;

@@ -52,6 +52,10 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
       {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
       {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
+      {"SHM_DISABLE", "0",
+       "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
+      {"SHM_RING_BYTES", "524288",
+       "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -127,6 +131,8 @@ Settings Settings::fromEnvironment() {
   s.cacheCapacity = envInt("CACHE_CAPACITY");
   s.spinMicroseconds = envInt("SPIN_MICROSECONDS");
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
+  s.shmDisable = envBool("SHM_DISABLE");
+  s.shmRingBytes = envInt("SHM_RING_BYTES");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");
@@ -149,6 +155,9 @@ Settings Settings::fromEnvironment() {
   if (s.cacheCapacity < 0) throw InvalidArgument("HORA_CACHE_CAPACITY must be >= 0");
   if (s.spinMicroseconds < 0) throw InvalidArgument("HORA_SPIN_MICROSECONDS must be >= 0");
   if (s.timeoutSeconds <= 0) throw InvalidArgument("HORA_TIMEOUT_SECONDS must be > 0");
+  if (s.shmRingBytes < 4096 || s.shmRingBytes > (1ll << 30) || s.shmRingBytes % 64 != 0) {
+    throw InvalidArgument("HORA_SHM_RING_BYTES must be a multiple of 64 from 4096 to 1 GiB");
+  }
   return s;
 }
 

@@ -34,6 +34,8 @@ struct Settings {
   int64_t spinMicroseconds = 50;            // SPIN_MICROSECONDS: polling before a wait sleeps
   double timeoutSeconds = 60.0;             // TIMEOUT_SECONDS: a silent peer fails pending work
   double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
+  bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host
+  int64_t shmRingBytes = 512 << 10;         // SHM_RING_BYTES: each rank-pair ring
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES

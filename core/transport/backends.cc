@@ -20,7 +20,7 @@ namespace {
 #endif
 
 bool transportBuilt(const std::string& name) {
-  if (name == "tcp" || name == "gloo") return true;
+  if (name == "tcp" || name == "gloo" || name == "shm") return true;
   if (name == "mpi") return HORA_HAVE_MPI != 0;
   return false;
 }

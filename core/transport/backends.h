@@ -18,8 +18,8 @@
 
 namespace hora {
 
-// True for the transports makeTransport() can build here: "tcp" (alias "gloo") always, "mpi" when
-// an MPI was found at build time. False for every other name.
+// True for the transports makeTransport() can build here: "tcp" (alias "gloo") and "shm" always,
+// "mpi" when an MPI was found at build time. False for every other name.
 bool transportBuilt(const std::string& name);
 
 // A rendezvous store made without a launcher: rank 0 serves it, every rank is a client.

@@ -2,6 +2,7 @@
 
 #include "core/common/errors.h"
 #include "core/config.h"
+#include "core/transport/shm/transport.h"
 #include "core/transport/tcp/transport.h"
 #if HORA_HAVE_MPI
 #include "core/transport/mpi/transport.h"
@@ -11,6 +12,7 @@ namespace hora {
 
 std::unique_ptr<Transport> makeTransport(const std::string& name) {
   if (name == "tcp" || name == "gloo") return std::make_unique<tcp::TcpTransport>();
+  if (name == "shm") return std::make_unique<shm::ShmTransport>();
   if (name == "mpi") {
 #if HORA_HAVE_MPI
     return std::make_unique<mpi::MpiTransport>();
@@ -22,7 +24,7 @@ std::unique_ptr<Transport> makeTransport(const std::string& name) {
     throw NotSupported(
         "transport 'nccl' is not available: this build has no NCCL transport (use 'tcp')");
   }
-  throw InvalidArgument("unknown transport '" + name + "' (known: tcp, gloo, mpi, nccl)");
+  throw InvalidArgument("unknown transport '" + name + "' (known: tcp, gloo, shm, mpi, nccl)");
 }
 
 }  // namespace hora

@@ -1,6 +1,6 @@
 #pragma once
-// Transport: a factory, registered by name ("tcp", "mpi", "nccl"), that connects this process to
-// the other ranks of the job and returns the world Communicator and the ControlChannel.
+// Transport: a factory, registered by name ("tcp", "shm", "mpi", "nccl"), that connects this
+// process to the other ranks of the job and returns the world Communicator and the ControlChannel.
 //
 // Contract: connect() is collective over all ranks; it blocks until every rank has connected or
 // options.startTimeout passes (TimeoutError naming the ranks that never arrived).
@@ -23,6 +23,7 @@ struct ConnectOptions {
   Millis startTimeout{30000};  // rendezvous and connection set-up
   Millis opTimeout{60000};     // a peer silent this long inside a collective fails it
   Micros spin{0};              // waits for data poll this long before sleeping (spin.h)
+  size_t shmRingBytes = 0;     // shm: bytes of each rank-pair ring; 0 = the default
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };
@@ -39,8 +40,8 @@ class Transport {
   virtual Connection connect(const ConnectOptions& options, Store& store) = 0;
 };
 
-// "tcp" (alias "gloo") and, when built, "mpi". Throws InvalidArgument for other names, and
-// NotSupported for a known transport this build lacks.
+// "tcp" (alias "gloo"), "shm" (TCP plus shared memory, shm/transport.h) and, when built, "mpi".
+// Throws InvalidArgument for other names, and NotSupported for a known transport this build lacks.
 std::unique_ptr<Transport> makeTransport(const std::string& name);
 
 }  // namespace hora

@@ -15,7 +15,8 @@ collectives on different transports: mpi+tcp, tcp+mpi). Then one of:
 * stop: the victim (any rank, the coordinator included) SIGSTOPs itself while the others wait for
   it (a silent peer); with no stall shutdown set, the survivors must notice the silence on their
   own (control-channel heartbeats) and fail within about HORA_TIMEOUT_SECONDS;
-* cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes;
+* cut: HORA_FAULT_INJECT cuts one of the victim's connections after a random number of bytes
+  (with HORA_SHM_DISABLE=1, so that the collectives too travel over TCP);
 * optimizer: hora.torch.DistributedOptimizer trains a small model (torchrun-style, TCP) and the
   victim SIGKILLs itself mid-training; each survivor whose step failed must still have the
   parameters it had before that step;
@@ -158,6 +159,9 @@ def base_env(s: Scenario, marker: str) -> dict[str, str]:
     )
     if s.kind == "cut":
         env["HORA_FAULT_INJECT"] = f"close_after_bytes={s.cut_bytes},rank={s.victim}"
+        # The hook cuts TCP connections: keep the collectives on TCP so it can hit them too (kills
+        # and stops run over shared memory, the default on one host).
+        env["HORA_SHM_DISABLE"] = "1"
     return env
 
 

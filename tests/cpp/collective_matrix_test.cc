@@ -1,6 +1,6 @@
 // Every collective of every transport that can run its ranks as threads, against the shared
-// checks of collective_checks.h: transport x ranks (1, 2, 3, 4, 7) x count x dtype x op, one named
-// test per case, e.g. Tcp/Allreduce.MatchesReference/np3_count1003_float32_Sum.
+// checks of collective_checks.h: transport x ranks (1, 2, 3, 4, 7; shm up to 4) x count x dtype x
+// op, one named test per case, e.g. Tcp/Allreduce.MatchesReference/np3_count1003_float32_Sum.
 //
 // A transport joins the matrix with one HORA_COLLECTIVE_MATRIX line at the end of this file. Ranks
 // stay connected from one case to the next (connecting is the slow part); a case that throws drops
@@ -29,9 +29,13 @@ using namespace std::chrono_literals;
 struct TransportUnderTest {
   const char* registryName;  // makeTransport(registryName)
   bool rankOrderedFloats;    // reduces floating Sum/Product in rank order (see CheckContext)
+  int maxRanks;              // the largest group size of kRanks to run
 };
 
-const TransportUnderTest kTcp{"tcp", true};
+const TransportUnderTest kTcp{"tcp", true, 7};
+// Shared memory runs the same Links algorithms as TCP (checked up to 7 ranks there); 1-4 ranks
+// cover its own paths (small payloads in cache lines, rings, leaving ranks) at less CI time.
+const TransportUnderTest kShm{"shm", true, 4};
 
 const int kRanks[] = {1, 2, 3, 4, 7};
 
@@ -130,6 +134,7 @@ void runMatrixCase(const MatrixParam& p) {
 std::vector<MatrixParam> paramsFor(const TransportUnderTest& t, Collective c) {
   std::vector<MatrixParam> out;
   for (int n : kRanks) {
+    if (n > t.maxRanks) continue;
     for (const Case& k : matrixCases(c, n)) out.push_back({t, k});
   }
   return out;
@@ -177,6 +182,7 @@ TEST_P(SendRecv, MatchesReference) { runMatrixCase(GetParam()); }
 
 // The transports under test, one line each.
 HORA_COLLECTIVE_MATRIX(Tcp, kTcp);
+HORA_COLLECTIVE_MATRIX(Shm, kShm);
 
 }  // namespace
 }  // namespace test

@@ -48,6 +48,19 @@ def test_topology() -> None:
     assert ranks.tolist() == list(range(n))
 
 
+def test_collectives_transport() -> None:
+    """Every rank of these jobs runs on this host: with TCP for both roles, the collectives move
+    through shared memory unless HORA_SHM_DISABLE=1; a job of one rank, or one using MPI, has no
+    shared-memory transport."""
+    name = hora._core.transport_name()
+    if size() == 1 or "mpi" in name:
+        assert "shm" not in name
+    elif os.environ.get("HORA_SHM_DISABLE") == "1":
+        assert name == "tcp"
+    else:
+        assert name == "tcp+shm"
+
+
 def test_build_queries() -> None:
     """The build queries answer booleans (nccl_built: a version code or a bool)."""
     for fn in (

@@ -80,7 +80,8 @@ def test_collectives_across_ranks():
     """)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(2):
-        assert f"[{rank}]<stdout>:result [3.0, 3.0, 3.0] [0, 1] tcp" in result.stdout
+        # Both ranks run on this host: data moves through shared memory, negotiation over TCP.
+        assert f"[{rank}]<stdout>:result [3.0, 3.0, 3.0] [0, 1] tcp+shm" in result.stdout
 
 
 def test_in_flight_names_and_dropped_handles_across_ranks():

@@ -1,0 +1,81 @@
+#include "core/transport/shm/communicator.h"
+
+#include <cstring>
+
+#include "core/collectives/algorithm_table.h"
+#include "core/common/reduce.h"
+
+namespace hora {
+namespace shm {
+
+ShmCommunicator::ShmCommunicator(std::shared_ptr<ShmPeers> peers, std::vector<int> worldRanks,
+                                 int rank)
+    : peers_(peers), links_(std::move(peers), std::move(worldRanks), rank) {
+  wholeJob_ = links_.size() == peers_->worldSize;
+  for (int i = 0; i < links_.size(); ++i) {
+    if (links_.worldRank(i) != i) wholeJob_ = false;
+    if (i != rank) others_.push_back(i);
+  }
+}
+
+std::unique_ptr<Communicator> ShmCommunicator::subset(const std::vector<int>& ranks) {
+  int mine = checkSubset(ranks);
+  std::vector<int> world;
+  for (int r : ranks) world.push_back(links_.worldRank(r));
+  return std::make_unique<ShmCommunicator>(peers_, std::move(world), mine);
+}
+
+bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  bool floating = isFloating(dtype);
+  bool rankOrder =
+      collectives::needsRankOrder(floating, op == ReduceOp::Sum || op == ReduceOp::Product, size());
+  auto algorithm =
+      collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder, wholeJob_);
+  if (algorithm != collectives::AllreduceAlgorithm::SharedLine) return false;
+  allreduceSharedLine(buf, count, dtype, op);
+  return true;
+}
+
+// Payload k goes to parity k & 1 of the rank's lines. A rank reads a peer's payload k only after
+// seeing its seq >= k, and no rank can publish k + 2 (overwriting parity k & 1) before every rank
+// has published k + 1, which each does only after reading payload k.
+void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  ShmPeers& p = *peers_;
+  const Segment& s = p.segment;
+  const size_t bytes = count * dtypeSize(dtype);
+  const uint32_t k = ++p.lineSeq;
+  auto slot = [&](int r) -> uint8_t* {
+    RankBlock& b = s.rank(r);
+    return (k & 1) ? b.spare.payload : b.line.payload;
+  };
+  std::memcpy(slot(p.worldRank), buf, bytes);
+  s.rank(p.worldRank).line.seq.store(k, std::memory_order_release);
+  for (int r = 0; r < p.worldSize; ++r) {
+    if (r != p.worldRank) ring(p.doorbell(r));
+  }
+  auto published = [&](int r) {
+    return static_cast<int32_t>(s.rank(r).line.seq.load(std::memory_order_acquire) - k) >= 0;
+  };
+  auto ready = [&] {
+    for (int r : others_) {
+      if (!published(r)) return false;
+    }
+    return true;
+  };
+  auto missing = [&] {
+    std::string out;
+    for (int r : others_) {
+      if (!published(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return "waiting for the payload of rank " + out;
+  };
+  // A rank that published its payload and then left (the job ending) does not fail this wait.
+  links_.waitFor(ready, others_, missing, [&](int r) { return !published(r); });
+  uint8_t acc[collectives::kSharedLineMaxBytes];
+  std::memcpy(acc, slot(0), bytes);
+  for (int r = 1; r < p.worldSize; ++r) reduceInto(acc, slot(r), count, dtype, op);
+  std::memcpy(buf, acc, bytes);
+}
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,48 @@
+#pragma once
+// ShmCommunicator: the Communicator of the shared-memory transport, for ranks that all run on one
+// host. Views made by subset() share the world's segment (ShmPeers) and differ only in the mapping
+// of their ranks to world ranks.
+//
+// Collectives, argument checks and the failure rule come from LinksCommunicator over ShmLinks.
+// A group spanning the whole job runs small allreduces (kSharedLineMaxBytes) through the ranks'
+// own cache lines instead (SharedLine in the algorithm table): each rank publishes its payload and
+// a sequence number, then reduces every rank's payload itself, in rank order, so floating sums are
+// bit-identical to the rank-ordered algorithm. A failure marks this rank gone and unmaps the
+// segment: peers waiting on it fail at once, and later calls throw IoError. One thread at a time.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/transport/links_communicator.h"
+#include "core/transport/shm/links.h"
+
+namespace hora {
+namespace shm {
+
+class ShmCommunicator : public LinksCommunicator {
+ public:
+  // worldRanks[i] is the world rank of member i; rank is this process's index in worldRanks.
+  ShmCommunicator(std::shared_ptr<ShmPeers> peers, std::vector<int> worldRanks, int rank);
+
+  std::string backendName() const override { return "shm"; }
+  std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) override;
+
+ protected:
+  collectives::Links& links() override { return links_; }
+  int worldRank() const override { return peers_->worldRank; }
+  std::string failure() const override { return peers_->failure; }
+  void markFailed(const std::string& why) override { peers_->markFailed(why); }
+  void setOp(const char* op) override { links_.setOp(op); }
+  bool allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+
+ private:
+  void allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op);
+
+  std::shared_ptr<ShmPeers> peers_;
+  ShmLinks links_;
+  bool wholeJob_;  // members are every world rank, in order: the cache lines are this group's
+  std::vector<int> others_;  // group ranks other than this one
+};
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,78 @@
+#pragma once
+// ShmLinks: the shared-memory implementation of collectives::Links (core/collectives/links.h).
+// Every ordered pair of ranks has a byte ring in the job's Segment; trySend copies into the ring
+// towards the peer, tryRecv copies out of the ring from it, so every algorithm of
+// core/collectives/ runs as chunked staging through a bounded buffer, whatever the message size.
+//
+// One ShmPeers (the mapping, the wait policy, the peers' liveness) is shared by the world
+// communicator and every subset view; a ShmLinks maps its group's ranks onto world ranks. Waits
+// follow wait.h and fail with IoError when a peer they wait on has left (its gone flag, or its
+// process exited: pidfd) and with TimeoutError after the op timeout. markFailed() marks this rank
+// gone and unmaps the segment: peers waiting on it fail at once. Single-threaded.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/collectives/links.h"
+#include "core/transport/shm/segment.h"
+#include "core/transport/shm/wait.h"
+
+namespace hora {
+namespace shm {
+
+struct ShmPeers {
+  ShmPeers(Segment segment, int worldRank, const WaitPolicy& policy);
+  ~ShmPeers();
+
+  int worldRank = 0;
+  int worldSize = 1;
+  Segment segment;
+  WaitPolicy policy;
+  std::vector<int> pidfds;  // by world rank; -1 for this rank and for ranks in this process
+  std::string failure;      // why the segment became unusable ("" while healthy)
+  uint32_t lineSeq = 0;     // small-payload allreduces of the whole job run so far
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t capacity = 0;
+  };
+  Buffer scratch[2];
+
+  // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
+  std::string peerGone(int peer) const;
+  Doorbell& doorbell(int worldRank) const { return segment.rank(worldRank).doorbell; }
+  void markFailed(const std::string& why);
+};
+
+class ShmLinks : public collectives::Links {
+ public:
+  ShmLinks(std::shared_ptr<ShmPeers> peers, std::vector<int> worldRanks, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(worldRanks_.size()); }
+  size_t trySend(int peer, const void* data, size_t bytes) override;
+  size_t tryRecv(int peer, void* data, size_t bytes) override;
+  void waitAny(const Want* wants, size_t count) override;
+  uint8_t* scratch(int slot, size_t bytes) override;
+
+  void setOp(const char* op) { op_ = op; }
+  const char* op() const { return op_; }
+  int worldRank(int peer) const { return worldRanks_[peer]; }
+  ShmPeers& peers() { return *peers_; }
+  // Waits until ready(), failing when one of the listed group peers leaves while it still holds
+  // the wait up (stillNeeded(peer), when given: a peer that left after doing its part is fine);
+  // what() says what was awaited, for the error message.
+  void waitFor(const std::function<bool()>& ready, const std::vector<int>& peers,
+               const std::function<std::string()>& what,
+               const std::function<bool(int peer)>& stillNeeded = nullptr);
+
+ private:
+  std::shared_ptr<ShmPeers> peers_;
+  std::vector<int> worldRanks_;
+  int rank_;
+  const char* op_ = "collective";
+  std::vector<int> waitPeers_;
+};
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,131 @@
+#include "core/transport/shm/segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x484f52415348ull;  // "HORASH"
+
+struct alignas(kLine) Header {
+  uint64_t magic;
+  uint64_t ranks;
+  uint64_t ringBytes;
+  uint64_t totalBytes;
+};
+
+[[noreturn]] void sysFail(const char* what) {
+  throw IoError(std::string("shared memory: ") + what + " failed: " + std::strerror(errno));
+}
+
+size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
+
+}  // namespace
+
+size_t Segment::bytesFor(int ranks, size_t ringBytes) {
+  return sizeof(Header) + sizeof(RankBlock) * ranks + sizeof(RingControl) * pairs(ranks) +
+         ringBytes * pairs(ranks);
+}
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    release();
+    base_ = o.base_;
+    bytes_ = o.bytes_;
+    fd_ = o.fd_;
+    ranks_ = o.ranks_;
+    ringBytes_ = o.ringBytes_;
+    o.base_ = nullptr;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Segment Segment::create(int ranks, size_t ringBytes) {
+  HORA_CHECK(ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0, "bad segment shape");
+  Segment s;
+  s.bytes_ = bytesFor(ranks, ringBytes);
+  s.fd_ = ::memfd_create("hora-shm", MFD_CLOEXEC);
+  if (s.fd_ < 0) sysFail("memfd_create");
+  // fallocate reserves every page now: a full tmpfs fails here (ENOSPC) rather than with SIGBUS
+  // on first touch in the middle of a collective.
+  if (::fallocate(s.fd_, 0, 0, static_cast<off_t>(s.bytes_)) != 0) sysFail("fallocate");
+  void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd_, 0);
+  if (p == MAP_FAILED) sysFail("mmap");
+  s.base_ = static_cast<uint8_t*>(p);
+  s.ranks_ = ranks;
+  s.ringBytes_ = ringBytes;
+  auto* h = reinterpret_cast<Header*>(s.base_);
+  h->ranks = static_cast<uint64_t>(ranks);
+  h->ringBytes = ringBytes;
+  h->totalBytes = s.bytes_;
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  return s;
+}
+
+Segment Segment::attach(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) sysFail("fstat");
+  if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
+    throw IoError("shared memory: the segment received from rank 0 is too small");
+  }
+  Segment s;
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) sysFail("mmap");
+  s.base_ = static_cast<uint8_t*>(p);
+  s.bytes_ = static_cast<size_t>(st.st_size);
+  const auto* h = reinterpret_cast<const Header*>(s.base_);
+  if (h->magic != kMagic || h->ranks < 1 || h->ranks > (1u << 16) ||
+      bytesFor(static_cast<int>(h->ranks), h->ringBytes) != s.bytes_) {
+    throw IoError("shared memory: the segment received from rank 0 has an unknown layout");
+  }
+  s.ranks_ = static_cast<int>(h->ranks);
+  s.ringBytes_ = h->ringBytes;
+  return s;
+}
+
+void Segment::closeFd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Segment::release() {
+  if (base_) ::munmap(base_, bytes_);
+  base_ = nullptr;
+  closeFd();
+}
+
+size_t Segment::pairIndex(int from, int to) const {
+  HORA_CHECK(from != to && from >= 0 && to >= 0 && from < ranks_ && to < ranks_, "bad ring");
+  return static_cast<size_t>(from) * (ranks_ - 1) + (to < from ? to : to - 1);
+}
+
+RankBlock& Segment::rank(int r) const {
+  HORA_CHECK(r >= 0 && r < ranks_, "bad rank");
+  return reinterpret_cast<RankBlock*>(base_ + sizeof(Header))[r];
+}
+
+RingControl& Segment::ringControl(int from, int to) const {
+  auto* first = reinterpret_cast<RingControl*>(base_ + sizeof(Header) + sizeof(RankBlock) * ranks_);
+  return first[pairIndex(from, to)];
+}
+
+uint8_t* Segment::ringData(int from, int to) const {
+  uint8_t* first =
+      base_ + sizeof(Header) + sizeof(RankBlock) * ranks_ + sizeof(RingControl) * pairs(ranks_);
+  return first + ringBytes_ * pairIndex(from, to);
+}
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,97 @@
+#pragma once
+// Segment: the one shared-memory region of a job's ranks on one host, and its layout.
+//
+// The region is an anonymous memfd (no name in /dev/shm or anywhere else), created by rank 0 and
+// handed to the other ranks as a file descriptor (setup.h). Every process closes the descriptor as
+// soon as it has mapped the region, so the memory lives exactly as long as some rank still maps
+// it: it is gone when the last rank exits, however it exits (kill -9 included), and a rank that
+// fails unmaps it at once.
+//
+// Layout (all cache-line aligned, nothing shared between writers on one line):
+//   header | per rank: identity line, doorbell line, two small-payload lines |
+//   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data
+// The size is fixed when the job starts: 64 B + 256 B per rank + (128 B + ringBytes) per ordered
+// pair, whatever the tensors the job later moves.
+//
+// Thread safety: the fields are atomics (or bytes published by an atomic release store), so any
+// thread of any rank may read them; each is written only by the rank the comment names.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hora {
+namespace shm {
+
+constexpr size_t kLine = 64;
+// Bytes of the small payload one rank publishes beside its sequence number (one line minus seq).
+constexpr size_t kLinePayloadBytes = kLine - 8;
+
+struct alignas(kLine) RankLine {
+  std::atomic<int32_t> pid;    // written by the rank when it attaches; 0 before
+  std::atomic<uint32_t> gone;  // set by the rank when it leaves or fails: its peers stop waiting
+};
+struct alignas(kLine) Doorbell {
+  std::atomic<uint32_t> bell;      // bumped by any rank that changed something this rank awaits
+  std::atomic<uint32_t> sleepers;  // threads of this rank blocked in FUTEX_WAIT on bell
+};
+// The rank's small-payload line: seq is written by the rank (release) after payload[seq & 1].
+struct alignas(kLine) PayloadLine {
+  std::atomic<uint32_t> seq;
+  uint32_t bytes;
+  uint8_t payload[kLinePayloadBytes];
+};
+struct alignas(kLine) SpareLine {
+  uint8_t payload[kLine];
+};
+struct RankBlock {
+  RankLine identity;
+  Doorbell doorbell;
+  PayloadLine line;  // parity 0 payload and the sequence number
+  SpareLine spare;   // parity 1 payload
+};
+// A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
+// bytes consumed (by the receiver); both only grow.
+struct alignas(kLine) RingControl {
+  alignas(kLine) std::atomic<uint64_t> head;
+  alignas(kLine) std::atomic<uint64_t> tail;
+};
+
+class Segment {
+ public:
+  // Creates and maps a zeroed region for `ranks` ranks (memfd_create, fallocate, prefaulted).
+  // Throws IoError saying which system call failed (no memfd, no memory, ...).
+  static Segment create(int ranks, size_t ringBytes);
+  // Maps the region behind fd (received from rank 0) and checks its header. Does not take fd.
+  static Segment attach(int fd);
+  static size_t bytesFor(int ranks, size_t ringBytes);
+
+  Segment() = default;
+  Segment(Segment&& o) noexcept { *this = std::move(o); }
+  Segment& operator=(Segment&& o) noexcept;
+  ~Segment() { release(); }
+
+  bool mapped() const { return base_ != nullptr; }
+  int fd() const { return fd_; }
+  void closeFd();  // the mapping stays
+  void release();  // unmaps and closes
+
+  int ranks() const { return ranks_; }
+  size_t ringBytes() const { return ringBytes_; }
+  size_t totalBytes() const { return bytes_; }
+  RankBlock& rank(int r) const;
+  RingControl& ringControl(int from, int to) const;
+  uint8_t* ringData(int from, int to) const;
+
+ private:
+  size_t pairIndex(int from, int to) const;
+
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+  int fd_ = -1;
+  int ranks_ = 0;
+  size_t ringBytes_ = 0;
+};
+
+}  // namespace shm
+}  // namespace hora

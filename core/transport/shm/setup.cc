@@ -1,0 +1,257 @@
+#include "core/transport/shm/setup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
+
+namespace hora {
+namespace shm {
+namespace {
+
+std::string key(const std::string& what, int rank) {
+  return "shm/" + what + "/" + std::to_string(rank);
+}
+
+std::string sysError(const char* what) {
+  return std::string(what) + " failed: " + std::strerror(errno);
+}
+
+// An abstract socket address: a leading NUL, then the name; no file is created.
+sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  HORA_CHECK(name.size() + 1 < sizeof(a.sun_path), "socket name too long");
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+std::string toHex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+bool waitFd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, net::pollTimeoutMs(deadline));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+    if (rc == 0 && Clock::now() >= deadline) return false;
+  }
+}
+
+void sendFd(int sock, int fd) {
+  char byte = 'S';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (::sendmsg(sock, &m, MSG_NOSIGNAL) != 1) throw IoError(sysError("sendmsg(SCM_RIGHTS)"));
+}
+
+int recvFd(int sock, Clock::time_point deadline) {
+  for (;;) {
+    char byte = 0;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    if (n == 1) {
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        return fd;
+      }
+      throw IoError("rank 0 sent no segment descriptor");
+    }
+    if (n == 0) throw IoError("rank 0 closed the connection before sending the segment");
+    if (errno != EAGAIN && errno != EINTR) throw IoError(sysError("recvmsg"));
+    if (!waitFd(sock, POLLIN, deadline)) throw TimeoutError("timed out waiting for the segment");
+  }
+}
+
+// Rank 0: serves the segment's descriptor to every other rank that proves the job secret.
+// Returns "" when all have it, else why not (a rank reported a failure, or the deadline passed).
+std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, const Segment& seg,
+                         Clock::time_point deadline) {
+  std::set<int> served;
+  while (static_cast<int>(served.size()) < o.size - 1) {
+    for (int r = 1; r < o.size; ++r) {
+      if (served.count(r) == 0 && store.check({key("ok", r)})) {
+        std::string v = store.get(key("ok", r), Millis(1000));
+        if (v != "ok") return "rank " + std::to_string(r) + ": " + v.substr(1);
+      }
+    }
+    if (Clock::now() >= deadline) {
+      return "timed out after " + std::to_string(o.startTimeout.count()) +
+             " ms waiting for every rank to attach";
+    }
+    if (!waitFd(listenFd, POLLIN, std::min(deadline, Clock::now() + Millis(50)))) continue;
+    net::Socket conn(::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    auto validate = [&](net::PeerKind kind, int rank) -> std::string {
+      if (kind != net::PeerKind::Data || rank < 1 || rank >= o.size)
+        return "not a rank of this job";
+      if (served.count(rank)) return "rank already attached";
+      return "";
+    };
+    auto hs = net::Handshake::acceptor(o.secret, 0, validate);
+    try {
+      net::runHandshake(conn.fd(), hs, std::min(deadline, Clock::now() + net::kHandshakeTimeout),
+                        "shared-memory set-up");
+      sendFd(conn.fd(), seg.fd());
+      served.insert(hs.peerRank());
+    } catch (const std::exception& e) {
+      HORA_LOG(Warning, "shared-memory set-up: dropped a local connection: " << e.what());
+    }
+  }
+  return "";
+}
+
+// A rank other than 0: fetches and maps the segment rank 0 serves at `name`.
+Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::time_point deadline) {
+  socklen_t len;
+  sockaddr_un addr = abstractAddress(name, &len);
+  for (;;) {
+    net::Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!s.valid()) throw IoError(sysError("socket(AF_UNIX)"));
+    if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      if ((errno == EAGAIN || errno == ECONNREFUSED) && Clock::now() < deadline) {
+        ::usleep(2000);  // rank 0's backlog is full while it serves others
+        continue;
+      }
+      throw IoError(sysError("connect to rank 0's local socket"));
+    }
+    auto hs = net::Handshake::connector(o.secret, net::PeerKind::Data, o.rank, 0);
+    net::runHandshake(s.fd(), hs, deadline, "shared-memory set-up with rank 0");
+    int fd = recvFd(s.fd(), deadline);
+    try {
+      Segment seg = Segment::attach(fd);
+      ::close(fd);
+      return seg;
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
+}
+
+}  // namespace
+
+std::string hostIdentity() {
+  std::string boot, ns;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  char link[128] = {};
+  if (::readlink("/proc/self/ns/net", link, sizeof(link) - 1) < 0) link[0] = 0;
+  return boot + "|" + host + "|" + link;
+}
+
+Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes) {
+  const auto deadline = Clock::now() + o.startTimeout;
+  Attachment a;
+  const std::string mine = disabled ? std::string("disabled") : hostIdentity();
+  store.set(key("host", o.rank), mine);
+  std::vector<std::string> hosts(o.size);
+  for (int r = 0; r < o.size; ++r) hosts[r] = store.get(key("host", r), o.startTimeout);
+  for (int r = 0; r < o.size; ++r) {
+    if (hosts[r] == "disabled") {
+      a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
+      return a;
+    }
+    if (hosts[r] != hosts[0]) {
+      a.whyNot = "ranks 0 and " + std::to_string(r) + " run on different hosts";
+      return a;
+    }
+  }
+
+  Segment seg;
+  std::string failure;
+  if (o.rank == 0) {
+    net::Socket listener;
+    try {
+      seg = Segment::create(o.size, ringBytes);
+      seg.rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
+      std::string name = "hora-shm-" + toHex(net::randomBytes(12));
+      listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      socklen_t len;
+      sockaddr_un addr = abstractAddress(name, &len);
+      if (!listener.valid() ||
+          ::bind(listener.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+          ::listen(listener.fd(), 64) != 0) {
+        throw IoError(sysError("listening on a local socket"));
+      }
+      store.set("shm/addr", name);
+    } catch (const std::exception& e) {
+      store.set("shm/addr", std::string("!") + e.what());
+      a.whyNot = std::string("rank 0: ") + e.what();
+      return a;
+    }
+    failure = serveSegment(o, store, listener.fd(), seg, deadline);
+  } else {
+    std::string addr = store.get("shm/addr", o.startTimeout);
+    if (!addr.empty() && addr[0] == '!') {
+      a.whyNot = "rank 0: " + addr.substr(1);
+      return a;
+    }
+    try {
+      seg = fetchSegment(o, addr, deadline);
+      if (seg.ranks() != o.size) throw IoError("the segment is for another job size");
+      seg.rank(o.rank).identity.pid.store(static_cast<int32_t>(::getpid()));
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  seg.closeFd();
+  store.set(key("ok", o.rank), failure.empty() ? std::string("ok") : "!" + failure);
+  for (int r = 0; r < o.size; ++r) {
+    std::string v = store.get(key("ok", r), o.startTimeout);
+    if (v != "ok") {
+      a.whyNot = "rank " + std::to_string(r) + ": " + v.substr(1);
+      return a;
+    }
+  }
+  WaitPolicy policy;
+  policy.pause = oversubscribed(o.size) ? Micros(0) : Micros(2);
+  policy.yield = o.spin;
+  policy.timeout = o.opTimeout;
+  a.peers = std::make_shared<ShmPeers>(std::move(seg), o.rank, policy);
+  return a;
+}
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,31 @@
+#pragma once
+// The shared-memory transport: collectives between ranks that all run on one host go through one
+// shared segment (setup.h) instead of the loopback TCP stack; negotiation stays on the TCP control
+// channel. Two ways in:
+// - preferSharedMemory(): what the runtime does by default when the data transport is TCP. It
+//   replaces the world communicator with the shared-memory one when every rank runs on this host
+//   and none set HORA_SHM_DISABLE, and otherwise keeps the TCP one and logs one line saying why.
+// - ShmTransport ("shm"): TCP plus shared memory, failing with NotSupported when shared memory
+//   cannot be set up (for tests that must run over shared memory).
+#include <string>
+
+#include "core/transport/transport.h"
+
+namespace hora {
+namespace shm {
+
+// Bytes of each rank-pair ring when none are configured (HORA_SHM_RING_BYTES).
+constexpr size_t kDefaultRingBytes = 512 << 10;
+
+class ShmTransport : public Transport {
+ public:
+  std::string name() const override { return "shm"; }
+  Connection connect(const ConnectOptions& options, Store& store) override;
+};
+
+// Collective over all ranks. Returns true when connection.world now runs over shared memory.
+bool preferSharedMemory(Connection& connection, const ConnectOptions& options, Store& store,
+                        bool disabled);
+
+}  // namespace shm
+}  // namespace hora
