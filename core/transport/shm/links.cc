@@ -72,6 +72,16 @@ std::string ShmPeers::peerGone(int peer) const {
   return "";
 }
 
+std::string ShmPeers::othersGone(int peer) const {
+  std::string out;
+  for (int r = 0; r < worldSize; ++r) {
+    if (r == worldRank || r == peer) continue;
+    std::string why = peerGone(r);
+    if (!why.empty()) out += "; " + why;
+  }
+  return out.empty() ? "" : out + " too";
+}
+
 void ShmPeers::markFailed(const std::string& why) {
   if (failure.empty()) failure = why;
   if (!segment.mapped()) return;
@@ -127,7 +137,7 @@ void ShmLinks::waitFor(const std::function<bool()>& ready, const std::vector<int
       std::string why = p.peerGone(worldRanks_[peer]);
       if (!why.empty()) {
         return "rank " + std::to_string(p.worldRank) + ": shm " + op_ + " cannot finish: " + why +
-               " (" + what() + ")";
+               p.othersGone(worldRanks_[peer]) + " (" + what() + ")";
       }
     }
     return "";

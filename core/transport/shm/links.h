@@ -40,6 +40,9 @@ struct ShmPeers {
 
   // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
   std::string peerGone(int peer) const;
+  // "" or "; rank 0 exited too": the other ranks gone besides `peer`. A failing rank leaves the
+  // group in turn, so the peer a rank waits on may be gone only because another rank died first.
+  std::string othersGone(int peer) const;
   Doorbell& doorbell(int worldRank) const { return segment.rank(worldRank).doorbell; }
   void markFailed(const std::string& why);
 };
