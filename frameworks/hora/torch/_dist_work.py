@@ -1,17 +1,21 @@
 """Work objects of the ``hora`` torch.distributed backend, and the thread that completes them.
 
 A collective submitted through the backend returns a ``HoraWork`` at once; the engine runs it in
-the background. One completer thread per process waits for the engine handles in submission order
-(the wait releases the GIL), copies results into torch's output tensors, marks the work done and
-completes its ``torch.futures.Future``. Future callbacks (DDP communication hooks chain them with
-``then``) therefore run on the completer thread, never on the thread that submitted.
+the background. One waiter thread per process waits for the engine handles in submission order
+(the wait releases the GIL), copies results into torch's output tensors and marks the work done.
+Its ``torch.futures.Future`` is then completed on a callback thread, never on the waiter or on the
+thread that submitted: future callbacks (DDP communication hooks chain them with ``then``) may
+submit more collectives and even wait for them (PyTorch's PowerSGD hook does), which the waiter
+keeps completing meanwhile. A callback thread is added whenever every existing one is busy, so a
+waiting callback never blocks another.
 
 Names: the engine matches an operation across ranks by its name, so every rank must name the
-same operation alike. Operations submitted by an application thread take the next number of their
-group's counter (torch requires every rank to issue a group's collectives in the same order). An
-operation submitted inside a future callback on the completer thread is named after the operation
-whose completion ran the callback, so its name does not depend on how the completer's work
-interleaves with the application's submissions on each rank.
+same operation alike, whichever thread submits it. A future callback may run on a callback thread
+or, when the future is already complete as ``then`` attaches it, on the application's thread, so
+a single counter would give different names on different ranks. An operation is therefore named
+by its group, kind, dtype and shape, and how many operations with that same signature the group
+has submitted before: two operations can only swap names if they have the same signature and are
+submitted concurrently in a different order on different ranks.
 """
 
 from __future__ import annotations
@@ -27,39 +31,22 @@ import torch.distributed as dist
 from hora.common.ops import AsyncResult
 from hora.errors import HoraTimeoutError
 
-_callback_context = threading.local()
-
-
-def callback_parent() -> str | None:
-    """The name of the operation whose completion is running callbacks on this thread, if any."""
-    return getattr(_callback_context, "parent", None)
-
-
-def _next_child_name() -> str | None:
-    parent = callback_parent()
-    if parent is None:
-        return None
-    count = getattr(_callback_context, "children", 0)
-    _callback_context.children = count + 1
-    return f"{parent}.then{count}"
-
 
 class NameSequence:
     """Names for one process group's operations (see the module docstring)."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
-        self._count = 0
+        self._counts: dict[str, int] = collections.defaultdict(int)
         self._lock = threading.Lock()
 
-    def next(self, op: str) -> str:
+    def next(self, op: str, *tensors: torch.Tensor) -> str:
         """A name equal on every rank for the same operation of this group."""
-        child = _next_child_name()
-        if child is not None:
-            return f"{child}.{op}"
+        signature = ".".join([op] + [f"{str(t.dtype)[6:]}{list(t.shape)}" for t in tensors])
         with self._lock:
-            self._count += 1
-            return f"{self._prefix}.{self._count}.{op}"
+            count = self._counts[signature]
+            self._counts[signature] = count + 1
+        return f"{self._prefix}.{signature}.{count}".replace(" ", "")
 
 
 class HoraWork(dist.Work):
@@ -78,8 +65,8 @@ class HoraWork(dist.Work):
         self._outputs: list[torch.Tensor] = []
         self._future: torch.futures.Future = torch.futures.Future()
 
-    # Called by the completer thread only.
     def _complete(self) -> None:
+        """Wait for the engine and build the outputs (waiter thread)."""
         try:
             if self._result is not None:
                 self._result.wait(self._timeout.total_seconds())
@@ -88,15 +75,13 @@ class HoraWork(dist.Work):
             self._error = exc
         self._result = None
         self._done.set()
-        saved = (callback_parent(), getattr(_callback_context, "children", 0))
-        _callback_context.parent, _callback_context.children = self.name, 0
-        try:
-            if self._error is None:
-                self._future.set_result(self._outputs)
-            else:
-                self._future.set_exception(self._error)
-        finally:
-            _callback_context.parent, _callback_context.children = saved
+
+    def _fire(self) -> None:
+        """Complete the future, running its callbacks (callback thread)."""
+        if self._error is None:
+            self._future.set_result(self._outputs)
+        else:
+            self._future.set_exception(self._error)
 
     def is_completed(self) -> bool:
         """True once the operation finished, successfully or not."""
@@ -117,14 +102,11 @@ class HoraWork(dist.Work):
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         """Block until the operation finished; raise its error if it failed.
 
-        ``timeout`` of 0 means the process group's timeout. Raises ``HoraTimeoutError`` when it
-        passes first. Called inside a future callback (on the completer thread) it completes
-        earlier work itself instead of waiting for the thread it runs on.
+        ``timeout`` of 0 means the process group's timeout; ``HoraTimeoutError`` when it passes
+        first.
         """
         limit = timeout if timeout.total_seconds() > 0 else self._timeout
-        if threading.current_thread() is _completer.thread:
-            _completer.drain_until(self)
-        elif not self._done.wait(limit.total_seconds()):
+        if not self._done.wait(limit.total_seconds()):
             raise HoraTimeoutError(
                 f"hora backend: operation {self.name} not finished after "
                 f"{limit.total_seconds():g} s"
@@ -146,59 +128,80 @@ class HoraWork(dist.Work):
         """CPU tensors need no stream synchronisation."""
 
 
-class _Completer:
-    """The process-wide thread that completes works in submission order."""
+class _CallbackThreads:
+    """Runs tasks on daemon threads, adding one whenever no thread is idle (see the module
+    docstring); a thread idle for a minute ends."""
+
+    _IDLE_SECONDS = 60.0
 
     def __init__(self) -> None:
+        self._tasks: collections.deque[Callable[[], None]] = collections.deque()
+        self._cond = threading.Condition()
+        self._idle = 0
+
+    def run(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on a callback thread."""
+        with self._cond:
+            self._tasks.append(task)
+            if self._idle > len(self._tasks) - 1:
+                self._cond.notify()
+                return
+        threading.Thread(target=self._loop, name="hora-torch-dist-callback", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._idle += 1
+                if not self._tasks:
+                    self._cond.wait(self._IDLE_SECONDS)
+                self._idle -= 1
+                if not self._tasks:
+                    return
+                task = self._tasks.popleft()
+            task()
+
+
+class _Waiter:
+    """The process-wide thread that completes works in submission order."""
+
+    def __init__(self, callbacks: _CallbackThreads) -> None:
         self._queue: collections.deque[HoraWork] = collections.deque()
         self._cond = threading.Condition()
-        self.thread: threading.Thread | None = None
+        self._callbacks = callbacks
+        self._thread: threading.Thread | None = None
 
     def submit(self, work: HoraWork) -> HoraWork:
         """Queue ``work`` for completion (starting the thread on first use)."""
         with self._cond:
             self._queue.append(work)
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="hora-torch-dist",
-                                               daemon=True)
-                self.thread.start()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="hora-torch-dist-waiter",
+                                                daemon=True)
+                self._thread.start()
             self._cond.notify()
         return work
 
-    def _pop(self, block: bool) -> HoraWork | None:
-        with self._cond:
-            while not self._queue:
-                if not block:
-                    return None
-                self._cond.wait()
-            return self._queue.popleft()
-
     def _run(self) -> None:
         while True:
-            work = self._pop(block=True)
-            if work is not None:
-                work._complete()
-
-    def drain_until(self, target: HoraWork) -> None:
-        """Complete queued works up to ``target`` on the calling (completer) thread."""
-        while not target.is_completed():
-            work = self._pop(block=False)
-            if work is None:
-                break
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                work = self._queue.popleft()
             work._complete()
+            self._callbacks.run(work._fire)
 
 
-_completer = _Completer()
+_waiter = _Waiter(_CallbackThreads())
 
 
 def submit(name: str, result: AsyncResult | None, finish: Callable[[], list[torch.Tensor]],
            timeout: datetime.timedelta) -> HoraWork:
     """A work for the engine operation ``result``; ``finish`` builds the outputs once it is done
     (``result`` None: nothing to wait for)."""
-    return _completer.submit(HoraWork(name, result, finish, timeout))
+    return _waiter.submit(HoraWork(name, result, finish, timeout))
 
 
 def completed(tensors: list[Any], name: str) -> HoraWork:
     """A work that is already complete (an operation with nothing to communicate)."""
     work = HoraWork(name, None, lambda: list(tensors), datetime.timedelta(seconds=1))
-    return _completer.submit(work)
+    return _waiter.submit(work)

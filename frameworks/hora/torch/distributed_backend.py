@@ -99,7 +99,7 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     def _start(self, collective: str, tensors: list[torch.Tensor], what: str,
                finish: Callable[[Any], list[torch.Tensor]], **kwargs: Any) -> HoraWork:
-        name = self._names.next(what)
+        name = self._names.next(what, *tensors)
         grouped = len(tensors) > 1
         names = ([f"{name}.{i}" for i in range(len(tensors))] if grouped else [name])
         result = _async_ops.call(collective, tensors, grouped, f"hora backend {what}",
@@ -149,7 +149,7 @@ class HoraProcessGroup(dist.ProcessGroup):
                 output.copy_(out.reshape(output.shape))
                 return result
 
-            name = self._names.next(what)
+            name = self._names.next(what, stacked)
             call = _async_ops.call("reducescatter", [stacked], False, f"hora backend {what}",
                                    names=[name], op=op, prescale=prescale,
                                    process_set=self._set)
@@ -214,8 +214,9 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     def _gather_rows(self, input: torch.Tensor, what: str,
                      finish: Callable[[torch.Tensor], list[torch.Tensor]]) -> HoraWork:
-        name = self._names.next(what)
-        call = _async_ops.call("allgather", [_flat_rows(input)], False, f"hora backend {what}",
+        rows = _flat_rows(input)
+        name = self._names.next(what, rows)
+        call = _async_ops.call("allgather", [rows], False, f"hora backend {what}",
                                names=[name], process_set=self._set)
         return submit(name, call, lambda: finish(call.wait()), self._timeout)
 
@@ -279,7 +280,7 @@ class HoraProcessGroup(dist.ProcessGroup):
         else:
             splits = [input.shape[0] // n] * n
         expected = [int(s) for s in output_split_sizes] if output_split_sizes else None
-        name = self._names.next("all_to_all_single")
+        name = self._names.next("all_to_all_single", input)
         call = _async_ops.call("alltoall", [input.detach().contiguous()], False,
                                "hora backend all_to_all_single", names=[name], splits=splits,
                                process_set=self._set)
