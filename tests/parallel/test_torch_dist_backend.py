@@ -8,6 +8,8 @@ import datetime
 import time
 from collections.abc import Iterator
 
+import hora
+import hora.torch
 import numpy as np
 import pytest
 import torch
@@ -25,11 +27,8 @@ from conftest import (
     resolve_count,
     size,
 )
-from torch_helpers import to_numpy, to_torch
-
-import hora
-import hora.torch  # noqa: F401  (registers the backend)
 from hora.errors import NotSupportedError
+from torch_helpers import to_numpy, to_torch
 
 TORCH_OPS = {
     "sum": dist.ReduceOp.SUM,

@@ -281,8 +281,7 @@ class HoraProcessGroup(dist.ProcessGroup):
             splits = [input.shape[0] // n] * n
         expected = [int(s) for s in output_split_sizes] if output_split_sizes else None
         # Ranks send different row counts: only the row shape is common to every rank's name.
-        name = self._names.next("all_to_all_single", input[0] if input.shape[0] else
-                                input.reshape(input.shape[1:]))
+        name = self._names.next("all_to_all_single", input.new_empty(input.shape[1:]))
         call = _async_ops.call("alltoall", [input.detach().contiguous()], False,
                                "hora backend all_to_all_single", names=[name], splits=splits,
                                process_set=self._set)
