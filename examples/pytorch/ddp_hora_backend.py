@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 
+import hora.torch  # noqa: F401  (registers the "hora" backend)
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-import hora.torch  # noqa: F401  (registers the "hora" backend)
 
 
 def make_data(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
