@@ -3,7 +3,7 @@
     horarun -np 2 python examples/pytorch/ddp_hora_backend.py
 
 ``import hora.torch`` registers the ``hora`` backend; ``init_process_group(backend="hora")``
-needs no MASTER_ADDR, RANK or WORLD_SIZE under horarun (or mpirun, srun). The rest is an
+needs no MASTER_ADDR, RANK or WORLD_SIZE under horarun (or mpirun, torchrun). The rest is an
 unchanged DDP script: every gradient allreduce DDP issues runs on Hora's engine. Data are generated
 from a fixed seed; each rank trains on its own shard. Rank 0 prints the loss of every epoch and,
 at the end, whether every rank holds the same parameters.

@@ -73,13 +73,18 @@ def _flat_rows(tensor: torch.Tensor) -> torch.Tensor:
 class HoraProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group whose collectives run on Hora's engine.
 
+    The collectives override the forms torch's C++ dispatch calls (tensor lists and an options
+    object); torch's stub declares them as overloads with the Python conveniences too, hence the
+    ``type: ignore[override]`` on them.
+
     ``ranks`` are the global ranks of the group in group-rank order; ``process_set`` is the Hora
     process set with those ranks.
     """
 
     def __init__(self, rank: int, size: int, ranks: Sequence[int], process_set: ProcessSet,
                  group_name: str, timeout: datetime.timedelta) -> None:
-        super().__init__(rank, size)
+        # torch's stub lists only the C++ constructors, not the (rank, size) one of Python groups.
+        super().__init__(rank, size)  # type: ignore[call-arg]
         self._ranks = list(ranks)
         self._set = process_set
         self._timeout = timeout
@@ -113,7 +118,8 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     # ---------------------------------------------------------------------- reductions
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> HoraWork:
+    def allreduce(  # type: ignore[override]
+            self, tensors: list[torch.Tensor], opts: Any = None) -> HoraWork:
         """In-place allreduce of one tensor (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM)."""
         opts = dist.AllreduceOptions() if opts is None else opts
         return self._allreduce(tensors, opts.reduceOp, "allreduce", one=True)
@@ -162,8 +168,9 @@ class HoraProcessGroup(dist.ProcessGroup):
 
         return self._start("allreduce", [stacked], what, keep_row, op=op, prescale=prescale)
 
-    def reduce_scatter(self, output_tensors: list[torch.Tensor],
-                       input_lists: list[list[torch.Tensor]], opts: Any = None) -> HoraWork:
+    def reduce_scatter(  # type: ignore[override]
+            self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+            opts: Any = None) -> HoraWork:
         """Rank i receives the reduction of every rank's ``input_list[i]``."""
         opts = dist.ReduceScatterOptions() if opts is None else opts
         output = _one(output_tensors, "reduce_scatter")
@@ -198,7 +205,8 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     # ---------------------------------------------------------------- copies between ranks
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> HoraWork:
+    def broadcast(  # type: ignore[override]
+            self, tensors: list[torch.Tensor], opts: Any = None) -> HoraWork:
         """In-place broadcast from group rank ``opts.rootRank``."""
         opts = dist.BroadcastOptions() if opts is None else opts
         target = _one(tensors, "broadcast")
@@ -220,8 +228,9 @@ class HoraProcessGroup(dist.ProcessGroup):
                                names=[name], process_set=self._set)
         return submit(name, call, lambda: finish(call.wait()), self._timeout)
 
-    def allgather(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor],
-                  opts: Any = None) -> HoraWork:
+    def allgather(  # type: ignore[override]
+            self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor],
+            opts: Any = None) -> HoraWork:
         """``all_gather``: every rank's tensor into ``output_lists[0]`` (same shapes)."""
         input = _one(input_list, "all_gather")
         if len(output_lists) != 1 or len(output_lists[0]) != self.size():
@@ -310,8 +319,8 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     # torch 2.13's Python front end calls these names; C++ callers use the underscored ones.
     all_gather_single = _allgather_base
-    reduce_scatter_single = _reduce_scatter_base
-    all_to_all_single = alltoall_base
+    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
+    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
     # ------------------------------------------------------------------------ not provided
 
