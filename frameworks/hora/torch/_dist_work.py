@@ -1,16 +1,18 @@
-"""Work objects of the ``hora`` torch.distributed backend, and the thread that completes them.
+"""Work objects of the ``hora`` torch.distributed backend, and the threads that complete them.
 
 A collective submitted through the backend returns a ``HoraWork`` at once; the engine runs it in
-the background. One waiter thread per process waits for the engine handles in submission order
-(the wait releases the GIL), copies results into torch's output tensors and marks the work done.
-Its ``torch.futures.Future`` is then completed on a callback thread, never on the waiter or on the
-thread that submitted: future callbacks (DDP communication hooks chain them with ``then``) may
-submit more collectives and even wait for them (PyTorch's PowerSGD hook does), which the waiter
-keeps completing meanwhile. A callback thread is added whenever every existing one is busy, so a
-waiting callback never blocks another.
+the background. A completion thread waits for that work's engine handles (the wait releases the
+GIL), copies the results into torch's output tensors, marks the work done and completes its
+``torch.futures.Future``, which runs the future's callbacks there. Each in-flight work has its own
+completion thread (idle ones are reused; one is added whenever all are busy), so works complete
+in whatever order the engine finishes them, and a callback that submits more collectives and
+waits for them (PyTorch's PowerSGD hook does, even on the application's thread when the future
+was already complete as ``then`` attached it) never holds up another work. Completing in
+submission order instead can deadlock: a rank whose oldest work needs a peer that is itself
+waiting for a younger work of this rank would never complete the younger one.
 
 Names: the engine matches an operation across ranks by its name, so every rank must name the
-same operation alike, whichever thread submits it. A future callback may run on a callback thread
+same operation alike, whichever thread submits it. A future callback may run on a completion thread
 or, when the future is already complete as ``then`` attaches it, on the application's thread, so
 a single counter would give different names on different ranks. An operation is therefore named
 by its group, kind, dtype and shape, and how many operations with that same signature the group
@@ -77,7 +79,7 @@ class HoraWork(dist.Work):
         self._done.set()
 
     def _fire(self) -> None:
-        """Complete the future, running its callbacks (callback thread)."""
+        """Complete the future, running its callbacks (completion thread)."""
         if self._error is None:
             self._future.set_result(self._outputs)
         else:
@@ -128,9 +130,10 @@ class HoraWork(dist.Work):
         """CPU tensors need no stream synchronisation."""
 
 
-class _CallbackThreads:
+class _CompletionThreads:
     """Runs tasks on daemon threads, adding one whenever no thread is idle (see the module
-    docstring); a thread idle for a minute ends."""
+    docstring), so that a task that blocks never delays another; a thread idle for a minute
+    ends."""
 
     _IDLE_SECONDS = 60.0
 
@@ -140,13 +143,13 @@ class _CallbackThreads:
         self._idle = 0
 
     def run(self, task: Callable[[], None]) -> None:
-        """Run ``task`` on a callback thread."""
+        """Run ``task`` on a completion thread."""
         with self._cond:
             self._tasks.append(task)
             if self._idle > len(self._tasks) - 1:
                 self._cond.notify()
                 return
-        threading.Thread(target=self._loop, name="hora-torch-dist-callback", daemon=True).start()
+        threading.Thread(target=self._loop, name="hora-torch-dist", daemon=True).start()
 
     def _loop(self) -> None:
         while True:
@@ -161,47 +164,25 @@ class _CallbackThreads:
             task()
 
 
-class _Waiter:
-    """The process-wide thread that completes works in submission order."""
-
-    def __init__(self, callbacks: _CallbackThreads) -> None:
-        self._queue: collections.deque[HoraWork] = collections.deque()
-        self._cond = threading.Condition()
-        self._callbacks = callbacks
-        self._thread: threading.Thread | None = None
-
-    def submit(self, work: HoraWork) -> HoraWork:
-        """Queue ``work`` for completion (starting the thread on first use)."""
-        with self._cond:
-            self._queue.append(work)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="hora-torch-dist-waiter",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return work
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue:
-                    self._cond.wait()
-                work = self._queue.popleft()
-            work._complete()
-            self._callbacks.run(work._fire)
-
-
-_waiter = _Waiter(_CallbackThreads())
+_threads = _CompletionThreads()
 
 
 def submit(name: str, result: AsyncResult | None, finish: Callable[[], list[torch.Tensor]],
            timeout: datetime.timedelta) -> HoraWork:
     """A work for the engine operation ``result``; ``finish`` builds the outputs once it is done
     (``result`` None: nothing to wait for)."""
-    return _waiter.submit(HoraWork(name, result, finish, timeout))
+    work = HoraWork(name, result, finish, timeout)
+    _threads.run(lambda: _finish(work))
+    return work
 
 
 def completed(tensors: list[Any], name: str) -> HoraWork:
     """A work that is already complete (an operation with nothing to communicate)."""
     work = HoraWork(name, None, lambda: list(tensors), datetime.timedelta(seconds=1))
-    return _waiter.submit(work)
+    _threads.run(lambda: _finish(work))
+    return work
+
+
+def _finish(work: HoraWork) -> None:
+    work._complete()
+    work._fire()
