@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import datetime
 import threading
+import time
 from typing import Any, Callable
 
 import torch
@@ -133,14 +134,18 @@ class HoraWork(dist.Work):
 class _CompletionThreads:
     """Runs tasks on daemon threads, adding one whenever no thread is idle (see the module
     docstring), so that a task that blocks never delays another; a thread idle for a minute
-    ends."""
+    ends, and idle threads end when the interpreter starts to exit (a daemon thread still alive
+    at finalization can be torn down inside the engine's C++ code, which aborts the process)."""
 
     _IDLE_SECONDS = 60.0
+    _EXIT_JOIN_SECONDS = 2.0
 
     def __init__(self) -> None:
         self._tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._cond = threading.Condition()
         self._idle = 0
+        self._stopping = False
+        self._threads: set[threading.Thread] = set()
 
     def run(self, task: Callable[[], None]) -> None:
         """Run ``task`` on a completion thread."""
@@ -149,22 +154,40 @@ class _CompletionThreads:
             if self._idle > len(self._tasks) - 1:
                 self._cond.notify()
                 return
-        threading.Thread(target=self._loop, name="hora-torch-dist", daemon=True).start()
+            thread = threading.Thread(target=self._loop, name="hora-torch-dist", daemon=True)
+            self._threads.add(thread)
+        thread.start()
 
     def _loop(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._cond:
+                    self._idle += 1
+                    if not self._tasks and not self._stopping:
+                        self._cond.wait(self._IDLE_SECONDS)
+                    self._idle -= 1
+                    if not self._tasks:
+                        return
+                    task = self._tasks.popleft()
+                task()
+        finally:
             with self._cond:
-                self._idle += 1
-                if not self._tasks:
-                    self._cond.wait(self._IDLE_SECONDS)
-                self._idle -= 1
-                if not self._tasks:
-                    return
-                task = self._tasks.popleft()
-            task()
+                self._threads.discard(threading.current_thread())
+
+    def stop(self) -> None:
+        """Let every thread finish its queued tasks and end; wait a bounded time for them."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + self._EXIT_JOIN_SECONDS
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 _threads = _CompletionThreads()
+# Runs when the interpreter starts to exit, before it tears down daemon threads.
+threading._register_atexit(_threads.stop)  # type: ignore[attr-defined]
 
 
 def submit(name: str, result: AsyncResult | None, finish: Callable[[], list[torch.Tensor]],
