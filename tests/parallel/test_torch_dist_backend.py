@@ -1,0 +1,226 @@
+"""The ``hora`` torch.distributed backend: init with no argument, every collective against a
+NumPy reference (every dtype, sizes 0, 1, odd, not divisible by the rank count, big), async works
+and futures, new_group as a Hora process set, and clear errors for what it does not provide."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+
+import hora
+import hora.torch
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import (
+    DTYPES,
+    FLOAT_DTYPES,
+    SIZES,
+    all_inputs,
+    assert_close,
+    assert_same,
+    kind_for_op,
+    rank,
+    reduce_ref,
+    resolve_count,
+    size,
+)
+from hora.errors import NotSupportedError
+from torch_helpers import to_numpy, to_torch
+
+TORCH_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "average": dist.ReduceOp.AVG,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "product": dist.ReduceOp.PRODUCT,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hora_default_group() -> Iterator[None]:
+    """``init_process_group(backend="hora")`` with no other argument, as a user writes it."""
+    dist.init_process_group(backend="hora")
+    yield
+    dist.destroy_process_group()
+
+
+def check(actual: torch.Tensor, expected: np.ndarray, dtype: str, op: str = "sum") -> None:
+    if dtype in FLOAT_DTYPES and op == "average":
+        assert_close(to_numpy(actual), expected, dtype)
+    else:
+        assert_same(to_numpy(actual), expected, dtype)
+
+
+def test_init_without_arguments() -> None:
+    assert dist.get_backend() == "hora"
+    assert dist.get_rank() == hora.rank()
+    assert dist.get_world_size() == hora.size()
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", list(TORCH_OPS))
+def test_all_reduce(op: str, dtype: str, count: int | str) -> None:
+    n = resolve_count(count, dtype)
+    xs = all_inputs(n, dtype, "dist_all_reduce", op, kind=kind_for_op(op))
+    tensor = to_torch(xs[rank()])
+    dist.all_reduce(tensor, op=TORCH_OPS[op])
+    check(tensor, reduce_ref(xs, op, dtype), dtype, op)
+
+
+def test_all_reduce_non_contiguous_and_premul_sum() -> None:
+    xs = all_inputs((6, 4), "float64", "dist_noncontig")
+    tensor = to_torch(xs[rank()]).t()
+    dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(0.5))
+    assert_close(to_numpy(tensor), reduce_ref(xs, "sum", "float64").T * 0.5, "float64")
+
+
+def test_async_work_and_future() -> None:
+    xs = all_inputs(1001, "float32", "dist_async")
+    tensor = to_torch(xs[rank()])
+    work = dist.all_reduce(tensor, async_op=True)
+    doubled = work.get_future().then(lambda fut: fut.value()[0] * 2)
+    assert work.wait() is True
+    assert work.is_completed()
+    expected = reduce_ref(xs, "sum", "float32")
+    assert_same(to_numpy(tensor), expected, "float32")
+    assert_same(to_numpy(doubled.wait()), expected * 2, "float32")
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_broadcast(dtype: str, count: int | str) -> None:
+    n = resolve_count(count, dtype)
+    xs = all_inputs(n, dtype, "dist_broadcast", kind="any")
+    for root in {0, size() - 1}:
+        tensor = to_torch(xs[rank()])
+        dist.broadcast(tensor, src=root)
+        assert_same(to_numpy(tensor), xs[root], dtype)
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather(dtype: str, count: int | str) -> None:
+    n = resolve_count(count, dtype)
+    xs = all_inputs((n, 2), dtype, "dist_all_gather", kind="any")
+    outputs = [torch.empty((n, 2), dtype=to_torch(xs[0]).dtype) for _ in range(size())]
+    dist.all_gather(outputs, to_torch(xs[rank()]))
+    for out, x in zip(outputs, xs):
+        assert_same(to_numpy(out), x, dtype)
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather_into_tensor(dtype: str, count: int | str) -> None:
+    n = resolve_count(count, dtype)
+    xs = all_inputs(n, dtype, "dist_all_gather_into", kind="any")
+    out = torch.empty(n * size(), dtype=to_torch(xs[0]).dtype)
+    dist.all_gather_into_tensor(out, to_torch(xs[rank()]))
+    assert_same(to_numpy(out), np.concatenate(xs), dtype)
+
+
+# Every dtype with SUM; the other ops (MIN, MAX, PRODUCT run as an allreduce) on three dtypes.
+REDUCE_SCATTER_CASES = [("sum", d) for d in DTYPES] + [
+    (op, d) for op in TORCH_OPS if op != "sum" for d in ("int32", "bfloat16", "float64")
+]
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize(("op", "dtype"), REDUCE_SCATTER_CASES)
+def test_reduce_scatter_tensor(op: str, dtype: str, count: int | str) -> None:
+    n = resolve_count(count, dtype)
+    xs = all_inputs(n * size(), dtype, "dist_reduce_scatter", op, kind=kind_for_op(op))
+    out = torch.empty(n, dtype=to_torch(xs[0]).dtype)
+    dist.reduce_scatter_tensor(out, to_torch(xs[rank()]), op=TORCH_OPS[op])
+    expected = reduce_ref(xs, op, dtype)[rank() * n:(rank() + 1) * n]
+    check(out, expected, dtype, op)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_reduce_scatter_list(dtype: str) -> None:
+    xs = all_inputs((size(), 17), dtype, "dist_reduce_scatter_list")
+    out = torch.empty(17, dtype=to_torch(xs[0]).dtype)
+    dist.reduce_scatter(out, list(to_torch(xs[rank()]).unbind(0)))
+    check(out, reduce_ref(xs, "sum", dtype)[rank()], dtype)
+
+
+@pytest.mark.parametrize("count", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_to_all_single_equal(dtype: str, count: int | str) -> None:
+    rows = resolve_count(count, dtype)
+    xs = all_inputs((rows * size(), 3), dtype, "dist_a2a", kind="any")
+    out = torch.empty((rows * size(), 3), dtype=to_torch(xs[0]).dtype)
+    dist.all_to_all_single(out, to_torch(xs[rank()]))
+    expected = np.concatenate([x[rank() * rows:(rank() + 1) * rows] for x in xs])
+    assert_same(to_numpy(out), expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float64"])
+def test_all_to_all_single_uneven(dtype: str) -> None:
+    def splits_of(r: int) -> list[int]:
+        return [(r + d) % 3 for d in range(size())]  # rows rank r sends to rank d, zeros too
+
+    xs = [all_inputs((sum(splits_of(r)), 2), dtype, "dist_a2a_uneven", kind="any")[r]
+          for r in range(size())]
+    received = [splits_of(r)[rank()] for r in range(size())]
+    out = torch.empty((sum(received), 2), dtype=to_torch(xs[0]).dtype)
+    dist.all_to_all_single(out, to_torch(xs[rank()]), output_split_sizes=received,
+                           input_split_sizes=splits_of(rank()))
+    parts = []
+    for r in range(size()):
+        start = sum(splits_of(r)[:rank()])
+        parts.append(xs[r][start:start + splits_of(r)[rank()]])
+    assert_same(to_numpy(out), np.concatenate(parts), dtype)
+
+
+def test_barrier() -> None:
+    dist.barrier()
+    work = dist.barrier(async_op=True)
+    assert work.wait()
+
+
+def test_new_group_is_a_process_set() -> None:
+    members = list(range(1, size()))
+    group = dist.new_group(members)
+    if rank() not in members:
+        assert group == dist.GroupMember.NON_GROUP_MEMBER
+        return
+    assert dist.get_backend(group) == "hora"
+    assert dist.get_world_size(group) == len(members)
+    xs = all_inputs(33, "int64", "dist_new_group")
+    tensor = to_torch(xs[rank()])
+    dist.all_reduce(tensor, group=group)
+    assert_same(to_numpy(tensor), reduce_ref([xs[r] for r in members], "sum", "int64"), "int64")
+    root = members[-1]
+    value = torch.tensor([float(rank())])
+    dist.broadcast(value, src=root, group=group)
+    assert value.item() == root
+
+
+def test_unsupported_operations_fail_clearly() -> None:
+    with pytest.raises(NotSupportedError, match="hora backend does not support send"):
+        dist.send(torch.ones(1), dst=(rank() + 1) % size())
+    with pytest.raises(NotSupportedError, match="does not support ReduceOp"):
+        dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    with pytest.raises(NotSupportedError, match="gather"):
+        dist.gather(torch.ones(1), [torch.ones(1)] * size() if rank() == 0 else None, dst=0)
+    with pytest.raises(ValueError, match="all_gather_into_tensor needs an output"):
+        dist.all_gather_into_tensor(torch.empty(1), torch.ones(1))
+
+
+def test_work_wait_timeout_is_bounded() -> None:
+    """A collective that only this rank joins times out with a clear error, then the job goes
+    on once every rank joins it."""
+    tensor = torch.ones(3)
+    if rank() == 0:
+        work = dist.all_reduce(tensor, async_op=True)
+        with pytest.raises(hora.HoraError, match="not finished after"):
+            work.wait(datetime.timedelta(seconds=0.2))
+    else:
+        time.sleep(1.0)  # rank 0's 0.2 s wait ends first
+        work = dist.all_reduce(tensor, async_op=True)
+    work.wait()
+    assert tensor.tolist() == [float(size())] * 3
