@@ -48,7 +48,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: GroupsArg = None,
                          process_set: ProcessSet = global_process_set,
-                         scale_local_gradients: bool = True) -> Any:
+                         scale_local_gradients: bool = True, comm_hook: Any = None) -> Any:
     """A Keras optimizer that averages gradients across ranks before applying them.
 
     Returns an instance of a subclass of ``optimizer``'s class built from its configuration, so
@@ -72,6 +72,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         groups: number of groups, or lists of variables reduced together.
         process_set: the ranks that take part.
         scale_local_gradients: accepted for compatibility.
+        comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
+            (eager mode only: ``run_eagerly=True`` for ``model.fit``; ``hora.tensorflow.hooks``).
 
     Raises:
         ValueError: not a Keras optimizer, or inconsistent arguments.
@@ -91,7 +93,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                       gradient_predivide_factor=gradient_predivide_factor, op=op,
                       backward_passes_per_step=backward_passes_per_step,
                       average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-                      process_set=process_set)
+                      process_set=process_set, comm_hook=comm_hook)
 
 
 def broadcast_global_variables(root_rank: int) -> Any:

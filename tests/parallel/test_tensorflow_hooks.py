@@ -1,0 +1,172 @@
+"""Communication hooks of hora.tensorflow (``comm_hook=`` of DistributedGradientTape and of the
+Keras DistributedOptimizer), eager mode.
+
+Run as ``horarun -np N python -m pytest -q tests/parallel/test_tensorflow_hooks.py`` (N = 2, 3).
+Gradients are made exact by the loss ``sum(v * g)`` (its gradient is ``g``), so that results can
+be compared bit for bit with a NumPy reference; training runs compare with the path without a
+hook.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import hora.tensorflow as hvd
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import make_input, rank, reduce_ref, size
+from hook_refs import SHAPES, WIRE, compressed_ref, hook_input
+from hora.tensorflow.hooks import PowerSGD
+
+HOOKS = {"allreduce": hvd.hooks.allreduce, "fp16": hvd.hooks.fp16_compress,
+         "bf16": hvd.hooks.bf16_compress}
+
+
+def _exact_grads(variables: list[tf.Variable], grads: list[np.ndarray], **kwargs: object
+                 ) -> list[np.ndarray]:
+    """The tape's reduced gradients for the loss ``sum_i sum(v_i * g_i)``."""
+    with tf.GradientTape() as tape:
+        loss = tf.add_n([tf.reduce_sum(v * tf.constant(g)) for v, g in zip(variables, grads)])
+    tape = hvd.DistributedGradientTape(tape, **kwargs)
+    return [g.numpy() for g in tape.gradient(loss, variables)]
+
+
+@pytest.mark.parametrize("groups", [None, 2])
+@pytest.mark.parametrize("hook", list(HOOKS))
+def test_tape_hook_matches_numpy_reference(hook: str, groups: object) -> None:
+    """allreduce gives the exact average; fp16/bf16 give PyTorch's rounding bit for bit; for
+    every shape, one bucket per gradient and two fused buckets."""
+    variables = [tf.Variable(tf.zeros(s, tf.float32)) for s in SHAPES]
+    key = f"{hook}.{groups}"
+    grads = [hook_input(rank(), i, key) for i in range(len(SHAPES))]
+    out = _exact_grads(variables, grads, comm_hook=HOOKS[hook], groups=groups)
+    for i, got in enumerate(out):
+        arrays = [hook_input(r, i, key) for r in range(size())]
+        expected = (reduce_ref(arrays, "average", "float32") if hook == "allreduce"
+                    else compressed_ref(arrays, WIRE[hook]))
+        assert got.dtype == np.float32 and got.shape == SHAPES[i]
+        np.testing.assert_array_equal(got, expected, err_msg=f"{SHAPES[i]}")
+
+
+def _model() -> keras.Model:
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(3)])
+    model.set_weights([make_input(0, w.shape, "float32", "tfhk", i, kind="normal") * 0.5
+                       for i, w in enumerate(model.get_weights())])
+    return model
+
+
+def _train_keras(steps: int, **kwargs: object) -> np.ndarray:
+    """Weights after ``steps`` eager steps of the Keras DistributedOptimizer (SGD, momentum)."""
+    model = _model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), **kwargs)
+    for step in range(steps):
+        x = make_input(rank(), [4, 6], "float32", "tfhk_x", step, kind="normal")
+        y = make_input(rank(), [4, 3], "float32", "tfhk_y", step, kind="normal")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    return np.concatenate([w.reshape(-1) for w in model.get_weights()])
+
+
+@pytest.mark.parametrize("groups", [None, 2])
+def test_keras_allreduce_hook_trains_like_no_hook(groups: object) -> None:
+    """The Keras optimizer with the allreduce hook ends with the weights of no hook (to 1e-6:
+    only the order of a fused sum may differ)."""
+    plain = _train_keras(3, groups=groups)
+    hooked = _train_keras(3, groups=groups, comm_hook=hvd.hooks.allreduce)
+    np.testing.assert_allclose(hooked, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_powersgd_full_rank_equals_allreduce() -> None:
+    """PowerSGD at full rank (compressing every matrix, batched by shape, after 2 plain steps)
+    gives the average of the gradients to 1e-9 at every step (float64)."""
+    shapes = [(6, 4), (6, 4), (3, 5, 2), (7,)]
+    variables = [tf.Variable(tf.zeros(s, tf.float64)) for s in shapes]
+    hook = PowerSGD(matrix_approximation_rank=10, start_powerSGD_iter=2, min_compression_rate=0,
+                    batch_tensors_with_same_shape=True)
+    for step in range(5):
+        grads = [make_input(rank(), s, "float64", "tfpsgd", step, i, kind="normal")
+                 for i, s in enumerate(shapes)]
+        out = _exact_grads(variables, grads, comm_hook=hook, groups=1)
+        for i, s in enumerate(shapes):
+            arrays = [make_input(r, s, "float64", "tfpsgd", step, i, kind="normal")
+                      for r in range(size())]
+            np.testing.assert_allclose(out[i], np.mean(arrays, axis=0), rtol=1e-9, atol=1e-9)
+    assert hook.compression_stats()[2] > 0  # the compressed path ran
+
+
+def _regression_loss(hook: PowerSGD | None, steps: int) -> tuple[float, float]:
+    """Train a 32-64-16 ReLU network (float64) on a linear target through the tape; returns
+    (initial, final) loss on a fixed evaluation set."""
+    rng = np.random.default_rng(0)
+    w1 = tf.Variable(rng.standard_normal((32, 64)) / 6)
+    w2 = tf.Variable(rng.standard_normal((64, 16)) / 8)
+    b1, b2 = tf.Variable(np.zeros(64)), tf.Variable(np.zeros(16))
+    variables = [w1, b1, w2, b2]
+    target = np.random.default_rng(5).standard_normal((32, 16)) / 4
+    x_eval = np.random.default_rng(9).standard_normal((256, 32))
+
+    def loss_of(x: np.ndarray) -> tf.Tensor:
+        return tf.reduce_mean((tf.nn.relu(x @ w1 + b1) @ w2 + b2 - x @ target) ** 2)
+
+    opt = keras.optimizers.SGD(0.05, momentum=0.9)
+    initial = float(loss_of(x_eval))
+    data = np.random.default_rng(100 + rank())
+    for _ in range(steps):
+        x = data.standard_normal((32, 32))
+        with tf.GradientTape() as tape:
+            loss = loss_of(x)
+        tape = hvd.DistributedGradientTape(tape, comm_hook=hook or hvd.hooks.allreduce)
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return initial, float(loss_of(x_eval))
+
+
+def test_powersgd_rank_one_trains_like_allreduce() -> None:
+    """Rank 1 from step 10 on reaches a loss within 1.5x that of plain allreduce after 150
+    steps, both below 5% of the start."""
+    initial, plain = _regression_loss(None, 150)
+    _, compressed = _regression_loss(PowerSGD(1, start_powerSGD_iter=10), 150)
+    assert plain < 0.05 * initial and compressed < 0.05 * initial, (initial, plain, compressed)
+    assert compressed < 1.5 * plain, (plain, compressed)
+
+
+def test_tf_function_is_refused() -> None:
+    """A hook needs eager mode: inside tf.function the tape says so."""
+    v = tf.Variable(tf.ones(3))
+
+    @tf.function
+    def step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(v * v)
+        tape = hvd.DistributedGradientTape(tape, comm_hook=hvd.hooks.allreduce)
+        return tape.gradient(loss, [v])[0]
+
+    with pytest.raises(RuntimeError, match="eager mode only"):
+        step()
+
+
+def test_bad_options_are_refused() -> None:
+    """A hook that is no callable, or a hook with compression or another op, is refused."""
+    with tf.GradientTape() as tape:
+        pass
+    with pytest.raises(TypeError, match="comm_hook must be callable"):
+        hvd.DistributedGradientTape(tape, comm_hook=3)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), comm_hook=hvd.hooks.allreduce,
+                                 compression=hvd.Compression.fp16)
+    with pytest.raises(ValueError, match="op must be Average"):
+        hvd.DistributedGradientTape(tape, comm_hook=hvd.hooks.allreduce, op=hvd.Sum)
+
+
+def test_hook_returning_no_future_is_refused() -> None:
+    """A hook that returns no future gets a clear TypeError."""
+    v = tf.Variable(tf.ones(2))
+    with pytest.raises(TypeError, match="must return a future"):
+        _exact_grads([v], [np.ones(2, np.float32)], comm_hook=lambda bucket: bucket.tensors)
