@@ -23,6 +23,14 @@ mx = pytest.importorskip("mxnet")
 
 HOOKS = {"allreduce": hvd.hooks.allreduce, "fp16": hvd.hooks.fp16_compress,
          "bf16": hvd.hooks.bf16_compress}
+
+
+def _plain_tol() -> float:
+    """Without a hook MXNet averages through rescale_grad, a float32 parameter: 1/size is
+    exact only for a power of two, else that path is off by float32 rounding (about 1e-7)."""
+    return 1e-12 if size() & (size() - 1) == 0 else 1e-6
+
+
 # MXNet has no 0-d or empty parameters: the hand-set gradients use the other shapes.
 MX_SHAPES = [s for s in SHAPES if s and 0 not in s]
 
@@ -44,7 +52,7 @@ def test_trainer_hook_matches_numpy_reference(hook: str, num_groups: int) -> Non
     params = _params(f"hk{hook}{num_groups}_", MX_SHAPES)
     trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 1.0},
                                      num_groups=num_groups, comm_hook=HOOKS[hook])
-    key = f"mx.{hook}.{num_groups}"
+    key = f"{hook}.mx{num_groups}"
     for i, p in enumerate(params):
         p.list_grad()[0][:] = mx.nd.array(hook_input(rank(), i, key, MX_SHAPES))
     trainer.allreduce_grads()
@@ -95,21 +103,23 @@ def _train(steps: int, wrap: str, **kwargs: object) -> np.ndarray:
 @pytest.mark.parametrize(("wrap", "num_groups"), [("trainer", 0), ("trainer", 2),
                                                   ("optimizer", 0)])
 def test_allreduce_hook_trains_like_no_hook(wrap: str, num_groups: int) -> None:
-    """Training through the allreduce hook ends with the weights of no hook (to 1e-12)."""
+    """Training through the allreduce hook ends with the weights of no hook (to 1e-12, or
+    1e-6 when the rank count is no power of two: _plain_tol())."""
     plain = _train(3, wrap, num_groups=num_groups)
     hooked = _train(3, wrap, num_groups=num_groups, comm_hook=hvd.hooks.allreduce)
-    np.testing.assert_allclose(hooked, plain, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(hooked, plain, rtol=_plain_tol(), atol=_plain_tol())
 
 
 @pytest.mark.parametrize("wrap", ["trainer", "optimizer"])
 def test_powersgd_full_rank_trains_like_no_hook(wrap: str) -> None:
     """PowerSGD at full rank (compressing every weight matrix after 2 plain steps) trains to
-    the weights of plain allreduce (to 1e-9)."""
+    the weights of plain allreduce (to 1e-9, or _plain_tol())."""
     plain = _train(5, wrap)
     hook = hvd.hooks.PowerSGD(matrix_approximation_rank=8, start_powerSGD_iter=2,
                               min_compression_rate=0)
     compressed = _train(5, wrap, comm_hook=hook)
-    np.testing.assert_allclose(compressed, plain, rtol=1e-9, atol=1e-9)
+    tol = max(_plain_tol(), 1e-9)
+    np.testing.assert_allclose(compressed, plain, rtol=tol, atol=tol)
     assert hook.compression_stats()[2] > 0  # the compressed path ran
 
 
