@@ -170,3 +170,33 @@ def test_hook_returning_no_future_is_refused() -> None:
     v = tf.Variable(tf.ones(2))
     with pytest.raises(TypeError, match="must return a future"):
         _exact_grads([v], [np.ones(2, np.float32)], comm_hook=lambda bucket: bucket.tensors)
+
+
+def _fit(**kwargs: object) -> np.ndarray:
+    """Weights after one epoch of ``model.fit`` (eager) on this rank's 12 rows."""
+    model = _model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), **kwargs)
+    model.compile(optimizer=opt, loss="mse", run_eagerly=True)
+    x = make_input(rank(), [12, 6], "float32", "tffit_x", kind="normal")
+    y = make_input(rank(), [12, 3], "float32", "tffit_y", kind="normal")
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    return np.concatenate([w.reshape(-1) for w in model.get_weights()])
+
+
+def test_model_fit_with_run_eagerly() -> None:
+    """model.fit with run_eagerly=True runs the hook: full-rank PowerSGD (after 2 plain steps)
+    ends with the weights of no hook (to 1e-5, float32)."""
+    plain = _fit()
+    hook = PowerSGD(matrix_approximation_rank=8, start_powerSGD_iter=2, min_compression_rate=0)
+    np.testing.assert_allclose(_fit(comm_hook=hook), plain, rtol=1e-5, atol=1e-5)
+    assert hook.compression_stats()[2] > 0
+
+
+def test_model_fit_in_a_graph_is_refused() -> None:
+    """model.fit compiled into a graph (the default) raises RuntimeError naming eager mode."""
+    model = _model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1),
+                                                     comm_hook=hvd.hooks.allreduce), loss="mse")
+    x = np.zeros((4, 6), np.float32)
+    with pytest.raises(RuntimeError, match="eager mode only"):
+        model.fit(x, np.zeros((4, 3), np.float32), batch_size=4, epochs=1, verbose=0)
