@@ -163,6 +163,9 @@ def test_bad_options_are_refused() -> None:
                                  compression=hvd.Compression.fp16)
     with pytest.raises(ValueError, match="op must be Average"):
         hvd.DistributedGradientTape(tape, comm_hook=hvd.hooks.allreduce, op=hvd.Sum)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        hvd.DistributedGradientTape(tape, comm_hook=hvd.hooks.allreduce,
+                                    gradient_predivide_factor=2.0)
 
 
 def test_hook_returning_no_future_is_refused() -> None:
@@ -200,3 +203,33 @@ def test_model_fit_in_a_graph_is_refused() -> None:
     x = np.zeros((4, 6), np.float32)
     with pytest.raises(RuntimeError, match="eager mode only"):
         model.fit(x, np.zeros((4, 3), np.float32), batch_size=4, epochs=1, verbose=0)
+
+
+def test_hook_sees_numpy_buckets_in_order() -> None:
+    """A bucket holds NumPy copies of the gradients; its index is the position of its first
+    gradient; every bucket's hook is called before any future is waited for, and the futures
+    are waited for in index order."""
+    events: list[tuple[str, int]] = []
+    seen: list[tuple[int, list[type]]] = []
+
+    def hook(bucket: hvd.hooks.GradBucket) -> hvd.hooks.HookFuture:
+        events.append(("call", bucket.index))
+        seen.append((bucket.index, [type(t) for t in bucket.tensors]))
+        inner = hvd.hooks.allreduce(bucket)
+
+        def finish() -> list[np.ndarray]:
+            events.append(("wait", bucket.index))
+            return inner.wait()
+
+        return hvd.hooks.HookFuture(finish)
+
+    shapes = [(2,), (3, 2), (4,), (1,), (5,)]
+    variables = [tf.Variable(tf.zeros(s)) for s in shapes]
+    grads = [np.full(s, float(rank() + i), np.float32) for i, s in enumerate(shapes)]
+    out = _exact_grads(variables, grads, comm_hook=hook, groups=[[variables[3], variables[1]]])
+    for i, s in enumerate(shapes):
+        np.testing.assert_array_equal(out[i], np.full(s, (size() - 1) / 2 + i, np.float32))
+    assert sorted(index for index, _ in seen) == [0, 1, 2, 4]
+    assert all(t is np.ndarray for _, types in seen for t in types)
+    assert [e for e, _ in events] == ["call"] * 4 + ["wait"] * 4
+    assert [i for e, i in events if e == "wait"] == [0, 1, 2, 4]
