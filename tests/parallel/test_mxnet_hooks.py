@@ -124,8 +124,8 @@ def test_powersgd_full_rank_trains_like_no_hook(wrap: str) -> None:
 
 
 def _regression_loss(hook: object, steps: int) -> tuple[float, float]:
-    """Train a 32-64-16 ReLU network (float64) on a linear target; returns (initial, final)
-    loss on a fixed evaluation set."""
+    """Train a 32-64-16 ReLU network (float64) on a linear target (one bucket); returns
+    (initial, final) loss on a fixed evaluation set."""
     net = mx.gluon.nn.HybridSequential(prefix="reg_")
     with net.name_scope():
         net.add(mx.gluon.nn.Dense(64, in_units=32, activation="relu", dtype="float64"))
@@ -137,7 +137,7 @@ def _regression_loss(hook: object, steps: int) -> tuple[float, float]:
         param.set_data(mx.nd.array(rng.standard_normal(param.shape) * scale, dtype="float64"))
     trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
                                      {"learning_rate": 0.05, "momentum": 0.9},
-                                     comm_hook=hook or hvd.hooks.allreduce)
+                                     comm_hook=hook or hvd.hooks.allreduce, num_groups=1)
     target = mx.nd.array(np.random.default_rng(5).standard_normal((32, 16)) / 4, dtype="float64")
     x_eval = mx.nd.array(np.random.default_rng(9).standard_normal((256, 32)), dtype="float64")
 
