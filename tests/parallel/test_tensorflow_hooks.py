@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+import hora.keras
 import hora.tensorflow as hvd
 import keras
 import numpy as np
@@ -176,9 +177,10 @@ def test_hook_returning_no_future_is_refused() -> None:
 
 
 def _fit(**kwargs: object) -> np.ndarray:
-    """Weights after one epoch of ``model.fit`` (eager) on this rank's 12 rows."""
+    """Weights after one epoch of ``model.fit`` (eager) on this rank's 12 rows, with
+    ``hora.keras.DistributedOptimizer``."""
     model = _model()
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), **kwargs)
+    opt = hora.keras.DistributedOptimizer(keras.optimizers.SGD(0.1), **kwargs)
     model.compile(optimizer=opt, loss="mse", run_eagerly=True)
     x = make_input(rank(), [12, 6], "float32", "tffit_x", kind="normal")
     y = make_input(rank(), [12, 3], "float32", "tffit_y", kind="normal")
@@ -190,7 +192,8 @@ def test_model_fit_with_run_eagerly() -> None:
     """model.fit with run_eagerly=True runs the hook: full-rank PowerSGD (after 2 plain steps)
     ends with the weights of no hook (to 1e-5, float32)."""
     plain = _fit()
-    hook = PowerSGD(matrix_approximation_rank=8, start_powerSGD_iter=2, min_compression_rate=0)
+    assert hora.keras.hooks.PowerSGD is PowerSGD
+    hook = hora.keras.hooks.PowerSGD(matrix_approximation_rank=8, start_powerSGD_iter=2, min_compression_rate=0)
     np.testing.assert_allclose(_fit(comm_hook=hook), plain, rtol=1e-5, atol=1e-5)
     assert hook.compression_stats()[2] > 0
 

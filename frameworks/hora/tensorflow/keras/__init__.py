@@ -23,6 +23,7 @@ from hora.common.api import *
 from hora.common.ops import Adasum, Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import functions as _functions
+from hora.tensorflow import hooks
 from hora.tensorflow import keras_optimizer as _kopt
 from hora.tensorflow import mpi_ops as _mpi_ops
 from hora.tensorflow.compression import Compression, Compressor
@@ -32,7 +33,7 @@ from hora.tensorflow.optimizer import GroupsArg
 __all__ = api.__all__ + [
     "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce",
     "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "callbacks", "load_model", "reducescatter",
+    "callbacks", "hooks", "load_model", "reducescatter",
 ]
 
 broadcast_object = _functions.broadcast_object
