@@ -18,7 +18,7 @@ from hora.mxnet.compat import import_mxnet
 
 import_mxnet()
 
-from hora.mxnet import elastic, mpi_ops
+from hora.mxnet import elastic, hooks, mpi_ops
 from hora.mxnet.functions import (
     allgather_object,
     broadcast_object,
@@ -30,5 +30,5 @@ from hora.mxnet.trainer import Compression, DistributedTrainer
 
 __all__ = mpi_ops.__all__ + [
     "Compression", "DistributedOptimizer", "DistributedTrainer", "allgather_object",
-    "broadcast_object", "broadcast_parameters", "elastic", "mpi_ops",
+    "broadcast_object", "broadcast_parameters", "elastic", "hooks", "mpi_ops",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from hora.common import basics, ops
+from hora.common.hook_driver import check_hook_options, reduce_buckets
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.mxnet.compat import import_mxnet
 from hora.mxnet.mpi_ops import _Pending
@@ -84,8 +85,31 @@ def allreduce_gradients_(grads: Sequence[Any], names: Sequence[str], *, prescale
     pending.wait()
 
 
+def hook_reduce_(hook: Any, grads: Sequence[Any], names: Sequence[str], ids: Sequence[int],
+                 num_groups: int, process_set: ProcessSet) -> None:
+    """Average ``grads`` (NDArrays) over ``process_set`` in place through the communication
+    hook ``hook``: one bucket per gradient, or ``num_groups`` consecutive buckets; a bucket's
+    index is the id (``ids``) of its first gradient."""
+    if not grads:
+        return
+    parts = (split_groups(len(grads), num_groups) if num_groups > 0
+             else [range(i, i + 1) for i in range(len(grads))])
+    arrays = [g.asnumpy() for g in grads]
+    reduced = reduce_buckets(hook, [list(p) for p in parts], list(names), arrays, process_set,
+                             ids)
+    for grad, value in zip(grads, reduced):
+        grad[:] = mx.nd.array(value, ctx=grad.context, dtype=grad.dtype)
+
+
+def check_mxnet_hook(comm_hook: Any, compressed: bool, predivide: float) -> None:
+    """``check_hook_options`` for the MXNet wrappers (they only average)."""
+    check_hook_options(comm_hook, compressed, ops.Average, ops.Average, predivide,
+                       "hora.mxnet.hooks")
+
+
 _OWN_ATTRIBUTES = frozenset(
-    ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_process_set", "_rescale_factor")
+    ("_optimizer", "_gradient_predivide_factor", "_num_groups", "_process_set", "_rescale_factor",
+     "_comm_hook")
 )
 
 
@@ -108,10 +132,17 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             allreduces.
         process_set: the ranks that average their gradients; a rank outside it updates with
             its own gradient.
+        comm_hook: ``hook(bucket) -> future`` averaging the gradients instead of the allreduce
+            (``hora.mxnet.hooks``); ``rescale_grad`` is then left as it is.
+
+    Raises:
+        TypeError: not an MXNet optimizer, or a ``comm_hook`` that is not callable.
+        ValueError: a predivide factor that is not positive, or one other than 1 with a hook.
     """
 
     def __init__(self, optimizer: Any, gradient_predivide_factor: float = 1.0,
-                 num_groups: int = 0, process_set: ProcessSet = global_process_set) -> None:
+                 num_groups: int = 0, process_set: ProcessSet = global_process_set,
+                 comm_hook: Any = None) -> None:
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError("the optimizer is already a DistributedOptimizer")
         if not isinstance(optimizer, mx.optimizer.Optimizer):
@@ -124,7 +155,11 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         object.__setattr__(self, "_gradient_predivide_factor", float(gradient_predivide_factor))
         object.__setattr__(self, "_num_groups", int(num_groups))
         object.__setattr__(self, "_process_set", process_set)
+        object.__setattr__(self, "_comm_hook", comm_hook)
         factor = gradient_predivide_factor / process_set_size(process_set)
+        if comm_hook is not None:
+            check_mxnet_hook(comm_hook, False, gradient_predivide_factor)
+            factor = 1.0  # the hook returns averages
         object.__setattr__(self, "_rescale_factor", factor)
         optimizer.rescale_grad *= factor
 
@@ -152,12 +187,18 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def _allreduce(self, index: Any, grad: Any) -> None:
         size = process_set_size(self._process_set)
         prescale = 1.0 / self._gradient_predivide_factor
-        if (size == 1 and prescale == 1.0) or not self._process_set.included():
+        if not self._process_set.included() or (
+                size == 1 and prescale == 1.0 and self._comm_hook is None):
             return  # a rank outside the set updates with its own gradient, as in Horovod
         if isinstance(index, (list, tuple)):
             grads, names = list(grad), [str(i) for i in index]
         else:
             grads, names = [grad], [str(index)]
+        if self._comm_hook is not None:
+            ids = list(index) if isinstance(index, (list, tuple)) else [index]
+            hook_reduce_(self._comm_hook, grads, [f"opt.{n}" for n in names],
+                         [int(i) for i in ids], self._num_groups, self._process_set)
+            return
         allreduce_gradients_(grads, names, prescale_factor=prescale,
                              num_groups=self._num_groups, process_set=self._process_set)
 

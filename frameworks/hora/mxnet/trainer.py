@@ -11,7 +11,13 @@ import numpy as np
 from hora.common.compression import Compressor, NoneCompressor, make_compression
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.mxnet.compat import import_mxnet
-from hora.mxnet.optimizer import allreduce_gradients_, process_set_size, unwrap
+from hora.mxnet.optimizer import (
+    allreduce_gradients_,
+    check_mxnet_hook,
+    hook_reduce_,
+    process_set_size,
+    unwrap,
+)
 
 mx = import_mxnet()
 
@@ -47,12 +53,20 @@ class DistributedTrainer(mx.gluon.Trainer):
         num_groups: number of grouped allreduces per step (0: one allreduce per gradient).
         process_set: the ranks that average their gradients; a rank outside it updates with
             its own gradient.
+        comm_hook: ``hook(bucket) -> future`` averaging the gradients instead of the allreduce
+            (``hora.mxnet.hooks``); a bucket is one gradient, or one of ``num_groups`` groups,
+            and its index the position of its first parameter.
+
+    Raises:
+        TypeError: a ``comm_hook`` that is not callable.
+        ValueError: a predivide factor that is not positive, or compression or a predivide
+            factor with a ``comm_hook``.
     """
 
     def __init__(self, params: Any, optimizer: Any, optimizer_params: dict | None = None,
                  compression: Any = None, gradient_predivide_factor: float = 1.0,
                  prefix: str | None = None, num_groups: int = 0,
-                 process_set: ProcessSet = global_process_set) -> None:
+                 process_set: ProcessSet = global_process_set, comm_hook: Any = None) -> None:
         inner = unwrap(optimizer)
         if inner is not None:
             warnings.warn(
@@ -64,18 +78,24 @@ class DistributedTrainer(mx.gluon.Trainer):
         if gradient_predivide_factor <= 0:
             raise ValueError("gradient_predivide_factor must be positive")
         size = process_set_size(process_set)
+        if comm_hook is not None:
+            check_mxnet_hook(comm_hook, compression not in (None, Compression.none),
+                             gradient_predivide_factor)
+            size = 1  # the hook returns averages: rescale_grad stays as it is
         super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
         self._hora_compression = compression if compression is not None else Compression.none
         self._hora_predivide = float(gradient_predivide_factor)
         self._hora_prefix = prefix or ""
         self._hora_num_groups = int(num_groups)
         self._hora_process_set = process_set
+        self._hora_comm_hook = comm_hook
         self._scale *= self._hora_predivide / size
 
     def _allreduce_grads(self) -> None:
         compression = self._hora_compression
         grads: list[Any] = []
         names: list[str] = []
+        ids: list[int] = []
         pending: list[tuple[list, Any, Any]] = []
         for i, param in enumerate(self._params):
             if param.grad_req == "null":
@@ -92,9 +112,14 @@ class DistributedTrainer(mx.gluon.Trainer):
             sent, ctx = compression.compress(total)
             grads.append(sent)
             names.append(f"{self._hora_prefix}{i}")
+            ids.append(i)
             pending.append((copies, sent, ctx))
         prescale = 1.0 / self._hora_predivide
-        if self._hora_process_set.included() and (
+        if self._hora_comm_hook is not None:
+            if self._hora_process_set.included():
+                hook_reduce_(self._hora_comm_hook, grads, [f"trainer.{n}" for n in names], ids,
+                             self._hora_num_groups, self._hora_process_set)
+        elif self._hora_process_set.included() and (
                 process_set_size(self._hora_process_set) > 1 or prescale != 1.0):
             allreduce_gradients_(grads, names, prescale_factor=prescale,
                                  num_groups=self._hora_num_groups,

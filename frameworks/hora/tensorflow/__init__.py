@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from hora.common import api
 from hora.common.api import *
-from hora.tensorflow import elastic, mpi_ops
+from hora.tensorflow import elastic, hooks, mpi_ops
 from hora.tensorflow.compression import Compression
 from hora.tensorflow.functions import (
     allgather_object,
@@ -58,6 +58,7 @@ __all__ = api.__all__ + [
     "PartialDistributedGradientTape", "allgather", "allgather_object", "allreduce", "alltoall",
     "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
     "broadcast_object_fn", "broadcast_variables", "elastic", "gpu_available", "grouped_allgather",
-    "grouped_allreduce", "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "mpi_ops",
+    "grouped_allreduce", "grouped_reducescatter", "hooks", "join", "local_rank_op", "local_size_op",
+    "mpi_ops",
     "process_set_included_op", "rank_op", "reducescatter", "size_op",
 ]

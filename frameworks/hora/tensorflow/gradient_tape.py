@@ -77,7 +77,8 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
                             gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                             groups: GroupsArg = None,
                             process_set: ProcessSet = global_process_set,
-                            scale_local_gradients: bool = True) -> tf.GradientTape:
+                            scale_local_gradients: bool = True,
+                            comm_hook: Any = None) -> tf.GradientTape:
     """Wrap ``gradtape`` so that ``gradient()`` returns gradients reduced across ranks.
 
     All dense gradients of one ``gradient()`` call travel in ONE engine call (one group, or
@@ -97,9 +98,12 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         process_set: the ranks that take part.
         scale_local_gradients: divide the gradients of local sources (see
             ``register_local_source``) by the set size.
+        comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
+            (eager mode only; see ``hora.tensorflow.hooks``).
 
     Raises:
-        ValueError: a predivide factor with an op other than Average, or bad ``groups``.
+        ValueError: a predivide factor with an op other than Average, bad ``groups``, or a
+            ``comm_hook`` with compression, another op or a predivide factor.
     """
     del device_dense, device_sparse
     if num_groups and groups is None:
@@ -112,7 +116,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
     tape.__dict__.update(gradtape.__dict__)
     tape._hora_reducer = GradientReducer("DistributedGradientTape", compression,
                                          sparse_as_dense, op, gradient_predivide_factor, groups,
-                                         process_set)
+                                         process_set, comm_hook)
     tape._hora_local_sources = set()
     tape._hora_scale_local = bool(scale_local_gradients)
     return tape

@@ -196,7 +196,8 @@ def make_settings(prefix: str, compression: type[Compressor] = Compression.none,
                   sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                   op: int = Average, backward_passes_per_step: int = 1,
                   average_aggregated_gradients: bool = False, groups: GroupsArg = None,
-                  process_set: ProcessSet = global_process_set) -> _Settings:
+                  process_set: ProcessSet = global_process_set, comm_hook: Any = None
+                  ) -> _Settings:
     """Validated settings of a distributed optimizer class.
 
     Raises:
@@ -205,7 +206,7 @@ def make_settings(prefix: str, compression: type[Compressor] = Compression.none,
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     reducer = GradientReducer(prefix, compression, sparse_as_dense, op,
-                              gradient_predivide_factor, groups, process_set)
+                              gradient_predivide_factor, groups, process_set, comm_hook)
     return _Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients))
 
 
@@ -213,7 +214,8 @@ def wrap(optimizer: Any, name: str | None = None,
          compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
          gradient_predivide_factor: float = 1.0, op: int = Average,
          backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
-         groups: GroupsArg = None, process_set: ProcessSet = global_process_set) -> Any:
+         groups: GroupsArg = None, process_set: ProcessSet = global_process_set,
+         comm_hook: Any = None) -> Any:
     """A new distributed optimizer with ``optimizer``'s configuration (its class, rebuilt from
     ``get_config()``; state of an already built optimizer is not carried over)."""
     if is_distributed(optimizer):
@@ -222,7 +224,7 @@ def wrap(optimizer: Any, name: str | None = None,
     prefix = name or f"Distributed{base.__name__}"
     settings = make_settings(prefix, compression, sparse_as_dense, gradient_predivide_factor,
                              op, backward_passes_per_step, average_aggregated_gradients, groups,
-                             process_set)
+                             process_set, comm_hook)
     cls = distributed_class(base, settings)
     return cls.from_config(optimizer.get_config())
 

@@ -22,6 +22,7 @@ from typing import Any, Union
 
 import tensorflow as tf
 
+from hora.common.hook_driver import check_hook_options, reduce_buckets
 from hora.common.ops import Adasum, Average, split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import _raw_ops as _raw
@@ -48,15 +49,22 @@ class GradientReducer:
         groups: None (every dense gradient on its own), a number of groups, or lists of
             variables reduced together (a variable in no list forms a group of its own).
         process_set: the ranks that take part.
+        comm_hook: ``hook(bucket) -> future`` reducing each bucket (one gradient, or one of
+            ``groups``) as NumPy arrays, in eager mode (``hora.tensorflow.hooks``).
 
     Raises:
-        ValueError: a predivide factor with an op other than Average, or bad ``groups``.
+        ValueError: a predivide factor with an op other than Average, bad ``groups``, or a
+            ``comm_hook`` with compression, an op other than Average or a predivide factor.
+        TypeError: a ``comm_hook`` that is not callable.
     """
 
     def __init__(self, prefix: str, compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, op: int = Average,
                  gradient_predivide_factor: float = 1.0, groups: GroupsArg = None,
-                 process_set: ProcessSet = global_process_set) -> None:
+                 process_set: ProcessSet = global_process_set, comm_hook: Any = None) -> None:
+        if comm_hook is not None:
+            check_hook_options(comm_hook, compression is not Compression.none, op, Average,
+                               gradient_predivide_factor, "hora.tensorflow.hooks")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if groups is not None and not isinstance(groups, (int, list, tuple)):
@@ -73,6 +81,7 @@ class GradientReducer:
         self.postscale = float(gradient_predivide_factor)
         self.groups = groups or None
         self.process_set = process_set
+        self.comm_hook = comm_hook
 
     def active(self) -> bool:
         """False when the process set has one rank (the gradients pass unchanged)."""
@@ -110,6 +119,8 @@ class GradientReducer:
         together. Every rank must pass the same number of gradients with the same shapes.
         """
         grads = list(grads)
+        if self.comm_hook is not None:
+            return self._reduce_with_hook(grads, variables)
         if not self.active():
             return grads
         out: list = list(grads)
@@ -145,6 +156,28 @@ class GradientReducer:
             for i, r in zip(group, outs):
                 out[i] = self.compression.decompress(r, compressed[i][1])
         return out
+
+
+    def _reduce_with_hook(self, grads: list, variables: Sequence[Any] | None) -> list:
+        """The reductions of ``grads`` through ``comm_hook`` (eager mode only; sparse
+        gradients are reduced as dense ones).
+
+        Raises:
+            RuntimeError: called while tracing a graph (inside ``tf.function``).
+        """
+        if not tf.executing_eagerly():
+            raise RuntimeError(
+                "comm_hook runs in eager mode only: call the training step outside tf.function "
+                "(model.compile(..., run_eagerly=True) for model.fit)")
+        dense_at = [i for i, g in enumerate(grads) if g is not None]
+        if not dense_at:
+            return grads
+        arrays: list = [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads]
+        names = [f"{self.prefix}.{i}" for i in range(len(grads))]
+        reduced = reduce_buckets(self.comm_hook, self._group_indices(dense_at, variables),
+                                 names, arrays, self.process_set)
+        return [None if g is None else tf.convert_to_tensor(r, dtype=g.dtype)
+                for g, r in zip(grads, reduced)]
 
 
 # --------------------------------------------------------------------- TF1-style optimizers
@@ -199,7 +232,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: GroupsArg = None,
                          process_set: ProcessSet = global_process_set,
-                         scale_local_gradients: bool = True) -> Any:
+                         scale_local_gradients: bool = True, comm_hook: Any = None) -> Any:
     """Wrap ``optimizer`` so that it averages gradients across ranks before applying them.
 
     Keras 3 (and ``tf_keras``) optimizers get the Keras wrapper (see
@@ -221,6 +254,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         groups: number of groups or lists of variables reduced together.
         process_set: the ranks that take part.
         scale_local_gradients: accepted for compatibility (no local layers here).
+        comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
+            (eager mode only; see ``hora.tensorflow.hooks``).
 
     Raises:
         ValueError: an unknown optimizer type or inconsistent arguments.
@@ -236,7 +271,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                              "only")
         prefix = name or f"Distributed{type(optimizer).__name__}"
         reducer = GradientReducer(prefix, compression, sparse_as_dense, op,
-                                  gradient_predivide_factor, groups, process_set)
+                                  gradient_predivide_factor, groups, process_set, comm_hook)
         return _V1DistributedOptimizer(optimizer, reducer, name=name, use_locking=use_locking)
     from hora.tensorflow import keras_optimizer
 
@@ -246,7 +281,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
             gradient_predivide_factor=gradient_predivide_factor, op=op,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-            process_set=process_set)
+            process_set=process_set, comm_hook=comm_hook)
     raise ValueError(
         "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
         f"{type(optimizer).__module__}.{type(optimizer).__name__}"

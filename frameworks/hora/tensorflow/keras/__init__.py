@@ -23,6 +23,7 @@ from hora.common.api import *
 from hora.common.ops import Adasum, Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import functions as _functions
+from hora.tensorflow import hooks
 from hora.tensorflow import keras_optimizer as _kopt
 from hora.tensorflow import mpi_ops as _mpi_ops
 from hora.tensorflow.compression import Compression, Compressor
@@ -32,7 +33,7 @@ from hora.tensorflow.optimizer import GroupsArg
 __all__ = api.__all__ + [
     "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce",
     "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "callbacks", "elastic", "load_model", "reducescatter",
+    "callbacks", "elastic", "hooks", "load_model", "reducescatter",
 ]
 
 broadcast_object = _functions.broadcast_object
@@ -48,7 +49,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: GroupsArg = None,
                          process_set: ProcessSet = global_process_set,
-                         scale_local_gradients: bool = True) -> Any:
+                         scale_local_gradients: bool = True, comm_hook: Any = None) -> Any:
     """A Keras optimizer that averages gradients across ranks before applying them.
 
     Returns an instance of a subclass of ``optimizer``'s class built from its configuration, so
@@ -72,6 +73,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         groups: number of groups, or lists of variables reduced together.
         process_set: the ranks that take part.
         scale_local_gradients: accepted for compatibility.
+        comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
+            (eager mode only: ``run_eagerly=True`` for ``model.fit``; ``hora.tensorflow.hooks``).
 
     Raises:
         ValueError: not a Keras optimizer, or inconsistent arguments.
@@ -91,7 +94,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                       gradient_predivide_factor=gradient_predivide_factor, op=op,
                       backward_passes_per_step=backward_passes_per_step,
                       average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-                      process_set=process_set)
+                      process_set=process_set, comm_hook=comm_hook)
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
