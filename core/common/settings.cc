@@ -53,6 +53,11 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
       {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
+      // GPU tensors (core/transport/nccl/).
+      {"NCCL_LIBRARY", "",
+       "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},
+      {"CUDA_LIBRARY", "",
+       "path of the CUDA runtime (libcudart) to load; default: as HORA_NCCL_LIBRARY"},
   };
   return kVars;
 }
