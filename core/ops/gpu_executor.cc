@@ -166,13 +166,7 @@ void GpuExecutor::failComm(Work& w, const std::string& why, bool timeout) {
 void GpuExecutor::progress(Clock::time_point now) {
   size_t finished = 0;
   for (Work& w : pending_) {
-    gpu::cudaError_t q = lib_.cuda().eventQuery(w.done);
-    if (q == gpu::cudaSuccess) {
-      finish(w, nullptr);
-      ++finished;
-      continue;
-    }
-    if (q != gpu::cudaErrorNotReady) gpu::checkCuda(q, "cudaEventQuery");
+    // The error first: work that failed on the device may still reach its done event.
     gpu::ncclResult_t e = w.comm->asyncError();
     if (e != gpu::ncclSuccess && e != gpu::ncclInProgress) {
       failComm(w,
@@ -180,6 +174,13 @@ void GpuExecutor::progress(Clock::time_point now) {
                    std::to_string(e) + ")",
                false);
     }
+    gpu::cudaError_t q = lib_.cuda().eventQuery(w.done);
+    if (q == gpu::cudaSuccess) {
+      finish(w, nullptr);
+      ++finished;
+      continue;
+    }
+    if (q != gpu::cudaErrorNotReady) gpu::checkCuda(q, "cudaEventQuery");
     if (now >= w.deadline) {
       failComm(w,
                "the collective did not complete within HORA_TIMEOUT_SECONDS (" +
