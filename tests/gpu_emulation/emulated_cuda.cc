@@ -59,6 +59,7 @@ struct Event {
   std::condition_variable cv;
   uint64_t recorded = 0;   // records made (host side)
   uint64_t completed = 0;  // records the stream has reached
+  bool destroyed = false;  // destroyed with a record pending: the last record frees it
 };
 
 namespace {
@@ -191,7 +192,15 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/)
   return cudaSuccess;
 }
 
+// As in CUDA, an event may be destroyed while a record is pending; it is freed once reached.
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  {
+    std::lock_guard<std::mutex> lock(event->mu);
+    if (event->completed < event->recorded) {
+      event->destroyed = true;
+      return cudaSuccess;
+    }
+  }
   delete event;
   return cudaSuccess;
 }
@@ -203,9 +212,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     n = ++event->recorded;
   }
   hora_emu::enqueueTask(stream, [event, n] {
-    std::lock_guard<std::mutex> lock(event->mu);
-    if (event->completed < n) event->completed = n;
-    event->cv.notify_all();
+    bool free;
+    {
+      std::lock_guard<std::mutex> lock(event->mu);
+      if (event->completed < n) event->completed = n;
+      event->cv.notify_all();
+      free = event->destroyed && event->completed >= event->recorded;
+    }
+    if (free) delete event;
   });
   return cudaSuccess;
 }
