@@ -241,6 +241,13 @@ def test_reduction_nccl_lacks_is_not_supported(dtype: str) -> None:
         hora.allreduce_(emu(values), op=hora.Sum, name=f"bad.{dtype}")
 
 
+def test_host_copying_calls_refuse_a_cuda_tensor() -> None:
+    with pytest.raises(TypeError, match="in-place form"):
+        hora.allreduce(emu(np.ones(4, np.float32)), op=hora.Sum, name="copying.allreduce")
+    with pytest.raises(TypeError, match="in-place form"):
+        hora.broadcast(emu(np.ones(4, np.float32)), root_rank=0, name="copying.broadcast")
+
+
 def test_adasum_on_gpu_is_not_supported() -> None:
     with pytest.raises(hora.NotSupportedError, match="Adasum"):
         hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Adasum, name="adasum.gpu")
