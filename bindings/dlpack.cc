@@ -1,8 +1,11 @@
 #include "bindings/dlpack.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bindings/gpu_intake.h"
 #include "core/common/dtype.h"
 #include "core/common/errors.h"
 
@@ -14,6 +17,14 @@ namespace {
 constexpr const char* kCapsuleName = "dltensor";
 constexpr const char* kUsedCapsuleName = "used_dltensor";
 
+// The CUDA ordinal of an object whose __dlpack_device__ says kDLCUDA; nullopt otherwise.
+std::optional<int> cudaDeviceOf(py::handle obj) {
+  if (!py::hasattr(obj, "__dlpack_device__")) return std::nullopt;
+  py::tuple dev = obj.attr("__dlpack_device__")();
+  if (dev.size() != 2 || dev[0].cast<int>() != kDLCUDA) return std::nullopt;
+  return dev[1].cast<int>();
+}
+
 // Calls __dlpack__() (falling back to __dlpack__(stream=None) for producers that insist on the
 // keyword) and turns the producer's BufferError into a ValueError.
 py::object exportCapsule(py::handle obj) {
@@ -23,6 +34,20 @@ py::object exportCapsule(py::handle obj) {
                          std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
   py::object method = obj.attr("__dlpack__");
+  // A CUDA tensor is asked to order the device's intake stream after its producer's work
+  // (DLPack's stream contract); a ready event recorded there later marks the data complete.
+  if (std::optional<int> device = cudaDeviceOf(obj)) {
+    auto stream = reinterpret_cast<intptr_t>(intakeStream(*device));
+    try {
+      return method(py::arg("stream") = stream);
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_BufferError)) {
+        throw InvalidArgument("cannot export the CUDA tensor through DLPack: " +
+                              std::string(py::str(e.value())));
+      }
+      throw;
+    }
+  }
   auto rethrowBufferError = [](py::error_already_set& e) {
     if (e.matches(PyExc_BufferError)) {
       throw InvalidArgument("cannot export the tensor through DLPack: " +
@@ -113,9 +138,13 @@ DataType resolveDtype(const DLDataType& t, const std::optional<std::string>& dty
 
 Device resolveDevice(const DLDevice& device) {
   if (device.device_type == kDLCPU) return Device::cpu();
+  if (device.device_type == kDLCUDA) {
+    requireGpu(device.device_id);  // names why the GPU path is off, if it is
+    return Device::cuda(device.device_id);
+  }
   throw InvalidArgument("tensor is on DLPack device type " + std::to_string(device.device_type) +
                         " (id " + std::to_string(device.device_id) +
-                        "), but this build of Hora supports only CPU tensors; move it to the CPU");
+                        "); Hora takes CPU (1) and CUDA (2) tensors; move it to the CPU");
 }
 
 bool isCompactRowMajor(const DLTensor& t) {
@@ -173,6 +202,10 @@ std::unique_ptr<DlpackTensor> importTensor(py::handle obj,
   }
   if (!isCompactRowMajor(t)) throw InvalidArgument("tensor must be contiguous");
   view.data = static_cast<char*>(t.data) + t.byte_offset;
+  if (!view.device.isCpu()) {
+    view.stream = intakeStream(view.device.index);
+    view.readyEvent = recordReadyEvent(view.device.index);
+  }
 
   // Only now, with nothing left to reject, does Hora take ownership.
   if (PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName) != 0) throw py::error_already_set();

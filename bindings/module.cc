@@ -7,6 +7,7 @@ PYBIND11_MODULE(_core, m) {
   hora::bindings::registerErrors(m);
   hora::bindings::registerEnums(m);
   hora::bindings::registerHandle(m);
+  hora::bindings::registerDeviceTensor(m);
   hora::bindings::registerRuntime(m);
   hora::bindings::registerStore(m);
 }

@@ -4,9 +4,10 @@
 
 namespace hora::bindings {
 
-void registerErrors(pybind11::module_& m);   // errors.cc: hora::Error -> hora.errors.*
-void registerEnums(pybind11::module_& m);    // register_enums.cc: OpKind, ReduceOp
-void registerHandle(pybind11::module_& m);   // register_handle.cc: class Handle
+void registerErrors(pybind11::module_& m);        // errors.cc: hora::Error -> hora.errors.*
+void registerEnums(pybind11::module_& m);         // register_enums.cc: OpKind, ReduceOp
+void registerHandle(pybind11::module_& m);        // register_handle.cc: class Handle
+void registerDeviceTensor(pybind11::module_& m);  // device_tensor.cc: GPU results
 void registerRuntime(pybind11::module_& m);  // register_runtime.cc: init, enqueue, process sets...
 void registerStore(pybind11::module_& m);    // register_store.cc: StoreServer, StoreClient
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "bindings/device_tensor.h"
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
@@ -107,6 +108,7 @@ py::object PyHandle::output() {
   requireSuccess("output");
   const OutputTensor& out = handle_->output;
   if (!out.storage) return py::none();
+  if (!out.device.isCpu()) return wrapDeviceOutput(out);
   py::dtype dtype = py::module_::import("numpy").attr("dtype")(numpyDtypeName(out.dtype));
   // The array's base owns a reference to the engine buffer: zero-copy, freed with the last view.
   auto* keepAlive = new std::shared_ptr<uint8_t>(out.storage);

@@ -22,6 +22,7 @@
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
+#include "core/transport/nccl/gpu_library.h"
 
 namespace py = pybind11;
 
@@ -381,7 +382,29 @@ void registerRuntime(py::module_& m) {
   m.def(
       "mpi_built", [] { return transportBuilt("mpi"); }, "True when the MPI transport was built.");
   m.def(
-      "nccl_built", [] { return 0; }, "NCCL version code; always 0: this build has no NCCL.");
+      "nccl_built",
+      [] {
+        const gpu::GpuLibrary& lib = gpu::gpuLibrary();
+        return lib.available() ? lib.ncclVersion() : 0;
+      },
+      "NCCL version code when GPU tensors can go through NCCL in this process (NCCL and the CUDA "
+      "runtime load and a device is present); 0 otherwise. Loads the libraries on first call.");
+  m.def(
+      "gpu_info",
+      [] {
+        const gpu::GpuLibrary& lib = gpu::gpuLibrary();
+        py::dict d;
+        d["available"] = lib.available();
+        d["reason"] = lib.reason();
+        d["nccl_loaded"] = lib.ncclLoaded();
+        d["nccl_version"] = lib.ncclVersion();
+        d["nccl_library"] = lib.ncclPath();
+        d["cuda_library"] = lib.cudaPath();
+        d["devices"] = lib.deviceCount();
+        return d;
+      },
+      "What the GPU path found: available, reason (why not), nccl_loaded, nccl_version, "
+      "nccl_library, cuda_library, devices.");
   m.def(
       "tcp_built", [] { return true; }, "The TCP transport is always built.");
   m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");

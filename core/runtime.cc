@@ -11,6 +11,8 @@
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
 #include "core/transport/connect.h"
+#include "core/transport/nccl/communicator.h"
+#include "core/transport/nccl/gpu_checks.h"
 #include "core/transport/shm/transport.h"
 
 namespace hora {
@@ -158,7 +160,14 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
   auto now = Clock::now();
   for (auto& op : requests) {
     TensorEntry e;
-    checkAndCompleteRequest(op, topology_.rank, sets_, dataCapabilities_);
+    if (op.tensor.device.isCpu() || !isDataOp(op.request.kind)) {
+      checkAndCompleteRequest(op, topology_.rank, sets_, dataCapabilities_);
+    } else {
+      const gpu::GpuLibrary& lib = gpu::gpuLibrary();
+      gpu::checkGpuRequest(op, lib);
+      checkAndCompleteRequest(op, topology_.rank, sets_,
+                              gpu::NcclCommunicator::gpuCapabilities(lib));
+    }
     e.request = std::move(op.request);
     e.tensor = op.tensor;
     e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));

@@ -22,6 +22,7 @@
 #include "core/coordinator/stall_inspector.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
+#include "core/ops/gpu_executor.h"
 #include "core/runtime.h"
 #include "core/store/store.h"
 #include "core/store/tcp_store.h"
@@ -71,6 +72,7 @@ class RuntimeImpl final : public Runtime {
   void applyControl(const Response& r);  // errors, join, barrier, process-set changes
   void runBarrier(const Response& r);
   void runData(const Response& r);  // collectives on tensors, through core/ops
+  bool onGpu(const Response& r, const std::vector<std::unique_ptr<TensorEntry>>& owned) const;
   void applyProcessSetChange(const Response& r, TensorEntry* entry);
   void completeNamed(const Response& r, std::exception_ptr error);
   void stop(const std::string& reason, bool failure);
@@ -100,6 +102,7 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<Coordinator> coordinator_;  // world rank 0 only
   std::unique_ptr<StallInspector> stalls_;    // world rank 0 only
   FusionBuffer fusion_;
+  std::unique_ptr<GpuExecutor> gpu_;  // made by the first response on GPU tensors
 
   std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};

@@ -13,6 +13,8 @@ namespace {
 
 // How long a rank that asked to shut down waits for the coordinator to acknowledge.
 constexpr Millis kShutdownAckTimeout{10000};
+// How often the loop looks at GPU work in flight.
+constexpr Millis kGpuPollInterval{1};
 // How often rank 0 looks for deadlocks while tensors are pending.
 constexpr Millis kDeadlockCheckInterval{200};
 // While a rank already watches peers, how often it looks again for the peers it waits for (pings
@@ -107,6 +109,7 @@ void RuntimeImpl::cycle() {
   }
 
   checkLiveness(now);
+  if (gpu_) gpu_->progress(now);
   std::vector<ControlChannel::Message> messages;
   control_->poll(messages, pollTimeout(wait, now), Micros(settings_.spinMicroseconds));
   auto arrived = Clock::now();
@@ -175,6 +178,10 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
 
 // The poll may not outlast the next liveness check, nor on rank 0 the next stall or deadlock check.
 Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
+  // GPU work in flight is polled for completion every millisecond (a blocking wait, not a spin).
+  if (gpu_ && gpu_->busy()) {
+    forSending = forSending.count() < 0 ? kGpuPollInterval : std::min(forSending, kGpuPollInterval);
+  }
   auto until = [now](Clock::time_point t) {
     return t <= now ? Millis(0) : std::chrono::ceil<Millis>(t - now);
   };
@@ -330,6 +337,15 @@ void RuntimeImpl::runData(const Response& r) {
     owned.push_back(std::move(e));
   }
   std::vector<int> setRanks = sets_.ranks(r.processSetId);
+  if (onGpu(r, owned)) {
+    if (!gpu_) {
+      gpu_ = std::make_unique<GpuExecutor>(gpu::gpuLibrary(), *store_, topology_.rank,
+                                           secondsToMillis(settings_.timeoutSeconds),
+                                           secondsToMillis(settings_.startTimeoutSeconds));
+    }
+    gpu_->run(r, std::move(owned), setRanks, &timeline_);
+    return;
+  }
   OpContext cx{*comm, fusion_, setRanks, std::move(entries), &timeline_};
   bool recording = timeline_.enabled();
   if (recording) {
@@ -345,6 +361,15 @@ void RuntimeImpl::runData(const Response& r) {
   }
 }
 
+// The response's device is rank 0's; a rank's own tensors say where its part lives.
+bool RuntimeImpl::onGpu(const Response& r,
+                        const std::vector<std::unique_ptr<TensorEntry>>& owned) const {
+  for (const auto& e : owned) {
+    if (e) return !e->tensor.device.isCpu();
+  }
+  return r.device >= 0;
+}
+
 void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
   if (r.kind == OpKind::AddProcessSet) {
     int id = r.processSet.id;
@@ -354,6 +379,7 @@ void RuntimeImpl::applyProcessSetChange(const Response& r, TensorEntry* entry) {
     if (entry != nullptr) entry->handle->processSetId = id;
   } else {
     sets_.remove(r.processSet.id);
+    if (gpu_) gpu_->forgetProcessSet(r.processSet.id);
   }
 }
 
@@ -373,8 +399,19 @@ void RuntimeImpl::stop(const std::string& reason, bool failure) {
     }
   }
   std::string message = failure ? "Hora stopped after a failure: " + reason : reason;
-  auto pending = queue_.closeAndDrain(message);
   auto error = std::make_exception_ptr(ShutdownError(message));
+  if (gpu_) {
+    // Work already on the device finishes on a clean stop; after a failure it is aborted.
+    if (!failure) {
+      try {
+        gpu_->drain(Clock::now() + secondsToMillis(settings_.timeoutSeconds));
+      } catch (const std::exception& e) {
+        HORA_LOG(Warning, "GPU work failed during shutdown: " << e.what());
+      }
+    }
+    gpu_->failAll(error);
+  }
+  auto pending = queue_.closeAndDrain(message);
   for (auto& e : pending) e->handle->complete(error);
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,11 @@
 #      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
+#   gpu: the GPU path (NCCL) through the CPU emulation of the CUDA runtime and NCCL
+#      (tests/gpu_emulation, built here): tests/gpu collectives and stream order under horarun
+#      -np 2..4, fault scenarios, what nccl_built()/horarun -cb report, and the real
+#      nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels (installed into build/gpu-wheels, about
+#      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x)
@@ -32,7 +37,7 @@
 #                    environment (CI's throwaway machine; without it that stage refuses)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,mpi,mxnet,
+#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,gpu,mpi,mxnet,
 #                    tensorflow,chaos,elastic,fuzz,asan,tsan
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
@@ -47,7 +52,7 @@ JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 SYSTEM_INSTALL=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,mpi,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
+ONLY="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -306,6 +311,37 @@ if wants torch; then
       timeout -k 20 "$RUN_TIMEOUT" "${HORARUN[@]}" -np 2 \
       "$PY" examples/pytorch/zero.py --epochs 2 --samples 2048 --checkpoint "$ZERO_CKPT"
   fi
+fi
+
+# ------------------------------------------------------------------------------------------------
+# gpu. The GPU path through the CPU emulation of CUDA and NCCL (no GPU is needed or used)
+
+if wants gpu; then
+  EMULATION=$ROOT/build/gpu-emulation/libhora_gpu_emulation.so
+  NVIDIA_SITE=$ROOT/build/gpu-wheels
+  run "gpu: build the CUDA/NCCL emulation" bash -c \
+    "cmake -S tests/gpu_emulation -B build/gpu-emulation -G Ninja >/dev/null &&
+     cmake --build build/gpu-emulation -j $JOBS"
+  if [ ! -f "$NVIDIA_SITE/nvidia/nccl/lib/libnccl.so.2" ] ||
+     [ ! -d "$NVIDIA_SITE/nvidia/cuda_runtime/lib" ]; then
+    run "gpu: pip install nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 (into build/gpu-wheels)" \
+      "$PY" -m pip install -q --no-deps -t "$NVIDIA_SITE" nvidia-nccl-cu12 nvidia-cuda-runtime-cu12
+  fi
+  GPU_ENV="HORA_NCCL_LIBRARY=$EMULATION HORA_CUDA_LIBRARY=$EMULATION HORA_FUSION_THRESHOLD=65536"
+  GPU_ENV="$GPU_ENV HORA_DYNAMIC_PROCESS_SETS=1"
+  for np in $NPS; do
+    [ "$np" -lt 2 ] && continue
+    # shellcheck disable=SC2086
+    run "gpu np=$np collectives and stream order (emulated)" env $GPU_ENV \
+      timeout -k 20 "$RUN_TIMEOUT" "${HORARUN[@]}" -np "$np" "$PY" -m pytest -q \
+      -p no:cacheprovider tests/gpu/test_gpu_collectives.py tests/gpu/test_gpu_ordering.py
+  done
+  # shellcheck disable=SC2086
+  run "gpu: faults (async error, stalled, dead peer) and reporting" env $GPU_ENV \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider \
+    tests/gpu/test_gpu_faults.py tests/gpu/test_gpu_reporting.py
+  run "gpu: real NCCL wheel without a driver" env HORA_TEST_NVIDIA_SITE="$NVIDIA_SITE" \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_real_nccl.py
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -62,6 +62,11 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"ELASTIC_WORKER_ID", "", "the elastic driver's name for this worker process"},
       {"ELASTIC_PORT", "", "port of the elastic driver's control store (on RENDEZVOUS_ADDR)"},
       {"ELASTIC_TIMEOUT", "600", "seconds a worker waits for the driver to form a new generation"},
+      // GPU tensors (core/transport/nccl/).
+      {"NCCL_LIBRARY", "",
+       "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},
+      {"CUDA_LIBRARY", "",
+       "path of the CUDA runtime (libcudart) to load; default: as HORA_NCCL_LIBRARY"},
   };
   return kVars;
 }

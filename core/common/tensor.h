@@ -38,6 +38,7 @@ struct OutputTensor {
   std::shared_ptr<uint8_t> storage;
   DataType dtype = DataType::Float32;
   std::vector<int64_t> shape;
+  Device device = Device::cpu();  // a GPU output's storage is device memory (gpu_executor.h)
 
   void* data() const { return storage.get(); }
   static OutputTensor allocate(DataType dtype, std::vector<int64_t> shape);

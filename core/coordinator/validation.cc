@@ -54,7 +54,8 @@ const AgreementRule kRules[] = {
      [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
      [](const Request& r) { return std::string(dtypeName(r.dtype)); }},
     {"CPU/GPU device selection", true, anyKind,
-     [](const Request& a, const Request& b) { return a.device == b.device; },
+     // Horovod compares CPU against GPU only: each rank drives its own GPU (its local rank's).
+     [](const Request& a, const Request& b) { return (a.device < 0) == (b.device < 0); },
      [](const Request& r) {
        return r.device < 0 ? std::string("CPU") : "GPU " + std::to_string(r.device);
      }},

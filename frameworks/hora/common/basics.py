@@ -275,7 +275,12 @@ def gloo_enabled() -> bool:
 
 
 def nccl_built() -> int:
-    """NCCL version code of this build; 0 when NCCL is not built."""
+    """NCCL version code (2.23.3 = 22303) when GPU tensors can go through NCCL in this process:
+    NCCL and the CUDA runtime load and a CUDA device is present. 0 otherwise, also when NCCL
+    loads but no driver or device is there (``hora.common.gpu.info()`` says why)."""
+    from hora.common import gpu
+
+    gpu.ensure_loaded()
     return int(_core.nccl_built())
 
 
@@ -290,7 +295,7 @@ def ccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """True when this build can reduce CUDA tensors (through NCCL)."""
+    """True when CUDA tensors can be reduced in this process (through NCCL, see ``nccl_built``)."""
     return nccl_built() > 0
 
 

@@ -13,13 +13,24 @@ from typing import Any
 
 import numpy as np
 
-from hora.common import ops
+from hora.common import gpu, ops
 from hora.common.ops import AsyncResult, Average
 from hora.common.process_sets import ProcessSet, global_process_set
 
 
 def _copy(tensor: Any) -> np.ndarray:
+    if gpu.is_cuda(tensor):
+        raise TypeError(
+            "this NumPy-level call copies its input on the host; for a CUDA tensor use the "
+            "in-place form (allreduce_, broadcast_) or a framework frontend (hora.torch)"
+        )
     return np.array(tensor, copy=True, order="C")
+
+
+def _input(tensor: Any) -> Any:
+    """What an operation that only reads its input gets: a CUDA tensor as it is (DLPack),
+    anything else as a private host copy."""
+    return tensor if gpu.is_cuda(tensor) else _copy(tensor)
 
 
 def _run(collective: str, tensors: list, single: bool, **kwargs: Any) -> AsyncResult:
@@ -124,7 +135,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
 def allgather_async(tensor: Any, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather; ``synchronize`` returns the concatenation along dim 0."""
-    return _run("allgather", [_copy(tensor)], True, name=name, process_set=process_set)
+    return _run("allgather", [_input(tensor)], True, name=name, process_set=process_set)
 
 
 def allgather(tensor: Any, name: str | None = None,
@@ -136,7 +147,7 @@ def allgather(tensor: Any, name: str | None = None,
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
                             process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an allgather of every tensor as one group."""
-    return _run("allgather", [_copy(t) for t in tensors], False, name=name,
+    return _run("allgather", [_input(t) for t in tensors], False, name=name,
                 process_set=process_set)
 
 
@@ -180,7 +191,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
 def alltoall_async(tensor: Any, splits: Any = None, name: str | None = None,
                    process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an alltoall; ``synchronize`` returns ``out`` or ``(out, received_splits)``."""
-    handles = ops.enqueue("alltoall", [_copy(tensor)], name=name, splits=splits,
+    handles = ops.enqueue("alltoall", [_input(tensor)], name=name, splits=splits,
                           process_set=process_set)
 
     def finish(hs: list) -> Any:
@@ -208,7 +219,7 @@ def reducescatter_async(tensor: Any, op: int = Average, name: str | None = None,
                         prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> AsyncResult:
     """Start a reducescatter; ``synchronize`` returns this rank's rows of the reduction."""
-    return _run("reducescatter", [_copy(tensor)], True, name=name, op=op,
+    return _run("reducescatter", [_input(tensor)], True, name=name, op=op,
                 prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 
@@ -227,7 +238,7 @@ def grouped_reducescatter_async(tensors: Sequence[Any], op: int = Average,
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> AsyncResult:
     """Start a reducescatter of every tensor as one group."""
-    return _run("reducescatter", [_copy(t) for t in tensors], False, name=name, op=op,
+    return _run("reducescatter", [_input(t) for t in tensors], False, name=name, op=op,
                 prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hora import _core
-from hora.common import basics
+from hora.common import basics, gpu
 from hora.common.call_sites import call_site
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import HoraError, HoraTimeoutError, InternalError, InvalidCollectiveError
@@ -187,6 +187,8 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
             return tensor.view(np.uint8), "bool"
         return tensor, None
     if hasattr(tensor, "__dlpack__") or type(tensor).__name__ == "PyCapsule":
+        if gpu.is_cuda(tensor):
+            gpu.ensure_loaded()
         return tensor, None
     raise TypeError(
         "expected a NumPy array, a tensor with __dlpack__ or a DLPack capsule, got "
@@ -386,10 +388,13 @@ def wait_all(handles: Sequence[Any], timeout: float | None = None) -> None:
         raise converted from first_error
 
 
-def handle_output(handle: Any) -> np.ndarray | None:
+def handle_output(handle: Any) -> Any:
     """The engine-owned result of a finished handle as a NumPy array (zero-copy), with
-    ml_dtypes.bfloat16 restored when the input was bfloat16; None for in-place operations."""
+    ml_dtypes.bfloat16 restored when the input was bfloat16; a ``_core.DeviceTensor`` (DLPack)
+    for a GPU result; None for in-place operations."""
     out = handle.output()
+    if isinstance(out, _core.DeviceTensor):
+        return out  # a GPU result: use it through DLPack
     if out is not None and getattr(handle, "_hora_dtype", None) == _BFLOAT16:
         import ml_dtypes
 

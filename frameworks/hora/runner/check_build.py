@@ -27,7 +27,9 @@ def _row(available: bool, name: str) -> str:
 def report() -> str:
     """The ``-cb`` text (ends with a newline)."""
     from hora import _core
+    from hora.common import gpu
 
+    gpu.ensure_loaded()  # NVIDIA's wheels, when installed, before the engine looks for NCCL
     mpi = bool(_core.mpi_built())
     nccl = bool(_core.nccl_built())
     lines = [f"Hora v{_core.version}:", "", "Available Frameworks:"]

@@ -86,11 +86,13 @@ def fresh_copy(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return tensor.detach().clone(memory_format=torch.contiguous_format)
 
 
-def from_engine(array: np.ndarray | None, dtype: torch.dtype,
+def from_engine(array: Any, dtype: torch.dtype,
                 shape: Sequence[int]) -> torch.Tensor:
     """Wrap an engine-owned result array as a tensor of ``dtype`` without copying."""
     if array is None:
         return torch.empty((0, *shape[1:]), dtype=dtype)
+    if not isinstance(array, np.ndarray):  # a GPU result (DLPack), on the input's device
+        return torch.from_dlpack(array)
     if array.dtype == np.uint16 and dtype != getattr(torch, "uint16", None):
         array = array.view(np.int16)
     if not array.flags.writeable:

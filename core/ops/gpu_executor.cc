@@ -1,0 +1,235 @@
+#include "core/ops/gpu_executor.h"
+
+#include <thread>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+
+namespace hora {
+namespace {
+
+std::string describe(const Response& r, int device, const std::vector<int>& setRanks) {
+  std::string names;
+  for (size_t i = 0; i < r.names.size() && i < 4; ++i) {
+    names += (i ? ", '" : "'") + r.names[i] + "'";
+  }
+  if (r.names.size() > 4) names += " and " + std::to_string(r.names.size() - 4) + " more";
+  std::string ranks;
+  for (int k : setRanks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+  return std::string(opKindName(r.kind)) + " of " + names + " on GPU " + std::to_string(device) +
+         " (process set " + std::to_string(r.processSetId) + ": ranks " + ranks + ")";
+}
+
+}  // namespace
+
+GpuExecutor::GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
+                         Millis startTimeout)
+    : lib_(lib),
+      store_(store),
+      worldRank_(worldRank),
+      timeout_(timeout),
+      startTimeout_(startTimeout) {}
+
+GpuExecutor::~GpuExecutor() {
+  failAll(std::make_exception_ptr(ShutdownError("Hora shut down with GPU work pending")));
+  for (auto& [ordinal, d] : devices_) {
+    lib_.cuda().setDevice(ordinal);
+    lib_.cuda().streamDestroy(d.stream);
+  }
+}
+
+GpuExecutor::DeviceState& GpuExecutor::device(int ordinal) {
+  auto it = devices_.find(ordinal);
+  if (it != devices_.end()) return it->second;
+  DeviceState& d = devices_[ordinal];
+  gpu::checkCuda(lib_.cuda().setDevice(ordinal), "cudaSetDevice");
+  gpu::checkCuda(lib_.cuda().streamCreateWithFlags(&d.stream, gpu::kStreamNonBlocking),
+                 "cudaStreamCreateWithFlags");
+  return d;
+}
+
+gpu::NcclCommunicator& GpuExecutor::communicator(int setId, int ordinal,
+                                                 const std::vector<int>& setRanks) {
+  auto key = std::make_pair(setId, ordinal);
+  auto it = comms_.find(key);
+  if (it != comms_.end()) return *it->second;
+  int setRank = -1;
+  for (size_t i = 0; i < setRanks.size(); ++i) {
+    if (setRanks[i] == worldRank_) setRank = static_cast<int>(i);
+  }
+  HORA_CHECK(setRank >= 0, "GPU work for a process set this rank is not in");
+  // Every member makes its communicators of a set in the same order (responses are ordered), so
+  // the n-th id of a set names the same communicator everywhere.
+  std::string storeKey =
+      "nccl/set" + std::to_string(setId) + "/id" + std::to_string(commsMade_[setId]++);
+  gpu::ncclUniqueId id{};
+  if (setRank == 0) {
+    gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
+    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
+  } else {
+    std::string bytes = store_.get(storeKey, startTimeout_);
+    HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
+    std::copy(bytes.begin(), bytes.end(), id.internal);
+  }
+  DeviceState& d = device(ordinal);
+  auto comm = std::make_unique<gpu::NcclCommunicator>(
+      lib_, id, setRank, static_cast<int>(setRanks.size()), ordinal, d.stream);
+  HORA_LOG(Debug, "NCCL communicator for process set " << setId << " on GPU " << ordinal
+                                                       << " (rank " << setRank << " of "
+                                                       << setRanks.size() << ")");
+  return *(comms_[key] = std::move(comm));
+}
+
+void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry>> owned,
+                      const std::vector<int>& setRanks, Timeline* timeline) {
+  int ordinal = -1;
+  for (auto& e : owned) {
+    if (e) ordinal = e->tensor.device.index;
+  }
+  if (ordinal < 0) {
+    // A joined rank holds no tensor: it contributes on the device its set already uses.
+    for (auto& [key, comm] : comms_) {
+      if (key.first == r.processSetId) ordinal = key.second;
+    }
+  }
+  Work w;
+  w.entries = std::move(owned);
+  w.what = describe(r, ordinal, setRanks);
+  try {
+    if (ordinal < 0) {
+      throw NotSupported("join with GPU tensors before this process set ran any GPU operation");
+    }
+    gpu::checkCuda(lib_.cuda().setDevice(ordinal), "cudaSetDevice");
+    gpu::NcclCommunicator& comm = communicator(r.processSetId, ordinal, setRanks);
+    DeviceState& d = device(ordinal);
+    w.comm = &comm;
+    // No copy or collective may read an input before its producer finished writing it.
+    for (auto& e : w.entries) {
+      if (e && e->tensor.readyEvent != nullptr) {
+        gpu::checkCuda(lib_.cuda().streamWaitEvent(d.stream, e->tensor.readyEvent, 0),
+                       "cudaStreamWaitEvent");
+      }
+    }
+    GpuOpContext cx{lib_, comm, d.fusion, setRanks, {}, ordinal};
+    for (auto& e : w.entries) cx.entries.push_back(e.get());
+    if (timeline != nullptr && timeline->enabled()) {
+      for (const auto& name : r.names) {
+        timeline->activityStart(r.processSetId, name, collectiveActivity(comm, r.kind));
+      }
+    }
+    runGpuResponse(r, cx);
+    if (timeline != nullptr && timeline->enabled()) {
+      for (const auto& name : r.names) timeline->activityEnd(r.processSetId, name);
+    }
+    gpu::checkCuda(lib_.cuda().eventCreateWithFlags(&w.done, gpu::kEventDisableTiming),
+                   "cudaEventCreateWithFlags");
+    gpu::checkCuda(lib_.cuda().eventRecord(w.done, d.stream), "cudaEventRecord");
+  } catch (const InvalidArgument&) {
+    finish(w, std::current_exception());
+    return;
+  } catch (const NotSupported&) {
+    finish(w, std::current_exception());
+    return;
+  } catch (...) {
+    finish(w, std::current_exception());
+    throw;
+  }
+  w.deadline = Clock::now() + timeout_;
+  pending_.push_back(std::move(w));
+}
+
+std::string collectiveActivity(const gpu::NcclCommunicator&, OpKind kind) {
+  return std::string("NCCL_") + opKindName(kind);
+}
+
+void GpuExecutor::finish(Work& w, std::exception_ptr error) {
+  for (auto& e : w.entries) {
+    if (!e) continue;
+    if (e->tensor.readyEvent != nullptr) lib_.cuda().eventDestroy(e->tensor.readyEvent);
+    e->tensor.readyEvent = nullptr;
+    e->handle->complete(error);
+  }
+  w.entries.clear();
+  if (w.done != nullptr) lib_.cuda().eventDestroy(w.done);
+  w.done = nullptr;
+}
+
+void GpuExecutor::failComm(Work& w, const std::string& why, bool timeout) {
+  std::string message = "rank " + std::to_string(worldRank_) + ": " + why + " while running " +
+                        w.what + "; the NCCL communicator was aborted";
+  HORA_LOG(Error, message);
+  if (w.comm != nullptr) w.comm->abort();
+  if (timeout) throw TimeoutError(message);
+  throw IoError(message);
+}
+
+void GpuExecutor::progress(Clock::time_point now) {
+  size_t finished = 0;
+  for (Work& w : pending_) {
+    // The error first: work that failed on the device may still reach its done event.
+    gpu::ncclResult_t e = w.comm->asyncError();
+    if (e != gpu::ncclSuccess && e != gpu::ncclInProgress) {
+      failComm(w,
+               std::string("NCCL reported '") + lib_.nccl().getErrorString(e) + "' (error " +
+                   std::to_string(e) + ")",
+               false);
+    }
+    gpu::cudaError_t q = lib_.cuda().eventQuery(w.done);
+    if (q == gpu::cudaSuccess) {
+      finish(w, nullptr);
+      ++finished;
+      continue;
+    }
+    if (q != gpu::cudaErrorNotReady) gpu::checkCuda(q, "cudaEventQuery");
+    if (now >= w.deadline) {
+      failComm(w,
+               "the collective did not complete within HORA_TIMEOUT_SECONDS (" +
+                   std::to_string(timeout_.count() / 1000) +
+                   " s): a peer of the set is dead or hung",
+               true);
+    }
+    break;  // later work on the same stream cannot be done before this
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(finished));
+  if (pending_.empty()) {
+    for (auto& [ordinal, d] : devices_) d.fusion.releaseRetired();
+    retired_.clear();
+  }
+}
+
+void GpuExecutor::forgetProcessSet(int id) {
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    if (it->first.first == id) {
+      retired_.push_back(std::move(it->second));
+      it = comms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (pending_.empty()) retired_.clear();
+}
+
+void GpuExecutor::drain(Clock::time_point deadline) {
+  auto pause = std::chrono::microseconds(50);
+  while (busy() && Clock::now() < deadline) {
+    progress(Clock::now());
+    if (!busy()) return;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+void GpuExecutor::failAll(std::exception_ptr error) {
+  // Abort first: the streams leave the NCCL work, and nothing reads the inputs any more.
+  for (auto& [key, comm] : comms_) comm->abort();
+  for (auto& [ordinal, d] : devices_) {
+    lib_.cuda().setDevice(ordinal);
+    lib_.cuda().streamSynchronize(d.stream);
+  }
+  for (Work& w : pending_) finish(w, error);
+  pending_.clear();
+  comms_.clear();
+  retired_.clear();
+}
+
+}  // namespace hora

@@ -1,0 +1,104 @@
+#pragma once
+// GpuExecutor: runs responses whose tensors live on a CUDA device, through NCCL, stream-ordered.
+//
+// Per response: the engine's stream of the device waits on every input's ready event (recorded
+// on the producer's stream order at enqueue, bindings/gpu_intake.h), the copies and collectives
+// are enqueued on that stream (fused tensors through the device fusion buffer, or as one NCCL
+// group), and a `done` event is recorded after them. The response's entries (inputs, handles)
+// stay here until progress() sees `done` complete; only then are the handles completed, so a
+// frontend that waits on a handle finds its result in place, readable from any stream, and the
+// input's memory is never released while the device still uses it.
+//
+// Communicators: one per (process set, device), made the first time a set runs GPU work; set
+// rank 0 puts a fresh NCCL unique id in the store, the others read it.
+//
+// Errors: progress() polls ncclCommGetAsyncError of every communicator with work pending; an
+// error, or work older than HORA_TIMEOUT_SECONDS (a dead or hung peer), aborts that communicator
+// and throws (IoError / TimeoutError naming this rank, the set's ranks and the tensors); the
+// runtime then stops and failAll() fails every pending handle with that message.
+//
+// Background thread only.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common/time.h"
+#include "core/coordinator/messages.h"
+#include "core/coordinator/tensor_queue.h"
+#include "core/store/store.h"
+#include "core/timeline/timeline.h"
+#include "core/transport/nccl/communicator.h"
+#include "core/transport/nccl/device_buffer.h"
+
+namespace hora {
+
+class GpuExecutor {
+ public:
+  GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
+              Millis startTimeout);
+  ~GpuExecutor();
+  GpuExecutor(const GpuExecutor&) = delete;
+  GpuExecutor& operator=(const GpuExecutor&) = delete;
+
+  // Enqueues r's work. Takes the entries; a failure to enqueue completes their handles with the
+  // error and rethrows it when the communicator is unusable.
+  void run(const Response& r, std::vector<std::unique_ptr<TensorEntry>> owned,
+           const std::vector<int>& setRanks, Timeline* timeline);
+  // Completes the handles of finished work, in order. Throws as described above.
+  void progress(Clock::time_point now);
+  bool busy() const { return !pending_.empty(); }
+  // Waits (polling, bounded by `deadline`) for pending work to finish.
+  void drain(Clock::time_point deadline);
+  // A removed process set's communicators go once no work is pending (its id may come back).
+  void forgetProcessSet(int id);
+  // Aborts every communicator and completes every pending handle with `error`.
+  void failAll(std::exception_ptr error);
+
+ private:
+  struct DeviceState {
+    gpu::cudaStream_t stream = nullptr;
+    gpu::DeviceFusionBuffer fusion;
+  };
+  struct Work {
+    std::vector<std::unique_ptr<TensorEntry>> entries;
+    gpu::cudaEvent_t done = nullptr;
+    gpu::NcclCommunicator* comm = nullptr;
+    Clock::time_point deadline;
+    std::string what;  // "ALLREDUCE of 'a', 'b' on GPU 0 (process set 0: ranks 0, 1)"
+  };
+
+  DeviceState& device(int ordinal);
+  gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
+  void finish(Work& w, std::exception_ptr error);
+  [[noreturn]] void failComm(Work& w, const std::string& why, bool timeout);
+
+  const gpu::GpuLibrary& lib_;
+  Store& store_;
+  const int worldRank_;
+  const Millis timeout_, startTimeout_;
+  std::map<int, DeviceState> devices_;
+  std::map<std::pair<int, int>, std::unique_ptr<gpu::NcclCommunicator>> comms_;
+  std::map<int, int> commsMade_;  // per process set: unique ids taken from the store
+  std::vector<Work> pending_;     // in enqueue order
+  std::vector<std::unique_ptr<gpu::NcclCommunicator>> retired_;  // of removed sets
+};
+
+// Runs one response's collectives on the device (core/ops/gpu_ops.cc). Entries may be null for
+// a joined rank (allreduce only). Outputs go into the handles; buffers that must outlive the
+// call are kept by the caller until `done`.
+struct GpuOpContext {
+  const gpu::GpuLibrary& lib;
+  gpu::NcclCommunicator& comm;
+  gpu::DeviceFusionBuffer& fusion;
+  const std::vector<int>& setRanks;
+  std::vector<TensorEntry*> entries;
+  int device;
+};
+void runGpuResponse(const Response& r, GpuOpContext& cx);
+
+// "NCCL_ALLREDUCE": the timeline activity of a GPU collective.
+std::string collectiveActivity(const gpu::NcclCommunicator& comm, OpKind kind);
+
+}  // namespace hora

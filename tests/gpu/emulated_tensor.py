@@ -1,0 +1,144 @@
+"""CUDA-like tensors over the GPU emulation (tests/gpu_emulation), for the GPU tests.
+
+``EmuTensor`` lives in emulated device memory and speaks DLPack as a CUDA tensor of torch does:
+``__dlpack_device__`` says (kDLCUDA, ordinal), and ``__dlpack__(stream=s)`` makes stream ``s``
+wait for the tensor's producer stream (event record + stream wait), with no host sync. Its data can
+be written late on the producer stream (``delay_ms``), like the output of a slow kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+
+KDL_CUDA = 2
+_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+
+
+def library() -> ctypes.CDLL:
+    """The emulation the engine loads (the same path gives the same instance)."""
+    path = os.environ["HORA_CUDA_LIBRARY"]
+    lib = ctypes.CDLL(path)
+    lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    lib.cudaFree.argtypes = [ctypes.c_void_p]
+    lib.cudaStreamCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+    lib.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+    lib.cudaEventCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+    lib.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cudaStreamWaitEvent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+    lib.horaEmuDelayedCopy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                       ctypes.c_int, ctypes.c_void_p]
+    return lib
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_NAME = b"dltensor"
+_exports: dict[int, Any] = {}  # address of a DLManagedTensor -> what it keeps alive
+
+
+@_DELETER
+def _release(address: int) -> None:
+    entry = _exports.pop(address, None)
+    if entry is not None and entry[1] is not None:
+        entry[1]()
+
+
+def _dtype_of(dtype: np.dtype, bf16: bool) -> DLDataType:
+    if bf16:
+        return DLDataType(4, 16, 1)
+    return DLDataType(_CODES[dtype.kind], dtype.itemsize * 8, 1)
+
+
+class EmuTensor:
+    """A tensor in emulated device memory with its own producer stream."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, device: int = 0,
+                 bf16: bool = False) -> None:
+        self.lib = library()
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(np.uint16 if bf16 else dtype)
+        self.bf16 = bf16
+        self.device = device
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        ptr = ctypes.c_void_p()
+        assert self.lib.cudaMalloc(ctypes.byref(ptr), max(self.nbytes, 1)) == 0
+        self.ptr = ptr.value
+        ctypes.memset(self.ptr, 0, max(self.nbytes, 1))
+        stream = ctypes.c_void_p()
+        assert self.lib.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
+        self.stream = stream.value
+        self._keep: list[Any] = []  # host sources and events the streams may still use
+        self.on_release: Any = None  # called when the engine releases a DLPack export
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, device: int = 0, delay_ms: int = 0,
+                   bf16: bool = False) -> EmuTensor:
+        """A tensor whose values are written on its producer stream after ``delay_ms``."""
+        t = cls(array.shape, array.dtype, device, bf16)
+        source = np.ascontiguousarray(array).view(t.dtype).copy()
+        t._keep.append(source)
+        if t.nbytes:
+            t.lib.horaEmuDelayedCopy(t.ptr, source.ctypes.data, t.nbytes, delay_ms, t.stream)
+        return t
+
+    def numpy(self) -> np.ndarray:
+        """The values once the producer stream is done (a host sync, for checking only)."""
+        self.lib.cudaStreamSynchronize(self.stream)
+        return self.peek()
+
+    def peek(self) -> np.ndarray:
+        """The values in memory now, without waiting for anything."""
+        raw = ctypes.string_at(self.ptr, self.nbytes) if self.nbytes else b""
+        return np.frombuffer(raw, dtype=self.dtype).reshape(self.shape).copy()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.device)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        if stream is not None and stream != -1:
+            # As torch does: the consumer's stream waits for the producer's work, no host sync.
+            event = ctypes.c_void_p()
+            self.lib.cudaEventCreateWithFlags(ctypes.byref(event), 2)
+            self.lib.cudaEventRecord(event, self.stream)
+            self.lib.cudaStreamWaitEvent(stream, event, 0)
+            self._keep.append(event)
+        shape = (ctypes.c_int64 * max(len(self.shape), 1))(*self.shape)
+        managed = DLManagedTensor()
+        managed.dl_tensor = DLTensor(self.ptr, DLDevice(KDL_CUDA, self.device), len(self.shape),
+                                     _dtype_of(self.dtype, self.bf16), shape, None, 0)
+        managed.deleter = _release
+        address = ctypes.addressof(managed)
+        _exports[address] = ((managed, shape, self), self.on_release)
+        return _capsule_new(address, _NAME, None)
+
+
+def device_values(out: Any, dtype: Any) -> np.ndarray:
+    """The values of an engine GPU result (``_core.DeviceTensor``), complete once waited."""
+    raw = ctypes.string_at(out.data_ptr, out.nbytes) if out.nbytes else b""
+    return np.frombuffer(raw, dtype=dtype).reshape(tuple(out.shape)).copy()

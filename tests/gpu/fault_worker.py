@@ -1,0 +1,41 @@
+"""One rank of a GPU fault scenario (test_gpu_faults.py): allreduces on emulated GPU tensors.
+
+Prints "OK rank=R" after every step, or "FAILED rank=R <error class>: <message>" and exits 3 when
+an operation fails. With GPU_FAULT_DIE=R, rank R kills itself (SIGKILL) while its second
+allreduce is pending on the device.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import hora
+from emulated_tensor import EmuTensor
+
+
+def main() -> int:
+    hora.init()
+    me = hora.rank()
+    die = int(os.environ.get("GPU_FAULT_DIE", "-1"))
+    for step in range(3):
+        t = EmuTensor.from_numpy(np.full(256, me, np.float32), device=hora.local_rank())
+        try:
+            handle = hora.allreduce_async_(t, op=hora.Sum, name=f"step{step}")
+            if step == 1 and me == die:
+                os.kill(os.getpid(), signal.SIGKILL)
+            hora.synchronize(handle)
+        except hora.HoraError as e:
+            print(f"FAILED rank={me} {type(e).__name__}: {e}", flush=True)
+            return 3
+        print(f"OK rank={me} step={step}", flush=True)
+    hora.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
