@@ -186,16 +186,7 @@ void ShmLinks::waitAny(const Want* wants, size_t count) {
   waitFor(ready, waitPeers_, what);
 }
 
-uint8_t* ShmLinks::scratch(int slot, size_t bytes) {
-  HORA_CHECK(slot >= 0 && slot < 2, "bad scratch slot");
-  auto& b = peers_->scratch[slot];
-  if (b.capacity < bytes) {
-    size_t cap = std::max(bytes, b.capacity + b.capacity / 2);
-    b.data.reset(new uint8_t[cap]);
-    b.capacity = cap;
-  }
-  return b.data.get();
-}
+uint8_t* ShmLinks::scratch(int slot, size_t bytes) { return peers_->scratch.get(slot, bytes); }
 
 }  // namespace shm
 }  // namespace hora

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/collectives/links.h"
+#include "core/collectives/scratch_buffers.h"
 #include "core/transport/shm/segment.h"
 #include "core/transport/shm/wait.h"
 
@@ -32,11 +33,7 @@ struct ShmPeers {
   std::vector<int> pidfds;  // by world rank; -1 for this rank and for ranks in this process
   std::string failure;      // why the segment became unusable ("" while healthy)
   uint32_t lineSeq = 0;     // small-payload allreduces of the whole job run so far
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> data;
-    size_t capacity = 0;
-  };
-  Buffer scratch[2];
+  collectives::ScratchBuffers scratch;
 
   // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
   std::string peerGone(int peer) const;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/collectives/links.h"
+#include "core/collectives/scratch_buffers.h"
 #include "core/common/time.h"
 #include "core/net/socket.h"
 
@@ -26,11 +27,7 @@ struct TcpPeerSockets {
   Micros spin{0};                    // polling before a wait blocks (core/common/spin.h)
   std::vector<net::Socket> sockets;  // by world rank; invalid for this rank
   std::string failure;               // why the mesh became unusable ("" while healthy)
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> data;
-    size_t capacity = 0;
-  };
-  Buffer scratch[2];
+  collectives::ScratchBuffers scratch;
 
   void markFailed(const std::string& why);
 };
