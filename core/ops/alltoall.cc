@@ -3,30 +3,35 @@
 
 namespace hora {
 
-// splitsMatrix[i * n + j] rows go from set rank i to set rank j.
+AlltoallPlan planAlltoall(const Response& r, int n, int me) {
+  const size_t rowBytes = static_cast<size_t>(r.rowElements[0]) * dtypeSize(r.dtype);
+  AlltoallPlan plan;
+  plan.sendBytes.resize(n);
+  plan.recvBytes.resize(n);
+  plan.received.resize(n);
+  for (int j = 0; j < n; ++j) {
+    plan.sendBytes[j] =
+        static_cast<size_t>(r.splitsMatrix[static_cast<size_t>(me) * n + j]) * rowBytes;
+    plan.received[j] = static_cast<int32_t>(r.splitsMatrix[static_cast<size_t>(j) * n + me]);
+    plan.recvBytes[j] = static_cast<size_t>(plan.received[j]) * rowBytes;
+    plan.rows += plan.received[j];
+  }
+  return plan;
+}
+
 void runAlltoall(const Response& r, OpContext& cx) {
-  const int n = cx.comm.size(), me = cx.comm.rank();
   TensorEntry* e = cx.entries.at(0);
   HORA_CHECK(e != nullptr, "alltoall without a local tensor");
-  const size_t rowBytes = static_cast<size_t>(r.rowElements[0]) * dtypeSize(r.dtype);
-  std::vector<size_t> sendBytes(n), recvBytes(n);
-  std::vector<int32_t> received(n);
-  int64_t rows = 0;
-  for (int j = 0; j < n; ++j) {
-    sendBytes[j] = static_cast<size_t>(r.splitsMatrix[static_cast<size_t>(me) * n + j]) * rowBytes;
-    received[j] = static_cast<int32_t>(r.splitsMatrix[static_cast<size_t>(j) * n + me]);
-    recvBytes[j] = static_cast<size_t>(received[j]) * rowBytes;
-    rows += received[j];
-  }
+  AlltoallPlan plan = planAlltoall(r, cx.comm.size(), cx.comm.rank());
   std::vector<int64_t> shape = e->tensor.shape;
-  shape[0] = rows;
+  shape[0] = plan.rows;
   OutputTensor out = OutputTensor::allocate(r.dtype, shape);
   {
     ActivityScope a(cx, r, collectiveActivity(cx, "ALLTOALL"));
-    cx.comm.alltoallv(e->tensor.data, sendBytes, out.data(), recvBytes);
+    cx.comm.alltoallv(e->tensor.data, plan.sendBytes, out.data(), plan.recvBytes);
   }
   e->handle->output = std::move(out);
-  e->handle->receivedSplits = std::move(received);
+  e->handle->receivedSplits = std::move(plan.received);
 }
 
 }  // namespace hora

@@ -89,32 +89,16 @@ void allgather(const Response& r, GpuOpContext& cx) {
   cx.comm.groupEnd();
 }
 
-// splitsMatrix[i * n + j] rows go from set rank i to set rank j: grouped send/recv.
+// Grouped send/recv (the communicator's alltoallv) of the agreed splits.
 void alltoall(const Response& r, GpuOpContext& cx) {
-  const int n = cx.comm.size(), me = cx.comm.rank();
   TensorEntry& e = entry(cx, 0);
-  const size_t rowBytes = static_cast<size_t>(r.rowElements[0]) * dtypeSize(r.dtype);
-  std::vector<size_t> sendBytes(n), recvBytes(n);
-  std::vector<int32_t> received(n);
-  int64_t rows = 0;
-  for (int j = 0; j < n; ++j) {
-    sendBytes[j] = static_cast<size_t>(r.splitsMatrix[static_cast<size_t>(me) * n + j]) * rowBytes;
-    received[j] = static_cast<int32_t>(r.splitsMatrix[static_cast<size_t>(j) * n + me]);
-    recvBytes[j] = static_cast<size_t>(received[j]) * rowBytes;
-    rows += received[j];
-  }
+  AlltoallPlan plan = planAlltoall(r, cx.comm.size(), cx.comm.rank());
   std::vector<int64_t> shape = e.tensor.shape;
-  shape[0] = rows;
+  shape[0] = plan.rows;
   OutputTensor out = gpu::allocateDeviceOutput(cx.lib, cx.device, r.dtype, shape);
-  cx.comm.alltoallv(e.tensor.data, sendBytes, out.data(), recvBytes);
+  cx.comm.alltoallv(e.tensor.data, plan.sendBytes, out.data(), plan.recvBytes);
   e.handle->output = std::move(out);
-  e.handle->receivedSplits = std::move(received);
-}
-
-// Rows of a dim0-row tensor that set rank k receives: the first dim0 % n ranks get one extra.
-size_t rowsFor(int64_t dim0, int n, int k) {
-  int64_t base = dim0 / n, extra = dim0 % n;
-  return static_cast<size_t>(base + (k < extra ? 1 : 0));
+  e.handle->receivedSplits = std::move(plan.received);
 }
 
 // A tensor's blocks already lie in rank order: each reduces in place of its input, one NCCL
@@ -126,9 +110,9 @@ void reducescatter(const Response& r, GpuOpContext& cx) {
     TensorEntry& e = entry(cx, t);
     int64_t dim0 = r.rowElements[t] > 0 ? r.elementCounts[t] / r.rowElements[t] : e.tensor.shape[0];
     std::vector<size_t> counts(n);
-    for (int k = 0; k < n; ++k) counts[k] = rowsFor(dim0, n, k) * r.rowElements[t];
+    for (int k = 0; k < n; ++k) counts[k] = reducescatterRows(dim0, n, k) * r.rowElements[t];
     std::vector<int64_t> shape = e.tensor.shape;
-    shape[0] = static_cast<int64_t>(rowsFor(dim0, n, me));
+    shape[0] = static_cast<int64_t>(reducescatterRows(dim0, n, me));
     OutputTensor out = gpu::allocateDeviceOutput(cx.lib, cx.device, r.dtype, shape);
     cx.comm.reduceScatter(e.tensor.data, out.data(), counts, r.dtype, deviceOp(r));
     e.handle->output = std::move(out);

@@ -3,6 +3,10 @@
 // entries' tensors (in place) or their handles' outputs, and throws on failure; the caller
 // completes the handles. Execution order and arguments are agreed by the coordinator, so every
 // member of the process set makes the same collective calls.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/ops/op_context.h"
 
 namespace hora {
@@ -37,5 +41,18 @@ bool sumsWide(const Response& r);
 // as the reference does) are summed in float32, divided or postscaled there, and rounded into
 // the type once, so every rank count rounds once and an Average of equal values is exact.
 bool sumsInFloat(const Response& r);
+
+// Rows of a dim0-row tensor that set rank k receives from a reducescatter over n ranks: the
+// first dim0 % n ranks get one extra (reducescatter.cc; the GPU path splits the same way).
+size_t reducescatterRows(int64_t dim0, int n, int k);
+
+// What an alltoall moves on set rank `me` of n, from the agreed splits (splitsMatrix[i * n + j]
+// rows go from set rank i to set rank j; alltoall.cc; the GPU path moves the same).
+struct AlltoallPlan {
+  std::vector<size_t> sendBytes, recvBytes;  // per set rank
+  std::vector<int32_t> received;             // rows received from each set rank
+  int64_t rows = 0;                          // rows of the output
+};
+AlltoallPlan planAlltoall(const Response& r, int n, int me);
 
 }  // namespace hora

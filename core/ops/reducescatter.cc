@@ -6,15 +6,11 @@
 #include "core/ops/ops.h"
 
 namespace hora {
-namespace {
 
-// Rows of a dim0-row tensor that set rank k receives: the first dim0 % n ranks get one extra.
-size_t rowsFor(int64_t dim0, int n, int k) {
+size_t reducescatterRows(int64_t dim0, int n, int k) {
   int64_t base = dim0 / n, extra = dim0 % n;
   return static_cast<size_t>(base + (k < extra ? 1 : 0));
 }
-
-}  // namespace
 
 // Packed layout: one block per rank in rank order; rank k's block is tensor 0's rows for k, then
 // tensor 1's rows for k, and so on. The reduction is applied to a packed copy, so the caller's
@@ -32,7 +28,7 @@ void runReducescatter(const Response& r, OpContext& cx) {
   std::vector<size_t> counts(n, 0);
   for (int k = 0; k < n; ++k) {
     for (size_t t = 0; t < tensors; ++t) {
-      counts[k] += rowsFor(dim0[t], n, k) * static_cast<size_t>(r.rowElements[t]);
+      counts[k] += reducescatterRows(dim0[t], n, k) * static_cast<size_t>(r.rowElements[t]);
     }
   }
   size_t total = 0;
@@ -49,8 +45,8 @@ void runReducescatter(const Response& r, OpContext& cx) {
       for (size_t t = 0; t < tensors; ++t) {
         size_t rowBytes = static_cast<size_t>(r.rowElements[t]) * elem;
         size_t firstRow = 0;
-        for (int q = 0; q < k; ++q) firstRow += rowsFor(dim0[t], n, q);
-        size_t bytes = rowsFor(dim0[t], n, k) * rowBytes;
+        for (int q = 0; q < k; ++q) firstRow += reducescatterRows(dim0[t], n, q);
+        size_t bytes = reducescatterRows(dim0[t], n, k) * rowBytes;
         if (bytes > 0) {
           std::memcpy(buf + off,
                       static_cast<const uint8_t*>(cx.entries[t]->tensor.data) + firstRow * rowBytes,
@@ -68,7 +64,7 @@ void runReducescatter(const Response& r, OpContext& cx) {
   std::vector<OutputTensor> outputs;
   for (size_t t = 0; t < tensors; ++t) {
     std::vector<int64_t> shape = cx.entries[t]->tensor.shape;
-    shape[0] = static_cast<int64_t>(rowsFor(dim0[t], n, me));
+    shape[0] = static_cast<int64_t>(reducescatterRows(dim0[t], n, me));
     outputs.push_back(OutputTensor::allocate(r.dtype, shape));
   }
   // Fused: this rank's block lands in a scratch buffer, then is split into the outputs.
@@ -102,7 +98,8 @@ void runReducescatter(const Response& r, OpContext& cx) {
   if (tensors > 1) {
     size_t off = 0;
     for (size_t t = 0; t < tensors; ++t) {
-      size_t bytes = rowsFor(dim0[t], n, me) * static_cast<size_t>(r.rowElements[t]) * elem;
+      size_t bytes =
+          reducescatterRows(dim0[t], n, me) * static_cast<size_t>(r.rowElements[t]) * elem;
       if (bytes > 0) std::memcpy(outputs[t].data(), static_cast<uint8_t*>(out) + off, bytes);
       off += bytes;
     }
