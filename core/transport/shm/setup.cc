@@ -102,6 +102,26 @@ int recvFd(int sock, Clock::time_point deadline) {
   }
 }
 
+// Waits up to the start timeout for each rank in `ranks` to set its `what` key ("shm/addr" when
+// `what` is empty); the timeout names the ranks, not the keys, since users know ranks.
+void awaitRanks(const ConnectOptions& o, Store& store, const std::string& what,
+                const std::vector<int>& ranks, const std::string& purpose) {
+  auto keyOf = [&](int r) { return what.empty() ? std::string("shm/addr") : key(what, r); };
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(keyOf(r));
+  try {
+    store.wait(keys, o.startTimeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int r : ranks) {
+      if (!store.check({keyOf(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
+                       std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
+                       missing + " to " + purpose + " (not started, or failed)");
+  }
+}
+
 // Rank 0: serves the segment's descriptor to every other rank that proves the job secret.
 // Returns "" when all have it, else why not (a rank reported a failure, or the deadline passed).
 std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, const Segment& seg,
@@ -115,8 +135,12 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
       }
     }
     if (Clock::now() >= deadline) {
+      std::string missing;
+      for (int r = 1; r < o.size; ++r) {
+        if (served.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
       return "timed out after " + std::to_string(o.startTimeout.count()) +
-             " ms waiting for every rank to attach";
+             " ms waiting for rank(s) " + missing + " to attach";
     }
     if (!waitFd(listenFd, POLLIN, std::min(deadline, Clock::now() + Millis(50)))) continue;
     net::Socket conn(::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -186,8 +210,11 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   Attachment a;
   const std::string mine = disabled ? std::string("disabled") : hostIdentity();
   store.set(key("host", o.rank), mine);
+  std::vector<int> everyone;
+  for (int r = 0; r < o.size; ++r) everyone.push_back(r);
+  awaitRanks(o, store, "host", everyone, "say which host they run on");
   std::vector<std::string> hosts(o.size);
-  for (int r = 0; r < o.size; ++r) hosts[r] = store.get(key("host", r), o.startTimeout);
+  for (int r = 0; r < o.size; ++r) hosts[r] = store.get(key("host", r), Millis(0));
   for (int r = 0; r < o.size; ++r) {
     if (hosts[r] == "disabled") {
       a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
@@ -223,7 +250,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
     }
     failure = serveSegment(o, store, listener.fd(), seg, deadline);
   } else {
-    std::string addr = store.get("shm/addr", o.startTimeout);
+    awaitRanks(o, store, "", {0}, "publish the shared-memory segment's address");
+    std::string addr = store.get("shm/addr", Millis(0));
     if (!addr.empty() && addr[0] == '!') {
       a.whyNot = "rank 0: " + addr.substr(1);
       return a;
@@ -238,8 +266,9 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   }
   seg.closeFd();
   store.set(key("ok", o.rank), failure.empty() ? std::string("ok") : "!" + failure);
+  awaitRanks(o, store, "ok", everyone, "attach to the shared-memory segment");
   for (int r = 0; r < o.size; ++r) {
-    std::string v = store.get(key("ok", r), o.startTimeout);
+    std::string v = store.get(key("ok", r), Millis(0));
     if (v != "ok") {
       a.whyNot = "rank " + std::to_string(r) + ": " + v.substr(1);
       return a;
