@@ -12,12 +12,17 @@ submission order instead can deadlock: a rank whose oldest work needs a peer tha
 waiting for a younger work of this rank would never complete the younger one.
 
 Names: the engine matches an operation across ranks by its name, so every rank must name the
-same operation alike, whichever thread submits it. A future callback may run on a completion thread
-or, when the future is already complete as ``then`` attaches it, on the application's thread, so
-a single counter would give different names on different ranks. An operation is therefore named
-by its group, kind, dtype and shape, and how many operations with that same signature the group
-has submitted before: two operations can only swap names if they have the same signature and are
-submitted concurrently in a different order on different ranks.
+same operation alike, whichever thread submits it. An operation submitted by the application is
+named by its group, kind, dtype and shape, and how many operations with that signature the group
+has submitted before (program order, the same on every rank). An operation submitted inside a
+future's callback is named after that callback instead: PyTorch's PowerSGD hook submits its P and
+Q allreduces from callbacks, and the callbacks of several buckets run concurrently, in an order
+that differs between ranks, on completion threads or, when the future is already complete as
+``then`` attaches the callback, on the application's thread. Counting by signature there would let
+two buckets' allreduces of one shape swap names between ranks and add up the wrong tensors. So a
+work's future is a ``HoraFuture`` whose ``then`` runs the callback under a name derived from the
+work's name (``<work>>k`` for its k-th ``then``, and so on down a chain), and the i-th operation
+the callback submits is named ``<that>/i``, which no scheduling can change.
 """
 
 from __future__ import annotations
@@ -35,6 +40,16 @@ from hora.common.ops import AsyncResult
 from hora.errors import HoraTimeoutError
 
 
+class _CallbackScope(threading.local):
+    """The callbacks running on this thread, innermost last: [name, operations submitted]."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []
+
+
+_callbacks = _CallbackScope()
+
+
 class NameSequence:
     """Names for one process group's operations (see the module docstring)."""
 
@@ -46,10 +61,45 @@ class NameSequence:
     def next(self, op: str, *tensors: torch.Tensor) -> str:
         """A name equal on every rank for the same operation of this group."""
         signature = ".".join([op] + [f"{str(t.dtype)[6:]}{list(t.shape)}" for t in tensors])
+        if _callbacks.stack:
+            scope = _callbacks.stack[-1]
+            scope[1] += 1
+            return f"{scope[0]}/{scope[1] - 1}.{signature}".replace(" ", "")
         with self._lock:
             count = self._counts[signature]
             self._counts[signature] = count + 1
         return f"{self._prefix}.{signature}.{count}".replace(" ", "")
+
+
+class HoraFuture(torch.futures.Future):
+    """A ``torch.futures.Future`` whose ``then`` callbacks name the operations they submit after
+    this future (see the module docstring); the futures ``then`` returns do the same."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self._thens = 0
+        self._lock = threading.Lock()
+
+    def then(self, callback: Callable[[Any], Any]) -> HoraFuture:  # type: ignore[override]
+        """torch's ``then``: a future completed with ``callback(self)``'s value or error."""
+        with self._lock:
+            child = HoraFuture(f"{self.name}>{self._thens}")
+            self._thens += 1
+
+        def run(_: Any) -> None:
+            _callbacks.stack.append([child.name, 0])
+            try:
+                value = callback(self)
+            except BaseException as exc:  # noqa: BLE001 (torch hands it to the child future)
+                _callbacks.stack.pop()
+                child.set_exception(exc)
+                return
+            _callbacks.stack.pop()
+            child.set_result(value)
+
+        self.add_done_callback(run)
+        return child
 
 
 class HoraWork(dist.Work):
@@ -66,7 +116,7 @@ class HoraWork(dist.Work):
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._outputs: list[torch.Tensor] = []
-        self._future: torch.futures.Future = torch.futures.Future()
+        self._future = HoraFuture(name)
 
     def _complete(self) -> None:
         """Wait for the engine and build the outputs (waiter thread)."""
@@ -118,7 +168,7 @@ class HoraWork(dist.Work):
             raise self._error
         return True
 
-    def get_future(self) -> torch.futures.Future:
+    def get_future(self) -> HoraFuture:
         """A future completed with the list of output tensors (or the operation's error)."""
         return self._future
 
