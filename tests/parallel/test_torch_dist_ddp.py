@@ -187,6 +187,23 @@ def test_ddp_batched_powersgd_hook(groups: dict[str, Any]) -> None:
     assert_same_training(groups, setup=setup)
 
 
+@pytest.mark.parametrize("backend", ["gloo", "hora"])
+def test_batched_powersgd_hook_fails_in_torch_once_it_compresses(groups: dict[str, Any],
+                                                                  backend: str) -> None:
+    """Why only the uncompressed phase is compared: torch 2.13's batched hook hands a 2-D
+    matrix to its own ``_orthogonalize``, which takes 3-D batches, on any backend, before it
+    communicates anything."""
+
+    def setup(ddp: DDP, _: Any) -> None:
+        state = powerSGD_hook.PowerSGDState(
+            process_group=ddp.process_group, matrix_approximation_rank=1, start_powerSGD_iter=2,
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.batched_powerSGD_hook)
+
+    with pytest.raises(AssertionError):
+        train(groups[backend], setup=setup)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_zero_redundancy_optimizer(groups: dict[str, Any], optimizer: str) -> None:
     zero = ({"optimizer_class": torch.optim.SGD, "lr": 0.1, "momentum": 0.9}
