@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/store/store.h"
+#include "core/store/tcp_store_protocol.h"
 
 namespace hora {
 
@@ -27,6 +28,9 @@ namespace hora {
 struct StoreServerLimits {
   int maxPendingHandshakes;
   Millis handshakeTimeout;
+  // What a connection may have buffered behind a parked request before the server stops reading
+  // it (TCP then holds the client back): pipelined requests are served, a flood is not kept.
+  size_t parkedInputBytes = store_protocol::kMaxParkedInputBytes;
 };
 StoreServerLimits defaultStoreServerLimits();
 

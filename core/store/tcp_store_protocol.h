@@ -8,6 +8,7 @@
 //   Check {n u32, keys}                -> Bool {u8}
 //   Wait  {timeoutMs u64, n u32, keys} -> Ok | TimedOut {missing keys}
 //   TimedOut carries {timeoutMs u64, n u32, keys}.
+#include <cstddef>
 #include <cstdint>
 
 namespace hora {
@@ -29,6 +30,8 @@ enum Type : uint16_t {
 
 // Largest frame either side accepts; a larger announced length is treated as garbage.
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
+// What the server keeps buffered behind a parked request: one largest frame plus one read.
+constexpr size_t kMaxParkedInputBytes = size_t{kMaxFrameBytes} + (64u << 10);
 // Longest wait a request may ask for (about 11 days): keeps deadlines far from overflow.
 constexpr uint64_t kMaxWaitMs = 1000000000ull;
 

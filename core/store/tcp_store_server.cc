@@ -81,6 +81,7 @@ class TcpStoreServer::Impl {
   void serveOnce();
   void acceptAll();
   void evictOldestPending();
+  bool parkedInputFull(const Conn& c) const;
   void onReadable(Conn& c);
   void handshakeStep(Conn& c, const char* data, size_t n);
   void processFrames(Conn& c);
@@ -152,7 +153,8 @@ void TcpStoreServer::Impl::serveOnce() {
   fds.push_back({wakeFd_, POLLIN, 0});
   fds.push_back({listener_.fd(), POLLIN, 0});
   for (auto& c : conns_) {
-    short events = POLLIN;
+    // Past its read-ahead bound a parked connection is only watched for hang-up (see onReadable).
+    short events = parkedInputFull(*c) ? POLLRDHUP : POLLIN;
     if (c->outPos < c->out.size()) events |= POLLOUT;
     fds.push_back({c->sock.fd(), events, 0});
   }
@@ -171,7 +173,13 @@ void TcpStoreServer::Impl::serveOnce() {
       short ev = fds[i + 2].revents;
       Conn& c = *conns_[i];
       if (ev & POLLOUT) flush(c);
-      if (!c.dead && (ev & (POLLIN | POLLHUP | POLLERR))) onReadable(c);
+      if (!c.dead && (ev & (POLLIN | POLLHUP | POLLERR | POLLRDHUP))) {
+        if (parkedInputFull(c)) {
+          drop(c, "hung up with a request parked", false);
+        } else {
+          onReadable(c);
+        }
+      }
       resumeReleased();
     }
     if (fds[1].revents != 0) acceptAll();
@@ -243,9 +251,16 @@ void TcpStoreServer::Impl::handshakeStep(Conn& c, const char* data, size_t n) {
   flush(c);
 }
 
+// A parked request stops frame processing, not reading: a client may pipeline requests behind
+// it. Reading stops once limits_.parkedInputBytes are buffered; the kernel's buffers then fill
+// and TCP holds the client back, so no client can grow the server's memory without bound.
+bool TcpStoreServer::Impl::parkedInputFull(const Conn& c) const {
+  return c.waiting && c.in.size() - c.inPos >= limits_.parkedInputBytes;
+}
+
 void TcpStoreServer::Impl::onReadable(Conn& c) {
   char buf[64 * 1024];
-  while (!c.dead) {
+  while (!c.dead && !parkedInputFull(c)) {
     // During the handshake read only what the handshake asks for: bytes after it belong to the
     // first request and must not be fed to the handshake.
     size_t want = c.authed ? sizeof(buf) : std::min(sizeof(buf), c.hs.inputWanted());

@@ -395,6 +395,37 @@ TEST(TcpStore, ManyRequestsQueuedBehindAParkedOneAreAllAnswered) {
   EXPECT_EQ(other.get("gate", 100ms), "open");
 }
 
+// A client that floods the server behind a parked request is held back by TCP once the server
+// has buffered its read-ahead bound (before, the server buffered whatever arrived), and the
+// server still answers everyone.
+TEST(TcpStore, AFloodBehindAParkedRequestIsHeldBack) {
+  StoreServerLimits limits = defaultStoreServerLimits();
+  limits.parkedInputBytes = 1u << 20;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  net::Socket s = rawConnect(server.port());
+  net::Handshake hs = net::Handshake::connector(kSecret, net::PeerKind::Store, -1, -1);
+  net::runHandshake(s.fd(), hs, Clock::now() + 2000ms, "test");
+  std::string park = net::buildFrame(net::kStoreMagic, store_protocol::kWait,
+                                     net::Writer().u64(20000).u32(1).str("gate").take());
+  net::sendAll(s.fd(), park.data(), park.size(), Clock::now() + 1000ms, "test");
+  std::string set = net::buildFrame(net::kStoreMagic, store_protocol::kSet,
+                                    net::Writer().str("k").str(std::string(64u << 10, 'x')).take());
+  // 64 MiB: far more than the bound plus both kernels' socket buffers.
+  size_t sent = 0;
+  try {
+    for (int i = 0; i < 1024; ++i) {
+      net::sendAll(s.fd(), set.data(), set.size(), Clock::now() + 1000ms, "test");
+      sent += set.size();
+    }
+  } catch (const std::exception&) {
+    // held back: the send timed out
+  }
+  EXPECT_LT(sent, size_t{32} << 20);
+  TcpStoreClient other("127.0.0.1", server.port(), kSecret, Millis(2000));
+  other.set("gate", "open");
+  EXPECT_EQ(other.get("gate", 1000ms), "open");
+}
+
 // Peak resident memory of this process, in bytes.
 long peakResidentBytes() {
   rusage u{};
