@@ -20,7 +20,7 @@
 #      seed that it prints, or HORA_CHAOS_SEED)
 #   8b. elastic: horarun elastic jobs on this machine (tests/elastic): workers killed during
 #      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
-#      job below --min-np
+#      job below --min-np, an ElasticSampler that resumes mid-epoch
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, from its
 #      committed seeds, with the executions per target; asan / tsan: the C++ unit tests (with the
 #      MPI driver at 1-4 ranks and the runtime's multi-rank thread tests) under AddressSanitizer +
@@ -443,7 +443,7 @@ if wants chaos; then
 fi
 
 if wants elastic; then
-  run "elastic: horarun elastic jobs (kills, cooldown, growth, below --min-np)" \
+  run "elastic: horarun elastic jobs (kills, cooldown, growth, below --min-np, sampler)" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/elastic
 fi
 

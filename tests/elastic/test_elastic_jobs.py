@@ -2,7 +2,9 @@
 two failures in a row, a host back after its cooldown, growth from 2 to 4 workers through a
 discovery script, and a job that stays below --min-np. Each job trains the model of
 ``elastic_train.py``: its final parameters must be the same on every worker and equal to what
-the committed steps imply, and no worker process may outlive the launcher."""
+the committed steps imply, and no worker process may outlive the launcher. One more job
+(``elastic_sampler_train.py``) checks that an ``ElasticSampler`` goes on with exactly the
+samples not yet processed after a worker dies mid-epoch."""
 
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ JOB_BOUND_SECONDS = 150  # a job that has not ended by then hangs: the test fail
 
 
 class Job:
-    """One ``horarun`` elastic job of ``elastic_train.py`` with a discovery script."""
+    """One ``horarun`` elastic job of ``train_script`` with a discovery script."""
 
-    def __init__(self, tmp: Path, hosts: str, flags: list[str], env: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, hosts: str, flags: list[str], env: dict[str, str],
+                 train_script: str = "elastic_train.py") -> None:
         self.out = tmp / "out"
         self.out.mkdir()
         self.hosts_file = tmp / "hosts"
@@ -38,7 +41,7 @@ class Job:
         self.stderr_path = tmp / "stderr"
         full_env = dict(os.environ, ELASTIC_OUT=str(self.out), **env)
         argv = [sys.executable, "-m", "hora.runner", "--host-discovery-script", str(script),
-                *flags, sys.executable, str(HERE / "elastic_train.py")]
+                *flags, sys.executable, str(HERE / train_script)]
         self.started = time.monotonic()
         with open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL,
@@ -155,4 +158,30 @@ def test_below_min_np_for_the_elastic_timeout_fails_with_a_message(tmp_path):
     assert code == 1, log
     assert "job failed: fewer than --min-np 2 workers (1 ready) for 2 s" in log, log
     assert not job.finals()
+    job.assert_no_worker_left()
+
+
+def test_elastic_sampler_resumes_with_the_unprocessed_samples(tmp_path):
+    """3 workers; worker 2 dies in the middle of epoch 0 (after several commits, between two).
+    The 2 survivors roll back to the last commit and split what is left of the epoch; epoch 1
+    runs on 2 workers. In the committed history every sample is processed in every epoch, and
+    nothing twice beyond the wrap-around padding that evens out each split (fewer than one
+    sample per worker per split)."""
+    job = Job(tmp_path, "localhost:3\n", ["-np", "3", "--min-np", "2", "--max-np", "3"],
+              {"SAMPLER_KILL": "2:0:5"}, train_script="elastic_sampler_train.py")
+    code = job.wait()
+    log = job.stderr()
+    assert code == 0, log
+    assert "worker 2 on localhost signal SIGKILL" in log, log
+    finals = job.finals()
+    assert sorted(f["worker"] for f in finals) == ["0", "1"], log
+    assert finals[0]["seen"] == finals[1]["seen"], "workers disagree on the committed history"
+    samples = finals[0]["samples"]
+    epoch0, epoch1 = finals[0]["seen"]
+    # Epoch 0: 3 workers until the kill, then the rest split over 2 (two splits); epoch 1: 2.
+    for epoch, seen, splits in ((0, epoch0, [3, 2]), (1, epoch1, [2])):
+        assert set(seen) == set(range(samples)), f"epoch {epoch} skipped samples"
+        padding = len(seen) - samples
+        assert 0 <= padding <= sum(size - 1 for size in splits), (
+            f"epoch {epoch} processed {padding} samples twice: {sorted(seen)}")
     job.assert_no_worker_left()
