@@ -20,7 +20,8 @@
 #      seed that it prints, or HORA_CHAOS_SEED)
 #   8b. elastic: horarun elastic jobs on this machine (tests/elastic): workers killed during
 #      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
-#      job below --min-np, an ElasticSampler that resumes mid-epoch
+#      job below --min-np, an ElasticSampler that resumes mid-epoch, a worker over ssh, a worker
+#      that outlives the finished generation
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, from its
 #      committed seeds, with the executions per target; asan / tsan: the C++ unit tests (with the
 #      MPI driver at 1-4 ranks and the runtime's multi-rank thread tests) under AddressSanitizer +

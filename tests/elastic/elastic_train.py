@@ -6,6 +6,7 @@ only a correct sync replaces by worker 0's) and the parameters after N committed
 (``reference_params``). Environment:
 
 - ``ELASTIC_STEPS``: steps to train (default 24); a commit after every ``ELASTIC_COMMIT`` steps.
+  ``ELASTIC_STEPS_<worker>`` overrides it for one worker (a script whose workers disagree).
 - ``ELASTIC_KILLS``: ``worker:step:phase`` items; that worker SIGKILLs itself at that step in
   ``negotiation`` (right after submitting the step's allreduce), ``collective`` (inside a large
   allreduce every rank runs at that step) or ``commit`` (after saving, before the host check).
@@ -27,11 +28,11 @@ import time
 import hora.torch as hvd
 import torch
 
-STEPS = int(os.environ.get("ELASTIC_STEPS", "24"))
+WORKER = os.environ.get("HORA_ELASTIC_WORKER_ID", "")
+STEPS = int(os.environ.get(f"ELASTIC_STEPS_{WORKER}", os.environ.get("ELASTIC_STEPS", "24")))
 COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT", "2"))
 STEP_SECONDS = float(os.environ.get("ELASTIC_STEP_SECONDS", "0.05"))
 OUT = os.environ.get("ELASTIC_OUT", ".")
-WORKER = os.environ.get("HORA_ELASTIC_WORKER_ID", "")
 
 
 def kills() -> dict[int, str]:

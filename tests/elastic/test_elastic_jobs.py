@@ -161,6 +161,54 @@ def test_below_min_np_for_the_elastic_timeout_fails_with_a_message(tmp_path):
     job.assert_no_worker_left()
 
 
+def test_a_worker_that_leaves_the_finished_generation_fails_the_job_at_once(tmp_path):
+    """Worker 0 stops after 4 steps, worker 1 wants 24: worker 0 finishes, worker 1's next
+    allreduce fails and it leaves to re-form, which can never happen without worker 0. The
+    driver stops it and fails the job, naming it, instead of leaving it waiting."""
+    job = Job(tmp_path, "localhost:2\n", ["-np", "2", "--min-np", "1"],
+              {"ELASTIC_STEPS": "24", "ELASTIC_STEPS_0": "4"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 1, log
+    assert "worker 0 finished in generation 0" in log, log
+    assert "job failed: worker(s) [1] left generation 0 after another worker had finished" in log
+    assert time.monotonic() - job.started < 60, log
+    job.assert_no_worker_left()
+
+
+SSH_KEY = os.environ.get("HORA_TEST_SSH_KEY", os.path.expanduser("~/.ssh/hora_test_ed25519"))
+
+
+def _ssh_unavailable() -> str | None:
+    """Why a worker cannot be started over ssh to 127.0.0.1 here (tests/ssh_setup.sh, which CI
+    runs, sets it up), or None."""
+    if not os.path.exists(SSH_KEY):
+        return f"no ssh key {SSH_KEY} (tests/ssh_setup.sh creates it)"
+    probe = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                            "-o", "ConnectTimeout=10", "-i", SSH_KEY, "127.0.0.1", "true"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    return None if probe.returncode == 0 else f"ssh to 127.0.0.1 fails: {probe.stderr.strip()}"
+
+
+@pytest.mark.skipif(_ssh_unavailable() is not None, reason=_ssh_unavailable() or "")
+def test_worker_over_ssh_killed_and_the_job_goes_on(tmp_path):
+    """Worker 1 runs through ssh (127.0.0.1 forced through ssh) and gets its -x exports; it dies
+    at step 5, and worker 0 finishes alone from the last commit."""
+    job = Job(tmp_path, "localhost:1\n127.0.0.1:1\n",
+              ["-np", "2", "--min-np", "1", "--max-np", "2", "--force-ssh", "127.0.0.1",
+               "-p", "22", "-i", SSH_KEY, "-x", "ELASTIC_OUT", "-x", "ELASTIC_STEPS",
+               "-x", "ELASTIC_KILLS"],
+              {"ELASTIC_STEPS": "16", "ELASTIC_KILLS": "1:5:negotiation"})
+    code = job.wait()
+    log = job.stderr()
+    assert code == 0, log
+    assert "rank 1: worker 1 on 127.0.0.1" in log, log
+    assert "worker 1 on 127.0.0.1 exit code 137" in log, log  # SIGKILL, as ssh reports it
+    assert (job.out / "pid.1").exists(), "the remote worker did not get ELASTIC_OUT"
+    assert job.generations()[:2] == [2, 1], log
+    assert len(assert_trained(job, 16)) == 1
+
+
 def test_elastic_sampler_resumes_with_the_unprocessed_samples(tmp_path):
     """3 workers; worker 2 dies in the middle of epoch 0 (after several commits, between two).
     The 2 survivors roll back to the last commit and split what is left of the epoch; epoch 1

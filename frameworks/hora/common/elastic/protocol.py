@@ -15,11 +15,14 @@ ranks, and the driver stops an older generation's store once a newer one is publ
 
 A started worker sets ``elastic/worker/<id>/ready`` when its ``init()`` first asks for a place:
 the driver adds new workers to a generation only once they are ready, so the running workers do
-not wait for a new process to import its framework.
+not wait for a new process to import its framework. The value is the generation the worker waits
+to follow (-1 at first; ``g`` once it left ``g`` to re-form).
 
 A worker whose engine started in generation ``g`` sets ``elastic/worker/<id>/formed`` to ``g``.
 When a worker finishes (exit code 0), the workers that did not form the same generation are no
-longer needed and the driver stops them.
+longer needed and the driver stops them. A worker that left that generation to re-form cannot
+finish (no newer generation can form without the finished worker): the driver stops it, and the
+job fails, naming it.
 
 A worker that lost its generation without the driver noticing (an error with every process
 alive) adds 1 to ``elastic/gen/<g>/reset``; the driver then forms a new generation.
@@ -46,7 +49,8 @@ def ready_key(generation: int) -> str:
 
 
 def started_key(worker_id: str) -> str:
-    """Key a worker sets once it is ready to join a generation."""
+    """Key a worker sets once it is ready to join a generation; its value is the generation the
+    worker waits to follow."""
     return f"elastic/worker/{worker_id}/ready"
 
 

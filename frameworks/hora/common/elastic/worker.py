@@ -99,7 +99,7 @@ def join_next_generation() -> discovery.RankInfo:
     after = _generation
     with _lock:
         store = _store()
-        store.set(protocol.started_key(worker_id()), b"1")
+        store.set(protocol.started_key(worker_id()), str(after).encode())
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

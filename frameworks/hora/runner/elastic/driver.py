@@ -70,7 +70,8 @@ class ElasticDriver:
         self._reset_seen = -1  # the generation whose reset request was acted on
         self._finished = False
         self._finishing_generation = -1
-        self._failure: tuple[int, int] | None = None  # (worker, code) of a failure after success
+        # Why the job fails after a worker finished, and its exit code.
+        self._failure: tuple[str, int] | None = None
         self._stop_signal: int | None = None
         self._started = time.monotonic()
 
@@ -137,7 +138,9 @@ class ElasticDriver:
                 self._finished = True
             elif not worker.stopping:
                 if self._finished:
-                    self._failure = self._failure or (worker_id, code)
+                    why = (f"worker {worker_id} exited with {describe_exit(code)} after "
+                           "another worker had finished")
+                    self._failure = self._failure or (why, exit_code_of(code))
                 else:
                     self._on_failure(worker, describe_exit(code))
                     changed = changed or worker_id in self._members
@@ -150,11 +153,29 @@ class ElasticDriver:
         value = self._control.try_get(protocol.formed_key(str(worker_id)))
         return -1 if value is None else int(value)
 
+    def _waits_after(self, worker_id: int) -> int:
+        """The generation a ready worker waits to follow (-1: none yet, or not ready)."""
+        value = self._control.try_get(protocol.started_key(str(worker_id)))
+        return -1 if value is None else int(value)
+
     def _stop_unneeded(self) -> None:
         """After a worker finished: stop the workers that are not in the generation it
-        finished in (they wait for a generation that will not form)."""
+        finished in (they wait for a generation that will not form). One that left that
+        generation to re-form cannot finish: the job fails, naming it."""
+        finishing = self._finishing_generation
+        deserters = [w for w in self._pool.alive()
+                     if finishing >= 0 and self._waits_after(w.id) >= finishing]
+        if deserters:
+            ids = [w.id for w in deserters]
+            say(f"stopping workers {ids}: they left generation {finishing}, in which the job "
+                "finished, to re-form, and no newer generation can form")
+            why = (f"worker(s) {ids} left generation {finishing} after another worker had "
+                   "finished in it (a collective failed on them: did every worker run the same "
+                   "steps?)")
+            self._failure = self._failure or (why, 1)
+            self._pool.stop(deserters)
         unneeded = [w for w in self._pool.alive()
-                    if self._formed(w.id) != self._finishing_generation]
+                    if w not in deserters and self._formed(w.id) != finishing]
         if unneeded:
             say(f"stopping workers {[w.id for w in unneeded]}: they are not part of generation "
                 f"{self._finishing_generation}, in which the job finished")
@@ -170,10 +191,9 @@ class ElasticDriver:
         if self._failure is None:
             say("job finished")
             return 0
-        worker_id, code = self._failure
-        say(f"job failed: worker {worker_id} exited with {describe_exit(code)} after another "
-            "worker had finished")
-        return exit_code_of(code)
+        why, code = self._failure
+        say(f"job failed: {why}")
+        return code
 
     def _poll_hosts(self) -> bool:
         """Refresh the hosts and stop workers on hosts that went away; True when one of them

@@ -36,6 +36,8 @@ class LaunchInfo:
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
     ssh_host_key_checking: str = "accept-new"
+    # -x exports and settings: a remote worker gets these besides the exported part of base_env.
+    forwarded: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def worker_env(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -> dict[str, str]:
@@ -59,6 +61,7 @@ def worker_spec(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -
     private = envs.private_env(info.secret)
     if host in info.remote_hosts:
         remote_env = envs.exported_env(env)
+        remote_env.update(info.forwarded)
         remote_env.update({k: v for k, v in env.items() if k not in info.base_env})
         argv = ssh_exec.ssh_command(host, info.cwd, remote_env, info.command,
                                     max(1, int(GRACE_SECONDS) - 2), info.ssh_port,
@@ -164,11 +167,13 @@ def launch_info(args: object, command: list[str], base_env: Mapping[str, str], s
                 remote_hosts: frozenset[str]) -> LaunchInfo:
     """:class:`LaunchInfo` from the parsed command line."""
     env = envs.without_secrets(base_env)
-    env.update(envs.parse_exports(getattr(args, "env", None) or [], base_env))
-    env.update(envs.settings_env(args))  # type: ignore[arg-type]
+    forwarded = envs.parse_exports(getattr(args, "env", None) or [], base_env)
+    forwarded.update(envs.settings_env(args))  # type: ignore[arg-type]
+    env.update(forwarded)
     return LaunchInfo(
         command=list(command), base_env=env, secret=secret, address=address,
         control_port=control_port, interface=interface, remote_hosts=remote_hosts,
         cwd=os.getcwd(), ssh_port=getattr(args, "ssh_port", None),
         ssh_identity_file=getattr(args, "ssh_identity_file", None),
-        ssh_host_key_checking=getattr(args, "ssh_host_key_checking", "accept-new"))
+        ssh_host_key_checking=getattr(args, "ssh_host_key_checking", "accept-new"),
+        forwarded=forwarded)
