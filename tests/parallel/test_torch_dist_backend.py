@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import hora
 import hora.torch
@@ -58,6 +59,35 @@ def test_init_without_arguments() -> None:
     assert dist.get_backend() == "hora"
     assert dist.get_rank() == hora.rank()
     assert dist.get_world_size() == hora.size()
+
+
+@pytest.mark.parametrize("attach", ["then", "add_done_callback"])
+def test_callbacks_run_in_another_order_on_each_rank_still_meet(attach: str) -> None:
+    """Two complete works' callbacks each start an allreduce of one shape; ranks attach them in
+    opposite orders, so they start them in opposite orders (a completed future runs a callback
+    as it is attached). Each callback's allreduce must meet the same callback's on the other
+    ranks, never the one that happens to come at the same position."""
+    works = [dist.all_reduce(torch.zeros(1), async_op=True) for _ in range(2)]
+    for work in works:
+        work.get_future().wait()
+    started: dict[int, dist.Work] = {}
+    values: dict[int, torch.Tensor] = {}
+
+    def start(which: int) -> Callable[[Any], Any]:
+        def callback(_: Any) -> None:
+            values[which] = torch.full([8], float((which + 1) * (rank() + 1)))
+            started[which] = dist.all_reduce(values[which], async_op=True)
+        return callback
+
+    order = [0, 1] if rank() % 2 == 0 else [1, 0]
+    for which in order:
+        future = works[which].get_future()
+        getattr(future, attach)(start(which))
+    for which in order:
+        started[which].wait()
+    ranks_sum = size() * (size() + 1) / 2
+    for which in (0, 1):
+        assert torch.equal(values[which], torch.full([8], (which + 1) * ranks_sum)), which
 
 
 @pytest.mark.parametrize("count", SIZES)

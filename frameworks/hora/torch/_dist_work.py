@@ -72,13 +72,15 @@ class NameSequence:
 
 
 class HoraFuture(torch.futures.Future):
-    """A ``torch.futures.Future`` whose ``then`` callbacks name the operations they submit after
-    this future (see the module docstring); the futures ``then`` returns do the same."""
+    """A ``torch.futures.Future`` whose ``then`` and ``add_done_callback`` callbacks name the
+    operations they submit after this future (see the module docstring); the futures ``then``
+    returns do the same."""
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
         self._thens = 0
+        self._callbacks = 0
         self._lock = threading.Lock()
 
     def then(self, callback: Callable[[Any], Any]) -> HoraFuture:  # type: ignore[override]
@@ -98,8 +100,23 @@ class HoraFuture(torch.futures.Future):
             _callbacks.stack.pop()
             child.set_result(value)
 
-        self.add_done_callback(run)
+        super().add_done_callback(run)
         return child
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        """torch's ``add_done_callback``, its operations named like a ``then`` callback's."""
+        with self._lock:
+            scope = f"{self.name}+{self._callbacks}"
+            self._callbacks += 1
+
+        def run(_: Any) -> None:
+            _callbacks.stack.append([scope, 0])
+            try:
+                callback(self)
+            finally:
+                _callbacks.stack.pop()
+
+        super().add_done_callback(run)
 
 
 class HoraWork(dist.Work):
