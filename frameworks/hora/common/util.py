@@ -1,9 +1,12 @@
-"""Version helpers with the names ``horovod.common.util`` gives them (Horovod's test files and
-some user scripts import them from there)."""
+"""Helpers with the names ``horovod.common.util`` gives them (Horovod's test files and some user
+scripts import them from there): version comparison and ``env``."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -28,3 +31,20 @@ def is_version_greater_equal_than(ver: str, target: str) -> bool:
             f"versions must be strings, got {type(ver).__name__} and "
             f"{type(target).__name__}")
     return _release(ver) >= _release(target)
+
+
+@contextlib.contextmanager
+def env(**variables: str | None) -> Iterator[None]:
+    """Sets the given environment variables (a None value is skipped) for the ``with`` block,
+    then puts back what was there before (unset stays unset)."""
+    given = {name: value for name, value in variables.items() if value is not None}
+    before = {name: os.environ.get(name) for name in given}
+    os.environ.update(given)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
