@@ -45,7 +45,7 @@ class Job:
         self.started = time.monotonic()
         with open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL,
-                                            stderr=err)
+                                            stderr=err, cwd=tmp)
 
     def wait(self) -> int:
         try:

@@ -170,8 +170,8 @@ class ElasticDriver:
             say(f"stopping workers {ids}: they left generation {finishing}, in which the job "
                 "finished, to re-form, and no newer generation can form")
             why = (f"worker(s) {ids} left generation {finishing} after another worker had "
-                   "finished in it (a collective failed on them: did every worker run the same "
-                   "steps?)")
+                   "finished in it (to re-form: a collective failed on them, or new workers "
+                   "came; did every worker run the same steps?)")
             self._failure = self._failure or (why, 1)
             self._pool.stop(deserters)
         unneeded = [w for w in self._pool.alive()
