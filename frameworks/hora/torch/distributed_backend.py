@@ -142,7 +142,8 @@ class HoraProcessGroup(dist.ProcessGroup):
             return list(tensors)
 
         if not bufs:
-            return completed(list(tensors), what)
+            # Named like any operation: callbacks on its future name theirs after it.
+            return completed(list(tensors), self._names.next(what))
         return self._start("allreduce", bufs, what, finish, op=op, prescale=prescale)
 
     def _reduce_scatter_rows(self, stacked: torch.Tensor, reduce_op: Any, what: str,
