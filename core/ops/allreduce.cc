@@ -36,6 +36,17 @@ void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t c
   }
 }
 
+void narrowFromFloat32Sum(const Response& r, float* wide, void* out, size_t count, int setSize) {
+  if (dividesBySize(r)) {
+    divideInPlace(wide, count, DataType::Float32, setSize);
+    narrowFromFloat32(wide, out, count, r.dtype);
+    return;
+  }
+  narrowFromFloat32(wide, out, count, r.dtype);
+  double post = effectivePostscale(r, setSize);
+  if (post != 1.0) scaleInPlace(out, count, r.dtype, post);
+}
+
 bool sumsWide(const Response& r) {
   return r.reduceOp == ReduceOp::Average && averagesInInt32(r.dtype);
 }
@@ -80,8 +91,7 @@ void runAllreduce(const Response& r, OpContext& cx) {
       std::vector<float> wide(total);
       widenToFloat32(buf, wide.data(), total, r.dtype);
       cx.comm.allreduce(wide.data(), total, DataType::Float32, ReduceOp::Sum);
-      finishReduction(r, DataType::Float32, wide.data(), total, cx.comm.size());
-      narrowFromFloat32(wide.data(), buf, total, r.dtype);
+      narrowFromFloat32Sum(r, wide.data(), buf, total, cx.comm.size());
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.allreduce(buf, total, r.dtype, op);

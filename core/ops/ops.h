@@ -26,7 +26,7 @@ double effectivePostscale(const Response& r, int setSize);
 bool dividesBySize(const Response& r);
 
 // Runs the step after the sum: the division of a plain Average, else the postscale factor.
-// `dtype` is the buffer's type (float32 while a float16 sum is held wide).
+// `dtype` is the buffer's type.
 void finishReduction(const Response& r, void* buf, size_t count, int setSize);
 void finishReduction(const Response& r, DataType dtype, void* buf, size_t count, int setSize);
 
@@ -38,9 +38,14 @@ void narrowFromInt32(const Response& r, const int32_t* wide, void* out, size_t c
 bool sumsWide(const Response& r);
 
 // Sum or Average of a float16 or bfloat16 tensor: the prescaled values (rounded into the type,
-// as the reference does) are summed in float32, divided or postscaled there, and rounded into
-// the type once, so every rank count rounds once and an Average of equal values is exact.
+// as the reference does) are summed in float32 and rounded into the type once, so a sum rounds
+// once at every rank count and a plain Average (divided in float32) of equal values is exact.
 bool sumsInFloat(const Response& r);
+
+// The float32 sum of a float16/bfloat16 tensor (`wide`, modified) into the type. A plain Average
+// is divided before the rounding; any other factor scales the rounded sum in float32, as the
+// reference scales a reduced buffer, so sum(x) * f equals (n * x) * f bit for bit.
+void narrowFromFloat32Sum(const Response& r, float* wide, void* out, size_t count, int setSize);
 
 // Rows of a dim0-row tensor that set rank k receives from a reducescatter over n ranks: the
 // first dim0 % n ranks get one extra (reducescatter.cc; the GPU path splits the same way).

@@ -86,8 +86,7 @@ void runReducescatter(const Response& r, OpContext& cx) {
       widenToFloat32(in, wideIn.data(), total, r.dtype);
       cx.comm.reduceScatter(wideIn.data(), wideOut.data(), counts, DataType::Float32,
                             ReduceOp::Sum);
-      finishReduction(r, DataType::Float32, wideOut.data(), counts[me], n);
-      narrowFromFloat32(wideOut.data(), out, counts[me], r.dtype);
+      narrowFromFloat32Sum(r, wideOut.data(), out, counts[me], n);
     } else {
       ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.reduceScatter(in, out, counts, r.dtype, op);

@@ -1,8 +1,9 @@
 """float16 and bfloat16 Sum and Average round once, whatever the number of ranks.
 
-The engine sums them in float32 and rounds into the type at the end (after the division of an
-Average or the postscale factor), so an Average of equal values returns them exactly and a sum
-equals the exact sum rounded once, as Horovod's own parity tests expect at three ranks. Inputs are
+The engine sums them in float32 and rounds into the type at the end (after the division of a plain
+Average), so an Average of equal values returns them exactly and a sum equals the exact sum rounded
+once. A postscale factor then scales the rounded sum in float32, as Horovod scales a reduced
+float16 buffer, so sum(x) * f equals (n * x) * f as Horovod's own tests expect at three ranks. Inputs are
 chosen so that every float32 sum here is exact (values of at most 11 significant bits below 128).
 """
 
@@ -48,7 +49,7 @@ def test_average_of_equal_values_is_exact(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_sum_rounds_once(dtype: str) -> None:
     """Different values on every rank: the sum is the exact sum rounded once into the type, and a
-    postscale factor multiplies the float32 sum before that one rounding."""
+    postscale factor multiplies that rounded sum in float32 (then rounds again)."""
     n = size()
     xs = [_values(dtype, 100 + r, (6 * n + 1,)) for r in range(n)]
     exact = sum(v.astype(np.float64) for v in xs)
@@ -57,19 +58,24 @@ def test_sum_rounds_once(dtype: str) -> None:
     factor = 0.3
     got = hora.allreduce(xs[rank()], op=hora.Sum, postscale_factor=factor,
                          name=f"halfsum.post.{dtype}")
-    want = (exact.astype(np.float32) * np.float32(factor)).astype(np_dtype(dtype))
+    rounded = exact.astype(np_dtype(dtype)).astype(np.float32)
+    want = (rounded * np.float32(factor)).astype(np_dtype(dtype))
     np.testing.assert_array_equal(got, want)
+    got = hora.reducescatter(xs[rank()], op=hora.Sum, postscale_factor=factor,
+                             name=f"halfsum.rspost.{dtype}")
+    np.testing.assert_array_equal(got, want[_rows(6 * n + 1, n, rank())])
     got = hora.reducescatter(xs[rank()], op=hora.Sum, name=f"halfsum.rs.{dtype}")
     np.testing.assert_array_equal(got, exact.astype(np_dtype(dtype))[_rows(6 * n + 1, n, rank())])
 
 
 def test_half_average_with_factors_and_min_max() -> None:
-    """Average with a postscale factor scales sum / size in float32; Min and Max stay exact."""
+    """Average with a postscale factor scales the rounded sum by postscale / size in float32; Min
+    and Max stay exact."""
     n = size()
     xs = [_values("float16", 200 + r, (9,)) for r in range(n)]
-    exact = sum(v.astype(np.float64) for v in xs).astype(np.float32)
+    rounded = sum(v.astype(np.float64) for v in xs).astype(np.float16).astype(np.float32)
     got = hora.allreduce(xs[rank()], op=hora.Average, postscale_factor=2.0, name="halfavg.post")
-    want = (exact * np.float32(2.0 / n)).astype(np.float16)
+    want = (rounded * np.float32(2.0 / n)).astype(np.float16)
     np.testing.assert_array_equal(got, want)
     stacked = np.stack(xs)
     got = hora.allreduce(xs[rank()], op=hora.Min, name="halfmin")

@@ -399,6 +399,31 @@ def test_grouped_reducescatter(mode: str) -> None:
     check(outs[1], reduce_ref(b, "sum", "int64")[rank():rank() + 1], "int64")
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_postscale_scales_the_rounded_sum(mode: str, dtype: str) -> None:
+    """float16/bfloat16 Sum with a postscale factor, as Horovod computes it: the sum is rounded
+    into the type, then multiplied by the factor in float32 (so sum(x) * f equals (n * x) * f
+    when every rank holds x). Allreduce and grouped reducescatter; values whose float32 sums are
+    exact (at most 11 significant bits, below 128), different on every rank."""
+    dt = np_dtype(dtype)
+    factor = 0.7
+    rng = np.random.default_rng(41)
+    xs = [rng.uniform(1.0, 100.0, size=(4 * size(), 3)).astype(np.float32).astype(dt)
+          for _ in range(size())]
+    rounded = sum(x.astype(np.float64) for x in xs).astype(dt).astype(np.float32)
+    want = (rounded * np.float32(factor)).astype(dt)
+
+    def fn(x: tf.Tensor) -> list:
+        return [hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor),
+                *hvd.grouped_reducescatter([x, x], op=hvd.Sum, postscale_factor=factor)]
+
+    outs = run(mode, fn, to_tf(xs[rank()]))
+    check(outs[0], want, dtype)
+    for out in outs[1:]:
+        check(out, want[4 * rank():4 * rank() + 4], dtype)
+
+
 # ---------------------------------------------------------------------- join, barrier, names
 
 
