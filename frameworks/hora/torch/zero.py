@@ -8,9 +8,10 @@ into buckets in the order backward produces them (reverse parameter order, up to
 ``bucket_cap_mb``). When the last gradient of a bucket is ready its grouped allreduce (average)
 starts; as soon as it has finished, the owner of each parameter of the bucket applies the update
 (the functional form of SGD, Adam, AdamW, Adagrad: ``hora.torch.functional_optim``) while
-backward goes on, the gradients are freed, and the parameter is broadcast from its owner.
-``step()`` waits for those broadcasts. Other optimizer classes work too, without the overlap:
-``step()`` runs the local optimizer on the shard after backward, then broadcasts.
+backward goes on, the gradients are freed, and the bucket's updated parameters are allgathered
+(one allgather per bucket: each rank sends the parameters it owns, flattened).
+``step()`` waits for those allgathers. Other optimizer classes work too, without the overlap:
+``step()`` runs the local optimizer on the shard after backward, then allgathers every bucket.
 
 Unlike PyTorch's class, which expects gradients already averaged by DistributedDataParallel,
 this one averages them itself (do not wrap it in ``DistributedOptimizer``).
@@ -29,7 +30,7 @@ from hora.common.ops import auto_name
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.torch._async_ops import (
     Average,
-    broadcast_async_,
+    allgather_async,
     grouped_allreduce_async_,
     poll,
     synchronize,
@@ -124,7 +125,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._arrived: dict[int, set[int]] = {}
         self._reducing: dict[int, tuple[Any, list[torch.Tensor]]] = {}
         self._reduced: set[int] = set()
-        self._broadcasts: list[Any] = []
+        self._shares: list[tuple[Any, Callable[[torch.Tensor], None]]] = []
         self._callback_queued = False
         self._initialized = True
 
@@ -279,7 +280,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                 elif self._update is not None:
                     self._step_param(p)
             if self._update is not None:
-                self._broadcast(self._buckets[index])
+                self._share(index)
         if first_error is not None:
             raise first_error
 
@@ -295,13 +296,30 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             self.optim.state[p] = state
         p.grad = None
 
-    def _broadcast(self, params: list[torch.Tensor]) -> None:
-        for p in params:
-            root = self._set_ranks[self._owner_of[p]]
-            name = f"{self._prefix}.param.{self._index_of[p]}"
-            self._broadcasts.append(
-                broadcast_async_(p, root_rank=root, name=name, process_set=self.process_set)
-            )
+    def _share(self, index: int) -> None:
+        """Start the allgather that gives every rank the updated parameters of bucket ``index``:
+        each rank sends the parameters it owns, flattened in bucket order, and copies the
+        others' segments (set-rank order) into their parameters when it finishes. (Every
+        parameter has one dtype: the constructor checks it, as PyTorch's class does.)"""
+        owned: list[list[torch.Tensor]] = [[] for _ in range(self.world_size)]
+        for p in self._buckets[index]:
+            owned[self._owner_of[p]].append(p)
+        mine = owned[self.rank]
+        sent = (torch.cat([p.detach().reshape(-1) for p in mine]) if mine
+                else self._buckets[index][0].detach().new_empty(0))
+        handle = allgather_async(sent, name=f"{self._prefix}.share.{index}",
+                                 process_set=self.process_set)
+
+        def finish(flat: torch.Tensor) -> None:
+            offset = 0
+            with torch.no_grad():
+                for rank, params in enumerate(owned):
+                    for p in params:
+                        if rank != self.rank:
+                            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                        offset += p.numel()
+
+        self._shares.append((handle, finish))
 
     # ------------------------------------------------------------------ public API
 
@@ -328,15 +346,16 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                 self.optim.step(**kwargs)
                 for p in self._local_group_of:
                     p.grad = None
-                self._broadcast([p for bucket in self._buckets for p in bucket])
+                for index in range(len(self._buckets)):
+                    self._share(index)
         except _ERRORS as exc:
             first_error = exc
-        for handle in self._broadcasts:
+        for handle, finish in self._shares:
             try:
-                synchronize(handle)
+                finish(synchronize(handle))
             except _ERRORS as exc:
                 first_error = first_error or exc
-        self._broadcasts = []
+        self._shares = []
         self._arrived.clear()
         self._reduced.clear()
         self._sync_param_groups(self.optim.param_groups, self.param_groups)
