@@ -205,7 +205,10 @@ def test_worker_over_ssh_killed_and_the_job_goes_on(tmp_path):
     assert "rank 1: worker 1 on 127.0.0.1" in log, log
     assert "worker 1 on 127.0.0.1 exit code 137" in log, log  # SIGKILL, as ssh reports it
     assert (job.out / "pid.1").exists(), "the remote worker did not get ELASTIC_OUT"
-    assert job.generations()[:2] == [2, 1], log
+    # Worker 0 may ask for a reset before the driver sees worker 1's exit (ssh reports it a
+    # little later): then one more generation of 2 forms and fails before the one of 1.
+    sizes = job.generations()
+    assert sizes[0] == 2 and sizes[-1] == 1, log
     assert len(assert_trained(job, 16)) == 1
 
 
