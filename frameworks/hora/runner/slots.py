@@ -96,17 +96,24 @@ def assign_slots(hosts: list[HostSlots], num_proc: int) -> list[SlotInfo]:
     if num_proc < 1 or num_proc > total:
         raise ValueError(f"cannot place {num_proc} processes on {total} slots "
                          f"({format_hosts(hosts)})")
-    placed: list[tuple[str, int]] = []  # (host, local rank) per rank
+    placed = [h.hostname for h in hosts for _ in range(h.slots)][:num_proc]  # host per rank
+    return [SlotInfo(hostname, rank, num_proc, *coordinates)
+            for rank, (hostname, coordinates) in enumerate(zip(placed, local_and_cross(placed)))]
+
+
+def local_and_cross(hosts: list[str]) -> list[tuple[int, int, int, int]]:
+    """Each rank's ``(local_rank, local_size, cross_rank, cross_size)``, given each rank's host
+    in rank order (a host's ranks together). The cross group of local rank k holds the k-th rank
+    of every host that has one, in host order."""
+    count: dict[str, int] = {}
+    local_ranks = []
     for host in hosts:
-        for local in range(host.slots):
-            if len(placed) < num_proc:
-                placed.append((host.hostname, local))
-    local_sizes = {h.hostname: sum(1 for name, _ in placed if name == h.hostname) for h in hosts}
+        local_ranks.append(count.get(host, 0))
+        count[host] = local_ranks[-1] + 1
     result = []
-    for rank, (hostname, local) in enumerate(placed):
-        peers = [name for name, lr in placed if lr == local]  # one per host, in host order
-        result.append(SlotInfo(hostname, rank, num_proc, local, local_sizes[hostname],
-                               peers.index(hostname), len(peers)))
+    for host, local in zip(hosts, local_ranks):
+        peers = [h for h, k in zip(hosts, local_ranks) if k == local]
+        result.append((local, count[host], peers.index(host), len(peers)))
     return result
 
 

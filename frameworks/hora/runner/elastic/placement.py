@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from hora.runner.slots import local_and_cross
+
 
 @dataclasses.dataclass(frozen=True)
 class Coordinates:
@@ -37,15 +39,8 @@ def place(workers: list[tuple[int, str]]) -> dict[int, Coordinates]:
     by_host: dict[str, list[int]] = {}
     for age, host in sorted(workers):
         by_host.setdefault(host, []).append(age)
-    hosts = list(by_host)  # insertion order = order of each host's oldest worker
-    size = len(workers)
-    result: dict[int, Coordinates] = {}
-    rank = 0
-    for host in hosts:
-        ages = by_host[host]
-        for local_rank, age in enumerate(ages):
-            cross = [h for h in hosts if len(by_host[h]) > local_rank]
-            result[age] = Coordinates(rank, size, local_rank, len(ages), cross.index(host),
-                                      len(cross))
-            rank += 1
-    return result
+    # Rank order: hosts by their oldest worker (insertion order), each host's workers by age.
+    ranked = [(age, host) for host, ages in by_host.items() for age in ages]
+    coordinates = local_and_cross([host for _, host in ranked])
+    return {age: Coordinates(rank, len(ranked), *c)
+            for rank, ((age, _), c) in enumerate(zip(ranked, coordinates))}
