@@ -20,23 +20,16 @@ import time
 
 import hora.torch as hvd
 import torch
+from elastic_train import OUT, WORKER, note, write_pid
 
 SAMPLES = 90
 BATCH = 3  # per worker
 EPOCHS = 2
 COMMIT_EVERY = 2
-OUT = os.environ.get("ELASTIC_OUT", ".")
-WORKER = os.environ.get("HORA_ELASTIC_WORKER_ID", "")
-
-
-def note(line: str) -> None:
-    with open(os.path.join(OUT, "progress"), "a") as f:
-        f.write(line + "\n")
 
 
 def main() -> None:
-    with open(os.path.join(OUT, f"pid.{WORKER}"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid()
     kill_worker, kill_epoch, kill_batch = os.environ.get("SAMPLER_KILL", "-:-1:-1").split(":")
     dataset = torch.utils.data.TensorDataset(torch.arange(SAMPLES))
     hvd.init()

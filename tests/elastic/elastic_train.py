@@ -89,9 +89,14 @@ def note(line: str) -> None:
         f.write(line + "\n")
 
 
-def main() -> None:
+def write_pid() -> None:
+    """``pid.<worker>``: the tests check that no worker outlives the launcher."""
     with open(os.path.join(OUT, f"pid.{WORKER}"), "w") as f:
         f.write(str(os.getpid()))
+
+
+def main() -> None:
+    write_pid()
     my_kills = kills()
     collective_steps = all_kill_steps("collective")
     hold_step, hold_size = (int(v) for v in os.environ.get("ELASTIC_HOLD", "-1:0").split(":"))
