@@ -40,6 +40,11 @@ def _frame_owner(filename: str) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=1024)
+def _base_name(filename: str) -> str:
+    return os.path.basename(filename)
+
+
 def call_site() -> str:
     """``file.py:123`` of the caller's frame: the first one outside Hora and the frameworks
     (for a differentiable op the frame below Hora's is autograd's), else the first outside
@@ -50,8 +55,8 @@ def call_site() -> str:
         filename = frame.f_code.co_filename
         owner = _frame_owner(filename)
         if owner == 0:
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            return f"{_base_name(filename)}:{frame.f_lineno}"
         if owner == 1 and not fallback:
-            fallback = f"{os.path.basename(filename)}:{frame.f_lineno}"
+            fallback = f"{_base_name(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return fallback

@@ -176,8 +176,27 @@ def _numpy_exports_bool() -> bool:
     return _numpy_bool_dlpack
 
 
+_capsule_exporters: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_capsule_exporter(cls: type, export: Callable[[Any], Any]) -> None:
+    """Let a frontend hand ``cls`` objects to the engine as DLPack capsules it makes itself.
+
+    ``export(tensor)`` returns the capsule, or None to take the generic path (a tensor's
+    ``__dlpack__``, which for CUDA tensors also orders the engine's stream after the producer).
+    A framework's own exporter skips the Python-level checks of ``__dlpack__`` and
+    ``__dlpack_device__``: several microseconds of every call.
+    """
+    _capsule_exporters[cls] = export
+
+
 def _prepare(tensor: Any) -> tuple[Any, str | None]:
     """The object to hand to the engine and its dtype override (for types DLPack lacks)."""
+    export = _capsule_exporters.get(type(tensor))
+    if export is not None:
+        capsule = export(tensor)
+        if capsule is not None:
+            return capsule, None
     if isinstance(tensor, np.ndarray):
         # ml_dtypes' bfloat16 is a kind-"V" dtype; checking the kind first skips the slow name
         # lookup for every ordinary dtype.
@@ -244,10 +263,9 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
         raise ValueError(
             f"broadcast received invalid root rank {root_rank} for provided process set"
         )
-    for tensor in tensors:
+    for tensor in tensors if kind in (ALLGATHER, ALLTOALL, REDUCESCATTER) else ():
         shape = _shape(tensor)
-        scalar = shape is not None and len(shape) == 0
-        if scalar and kind in (ALLGATHER, ALLTOALL, REDUCESCATTER):
+        if shape is not None and len(shape) == 0:
             raise ValueError(
                 f"{what} needs a tensor of at least one dimension; reshape the scalar to [1]"
             )

@@ -16,6 +16,7 @@ from typing import Any, Callable, Union
 
 import numpy as np
 import torch
+from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from hora.common import ops as _ops
 from hora.common.ops import (
@@ -47,6 +48,19 @@ _SUPPORTED_DTYPES = frozenset(
     )
     if d is not None
 )
+
+
+
+def _cpu_capsule(tensor: torch.Tensor) -> Any:
+    """A CPU tensor's DLPack capsule, made without ``__dlpack__``'s Python-level checks (those
+    that matter here, gradient and layout, are made first); None sends any other tensor down
+    the generic path."""
+    if tensor.is_cpu and not tensor.requires_grad and tensor.layout == torch.strided:
+        return _to_dlpack(tensor)
+    return None
+
+
+_ops.register_capsule_exporter(torch.Tensor, _cpu_capsule)
 
 
 def _check_tensor(tensor: Any, what: str) -> None:
