@@ -128,17 +128,7 @@ class _StepInBackwardMixin(_DistributedMixin):
             self._synchronized = True
             return
         if any(d < self.backward_passes_per_step for d in self._delay.values()):
-            for p in self._ordered:
-                if p in self._group_of or p in self._done:
-                    continue
-                entry = self._handles.get(p)
-                if entry is None and not p.requires_grad:
-                    continue
-                if entry is None or entry[0] is None:
-                    self._handles[p] = self._launch(p)
-            for index in range(len(self._groups)):
-                if index not in self._group_handles and index not in self._done_groups:
-                    self._launch_group_now(index)
+            self._launch_unsubmitted(self._done, self._done_groups)
         try:
             self._apply_finished(block=True)
         finally:

@@ -12,7 +12,7 @@ the Adasum operator.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
@@ -190,6 +190,25 @@ class _DistributedMixin(HookedOptimizer):
         self._group_handles[index] = (handle, ctxs)
         self._arrived[index] = set()
 
+    def _launch_unsubmitted(self, done: Container[torch.Tensor] = frozenset(),
+                            done_groups: Container[int] = frozenset()) -> None:
+        """Start every reduction that backward did not start, except those of ``done``
+        parameters and ``done_groups`` groups. A parameter that requires a gradient but got none
+        this step is reduced as zeros, so that every rank submits the same tensors."""
+        for p in self._ordered:
+            if p in self._group_of or p in done:
+                continue
+            entry = self._handles.get(p)
+            if entry is None and not p.requires_grad:
+                continue
+            if entry is None or entry[0] is None:
+                self._handles[p] = self._launch(p)
+        for index, group in enumerate(self._groups):
+            if index in self._group_handles or index in done_groups:
+                continue
+            if any(p.requires_grad or p in self._handles for p in group):
+                self._launch_group_now(index)
+
     # ------------------------------------------------------------------ public API
 
     def synchronize(self) -> None:
@@ -201,19 +220,7 @@ class _DistributedMixin(HookedOptimizer):
         if not self._process_set.included():
             self._synchronized = True
             return
-        for p in self._ordered:
-            if p in self._group_of:
-                continue
-            entry = self._handles.get(p)
-            if entry is None and not p.requires_grad:
-                continue
-            if entry is None or entry[0] is None:
-                self._handles[p] = self._launch(p)
-        for index, group in enumerate(self._groups):
-            if index in self._group_handles:
-                continue
-            if any(p.requires_grad or p in self._handles for p in group):
-                self._launch_group_now(index)
+        self._launch_unsubmitted()
         if self._comm_runner is not None:
             self._comm_runner.drive()
         first_error: BaseException | None = None
