@@ -241,6 +241,18 @@ def test_unsupported_operations_fail_clearly() -> None:
         dist.all_gather_into_tensor(torch.empty(1), torch.ones(1))
 
 
+def test_list_collectives_check_their_lists() -> None:
+    with pytest.raises(ValueError, match=f"all_gather takes one list of {size()} outputs"):
+        dist.all_gather([torch.empty(1) for _ in range(size() + 1)], torch.ones(1))
+    with pytest.raises(ValueError, match="all_gather outputs must match the input's size"):
+        dist.all_gather([torch.empty(2) for _ in range(size())], torch.ones(1))
+    with pytest.raises(ValueError, match=f"reduce_scatter takes one list of {size()} inputs"):
+        dist.reduce_scatter(torch.empty(1), [torch.ones(1) for _ in range(size() + 1)])
+    with pytest.raises(ValueError, match="reduce_scatter inputs must match the output's size and "
+                                         "dtype"):
+        dist.reduce_scatter(torch.empty(1), [torch.ones(2) for _ in range(size())])
+
+
 def test_work_wait_timeout_is_bounded() -> None:
     """A collective that only this rank joins times out with a clear error, then the job goes
     on once every rank joins it."""

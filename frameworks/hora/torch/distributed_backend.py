@@ -169,21 +169,28 @@ class HoraProcessGroup(dist.ProcessGroup):
 
         return self._start("allreduce", [stacked], what, keep_row, op=op, prescale=prescale)
 
+    def _group_list(self, lists: list[list[torch.Tensor]], what: str, role: str,
+                    like: torch.Tensor, like_role: str) -> list[torch.Tensor]:
+        """The one list of group-size CPU tensors that ``lists`` must hold, each with the size and
+        dtype of ``like`` (``role`` and ``like_role`` name both in errors)."""
+        if len(lists) != 1 or len(lists[0]) != self.size():
+            raise ValueError(f"hora backend: {what} takes one list of {self.size()} {role} "
+                             f"(the group size)")
+        for t in lists[0]:
+            _cpu(t, what)
+            if t.numel() != like.numel() or t.dtype != like.dtype:
+                raise ValueError(f"hora backend: {what} {role} must match the {like_role}'s size "
+                                 f"and dtype ({like.numel()} {like.dtype}), got {t.numel()} "
+                                 f"{t.dtype}")
+        return lists[0]
+
     def reduce_scatter(  # type: ignore[override]
             self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
             opts: Any = None) -> HoraWork:
         """Rank i receives the reduction of every rank's ``input_list[i]``."""
         opts = dist.ReduceScatterOptions() if opts is None else opts
         output = _one(output_tensors, "reduce_scatter")
-        if len(input_lists) != 1 or len(input_lists[0]) != self.size():
-            raise ValueError("hora backend: reduce_scatter takes one list of group-size tensors")
-        inputs = input_lists[0]
-        for t in inputs:
-            _cpu(t, "reduce_scatter")
-            if t.numel() != output.numel() or t.dtype != output.dtype:
-                raise ValueError("hora backend: reduce_scatter inputs must match the output's "
-                                 f"size and dtype ({output.numel()} {output.dtype}), got "
-                                 f"{t.numel()} {t.dtype}")
+        inputs = self._group_list(input_lists, "reduce_scatter", "inputs", output, "output")
         stacked = torch.stack([t.detach().reshape(-1) for t in inputs])
         return self._reduce_scatter_rows(stacked, opts.reduceOp, "reduce_scatter", output,
                                          list(output_tensors))
@@ -234,15 +241,7 @@ class HoraProcessGroup(dist.ProcessGroup):
             opts: Any = None) -> HoraWork:
         """``all_gather``: every rank's tensor into ``output_lists[0]`` (same shapes)."""
         input = _one(input_list, "all_gather")
-        if len(output_lists) != 1 or len(output_lists[0]) != self.size():
-            raise ValueError("hora backend: all_gather takes one list of group-size outputs")
-        outputs = output_lists[0]
-        for t in outputs:
-            _cpu(t, "all_gather")
-            if t.numel() != input.numel() or t.dtype != input.dtype:
-                raise ValueError("hora backend: all_gather outputs must match the input's size "
-                                 f"and dtype ({input.numel()} {input.dtype}), got {t.numel()} "
-                                 f"{t.dtype}")
+        outputs = self._group_list(output_lists, "all_gather", "outputs", input, "input")
 
         def finish(rows: torch.Tensor) -> list[torch.Tensor]:
             for out, row in zip(outputs, rows):
