@@ -10,12 +10,15 @@ allreduce.
 
 from __future__ import annotations
 
+from typing import Any
+
 import hora.torch as hvd
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import rank, size
+from hora.common.numpy_powersgd import PowerSGD as NumpyPowerSGD
 from hora.common.process_sets import global_process_set
 from hora.torch.hooks import GradBucket, PowerSGD
 from torch import nn
@@ -61,7 +64,7 @@ def test_full_rank_equals_allreduce(layout: str, batch: bool) -> None:
     assert hook.error_dict and hook.q_memory_dict
 
 
-def _bucket(index: int, tensors: list[torch.Tensor]) -> GradBucket:
+def _bucket(index: int, tensors: list[Any]) -> GradBucket:
     return GradBucket(index, [f"psgd.direct.{index}.{i}" for i in range(len(tensors))],
                       tensors, global_process_set)
 
@@ -114,25 +117,32 @@ def test_min_compression_rate() -> None:
     assert hook.compression_stats() == ((16 + 64) / (16 + 16), 16 + 64, 16 + 16)
 
 
-def test_error_feedback_is_observable() -> None:
+@pytest.mark.parametrize("arrays", ["torch", "numpy"])
+def test_error_feedback_is_observable(arrays: str) -> None:
     """With error feedback the residual closes the books on each rank: after T steps of the same
     gradient G, sum of outputs + residual == T * G (to 1e-10), so the mean output tends to the
-    true average; without it the rank-1 approximation's bias stays."""
+    true average; without it the rank-1 approximation's bias stays. For torch tensors and for
+    the NumPy arrays of the TensorFlow and MXNet hooks."""
+    hook_class = PowerSGD if arrays == "torch" else NumpyPowerSGD
     shape, steps = (10, 8), 20
-    local = _matrix(rank(), shape, "ef")
-    average = sum(_matrix(r, shape, "ef") for r in range(size())) / size()
+    local = _matrix(rank(), shape, "ef").numpy()
+    average = sum(_matrix(r, shape, "ef").numpy() for r in range(size())) / size()
+
+    def gradient() -> Any:
+        return torch.from_numpy(local.copy()) if arrays == "torch" else local.copy()
+
     misses = {}
     for feedback in (True, False):
-        hook = PowerSGD(matrix_approximation_rank=1, start_powerSGD_iter=2,
-                        use_error_feedback=feedback, warm_start=True)
-        total = torch.zeros(shape, dtype=torch.float64)
+        hook = hook_class(matrix_approximation_rank=1, start_powerSGD_iter=2,
+                          use_error_feedback=feedback, warm_start=True)
+        total = np.zeros(shape)
         for _ in range(steps):
-            total += hook(_bucket(1, [local.clone()])).wait()[0]
-        misses[feedback] = float((total / steps - average).norm() / average.norm())
+            total += np.asarray(hook(_bucket(1, [gradient()])).wait()[0])
+        misses[feedback] = float(np.linalg.norm(total / steps - average) / np.linalg.norm(average))
         if feedback:
             compressed = steps - 2
             vanilla = 2 * average
-            torch.testing.assert_close(total - vanilla + hook.error_dict[1][0],
+            np.testing.assert_allclose(total - vanilla + np.asarray(hook.error_dict[1][0]),
                                        compressed * local, rtol=1e-10, atol=1e-10)
         else:
             assert hook.error_dict == {}
