@@ -522,6 +522,13 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
     ch.poll(got, Millis(-1), Micros(2000000));
     spinWaker.join();
     require(got.empty(), "wakeup ends a spinning poll");
+    // A wake-up that comes while nobody polls is kept for the next poll, spinning or not.
+    for (Micros spin : {Micros(0), Micros(2000000)}) {
+      ch.wakeup();
+      start = Clock::now();
+      ch.poll(got, 3000ms, spin);
+      require(got.empty() && Clock::now() - start < 1000ms, "an earlier wakeup ends a poll");
+    }
     conn.world->barrier();
     if (rank == 0) {
       for (int r = 1; r < n; ++r) ch.send(r, "while spinning");

@@ -102,10 +102,24 @@ void TcpControlChannel::fail(int peer, const std::string& why) const {
                 std::to_string(peer) + " " + why);
 }
 
+// The count tells a polling poller; the eventfd is written only when the poller may be blocked
+// in poll(2), because that write (a system call, and a wake-up when someone sleeps) is most of a
+// submit's cost in the engine. Both sides use sequentially consistent operations in opposite
+// order (count then flag here, flag then count in poll()), so at least one of them sees the
+// other: either the poller does not block, or it gets the eventfd.
 void TcpControlChannel::wakeup() {
+  wakeups_.fetch_add(1, std::memory_order_seq_cst);
+  if (!mayBlock_.load(std::memory_order_seq_cst)) return;
   uint64_t one = 1;
   ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
   (void)ignored;
+}
+
+bool TcpControlChannel::takeWakeups() {
+  uint64_t now = wakeups_.load(std::memory_order_seq_cst);
+  if (now == seenWakeups_) return false;
+  seenWakeups_ = now;
+  return true;
 }
 
 // Reads what p's socket holds now and appends every complete frame to out; a partial frame stays
@@ -184,26 +198,39 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   std::vector<pollfd> fds;
   fds.push_back({wakeFd_, POLLIN, 0});
   for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
-  if (out.size() == before && timeout.count() != 0) {
+  bool woken = takeWakeups();
+  if (out.size() == before && !woken && timeout.count() != 0) {
     // Poll without sleeping first (core/common/spin.h); the loop below takes in what is there.
     Micros budget = timeout.count() < 0 ? spin : std::min<Micros>(spin, timeout);
-    spinUntil(budget, [&] { return ::poll(fds.data(), fds.size(), 0) != 0; });
+    spinUntil(budget, [&] {
+      return wakeups_.load(std::memory_order_relaxed) != seenWakeups_ ||
+             ::poll(fds.data(), fds.size(), 0) != 0;
+    });
   }
   for (;;) {
     // Once something arrived, only collect what else is already there.
-    int wait = out.size() > before ? 0 : (timeout.count() < 0 ? -1 : net::pollTimeoutMs(deadline));
+    woken = woken || takeWakeups();
+    bool arrived = woken || out.size() > before;
+    int wait = arrived ? 0 : (timeout.count() < 0 ? -1 : net::pollTimeoutMs(deadline));
+    if (wait != 0) {
+      mayBlock_.store(true, std::memory_order_seq_cst);
+      if (takeWakeups()) {
+        woken = true;
+        wait = 0;
+      }
+    }
     int rc = ::poll(fds.data(), fds.size(), wait);
+    mayBlock_.store(false, std::memory_order_relaxed);
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw IoError("rank " + std::to_string(rank_) + ": poll failed: " + std::strerror(errno));
     }
-    bool woken = false;
     if (rc > 0 && fds[0].revents != 0) {
       uint64_t count;
       ssize_t ignored = ::read(wakeFd_, &count, sizeof(count));
       (void)ignored;
-      woken = true;
     }
+    woken = woken || takeWakeups();
     for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
       if (fds[i + 1].revents != 0) readAvailable(peers_[i], out);
     }

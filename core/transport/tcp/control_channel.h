@@ -4,13 +4,16 @@
 // holds one socket to rank 0.
 //
 // Messages travel as frames (net::kControlMagic, version, length). poll() waits in poll(2) on the
-// sockets plus an eventfd that wakeup() signals from any thread (after polling them for `spin`);
+// sockets plus an eventfd that wakeup() signals from any thread (after polling them for `spin`;
+// while the poller polls, wakeup() only bumps a counter it watches);
 // partial frames stay buffered across calls. send() writes a whole frame; while the peer's
 // window is full it keeps reading incoming frames into a stash (so two ranks sending to each
 // other never deadlock) and fails with TimeoutError when nothing moves for the op timeout. A
 // closed connection or a malformed frame throws IoError naming the peer. An idle connection to a
 // crashed host or across a cut network fails within about the op timeout (TCP keepalive sized
 // from it, setLivenessTimeout()), so an idle rank does not sleep on it for hours.
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,8 +57,14 @@ class TcpControlChannel : public ControlChannel {
   int size_;
   Millis opTimeout_;
   std::vector<Peer> peers_;
+  // True when wakeup() got a call since the poller last looked.
+  bool takeWakeups();
+
   int wakeFd_ = -1;
-  std::vector<Message> stash_;  // messages read while send() waited
+  std::atomic<uint64_t> wakeups_{0};   // wakeup() calls so far
+  std::atomic<bool> mayBlock_{false};  // the poller is in, or about to enter, a blocking poll(2)
+  uint64_t seenWakeups_ = 0;           // wakeups_ when the poller last looked (poller only)
+  std::vector<Message> stash_;         // messages read while send() waited
 };
 
 }  // namespace tcp
