@@ -11,6 +11,7 @@
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
 #include "core/transport/connect.h"
+#include "core/transport/hierarchical_communicator.h"
 #include "core/transport/nccl/communicator.h"
 #include "core/transport/nccl/gpu_checks.h"
 #include "core/transport/shm/transport.h"
@@ -120,7 +121,8 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
 void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {
   std::vector<int> all(topology_.size);
   for (int i = 0; i < topology_.size; ++i) all[i] = i;
-  sets_.add(0, all, world_->subset(all));
+  collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};
+  sets_.add(0, all, makeGlobalCommunicator(*world_, all, settings_.hierarchicalAllreduce, place));
   int id = 1;
   for (auto ranks : sets) {
     std::sort(ranks.begin(), ranks.end());

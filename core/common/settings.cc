@@ -56,6 +56,11 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
       {"SHM_RING_BYTES", "524288",
        "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
+      {"HIERARCHICAL_ALLREDUCE", "0",
+       "1 runs CPU allreduces of the global set within each host, then across hosts, then within "
+       "each host again (jobs over several hosts with equal ranks per host)"},
+      {"HIERARCHICAL_ALLGATHER", "0",
+       "accepted for horovodrun's flag; no effect yet (allgather always runs flat)"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -138,6 +143,7 @@ Settings Settings::fromEnvironment() {
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
+  s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

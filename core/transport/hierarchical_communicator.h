@@ -1,0 +1,63 @@
+#pragma once
+// HierarchicalCommunicator: the global process set's communicator when the hierarchical allreduce
+// is chosen (HORA_HIERARCHICAL_ALLREDUCE on every rank, a job over several hosts with the same
+// number of ranks on each). allreduce runs collectives::allreduceHierarchical over two subsets of
+// the world (this host's ranks, and the ranks of the other hosts with the same local index);
+// every other collective runs on the flat communicator it wraps. Same contract as Communicator;
+// the three communicators share the world's connections and one thread uses them at a time.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/collectives/hierarchical.h"
+#include "core/transport/communicator.h"
+
+namespace hora {
+
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
+                           std::unique_ptr<Communicator> cross);
+
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+  std::string backendName() const override { return flat_->backendName(); }
+  Capabilities capabilities() const override { return flat_->capabilities(); }
+  bool hierarchicalAllreduce() const override { return true; }
+
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override {
+    flat_->allgatherv(in, out, bytesPerRank);
+  }
+  void broadcast(void* buf, size_t bytes, int root) override { flat_->broadcast(buf, bytes, root); }
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes) override {
+    flat_->alltoallv(in, sendBytes, out, recvBytes);
+  }
+  void reduceScatter(const void* in, void* out, const std::vector<size_t>& countsPerRank,
+                     DataType dtype, ReduceOp op) override {
+    flat_->reduceScatter(in, out, countsPerRank, dtype, op);
+  }
+  void barrier() override { flat_->barrier(); }
+  void sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom, void* recvBuf,
+                size_t recvBytes) override {
+    flat_->sendRecv(sendTo, sendBuf, sendBytes, recvFrom, recvBuf, recvBytes);
+  }
+  std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) override {
+    return flat_->subset(ranks);
+  }
+
+ private:
+  std::unique_ptr<Communicator> flat_, local_, cross_;
+  std::vector<uint8_t> scratch_;
+};
+
+// The global set's communicator over `all` (every world rank): hierarchical when `requested` on
+// every rank and the hosts allow it, else world.subset(all). Collective over the world: every
+// rank reports its place (an allgather of a few bytes) and all reach the same verdict; when the
+// flat path runs although some rank asked for the hierarchical one, rank 0 logs why at Info.
+std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
+                                                     const std::vector<int>& all, bool requested,
+                                                     const collectives::RankPlace& mine);
+
+}  // namespace hora

@@ -1,0 +1,66 @@
+"""When the hierarchical allreduce runs and when the flat path runs instead (one log line at Info
+saying why), in jobs that horarun starts with ranks on one or two host names of this machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import hora
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hora.__file__)))
+
+# Every rank checks a Sum against its closed form; rank 0 only asks for the hierarchical path
+# when ONLY_RANK0 is set.
+SCRIPT = textwrap.dedent("""
+    import os
+    import numpy as np
+    if os.environ.get("ONLY_RANK0") and os.environ["HORA_RANK"] != "0":
+        os.environ.pop("HORA_HIERARCHICAL_ALLREDUCE", None)
+        os.environ.pop("HOROVOD_HIERARCHICAL_ALLREDUCE", None)
+    import hora
+    hora.init()
+    n = hora.size()
+    out = hora.allreduce(np.arange(1001, dtype=np.int64) * (hora.rank() + 1), op=hora.Sum)
+    assert (out == np.arange(1001) * (n * (n + 1) // 2)).all()
+    hora.shutdown()
+""")
+
+
+def _run(args: list[str], **extra: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.update(HORA_LOG_LEVEL="info", **extra)
+    result = subprocess.run([sys.executable, "-m", "hora.runner", *args, sys.executable, "-c",
+                             SCRIPT], env=env, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stderr
+
+
+def test_two_hosts_take_the_hierarchical_path_from_the_horarun_flag() -> None:
+    err = _run(["--hierarchical-allreduce", "-np", "2", "-H", "localhost:1,127.0.0.1:1"])
+    assert "hierarchical allreduce: 2 hosts x 1 ranks" in err
+
+
+def test_one_host_stays_flat_and_says_why() -> None:
+    err = _run(["-np", "2"], HOROVOD_HIERARCHICAL_ALLREDUCE="1")
+    assert "hierarchical allreduce not used: every rank runs on one host" in err
+
+
+def test_unequal_hosts_stay_flat_and_say_why() -> None:
+    err = _run(["-np", "3", "-H", "localhost:2,127.0.0.1:1"], HORA_HIERARCHICAL_ALLREDUCE="1")
+    assert "hierarchical allreduce not used: hosts run different numbers of ranks" in err
+
+
+def test_every_rank_must_ask() -> None:
+    err = _run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"], HORA_HIERARCHICAL_ALLREDUCE="1",
+               ONLY_RANK0="1")
+    assert "hierarchical allreduce not used: 1 of 2 ranks set HORA_HIERARCHICAL_ALLREDUCE" in err
+
+
+def test_without_the_variable_nothing_is_logged() -> None:
+    err = _run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"])
+    assert "hierarchical allreduce" not in err
