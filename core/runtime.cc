@@ -122,7 +122,9 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
   std::vector<int> all(topology_.size);
   for (int i = 0; i < topology_.size; ++i) all[i] = i;
   collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};
-  sets_.add(0, all, makeGlobalCommunicator(*world_, all, settings_.hierarchicalAllreduce, place));
+  HierarchicalCommunicator::Choice requested{settings_.hierarchicalAllreduce,
+                                             settings_.hierarchicalAllgather};
+  sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place));
   int id = 1;
   for (auto ranks : sets) {
     std::sort(ranks.begin(), ranks.end());

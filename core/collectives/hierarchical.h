@@ -30,6 +30,16 @@ struct HostGroups {
   std::string whyNot;  // empty when the path applies; otherwise why the flat path runs
 };
 
+// A rank's view of the groups: its host, its index there (its local communicator rank), and the
+// host of each rank of its cross communicator (the index-th rank of every host, in world order).
+struct HostLayout {
+  std::vector<std::vector<int>> hosts;
+  int host = 0;
+  int index = 0;
+  std::vector<int> crossHosts;
+};
+HostLayout layoutFor(const HostGroups& groups, int worldRank);
+
 // The hosts of a job from every rank's place, or why the hierarchical path cannot run there
 // (a single host, or hosts with different numbers of ranks). The same on every rank.
 HostGroups groupHosts(const std::vector<RankPlace>& places);
@@ -43,6 +53,15 @@ HostGroups groupHosts(const std::vector<RankPlace>& places);
 // scratch grows to hold the host's copies of this rank's slice.
 void allreduceHierarchical(Communicator& local, Communicator& cross, void* buf, size_t count,
                            DataType dtype, ReduceOp op, std::vector<uint8_t>& scratch);
+
+// Allgatherv in three steps: an allgather of the host's blocks inside the host, an allgather
+// across hosts in which local rank i carries slice i of its host's blocks (so every cross link
+// works at once), and an allgather inside the host of what each rank received; the pieces are
+// then copied into world rank order. bytesPerRank is per world rank; in may alias this rank's
+// block of out. scratch grows to hold the host's blocks and the pieces.
+void allgathervHierarchical(Communicator& local, Communicator& cross, const HostLayout& layout,
+                            const void* in, void* out, const std::vector<size_t>& bytesPerRank,
+                            std::vector<uint8_t>& scratch);
 
 }  // namespace collectives
 }  // namespace hora

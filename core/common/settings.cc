@@ -60,7 +60,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 runs CPU allreduces of the global set within each host, then across hosts, then within "
        "each host again (jobs over several hosts with equal ranks per host)"},
       {"HIERARCHICAL_ALLGATHER", "0",
-       "accepted for horovodrun's flag; no effect yet (allgather always runs flat)"},
+       "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
+       "each host again (jobs over several hosts with equal ranks per host)"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -144,6 +145,7 @@ Settings Settings::fromEnvironment() {
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
   s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
+  s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

@@ -37,6 +37,7 @@ struct Settings {
   bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host
   int64_t shmRingBytes = 512 << 10;         // SHM_RING_BYTES: each rank-pair ring
   bool hierarchicalAllreduce = false;       // HIERARCHICAL_ALLREDUCE: local + cross allreduce
+  bool hierarchicalAllgather = false;       // HIERARCHICAL_ALLGATHER: local + cross allgather
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES

@@ -40,14 +40,19 @@ def _run(args: list[str], **extra: str) -> str:
     return result.stderr
 
 
-def test_two_hosts_take_the_hierarchical_path_from_the_horarun_flag() -> None:
+def test_two_hosts_take_the_hierarchical_paths_from_the_horarun_flags() -> None:
     err = _run(["--hierarchical-allreduce", "-np", "2", "-H", "localhost:1,127.0.0.1:1"])
     assert "hierarchical allreduce: 2 hosts x 1 ranks" in err
+    assert "hierarchical allgather" not in err
+    err = _run(["--hierarchical-allgather", "-np", "4", "-H", "localhost:2,127.0.0.1:2"])
+    assert "hierarchical allgather: 2 hosts x 2 ranks" in err
+    assert "hierarchical allreduce" not in err
 
 
 def test_one_host_stays_flat_and_says_why() -> None:
-    err = _run(["-np", "2"], HOROVOD_HIERARCHICAL_ALLREDUCE="1")
+    err = _run(["-np", "2"], HOROVOD_HIERARCHICAL_ALLREDUCE="1", HOROVOD_HIERARCHICAL_ALLGATHER="1")
     assert "hierarchical allreduce not used: every rank runs on one host" in err
+    assert "hierarchical allgather not used: every rank runs on one host" in err
 
 
 def test_unequal_hosts_stay_flat_and_say_why() -> None:

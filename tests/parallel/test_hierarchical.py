@@ -1,9 +1,11 @@
-"""The hierarchical allreduce, run under horarun with ranks on two "hosts" of one machine, e.g.
-``HORA_HIERARCHICAL_ALLREDUCE=1 horarun -np 4 -H localhost:2,127.0.0.1:2 python -m pytest THIS``
-(horarun treats the two names as two hosts: local and cross ranks follow them).
+"""The hierarchical allreduce and allgather, run under horarun with ranks on two "hosts" of one
+machine, e.g. ``HORA_HIERARCHICAL_ALLREDUCE=1 HORA_HIERARCHICAL_ALLGATHER=1 horarun -np 4 -H
+localhost:2,127.0.0.1:2 python -m pytest THIS`` (horarun treats the two names as two hosts: local
+and cross ranks follow them).
 
-tests/run_all.sh runs this file, and test_core_allreduce.py (every op, dtype and size against
-NumPy), in that set-up at 2 ranks (2 hosts x 1) and 4 ranks (2 hosts x 2).
+tests/run_all.sh runs this file, test_core_allreduce.py (every op, dtype and size against NumPy)
+and test_core_allgather.py (every dtype and row pattern) in that set-up at 2 ranks (2 hosts x 1)
+and 4 ranks (2 hosts x 2).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ from conftest import (
 
 
 def test_job_spans_hosts_and_asks_for_hierarchical() -> None:
-    """The set-up this file needs: more than one host, and the variable set."""
+    """The set-up this file needs: more than one host, and the variables set."""
     assert hora.cross_size() > 1, "run this file with ranks on two or more hosts (horarun -H)"
     assert os.environ.get("HORA_HIERARCHICAL_ALLREDUCE") == "1"
+    assert os.environ.get("HORA_HIERARCHICAL_ALLGATHER") == "1"
 
 
 def test_timeline_shows_the_hierarchical_path() -> None:
-    """Allreduces of the global set run the hierarchical algorithm (its timeline activity); those
-    of another process set (here rank 0 alone) keep the flat one."""
+    """Allreduces and allgathers of the global set run the hierarchical algorithms (their timeline
+    activities); those of another process set (here rank 0 alone) keep the flat ones."""
     name = f"hora_hier_{os.environ.get('HORA_RENDEZVOUS_PORT', os.getppid())}.json"
     path = os.path.join(tempfile.gettempdir(), name)
     alone = hora.add_process_set([0])
@@ -45,6 +48,8 @@ def test_timeline_shows_the_hierarchical_path() -> None:
     hora.allreduce(np.ones(1000, np.float32), op=hora.Sum, name="hier.timeline")
     if rank() == 0:
         hora.allreduce(np.ones(10, np.float32), op=hora.Sum, name="hier.set", process_set=alone)
+        hora.allgather(np.ones(10, np.float32), name="hier.set.g", process_set=alone)
+    hora.allgather(np.ones((rank() + 1, 3), np.float32), name="hier.timeline.g")
     hora.barrier()
     hora.stop_timeline()
     hora.remove_process_set(alone)
@@ -52,13 +57,12 @@ def test_timeline_shows_the_hierarchical_path() -> None:
         with open(path) as f:
             names = {str(e.get("name")) for e in json.load(f) if isinstance(e, dict)}
         os.unlink(path)
-        reductions = sorted(
-            n for n in names if n.endswith("_ALLREDUCE") and not n.startswith("NEGOTIATE")
-        )
-        assert len(reductions) == 2, reductions
-        assert reductions[0].endswith("_HIERARCHICAL_ALLREDUCE") != reductions[1].endswith(
-            "_HIERARCHICAL_ALLREDUCE"
-        ), reductions
+        for op in ("ALLREDUCE", "ALLGATHER"):
+            # The transport's activities (the op's own row is the bare name).
+            runs = sorted(n for n in names if n.endswith("_" + op) and "NEGOTIATE" not in n)
+            assert len(runs) == 2, runs
+            hierarchical = [n.endswith("_HIERARCHICAL_" + op) for n in runs]
+            assert sorted(hierarchical) == [False, True], runs
 
 
 def _gathered_bytes(out: np.ndarray, name: str) -> list[bytes]:
@@ -94,3 +98,20 @@ def test_prescale_and_postscale() -> None:
                          name="hier.scale")
     assert_close(out, reduce_ref(xs, "average", "float32", 0.5, 3.0), "float32")
     assert size() == hora.local_size() * hora.cross_size()
+
+
+@pytest.mark.parametrize("rows", ["even", "uneven", "some_empty"])
+def test_allgather_uneven_rows_fused_and_alone(rows: str) -> None:
+    """Allgather of blocks of different sizes (some empty), alone and fused, equals the
+    concatenation in rank order."""
+    counts = {"even": [5] * size(), "uneven": [r * 3 + 1 for r in range(size())],
+              "some_empty": [0 if r % 2 else 1001 for r in range(size())]}[rows]
+    blocks = [np.arange(c * 2, dtype=np.float64).reshape(c, 2) + 1000 * r
+              for r, c in enumerate(counts)]
+    expected = np.concatenate(blocks)
+    out = hora.allgather(blocks[rank()], name=f"hier.g.{rows}")
+    np.testing.assert_array_equal(out, expected)
+    other = [np.full((r + 2,), r, np.int32) for r in range(size())]
+    fused = hora.grouped_allgather([blocks[rank()], other[rank()]], name=f"hier.gg.{rows}")
+    np.testing.assert_array_equal(fused[0], expected)
+    np.testing.assert_array_equal(fused[1], np.concatenate(other))
