@@ -74,6 +74,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
   co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
+  if (settings_.shmHostByName) co.shmHostName = envString("HOSTNAME");
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
@@ -83,6 +84,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
       shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
     transportName_ = "tcp+shm";
   }
+  connectOptions_ = co;
   world_ = std::move(conn.world);
   dataCapabilities_ = world_->capabilities();
   control_ = std::move(conn.control);
@@ -124,7 +126,22 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
   collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};
   HierarchicalCommunicator::Choice requested{settings_.hierarchicalAllreduce,
                                              settings_.hierarchicalAllgather};
-  sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place));
+  // When the world's data runs over TCP alone (not every rank on one host), the ranks of each
+  // host of a hierarchical path try a shared segment of their own for their local steps.
+  HostLocalFactory hostLocal = [this](int host, int index, int hostSize, std::string* why) {
+    if (transportName_ == "tcp+shm") return std::unique_ptr<Communicator>();  // already shm
+    if (transportName_ != "tcp") {
+      *why = "shared memory runs beside TCP only (the job's transport is " + transportName_ + ")";
+      return std::unique_ptr<Communicator>();
+    }
+    if (hostSize == 1) return std::unique_ptr<Communicator>();  // nothing to share
+    ConnectOptions o = connectOptions_;
+    o.rank = index;
+    o.size = hostSize;
+    PrefixStore hostStore(*store_, "host" + std::to_string(host) + "/");
+    return shm::hostCommunicator(o, hostStore, settings_.shmDisable, why);
+  };
+  sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place, hostLocal));
   int id = 1;
   for (auto ranks : sets) {
     std::sort(ranks.begin(), ranks.end());

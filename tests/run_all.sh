@@ -289,11 +289,12 @@ if wants core; then
     done
   fi
   # The hierarchical allreduce and allgather on ranks that claim two hosts (horarun counts
-  # localhost and 127.0.0.1 as two): 2 hosts x 1 rank over shared memory, 2 x 2 over TCP.
+  # localhost and 127.0.0.1 as two): 2 hosts x 1 rank over the job's shared memory; 2 x 2 as on
+  # two machines (HORA_SHM_HOST_BY_NAME): shared memory within each host, TCP across.
   for np in 2 4; do
     [[ " $NPS " == *" $np "* ]] || continue
     envs="HORA_HIERARCHICAL_ALLREDUCE=1 HORA_HIERARCHICAL_ALLGATHER=1 HORA_FUSION_THRESHOLD=65536"
-    [ "$np" = 4 ] && envs="$envs HORA_SHM_DISABLE=1"
+    [ "$np" = 4 ] && envs="$envs HORA_SHM_HOST_BY_NAME=1"
     # shellcheck disable=SC2086
     run "np=$np hierarchical (2 hosts) [$envs]" env $envs timeout -k 20 "$RUN_TIMEOUT" \
       "${HORARUN[@]}" -np "$np" -H "localhost:$((np / 2)),127.0.0.1:$((np / 2))" \

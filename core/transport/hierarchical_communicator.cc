@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 
 #include "core/common/logging.h"
 
@@ -43,7 +44,8 @@ std::string whyNot(int asking, int size, const char* variable, const std::string
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const std::vector<int>& all,
                                                      HierarchicalCommunicator::Choice requested,
-                                                     const collectives::RankPlace& mine) {
+                                                     const collectives::RankPlace& mine,
+                                                     const HostLocalFactory& hostLocal) {
   const int size = world.size();
   if (size == 1) return world.subset(all);
   // Each rank's requests and place, gathered on every rank (5 x int32 each).
@@ -78,18 +80,24 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   std::vector<int> cross;
   for (const auto& host : layout.hosts) cross.push_back(host[layout.index]);
   std::sort(cross.begin(), cross.end());
+  const int perHost = static_cast<int>(layout.hosts[0].size());
+  std::unique_ptr<Communicator> local;
+  std::string localWhyNot;
+  if (hostLocal) local = hostLocal(layout.host, layout.index, perHost, &localWhyNot);
+  if (!local) local = world.subset(layout.hosts[layout.host]);
+  auto flat = world.subset(all);
+  auto crossComm = world.subset(cross);
   if (lead) {
-    const size_t hosts = layout.hosts.size(), perHost = layout.hosts[0].size();
-    if (choice.allreduce) {
-      HORA_LOG(Info, "hierarchical allreduce: " << hosts << " hosts x " << perHost << " ranks");
-    }
-    if (choice.allgather) {
-      HORA_LOG(Info, "hierarchical allgather: " << hosts << " hosts x " << perHost << " ranks");
+    std::ostringstream shape;
+    shape << layout.hosts.size() << " hosts x " << perHost << " ranks; within rank 0's host over "
+          << local->backendName() << ", across hosts over " << crossComm->backendName();
+    if (choice.allreduce) HORA_LOG(Info, "hierarchical allreduce: " << shape.str());
+    if (choice.allgather) HORA_LOG(Info, "hierarchical allgather: " << shape.str());
+    if (!localWhyNot.empty()) {
+      HORA_LOG(Info, "within rank 0's host the hierarchical steps stay on " << local->backendName()
+                                                                            << ": " << localWhyNot);
     }
   }
-  auto flat = world.subset(all);
-  auto local = world.subset(layout.hosts[layout.host]);
-  auto crossComm = world.subset(cross);
   return std::make_unique<HierarchicalCommunicator>(
       std::move(flat), std::move(local), std::move(crossComm), std::move(layout), choice);
 }

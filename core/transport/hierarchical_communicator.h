@@ -6,6 +6,7 @@
 // the ranks of the other hosts with the same local index); every other collective runs on the
 // flat communicator it wraps. Same contract as Communicator;
 // the three communicators share the world's connections and one thread uses them at a time.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,9 +65,15 @@ class HierarchicalCommunicator final : public Communicator {
 // `requested` on every rank when the hosts allow it, else world.subset(all). Collective over the
 // world: every rank reports its requests and place (an allgather of a few bytes) and all reach
 // the same verdict; rank 0 logs it at Info, and why when a requested path does not run.
+// hostLocal, when given, may return a communicator of this rank's host over other means (shared
+// memory); it is called by every rank of every host, with the host's index, this rank's index on
+// it and the host's rank count, and returns null (with why) to keep the world's subset.
+using HostLocalFactory = std::function<std::unique_ptr<Communicator>(
+    int host, int index, int hostSize, std::string* why)>;
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const std::vector<int>& all,
                                                      HierarchicalCommunicator::Choice requested,
-                                                     const collectives::RankPlace& mine);
+                                                     const collectives::RankPlace& mine,
+                                                     const HostLocalFactory& hostLocal = nullptr);
 
 }  // namespace hora

@@ -49,6 +49,22 @@ def test_two_hosts_take_the_hierarchical_paths_from_the_horarun_flags() -> None:
     assert "hierarchical allreduce" not in err
 
 
+def test_ranks_of_each_host_share_memory_and_cross_hosts_over_tcp() -> None:
+    """HORA_SHM_HOST_BY_NAME keeps the two names from sharing one job-wide segment, as two
+    machines would: each host's ranks set up their own, the cross steps run over TCP."""
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_HIERARCHICAL_ALLREDUCE="1",
+               HORA_SHM_HOST_BY_NAME="1")
+    assert "collectives stay on tcp, not shared memory: ranks 0 and 2 run on different hosts" in err
+    assert "hierarchical allreduce: 2 hosts x 2 ranks; within rank 0's host over shm, across " \
+        "hosts over tcp" in err
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_HIERARCHICAL_ALLREDUCE="1",
+               HORA_SHM_HOST_BY_NAME="1", HORA_SHM_DISABLE="1")
+    assert "within rank 0's host over tcp, across hosts over tcp" in err
+    assert "within rank 0's host the hierarchical steps stay on tcp: HORA_SHM_DISABLE is set" in err
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_HIERARCHICAL_ALLREDUCE="1")
+    assert "within rank 0's host over shm, across hosts over shm" in err
+
+
 def test_one_host_stays_flat_and_says_why() -> None:
     err = _run(["-np", "2"], HOROVOD_HIERARCHICAL_ALLREDUCE="1", HOROVOD_HIERARCHICAL_ALLGATHER="1")
     assert "hierarchical allreduce not used: every rank runs on one host" in err
