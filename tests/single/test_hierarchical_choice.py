@@ -85,3 +85,32 @@ def test_every_rank_must_ask() -> None:
 def test_without_the_variable_nothing_is_logged() -> None:
     err = _run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"])
     assert "hierarchical allreduce" not in err
+
+
+KILLED_SCRIPT = textwrap.dedent("""
+    import os
+    import numpy as np
+    import hora
+    hora.init()
+    try:
+        for i in range(200):
+            if hora.rank() == 3 and i == 20:
+                os._exit(0)  # abrupt, but status 0: horarun lets the others find out themselves
+            hora.allreduce(np.ones(300000, np.float32), op=hora.Sum, name="k")
+    except hora.HoraError as e:
+        print(f"rank {hora.rank()} failed: {type(e).__name__}", flush=True)
+""")
+
+
+def test_a_killed_rank_fails_the_others_with_shared_memory_within_hosts() -> None:
+    """A rank that vanishes mid-loop without shutting down (shared memory within its host, TCP
+    across) makes every other rank's pending allreduce fail with a HoraError."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.update(HORA_HIERARCHICAL_ALLREDUCE="1", HORA_SHM_HOST_BY_NAME="1", HORA_TIMEOUT_SECONDS="20")
+    result = subprocess.run([sys.executable, "-m", "hora.runner", "-np", "4", "-H",
+                             "localhost:2,127.0.0.1:2", sys.executable, "-c", KILLED_SCRIPT],
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for r in (0, 1, 2):
+        assert f"rank {r} failed: " in result.stdout, result.stdout + result.stderr
