@@ -6,8 +6,10 @@ The script runs itself as workers: twice under ``horarun -np N`` (Hora over shar
 default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``), once
 through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
 once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
-installed. With ``--hierarchical``, twice more over TCP with the ranks on two host names of this
-machine (``-H localhost:N/2,127.0.0.1:N/2``): flat, and with ``HORA_HIERARCHICAL_ALLREDUCE=1``. Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
+installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
+(``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
+segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
+within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
 tables.
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
@@ -422,8 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hierarchical",
         action="store_true",
-        help="also run Hora over TCP with the ranks on two host names (localhost, 127.0.0.1), "
-        "flat and with HORA_HIERARCHICAL_ALLREDUCE=1 (even --np)",
+        help="also run Hora with the ranks on two host names (localhost, 127.0.0.1) that do not "
+        "share one segment (HORA_SHM_HOST_BY_NAME=1): flat, hierarchical, hierarchical on TCP "
+        "alone (even --np)",
     )
     parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -454,12 +457,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.np % 2:
                 parser.error("--hierarchical needs an even --np")
             hosts = f"localhost:{args.np // 2},127.0.0.1:{args.np // 2}"
+            hier = {"HORA_HIERARCHICAL_ALLREDUCE": "1"}
             for label, extra in (
-                ("tcp 2 hosts", {}),
-                ("tcp 2 hosts hier", {"HORA_HIERARCHICAL_ALLREDUCE": "1"}),
+                ("2 hosts flat", {}),
+                ("2 hosts hier", hier),
+                ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}),
             ):
                 path = os.path.join(tmp, label.replace(" ", "_") + ".json")
-                env_extra = {"HORA_SHM_DISABLE": "1", **extra}
+                env_extra = {"HORA_SHM_HOST_BY_NAME": "1", **extra}
                 hier_res.append(run_hora(args, sizes, path, env_extra, label, hosts))
         peer_res = None
         if not args.no_peer:
