@@ -6,7 +6,10 @@ The script runs itself as workers: twice under ``horarun -np N`` (Hora over shar
 default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``), once
 through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
 once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
-installed. Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
+installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
+(``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
+segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
+within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
 tables.
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
@@ -266,12 +269,18 @@ def run_mpi4py(args: argparse.Namespace, sizes: list[int], out: str) -> dict | N
 
 
 def run_hora(
-    args: argparse.Namespace, sizes: list[int], out: str, env_extra: dict[str, str], label: str
+    args: argparse.Namespace,
+    sizes: list[int],
+    out: str,
+    env_extra: dict[str, str],
+    label: str,
+    hosts: str | None = None,
 ) -> dict | None:
     cmd = [
         *horarun_command(),
         "-np",
         str(args.np),
+        *(["-H", hosts] if hosts else []),
         *worker_args(args, sizes, "hora", out),
     ]
     print(f"running {label}: {' '.join(cmd)}", flush=True)
@@ -412,6 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip torch.distributed")
     parser.add_argument("--no-mpi", action="store_true", help="skip mpi4py")
     parser.add_argument("--no-tcp", action="store_true", help="skip Hora over TCP")
+    parser.add_argument(
+        "--hierarchical",
+        action="store_true",
+        help="also run Hora with the ranks on two host names (localhost, 127.0.0.1) that do not "
+        "share one segment (HORA_SHM_HOST_BY_NAME=1): flat, hierarchical, hierarchical on TCP "
+        "alone (even --np)",
+    )
     parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -436,6 +452,20 @@ def main(argv: list[str] | None = None) -> int:
             tcp_res = run_hora(
                 args, sizes, os.path.join(tmp, "tcp.json"), {"HORA_SHM_DISABLE": "1"}, "hora tcp"
             )
+        hier_res: list[dict | None] = []
+        if args.hierarchical:
+            if args.np % 2:
+                parser.error("--hierarchical needs an even --np")
+            hosts = f"localhost:{args.np // 2},127.0.0.1:{args.np // 2}"
+            hier = {"HORA_HIERARCHICAL_ALLREDUCE": "1"}
+            for label, extra in (
+                ("2 hosts flat", {}),
+                ("2 hosts hier", hier),
+                ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}),
+            ):
+                path = os.path.join(tmp, label.replace(" ", "_") + ".json")
+                env_extra = {"HORA_SHM_HOST_BY_NAME": "1", **extra}
+                hier_res.append(run_hora(args, sizes, path, env_extra, label, hosts))
         peer_res = None
         if not args.no_peer:
             peer_res = run_torch(args, sizes, os.path.join(tmp, "torch.json"))
@@ -447,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             if mpi_res:
                 mpi_res["impl"] = "mpi4py"
     print_report(hora_res, peer_res, args.np)
-    print_side_by_side([r for r in (hora_res, tcp_res, peer_res, mpi_res) if r], args.np)
+    print_side_by_side([r for r in (hora_res, tcp_res, *hier_res, peer_res, mpi_res) if r], args.np)
     return 0 if hora_res is not None else 1
 
 

@@ -11,6 +11,7 @@
 #include "core/store/tcp_store.h"
 #include "core/transport/backends.h"
 #include "core/transport/connect.h"
+#include "core/transport/hierarchical_communicator.h"
 #include "core/transport/nccl/communicator.h"
 #include "core/transport/nccl/gpu_checks.h"
 #include "core/transport/shm/transport.h"
@@ -73,6 +74,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
   co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
+  if (settings_.shmHostByName) co.shmHostName = envString("HOSTNAME");
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
@@ -82,6 +84,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
       shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
     transportName_ = "tcp+shm";
   }
+  connectOptions_ = co;
   world_ = std::move(conn.world);
   dataCapabilities_ = world_->capabilities();
   control_ = std::move(conn.control);
@@ -120,7 +123,25 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
 void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {
   std::vector<int> all(topology_.size);
   for (int i = 0; i < topology_.size; ++i) all[i] = i;
-  sets_.add(0, all, world_->subset(all));
+  collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};
+  HierarchicalCommunicator::Choice requested{settings_.hierarchicalAllreduce,
+                                             settings_.hierarchicalAllgather};
+  // When the world's data runs over TCP alone (not every rank on one host), the ranks of each
+  // host of a hierarchical path try a shared segment of their own for their local steps.
+  HostLocalFactory hostLocal = [this](int host, int index, int hostSize, std::string* why) {
+    if (transportName_ == "tcp+shm") return std::unique_ptr<Communicator>();  // already shm
+    if (transportName_ != "tcp") {
+      *why = "shared memory runs beside TCP only (the job's transport is " + transportName_ + ")";
+      return std::unique_ptr<Communicator>();
+    }
+    if (hostSize == 1) return std::unique_ptr<Communicator>();  // nothing to share
+    ConnectOptions o = connectOptions_;
+    o.rank = index;
+    o.size = hostSize;
+    PrefixStore hostStore(*store_, "host" + std::to_string(host) + "/");
+    return shm::hostCommunicator(o, hostStore, settings_.shmDisable, why);
+  };
+  sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place, hostLocal));
   int id = 1;
   for (auto ranks : sets) {
     std::sort(ranks.begin(), ranks.end());

@@ -88,6 +88,7 @@ class RuntimeImpl final : public Runtime {
   mutable std::mutex tunedMu_;
   TunedParams tuned_;  // guarded by tunedMu_: what settings() reports
   std::string transportName_;
+  ConnectOptions connectOptions_;  // as the world connected (the hierarchical path reuses them)
   std::unique_ptr<TcpStoreServer> storeServer_;  // rank 0, when the store was bootstrapped
   std::unique_ptr<Store> baseStore_;
   std::unique_ptr<Store> store_;

@@ -4,7 +4,8 @@
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
-#      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3
+#      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3;
+#      the hierarchical allreduce and allgather with ranks on two host names at -np 2 and 4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
 #   gpu: the GPU path (NCCL) through the CPU emulation of the CUDA runtime and NCCL
@@ -287,6 +288,20 @@ if wants core; then
       parallel_run "np=2 $(basename "$f" .py) [$envs]" 2 "$envs" "$f"
     done
   fi
+  # The hierarchical allreduce and allgather on ranks that claim two hosts (horarun counts
+  # localhost and 127.0.0.1 as two): 2 hosts x 1 rank over the job's shared memory; 2 x 2 as on
+  # two machines (HORA_SHM_HOST_BY_NAME): shared memory within each host, TCP across.
+  for np in 2 4; do
+    [[ " $NPS " == *" $np "* ]] || continue
+    envs="HORA_HIERARCHICAL_ALLREDUCE=1 HORA_HIERARCHICAL_ALLGATHER=1 HORA_FUSION_THRESHOLD=65536"
+    [ "$np" = 4 ] && envs="$envs HORA_SHM_HOST_BY_NAME=1"
+    # shellcheck disable=SC2086
+    run "np=$np hierarchical (2 hosts) [$envs]" env $envs timeout -k 20 "$RUN_TIMEOUT" \
+      "${HORARUN[@]}" -np "$np" -H "localhost:$((np / 2)),127.0.0.1:$((np / 2))" \
+      "$PY" -m pytest -q -p no:cacheprovider tests/parallel/test_hierarchical.py \
+      tests/parallel/test_core_allreduce.py tests/parallel/test_core_half_sums.py \
+      tests/parallel/test_core_allgather.py
+  done
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -36,6 +36,11 @@ constexpr size_t kBroadcastChainMinBytes = 64 << 10;
 // holds beside the sequence number and size.
 constexpr size_t kSharedLineMaxBytes = 56;
 
+// The hierarchical allreduce and allgather (hierarchical.h) are not chosen per size here: the
+// user asks for them per job (HORA_HIERARCHICAL_ALLREDUCE / _ALLGATHER), and makeGlobalCommunicator
+// (core/transport/hierarchical_communicator.h) grants them once, at start, when the hosts allow.
+// Their steps inside and across hosts then pick their algorithms from this table as usual.
+
 enum class AllreduceAlgorithm { RecursiveDoubling, Ring, RankOrdered, SharedLine };
 enum class BroadcastAlgorithm { BinomialTree, Chain };
 

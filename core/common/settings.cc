@@ -56,6 +56,15 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
       {"SHM_RING_BYTES", "524288",
        "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
+      {"SHM_HOST_BY_NAME", "0",
+       "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
+       "horarun places on two names of one machine share memory only with their own host"},
+      {"HIERARCHICAL_ALLREDUCE", "0",
+       "1 runs CPU allreduces of the global set within each host, then across hosts, then within "
+       "each host again (jobs over several hosts with equal ranks per host)"},
+      {"HIERARCHICAL_ALLGATHER", "0",
+       "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
+       "each host again (jobs over several hosts with equal ranks per host)"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -138,6 +147,9 @@ Settings Settings::fromEnvironment() {
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
+  s.shmHostByName = envBool("SHM_HOST_BY_NAME");
+  s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
+  s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

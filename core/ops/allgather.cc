@@ -12,6 +12,10 @@ std::vector<int64_t> outputShape(const TensorEntry& e, int64_t rows) {
   return shape;
 }
 
+const char* allgatherActivity(const OpContext& cx) {
+  return cx.comm.hierarchicalAllgather() ? "HIERARCHICAL_ALLGATHER" : "ALLGATHER";
+}
+
 }  // namespace
 
 // Fused layout: the buffer holds one block per rank, in rank order; rank r's block is tensor 0's
@@ -38,7 +42,7 @@ void runAllgather(const Response& r, OpContext& cx) {
   }
 
   if (tensors == 1) {
-    ActivityScope a(cx, r, collectiveActivity(cx, "ALLGATHER"));
+    ActivityScope a(cx, r, collectiveActivity(cx, allgatherActivity(cx)));
     cx.comm.allgatherv(cx.entries[0]->tensor.data, outputs[0].data(), blockBytes);
   } else {
     size_t total = 0, mine = 0;
@@ -57,7 +61,7 @@ void runAllgather(const Response& r, OpContext& cx) {
       }
     }
     {
-      ActivityScope a(cx, r, collectiveActivity(cx, "ALLGATHER"));
+      ActivityScope a(cx, r, collectiveActivity(cx, allgatherActivity(cx)));
       cx.comm.allgatherv(buf + mine, buf, blockBytes);
     }
     ActivityScope a(cx, r, "MEMCPY_OUT_FUSION_BUFFER");

@@ -80,7 +80,10 @@ void runAllreduce(const Response& r, OpContext& cx) {
   }
 
   {
-    ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
+    ActivityScope a(
+        cx, r,
+        collectiveActivity(
+            cx, cx.comm.hierarchicalAllreduce() ? "HIERARCHICAL_ALLREDUCE" : "ALLREDUCE"));
     if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
     if (sumsWide(r)) {
       std::vector<int32_t> wide(total);

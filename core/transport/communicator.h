@@ -34,6 +34,10 @@ class Communicator {
   virtual int size() const = 0;
   virtual std::string backendName() const = 0;
   virtual Capabilities capabilities() const;
+  // True when allreduce (allgatherv) runs the hierarchical algorithm (hierarchical_communicator.h);
+  // the timeline names the activity after it.
+  virtual bool hierarchicalAllreduce() const { return false; }
+  virtual bool hierarchicalAllgather() const { return false; }
 
   // buf holds count elements on every rank; on return it holds the reduction over all ranks.
   virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op);

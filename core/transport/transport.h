@@ -24,6 +24,8 @@ struct ConnectOptions {
   Millis opTimeout{60000};     // a peer silent this long inside a collective fails it
   Micros spin{0};              // waits for data poll this long before sleeping (spin.h)
   size_t shmRingBytes = 0;     // shm: bytes of each rank-pair ring; 0 = the default
+  std::string shmHostName;     // shm: added to the host identity when set (a testing aid:
+                               //      HORA_SHM_HOST_BY_NAME, see setup.h)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };

@@ -123,6 +123,25 @@ def test_transport_flags():
     assert settings("--fusion-threshold-mb", "0")["HORA_FUSION_THRESHOLD"] == "0"
 
 
+def test_hierarchical_flags_set_horovod_and_hora_variables(capsys):
+    def settings(*flags):
+        return env.settings_env(launch.parse_args([*flags, "cmd"]))
+
+    assert "HOROVOD_HIERARCHICAL_ALLREDUCE" not in settings()
+    for name in ("allreduce", "allgather"):
+        var = "HIERARCHICAL_" + name.upper()
+        on = settings(f"--hierarchical-{name}")
+        assert on["HOROVOD_" + var] == on["HORA_" + var] == "1"
+        off = settings(f"--no-hierarchical-{name}")
+        assert off["HOROVOD_" + var] == off["HORA_" + var] == "0"
+        with pytest.raises(SystemExit):  # one or the other, as horovodrun
+            launch.parse_args([f"--hierarchical-{name}", f"--no-hierarchical-{name}", "cmd"])
+    launch.warn_compat(launch.parse_args(["--hierarchical-allreduce", "cmd"]))
+    assert "no effect" not in capsys.readouterr().err
+    assert env.undeclared(settings("--hierarchical-allreduce", "--hierarchical-allgather"),
+                          DECLARED) == []
+
+
 def test_launcher_flags_are_parsed():
     args = launch.parse_args([
         "-np", "4", "-H", "a:2,b:2", "-p", "2222", "-i", "/k", "--network-interface", "eth1,eth0",
@@ -149,10 +168,10 @@ def test_bad_flag_values_are_usage_errors():
 
 
 def test_compat_flags_warn(capsys):
-    args = launch.parse_args(["--hierarchical-allreduce", "--num-nccl-streams", "2", "cmd"])
+    args = launch.parse_args(["--torus-allreduce", "--num-nccl-streams", "2", "cmd"])
     launch.warn_compat(args)
     err = capsys.readouterr().err
-    assert "--hierarchical-allreduce has no effect" in err
+    assert "--torus-allreduce has no effect" in err
     assert "--num-nccl-streams has no effect" in err
 
 

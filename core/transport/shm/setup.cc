@@ -194,7 +194,7 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
 
 }  // namespace
 
-std::string hostIdentity() {
+std::string hostIdentity(const std::string& extra) {
   std::string boot, ns;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
@@ -202,13 +202,13 @@ std::string hostIdentity() {
   ::gethostname(host, sizeof(host) - 1);
   char link[128] = {};
   if (::readlink("/proc/self/ns/net", link, sizeof(link) - 1) < 0) link[0] = 0;
-  return boot + "|" + host + "|" + link;
+  return boot + "|" + host + "|" + link + (extra.empty() ? "" : "|" + extra);
 }
 
 Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes) {
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
-  const std::string mine = disabled ? std::string("disabled") : hostIdentity();
+  const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
   store.set(key("host", o.rank), mine);
   std::vector<int> everyone;
   for (int r = 0; r < o.size; ++r) everyone.push_back(r);

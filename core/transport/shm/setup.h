@@ -29,8 +29,10 @@ struct Attachment {
 // disabled: this rank's HORA_SHM_DISABLE. ringBytes: bytes of each rank-pair ring.
 Attachment attachJob(const ConnectOptions& options, Store& store, bool disabled, size_t ringBytes);
 
-// Host identity: ranks with equal identities can share memory.
-std::string hostIdentity();
+// Host identity: ranks with equal identities can share memory. extra (the launcher's host name
+// under HORA_SHM_HOST_BY_NAME, a testing aid) is appended, so ranks that horarun places on two
+// names of one machine count as two hosts here too.
+std::string hostIdentity(const std::string& extra = "");
 
 }  // namespace shm
 }  // namespace hora

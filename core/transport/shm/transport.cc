@@ -49,5 +49,15 @@ bool preferSharedMemory(Connection& connection, const ConnectOptions& options, S
   return true;
 }
 
+std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& options, Store& store,
+                                               bool disabled, std::string* whyNot) {
+  Attachment a = attachJob(options, store, disabled, ringBytesOf(options));
+  if (!a.peers) {
+    *whyNot = a.whyNot;
+    return nullptr;
+  }
+  return worldOver(std::move(a.peers), options.rank, options.size);
+}
+
 }  // namespace shm
 }  // namespace hora

@@ -27,5 +27,12 @@ class ShmTransport : public Transport {
 bool preferSharedMemory(Connection& connection, const ConnectOptions& options, Store& store,
                         bool disabled);
 
+// Collective over the ranks of one host (options.rank and size are this rank's index on the
+// host and the host's rank count; store keeps this host's keys apart from other hosts'): a
+// communicator of the host's ranks over a segment of their own, or null with *whyNot set when
+// they cannot share memory. Every rank of the host gets the same verdict.
+std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& options, Store& store,
+                                               bool disabled, std::string* whyNot);
+
 }  // namespace shm
 }  // namespace hora

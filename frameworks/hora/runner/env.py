@@ -113,6 +113,30 @@ SETTINGS: tuple[Setting, ...] = (
 """Every flag that sets an engine variable; ``launch`` builds its options from this table."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Switch:
+    """A ``--NAME`` / ``--no-NAME`` pair that sets ``HOROVOD_<var>`` (and ``HORA_<var>``, which
+    the engine reads first) to 1 or 0, as horovodrun does; neither flag leaves it unset."""
+
+    name: str
+    var: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("hierarchical-allreduce", "HIERARCHICAL_ALLREDUCE",
+           "allreduce within each host, then across hosts, then within each host again "
+           "(CPU, global set; hosts with equal ranks)"),
+    Switch("hierarchical-allgather", "HIERARCHICAL_ALLGATHER",
+           "allgather within each host, then across hosts, then within each host again"),
+)
+"""The on/off flags that set an engine variable either way."""
+
+
 def settings_env(args: argparse.Namespace) -> dict[str, str]:
     """``HORA_*`` engine settings (and transport choice) from the parsed command line."""
     env: dict[str, str] = {}
@@ -123,6 +147,10 @@ def settings_env(args: argparse.Namespace) -> dict[str, str]:
                 env["HORA_" + setting.var] = setting.value_when_set
         elif value is not None:
             env["HORA_" + setting.var] = setting.to_env(value)
+    for switch in SWITCHES:
+        value = getattr(args, switch.dest, None)
+        if value is not None:
+            env["HORA_" + switch.var] = env["HOROVOD_" + switch.var] = "1" if value else "0"
     if getattr(args, "mpi", False):
         env["HORA_CONTROLLER"] = env["HORA_CPU_OPERATIONS"] = "mpi"
     elif getattr(args, "gloo", False) or getattr(args, "tcp", False):

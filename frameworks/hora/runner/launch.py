@@ -19,11 +19,9 @@ import sys
 from collections.abc import Sequence
 
 from hora.runner import check_build, config, elastic, hosts, job, mpirun, slots, ssh_exec
-from hora.runner.env import SETTINGS
+from hora.runner.env import SETTINGS, SWITCHES
 
 COMPAT_FLAGS = (
-    ("--hierarchical-allreduce", None), ("--no-hierarchical-allreduce", None),
-    ("--hierarchical-allgather", None), ("--no-hierarchical-allgather", None),
     ("--torus-allreduce", None), ("--no-torus-allreduce", None),
     ("--mpi-threads-disable", None), ("--prefix-output-with-timestamp", None),
     ("--num-nccl-streams", int), ("--thread-affinity", str),
@@ -91,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             tuning.add_argument(setting.flag, dest=setting.dest, type=setting.kind,
                                 help=f"{setting.help} (HORA_{setting.var})")
+    for switch in SWITCHES:
+        pair = tuning.add_mutually_exclusive_group()
+        pair.add_argument("--" + switch.name, dest=switch.dest, action="store_true", default=None,
+                          help=f"{switch.help} (HOROVOD_{switch.var}=1)")
+        pair.add_argument("--no-" + switch.name, dest=switch.dest, action="store_false",
+                          default=None, help=f"(HOROVOD_{switch.var}=0)")
     for flag, kind in COMPAT_FLAGS:
         if kind is None:
             add(flag, dest=_compat_dest(flag), action="store_true", help=argparse.SUPPRESS)
