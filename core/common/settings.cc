@@ -56,6 +56,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
       {"SHM_RING_BYTES", "524288",
        "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
+      {"SHM_CONTROL", "1",
+       "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -138,6 +140,7 @@ Settings Settings::fromEnvironment() {
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
+  s.shmControl = envBool("SHM_CONTROL");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

@@ -36,6 +36,7 @@ struct Settings {
   double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
   bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host
   int64_t shmRingBytes = 512 << 10;         // SHM_RING_BYTES: each rank-pair ring
+  bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES

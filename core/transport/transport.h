@@ -24,6 +24,7 @@ struct ConnectOptions {
   Millis opTimeout{60000};     // a peer silent this long inside a collective fails it
   Micros spin{0};              // waits for data poll this long before sleeping (spin.h)
   size_t shmRingBytes = 0;     // shm: bytes of each rank-pair ring; 0 = the default
+  bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };
