@@ -88,7 +88,11 @@ void ShmControlChannel::readAvailable(Inbound& in, std::vector<Message>& out) {
     copyOutOfRing(s.controlRingData(in.rank, rank_), kControlRingBytes, tail,
                   reinterpret_cast<uint8_t*>(&in.partial[old]), n);
     c.tail.store(head, std::memory_order_release);
-    ring(peers_->doorbell(in.rank));  // its send() may be waiting for room
+    // Wake the sender only when its send() waits for room: a needless wake-up would cost a
+    // syscall here and a core there. Paired with the fence in send(): either it sees the new tail
+    // or this sees its flag.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c.writerWaiting.load(std::memory_order_relaxed) != 0) ring(peers_->doorbell(in.rank));
   }
   size_t at = 0;
   while (in.partial.size() - at >= net::kFrameHeaderBytes) {
@@ -150,8 +154,18 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
       return "rank " + std::to_string(rank_) + ": control connection to rank " +
              std::to_string(to) + " closed while sending (" + why + ")";
     };
-    if (!waitUntil(
-            peers_->doorbell(rank_), policy, [&] { return room() || anyInbound(); }, failed)) {
+    bool moved;
+    c.writerWaiting.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    try {
+      moved = waitUntil(
+          peers_->doorbell(rank_), policy, [&] { return room() || anyInbound(); }, failed);
+    } catch (...) {
+      c.writerWaiting.store(0, std::memory_order_relaxed);
+      throw;
+    }
+    c.writerWaiting.store(0, std::memory_order_relaxed);
+    if (!moved) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
                          " accepted no control data for " + std::to_string(opTimeout_.count()) +
                          " ms");

@@ -57,9 +57,11 @@ struct RankBlock {
   SpareLine spare;   // parity 1 payload
 };
 // A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
-// bytes consumed (by the receiver); both only grow.
+// bytes consumed (by the receiver); both only grow. writerWaiting (control rings only) is set by
+// the sender while it waits for room, so that the receiver wakes it only then.
 struct alignas(kLine) RingControl {
   alignas(kLine) std::atomic<uint64_t> head;
+  std::atomic<uint32_t> writerWaiting;
   alignas(kLine) std::atomic<uint64_t> tail;
 };
 
