@@ -75,11 +75,12 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.mpiComm = options.mpiComm;
   co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
   if (settings_.shmHostByName) co.shmHostName = envString("HOSTNAME");
+  co.shmControl = settings_.shmControl;
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
   // Ranks on one host move data through shared memory when TCP carries both roles (an explicit
-  // MPI choice keeps MPI); negotiation stays on TCP.
+  // MPI choice keeps MPI); negotiation moves there too unless HORA_SHM_CONTROL=0.
   if (t.size > 1 && controller->name() == "tcp" && data->name() == "tcp" &&
       shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
     transportName_ = "tcp+shm";

@@ -65,6 +65,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"HIERARCHICAL_ALLGATHER", "0",
        "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
        "each host again (jobs over several hosts with equal ranks per host)"},
+      {"SHM_CONTROL", "1",
+       "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -150,6 +152,7 @@ Settings Settings::fromEnvironment() {
   s.shmHostByName = envBool("SHM_HOST_BY_NAME");
   s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
   s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
+  s.shmControl = envBool("SHM_CONTROL");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

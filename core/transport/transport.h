@@ -26,6 +26,7 @@ struct ConnectOptions {
   size_t shmRingBytes = 0;     // shm: bytes of each rank-pair ring; 0 = the default
   std::string shmHostName;     // shm: added to the host identity when set (a testing aid:
                                //      HORA_SHM_HOST_BY_NAME, see setup.h)
+  bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
 };

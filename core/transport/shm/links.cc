@@ -22,18 +22,6 @@ int openPidfd(int pid) {
 #endif
 }
 
-// Copies n bytes into (or out of) a ring of `cap` bytes starting at stream position pos.
-void copyIn(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
-  size_t at = static_cast<size_t>(pos % cap), first = std::min(n, cap - at);
-  std::memcpy(ring + at, src, first);
-  if (first < n) std::memcpy(ring, src + first, n - first);
-}
-void copyOut(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_t n) {
-  size_t at = static_cast<size_t>(pos % cap), first = std::min(n, cap - at);
-  std::memcpy(dst, ring + at, first);
-  if (first < n) std::memcpy(dst + first, ring, n - first);
-}
-
 }  // namespace
 
 ShmPeers::ShmPeers(Segment seg, int rank, const WaitPolicy& p)
@@ -91,6 +79,7 @@ void ShmPeers::markFailed(const std::string& why) {
   }
   // Nothing touches the segment after a failure (the communicator refuses work first), so it
   // goes now: the memory is freed as soon as the peers let go too.
+  std::lock_guard<std::mutex> lock(unmapMu);
   segment.release();
 }
 
@@ -106,7 +95,7 @@ size_t ShmLinks::trySend(int peer, const void* data, size_t bytes) {
   const uint64_t tail = c.tail.load(std::memory_order_acquire);
   const size_t n = std::min<size_t>(bytes, s.ringBytes() - static_cast<size_t>(head - tail));
   if (n == 0) return 0;
-  copyIn(s.ringData(me, to), s.ringBytes(), head, static_cast<const uint8_t*>(data), n);
+  copyIntoRing(s.ringData(me, to), s.ringBytes(), head, static_cast<const uint8_t*>(data), n);
   c.head.store(head + n, std::memory_order_release);
   ring(peers_->doorbell(to));
   return n;
@@ -121,7 +110,7 @@ size_t ShmLinks::tryRecv(int peer, void* data, size_t bytes) {
   const uint64_t head = c.head.load(std::memory_order_acquire);
   const size_t n = std::min<size_t>(bytes, static_cast<size_t>(head - tail));
   if (n == 0) return 0;
-  copyOut(s.ringData(from, me), s.ringBytes(), tail, static_cast<uint8_t*>(data), n);
+  copyOutOfRing(s.ringData(from, me), s.ringBytes(), tail, static_cast<uint8_t*>(data), n);
   c.tail.store(tail + n, std::memory_order_release);
   ring(peers_->doorbell(from));
   return n;

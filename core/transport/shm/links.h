@@ -8,9 +8,11 @@
 // communicator and every subset view; a ShmLinks maps its group's ranks onto world ranks. Waits
 // follow wait.h and fail with IoError when a peer they wait on has left (its gone flag, or its
 // process exited: pidfd) and with TimeoutError after the op timeout. markFailed() marks this rank
-// gone and unmaps the segment: peers waiting on it fail at once. Single-threaded.
+// gone and unmaps the segment: peers waiting on it fail at once. Single-threaded, apart from
+// unmapMu.
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct ShmPeers {
   std::string failure;      // why the segment became unusable ("" while healthy)
   uint32_t lineSeq = 0;     // small-payload allreduces of the whole job run so far
   collectives::ScratchBuffers scratch;
+  // Held by markFailed() while it unmaps and by the one caller from another thread
+  // (ShmControlChannel::wakeup(), ringing this rank's doorbell), which must not touch the mapping
+  // once it is gone. Everything else runs on the background thread.
+  std::mutex unmapMu;
 
   // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
   std::string peerGone(int peer) const;

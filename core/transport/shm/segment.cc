@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,6 +22,7 @@ struct alignas(kLine) Header {
   uint64_t ranks;
   uint64_t ringBytes;
   uint64_t totalBytes;
+  uint64_t controlRingBytes;
 };
 
 [[noreturn]] void sysFail(const char* what) {
@@ -28,12 +30,25 @@ struct alignas(kLine) Header {
 }
 
 size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
+size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }
 
 }  // namespace
 
 size_t Segment::bytesFor(int ranks, size_t ringBytes) {
   return sizeof(Header) + sizeof(RankBlock) * ranks + sizeof(RingControl) * pairs(ranks) +
-         ringBytes * pairs(ranks);
+         ringBytes * pairs(ranks) + (sizeof(RingControl) + kControlRingBytes) * controlRings(ranks);
+}
+
+void copyIntoRing(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
+  size_t at = static_cast<size_t>(pos % cap), first = std::min(n, cap - at);
+  std::memcpy(ring + at, src, first);
+  if (first < n) std::memcpy(ring, src + first, n - first);
+}
+
+void copyOutOfRing(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_t n) {
+  size_t at = static_cast<size_t>(pos % cap), first = std::min(n, cap - at);
+  std::memcpy(dst, ring + at, first);
+  if (first < n) std::memcpy(dst + first, ring, n - first);
 }
 
 Segment& Segment::operator=(Segment&& o) noexcept {
@@ -68,6 +83,7 @@ Segment Segment::create(int ranks, size_t ringBytes) {
   h->ranks = static_cast<uint64_t>(ranks);
   h->ringBytes = ringBytes;
   h->totalBytes = s.bytes_;
+  h->controlRingBytes = kControlRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   return s;
@@ -87,6 +103,7 @@ Segment Segment::attach(int fd) {
   s.bytes_ = static_cast<size_t>(st.st_size);
   const auto* h = reinterpret_cast<const Header*>(s.base_);
   if (h->magic != kMagic || h->ranks < 1 || h->ranks > (1u << 16) ||
+      h->controlRingBytes != kControlRingBytes ||
       bytesFor(static_cast<int>(h->ranks), h->ringBytes) != s.bytes_) {
     throw IoError("shared memory: the segment received from rank 0 has an unknown layout");
   }
@@ -125,6 +142,28 @@ uint8_t* Segment::ringData(int from, int to) const {
   uint8_t* first =
       base_ + sizeof(Header) + sizeof(RankBlock) * ranks_ + sizeof(RingControl) * pairs(ranks_);
   return first + ringBytes_ * pairIndex(from, to);
+}
+
+// Rank r > 0 has two control rings after the data rings: r -> 0 at 2(r-1), 0 -> r at 2(r-1)+1.
+size_t Segment::controlIndex(int from, int to) const {
+  HORA_CHECK(
+      from != to && (from == 0 || to == 0) && from < ranks_ && to < ranks_ && from >= 0 && to >= 0,
+      "bad control ring");
+  return from == 0 ? 2 * static_cast<size_t>(to - 1) + 1 : 2 * static_cast<size_t>(from - 1);
+}
+
+uint8_t* Segment::controlBase() const {
+  return base_ + sizeof(Header) + sizeof(RankBlock) * ranks_ +
+         (sizeof(RingControl) + ringBytes_) * pairs(ranks_);
+}
+
+RingControl& Segment::controlRingControl(int from, int to) const {
+  return reinterpret_cast<RingControl*>(controlBase())[controlIndex(from, to)];
+}
+
+uint8_t* Segment::controlRingData(int from, int to) const {
+  return controlBase() + sizeof(RingControl) * controlRings(ranks_) +
+         kControlRingBytes * controlIndex(from, to);
 }
 
 }  // namespace shm

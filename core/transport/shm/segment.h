@@ -9,9 +9,12 @@
 //
 // Layout (all cache-line aligned, nothing shared between writers on one line):
 //   header | per rank: identity line, doorbell line, two small-payload lines |
-//   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data
-// The size is fixed when the job starts: 64 B + 256 B per rank + (128 B + ringBytes) per ordered
-// pair, whatever the tensors the job later moves.
+//   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
+//   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data
+// The data rings belong to the collectives; the control rings carry only negotiation messages
+// (control_channel.h), so a collective never reads one by mistake. The size is fixed when the job
+// starts: 64 B + 256 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
+// kControlRingBytes) per rank other than 0, whatever the tensors the job later moves.
 //
 // Thread safety: the fields are atomics (or bytes published by an atomic release store), so any
 // thread of any rank may read them; each is written only by the rank the comment names.
@@ -26,6 +29,9 @@ namespace shm {
 constexpr size_t kLine = 64;
 // Bytes of the small payload one rank publishes beside its sequence number (one line minus seq).
 constexpr size_t kLinePayloadBytes = kLine - 8;
+// Bytes of each control ring: a batch of negotiation messages for a few hundred tensors fits;
+// a larger message passes in pieces.
+constexpr size_t kControlRingBytes = 256 << 10;
 
 struct alignas(kLine) RankLine {
   std::atomic<int32_t> pid;    // written by the rank when it attaches; 0 before
@@ -51,11 +57,18 @@ struct RankBlock {
   SpareLine spare;   // parity 1 payload
 };
 // A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
-// bytes consumed (by the receiver); both only grow.
+// bytes consumed (by the receiver); both only grow. writerWaiting (control rings only) is set by
+// the sender while it waits for room, so that the receiver wakes it only then.
 struct alignas(kLine) RingControl {
   alignas(kLine) std::atomic<uint64_t> head;
+  std::atomic<uint32_t> writerWaiting;
   alignas(kLine) std::atomic<uint64_t> tail;
 };
+
+// Copies n bytes into (or out of) a ring of `cap` bytes starting at stream position pos (the
+// caller has checked that they fit, or are there).
+void copyIntoRing(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n);
+void copyOutOfRing(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_t n);
 
 class Segment {
  public:
@@ -82,9 +95,14 @@ class Segment {
   RankBlock& rank(int r) const;
   RingControl& ringControl(int from, int to) const;
   uint8_t* ringData(int from, int to) const;
+  // The control rings: one of from, to is rank 0, the other is not.
+  RingControl& controlRingControl(int from, int to) const;
+  uint8_t* controlRingData(int from, int to) const;
 
  private:
   size_t pairIndex(int from, int to) const;
+  size_t controlIndex(int from, int to) const;
+  uint8_t* controlBase() const;
 
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;

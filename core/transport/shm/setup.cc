@@ -265,14 +265,18 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
     }
   }
   seg.closeFd();
-  store.set(key("ok", o.rank), failure.empty() ? std::string("ok") : "!" + failure);
+  // "ok" carries the rank's HORA_SHM_CONTROL too: the control plane moves only if all agree.
+  std::string ok = o.shmControl ? "ok" : "ok tcp-control";
+  store.set(key("ok", o.rank), failure.empty() ? ok : "!" + failure);
   awaitRanks(o, store, "ok", everyone, "attach to the shared-memory segment");
+  a.control = true;
   for (int r = 0; r < o.size; ++r) {
     std::string v = store.get(key("ok", r), Millis(0));
-    if (v != "ok") {
+    if (v.compare(0, 2, "ok") != 0) {
       a.whyNot = "rank " + std::to_string(r) + ": " + v.substr(1);
       return a;
     }
+    if (v != "ok") a.control = false;
   }
   WaitPolicy policy;
   policy.pause = oversubscribed(o.size) ? Micros(0) : Micros(2);

@@ -8,7 +8,8 @@
 //      secret with the usual handshake (core/net/handshake.h), and receive the segment's file
 //      descriptor over SCM_RIGHTS. A connection that fails the handshake gets nothing;
 //   3. every rank maps the segment, records its pid there, closes the descriptor and publishes
-//      "ok" or why it failed; all ranks wait for all of them.
+//      "ok" (saying whether its HORA_SHM_CONTROL allows negotiation over shared memory) or why it
+//      failed; all ranks wait for all of them.
 // The result is the same on every rank: a segment, or the one reason why not (then the caller
 // keeps its TCP or MPI communicator).
 #include <memory>
@@ -24,6 +25,7 @@ namespace shm {
 struct Attachment {
   std::shared_ptr<ShmPeers> peers;  // null when shared memory is not used
   std::string whyNot;               // the reason, identical on every rank
+  bool control = false;             // every rank allows negotiation over shared memory
 };
 
 // disabled: this rank's HORA_SHM_DISABLE. ringBytes: bytes of each rank-pair ring.

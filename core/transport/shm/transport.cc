@@ -5,7 +5,9 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/transport/shm/communicator.h"
+#include "core/transport/shm/control_channel.h"
 #include "core/transport/shm/setup.h"
+#include "core/transport/tcp/control_channel.h"
 #include "core/transport/tcp/transport.h"
 
 namespace hora {
@@ -22,12 +24,23 @@ size_t ringBytesOf(const ConnectOptions& o) {
   return o.shmRingBytes > 0 ? o.shmRingBytes : kDefaultRingBytes;
 }
 
+// Moves negotiation onto the segment when it runs on this job's TCP control connections (another
+// controller, such as MPI, stays) and every rank allows it. The TCP connections close: nothing
+// would read them any more, and a local peer's exit is seen through the segment (pidfd, gone flag).
+// Returns true when it moved.
+bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
+  if (!a.control || dynamic_cast<tcp::TcpControlChannel*>(c.control.get()) == nullptr) return false;
+  c.control = std::make_unique<ShmControlChannel>(a.peers, o.opTimeout);
+  return true;
+}
+
 }  // namespace
 
 Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
   Connection c = tcp::TcpTransport().connect(options, store);
   Attachment a = attachJob(options, store, false, ringBytesOf(options));
   if (!a.peers) throw NotSupported("shm transport: cannot use shared memory: " + a.whyNot);
+  moveControl(c, a, options);
   c.world = worldOver(std::move(a.peers), options.rank, options.size);
   return c;
 }
@@ -42,9 +55,12 @@ bool preferSharedMemory(Connection& connection, const ConnectOptions& options, S
     }
     return false;
   }
+  const bool control = moveControl(connection, a, options);
   connection.world = worldOver(std::move(a.peers), options.rank, options.size);
   if (options.rank == 0) {
-    HORA_LOG(Debug, "collectives run over shared memory (" << options.size << " ranks)");
+    HORA_LOG(Debug, "collectives run over shared memory (" << options.size
+                                                           << " ranks), negotiation "
+                                                           << (control ? "too" : "over TCP"));
   }
   return true;
 }

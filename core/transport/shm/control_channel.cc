@@ -1,0 +1,212 @@
+// The shared-memory control channel. Frames are those of the TCP control channel, so the parsing
+// and its checks are the same: a message reaches the coordinator only once every byte of it has
+// arrived, and a frame that fails validation ends the channel (IoError naming the peer).
+#include "core/transport/shm/control_channel.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/common/errors.h"
+#include "core/net/frame.h"
+
+namespace hora {
+namespace shm {
+namespace {
+
+// Largest control message accepted, as on TCP: a bigger announced length means corrupt memory.
+constexpr uint32_t kMaxControlMessageBytes = 256u << 20;
+constexpr uint16_t kMessageType = 1;
+// An unbounded poll() still wakes up now and then, only to wait again.
+constexpr Millis kForeverSlice{3600 * 1000};
+
+}  // namespace
+
+ShmControlChannel::ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opTimeout)
+    : peers_(std::move(peers)),
+      rank_(peers_->worldRank),
+      size_(peers_->worldSize),
+      opTimeout_(opTimeout) {
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) inbound_.push_back({r, std::string()});
+  } else {
+    inbound_.push_back({0, std::string()});
+  }
+}
+
+void ShmControlChannel::fail(int peer, const std::string& why) const {
+  throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " +
+                std::to_string(peer) + " " + why);
+}
+
+void ShmControlChannel::checkUsable() const {
+  // A failed collective unmaps the segment (ShmPeers::markFailed): nothing may touch it then.
+  if (!peers_->segment.mapped()) {
+    throw IoError(
+        "rank " + std::to_string(rank_) +
+        ": the shared-memory control channel is closed after a failure: " + peers_->failure);
+  }
+}
+
+std::string ShmControlChannel::peersGone() const {
+  for (const Inbound& in : inbound_) {
+    std::string why = peers_->peerGone(in.rank);
+    if (!why.empty()) {
+      return "rank " + std::to_string(rank_) + ": control connection to rank " +
+             std::to_string(in.rank) + " closed (" + why +
+             "); that rank probably exited or failed, see its log";
+    }
+  }
+  return "";
+}
+
+bool ShmControlChannel::anyInbound() const {
+  const Segment& s = peers_->segment;
+  for (const Inbound& in : inbound_) {
+    RingControl& c = s.controlRingControl(in.rank, rank_);
+    if (c.head.load(std::memory_order_acquire) != c.tail.load(std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ShmControlChannel::wakeup() {
+  // The counter is what poll() checks; the doorbell only ends its sleep.
+  wakeups_.fetch_add(1, std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> lock(peers_->unmapMu);
+  if (peers_->segment.mapped()) ring(peers_->doorbell(rank_));
+}
+
+void ShmControlChannel::readAvailable(Inbound& in, std::vector<Message>& out) {
+  const Segment& s = peers_->segment;
+  RingControl& c = s.controlRingControl(in.rank, rank_);
+  const uint64_t tail = c.tail.load(std::memory_order_relaxed);
+  const uint64_t head = c.head.load(std::memory_order_acquire);
+  if (head != tail) {
+    const size_t n = static_cast<size_t>(head - tail), old = in.partial.size();
+    in.partial.resize(old + n);
+    copyOutOfRing(s.controlRingData(in.rank, rank_), kControlRingBytes, tail,
+                  reinterpret_cast<uint8_t*>(&in.partial[old]), n);
+    c.tail.store(head, std::memory_order_release);
+    // Wake the sender only when its send() waits for room: a needless wake-up would cost a
+    // syscall here and a core there. Paired with the fence in send(): either it sees the new tail
+    // or this sees its flag.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c.writerWaiting.load(std::memory_order_relaxed) != 0) ring(peers_->doorbell(in.rank));
+  }
+  size_t at = 0;
+  while (in.partial.size() - at >= net::kFrameHeaderBytes) {
+    net::FrameHeader h =
+        net::decodeHeader(reinterpret_cast<const uint8_t*>(in.partial.data() + at));
+    std::string bad = net::validateHeader(h, net::kControlMagic, kMaxControlMessageBytes);
+    if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
+    if (!bad.empty()) fail(in.rank, "sent a malformed frame: " + bad);
+    if (in.partial.size() - at < net::kFrameHeaderBytes + h.length) break;
+    out.push_back({in.rank, in.partial.substr(at + net::kFrameHeaderBytes, h.length)});
+    at += net::kFrameHeaderBytes + h.length;
+  }
+  in.partial.erase(0, at);
+}
+
+void ShmControlChannel::send(int to, const std::string& bytes) {
+  if (bytes.size() > kMaxControlMessageBytes) {
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
+                          std::to_string(bytes.size()) + " bytes exceeds the limit");
+  }
+  if (to == rank_ || to < 0 || to >= size_ || (rank_ != 0 && to != 0)) {
+    throw InvalidArgument("rank " + std::to_string(rank_) + ": no control connection to rank " +
+                          std::to_string(to) +
+                          " (rank 0 talks to every rank, the others only to rank 0)");
+  }
+  checkUsable();
+  const Segment& s = peers_->segment;
+  RingControl& c = s.controlRingControl(rank_, to);
+  uint8_t* data = s.controlRingData(rank_, to);
+  const std::string frame = net::buildFrame(net::kControlMagic, kMessageType, bytes);
+  WaitPolicy policy = peers_->policy;
+  policy.timeout = opTimeout_;
+  auto room = [&] {
+    return c.head.load(std::memory_order_relaxed) - c.tail.load(std::memory_order_acquire) <
+           kControlRingBytes;
+  };
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    const uint64_t head = c.head.load(std::memory_order_relaxed);
+    const uint64_t tail = c.tail.load(std::memory_order_acquire);
+    const size_t n =
+        std::min(frame.size() - sent, kControlRingBytes - static_cast<size_t>(head - tail));
+    if (n > 0) {
+      copyIntoRing(data, kControlRingBytes, head,
+                   reinterpret_cast<const uint8_t*>(frame.data()) + sent, n);
+      c.head.store(head + n, std::memory_order_release);
+      ring(peers_->doorbell(to));
+      sent += n;
+      continue;
+    }
+    // The ring is full: wait for the peer to read, draining what it (or any peer) sends meanwhile,
+    // or rank 0 and a rank both sending a large message would each wait for the other to read.
+    // What arrives goes to stash_ and is handed out first by the next poll().
+    std::string gone = peers_->peerGone(to);
+    if (!gone.empty()) fail(to, "closed while sending (" + gone + ")");
+    auto failed = [&]() -> std::string {
+      std::string why = peers_->peerGone(to);
+      if (why.empty()) return "";
+      return "rank " + std::to_string(rank_) + ": control connection to rank " +
+             std::to_string(to) + " closed while sending (" + why + ")";
+    };
+    bool moved;
+    c.writerWaiting.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    try {
+      moved = waitUntil(
+          peers_->doorbell(rank_), policy, [&] { return room() || anyInbound(); }, failed);
+    } catch (...) {
+      c.writerWaiting.store(0, std::memory_order_relaxed);
+      throw;
+    }
+    c.writerWaiting.store(0, std::memory_order_relaxed);
+    if (!moved) {
+      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(to) +
+                         " accepted no control data for " + std::to_string(opTimeout_.count()) +
+                         " ms");
+    }
+    for (Inbound& in : inbound_) readAvailable(in, stash_);
+  }
+}
+
+void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros spin) {
+  const size_t before = out.size();
+  // Messages read while send() waited for room arrived before anything still in the rings.
+  for (auto& m : stash_) out.push_back(std::move(m));
+  stash_.clear();
+  checkUsable();
+  const bool forever = timeout.count() < 0;
+  const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+  WaitPolicy policy = peers_->policy;
+  policy.yield = spin;
+  auto woken = [&] { return wakeups_.load(std::memory_order_acquire) != wakeupsSeen_; };
+  auto ready = [&] { return woken() || anyInbound(); };
+  auto failed = [&] { return peersGone(); };
+  for (;;) {
+    for (Inbound& in : inbound_) readAvailable(in, out);
+    if (woken()) {
+      wakeupsSeen_ = wakeups_.load(std::memory_order_acquire);
+      return;
+    }
+    if (out.size() > before) return;
+    if (!forever) {
+      const auto now = Clock::now();
+      if (now >= deadline) return;
+      policy.timeout = std::chrono::ceil<Millis>(deadline - now);
+    } else {
+      policy.timeout = kForeverSlice;
+    }
+    waitUntil(peers_->doorbell(rank_), policy, ready, failed);
+    // Only the start of the wait spins; a wake-up without a whole message sleeps again at once.
+    policy.pause = Micros(0);
+    policy.yield = Micros(0);
+  }
+}
+
+}  // namespace shm
+}  // namespace hora
