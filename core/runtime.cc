@@ -129,18 +129,19 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
                                              settings_.hierarchicalAllgather};
   // When the world's data runs over TCP alone (not every rank on one host), the ranks of each
   // host of a hierarchical path try a shared segment of their own for their local steps.
-  HostLocalFactory hostLocal = [this](int host, int index, int hostSize, std::string* why) {
+  HostLocalFactory hostLocal = [this](int host, int index, const std::vector<int>& hostRanks,
+                                      std::string* why) {
     if (transportName_ == "tcp+shm") return std::unique_ptr<Communicator>();  // already shm
     if (transportName_ != "tcp") {
       *why = "shared memory runs beside TCP only (the job's transport is " + transportName_ + ")";
       return std::unique_ptr<Communicator>();
     }
-    if (hostSize == 1) return std::unique_ptr<Communicator>();  // nothing to share
+    if (hostRanks.size() == 1) return std::unique_ptr<Communicator>();  // nothing to share
     ConnectOptions o = connectOptions_;
     o.rank = index;
-    o.size = hostSize;
+    o.size = static_cast<int>(hostRanks.size());
     PrefixStore hostStore(*store_, "host" + std::to_string(host) + "/");
-    return shm::hostCommunicator(o, hostStore, settings_.shmDisable, why);
+    return shm::hostCommunicator(o, hostStore, settings_.shmDisable, hostRanks, why);
   };
   sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place, hostLocal));
   int id = 1;

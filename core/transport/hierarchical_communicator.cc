@@ -83,7 +83,9 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   const int perHost = static_cast<int>(layout.hosts[0].size());
   std::unique_ptr<Communicator> local;
   std::string localWhyNot;
-  if (hostLocal) local = hostLocal(layout.host, layout.index, perHost, &localWhyNot);
+  if (hostLocal) {
+    local = hostLocal(layout.host, layout.index, layout.hosts[layout.host], &localWhyNot);
+  }
   if (!local) local = world.subset(layout.hosts[layout.host]);
   auto flat = world.subset(all);
   auto crossComm = world.subset(cross);

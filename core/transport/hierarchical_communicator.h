@@ -67,9 +67,10 @@ class HierarchicalCommunicator final : public Communicator {
 // the same verdict; rank 0 logs it at Info, and why when a requested path does not run.
 // hostLocal, when given, may return a communicator of this rank's host over other means (shared
 // memory); it is called by every rank of every host, with the host's index, this rank's index on
-// it and the host's rank count, and returns null (with why) to keep the world's subset.
+// it and the host's ranks (world ranks, by index), and returns null (with why) to keep the
+// world's subset.
 using HostLocalFactory = std::function<std::unique_ptr<Communicator>(
-    int host, int index, int hostSize, std::string* why)>;
+    int host, int index, const std::vector<int>& hostRanks, std::string* why)>;
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const std::vector<int>& all,
                                                      HierarchicalCommunicator::Choice requested,

@@ -26,6 +26,7 @@
 #include "core/net/socket.h"
 #include "core/store/memory_store.h"
 #include "core/transport/backends.h"
+#include "core/transport/shm/links.h"
 #include "core/transport/shm/segment.h"
 #include "core/transport/shm/setup.h"
 #include "core/transport/shm/transport.h"
@@ -291,6 +292,17 @@ TEST(ShmSetup, StrangerWithoutTheSecretGetsNoDescriptor) {
     require(a.peers != nullptr, [&] { return "set-up failed: " + a.whyNot; });
   });
   EXPECT_EQ(strangerResult.rfind("refused", 0), 0u) << strangerResult;
+}
+
+// A host's own segment of the hierarchical path numbers its ranks by their index on the host;
+// what a rank reports names its peers by their rank in the job.
+TEST(ShmPeers, NamesPeersByTheirRankInTheJob) {
+  shm::Segment segment = shm::Segment::create(2, 4096);
+  segment.rank(1).identity.gone.store(1);
+  shm::ShmPeers peers(std::move(segment), 0, shm::WaitPolicy{});
+  EXPECT_NE(peers.peerGone(1).find("rank 1 left"), std::string::npos) << peers.peerGone(1);
+  peers.jobRanks = {4, 7};
+  EXPECT_NE(peers.peerGone(1).find("rank 7 left"), std::string::npos) << peers.peerGone(1);
 }
 
 TEST(ShmWait, APeerThatLeftAfterPublishingDoesNotFailTheWait) {

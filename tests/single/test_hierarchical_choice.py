@@ -98,13 +98,14 @@ KILLED_SCRIPT = textwrap.dedent("""
                 os._exit(0)  # abrupt, but status 0: horarun lets the others find out themselves
             hora.allreduce(np.ones(300000, np.float32), op=hora.Sum, name="k")
     except hora.HoraError as e:
-        print(f"rank {hora.rank()} failed: {type(e).__name__}", flush=True)
+        print(f"rank {hora.rank()} failed: {type(e).__name__}: {e}", flush=True)
 """)
 
 
 def test_a_killed_rank_fails_the_others_with_shared_memory_within_hosts() -> None:
     """A rank that vanishes mid-loop without shutting down (shared memory within its host, TCP
-    across) makes every other rank's pending allreduce fail with a HoraError."""
+    across) makes every other rank's pending allreduce fail with a HoraError; rank 2, which shares
+    its host's segment with rank 3, names it by its rank in the job (its index on the host is 1)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
     env.update(HORA_HIERARCHICAL_ALLREDUCE="1", HORA_SHM_HOST_BY_NAME="1", HORA_TIMEOUT_SECONDS="20")
@@ -114,3 +115,5 @@ def test_a_killed_rank_fails_the_others_with_shared_memory_within_hosts() -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     for r in (0, 1, 2):
         assert f"rank {r} failed: " in result.stdout, result.stdout + result.stderr
+    rank2 = next(line for line in result.stdout.splitlines() if "rank 2 failed: " in line)
+    assert "rank 3 " in rank2 and "rank 1 " not in rank2, rank2

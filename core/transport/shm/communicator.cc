@@ -65,7 +65,7 @@ void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtyp
   auto missing = [&] {
     std::string out;
     for (int r : others_) {
-      if (!published(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
+      if (!published(r)) out += (out.empty() ? "" : ", ") + std::to_string(peers_->jobRank(r));
     }
     return "waiting for the payload of rank " + out;
   };

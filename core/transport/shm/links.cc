@@ -48,12 +48,12 @@ ShmPeers::~ShmPeers() {
 
 std::string ShmPeers::peerGone(int peer) const {
   if (segment.rank(peer).identity.gone.load(std::memory_order_acquire)) {
-    return "rank " + std::to_string(peer) + " left the shared-memory group or failed";
+    return "rank " + std::to_string(jobRank(peer)) + " left the shared-memory group or failed";
   }
   if (pidfds[peer] >= 0) {
     pollfd p{pidfds[peer], POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
-      return "rank " + std::to_string(peer) + " (pid " +
+      return "rank " + std::to_string(jobRank(peer)) + " (pid " +
              std::to_string(segment.rank(peer).identity.pid.load()) + ") exited";
     }
   }
@@ -125,14 +125,14 @@ void ShmLinks::waitFor(const std::function<bool()>& ready, const std::vector<int
       if (stillNeeded && !stillNeeded(peer)) continue;
       std::string why = p.peerGone(worldRanks_[peer]);
       if (!why.empty()) {
-        return "rank " + std::to_string(p.worldRank) + ": shm " + op_ + " cannot finish: " + why +
-               p.othersGone(worldRanks_[peer]) + " (" + what() + ")";
+        return "rank " + std::to_string(p.jobRank(p.worldRank)) + ": shm " + op_ +
+               " cannot finish: " + why + p.othersGone(worldRanks_[peer]) + " (" + what() + ")";
       }
     }
     return "";
   };
   if (waitUntil(p.doorbell(p.worldRank), p.policy, ready, failed)) return;
-  throw TimeoutError("rank " + std::to_string(p.worldRank) + ": shm " + op_ +
+  throw TimeoutError("rank " + std::to_string(p.jobRank(p.worldRank)) + ": shm " + op_ +
                      " made no progress for " + std::to_string(p.policy.timeout.count()) + " ms (" +
                      what() +
                      "); a peer is stuck, much slower, or not calling the same collective "
@@ -149,7 +149,7 @@ void ShmLinks::waitAny(const Want* wants, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       out += (out.empty() ? "" : ", ") +
              std::string(wants[i].recv ? "receiving from" : "sending to") + " rank " +
-             std::to_string(worldRanks_[wants[i].peer]);
+             std::to_string(peers_->jobRank(worldRanks_[wants[i].peer]));
     }
     return out;
   };

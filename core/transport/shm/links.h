@@ -35,12 +35,17 @@ struct ShmPeers {
   std::vector<int> pidfds;  // by world rank; -1 for this rank and for ranks in this process
   std::string failure;      // why the segment became unusable ("" while healthy)
   uint32_t lineSeq = 0;     // small-payload allreduces of the whole job run so far
+  // The job's rank of each rank of the segment, for messages; empty when they are the same (a
+  // host's own segment of the hierarchical path numbers its ranks by their index on the host).
+  std::vector<int> jobRanks;
   collectives::ScratchBuffers scratch;
   // Held by markFailed() while it unmaps and by the one caller from another thread
   // (ShmControlChannel::wakeup(), ringing this rank's doorbell), which must not touch the mapping
   // once it is gone. Everything else runs on the background thread.
   std::mutex unmapMu;
 
+  // The rank messages name for segment rank r.
+  int jobRank(int r) const { return jobRanks.empty() ? r : jobRanks[r]; }
   // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
   std::string peerGone(int peer) const;
   // "" or "; rank 0 exited too": the other ranks gone besides `peer`. A failing rank leaves the

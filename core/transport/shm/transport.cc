@@ -66,12 +66,14 @@ bool preferSharedMemory(Connection& connection, const ConnectOptions& options, S
 }
 
 std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& options, Store& store,
-                                               bool disabled, std::string* whyNot) {
+                                               bool disabled, const std::vector<int>& jobRanks,
+                                               std::string* whyNot) {
   Attachment a = attachJob(options, store, disabled, ringBytesOf(options));
   if (!a.peers) {
     *whyNot = a.whyNot;
     return nullptr;
   }
+  a.peers->jobRanks = jobRanks;
   return worldOver(std::move(a.peers), options.rank, options.size);
 }
 

@@ -9,6 +9,7 @@
 // - ShmTransport ("shm"): TCP plus shared memory, failing with NotSupported when shared memory
 //   cannot be set up (for tests that must run over shared memory).
 #include <string>
+#include <vector>
 
 #include "core/transport/transport.h"
 
@@ -32,9 +33,11 @@ bool preferSharedMemory(Connection& connection, const ConnectOptions& options, S
 // Collective over the ranks of one host (options.rank and size are this rank's index on the
 // host and the host's rank count; store keeps this host's keys apart from other hosts'): a
 // communicator of the host's ranks over a segment of their own, or null with *whyNot set when
-// they cannot share memory. Every rank of the host gets the same verdict.
+// they cannot share memory. Every rank of the host gets the same verdict. jobRanks[i] is the
+// job's rank of the host's rank i: errors name ranks by it.
 std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& options, Store& store,
-                                               bool disabled, std::string* whyNot);
+                                               bool disabled, const std::vector<int>& jobRanks,
+                                               std::string* whyNot);
 
 }  // namespace shm
 }  // namespace hora
