@@ -1,21 +1,19 @@
-// The shared-memory control channel. Frames are those of the TCP control channel, so the parsing
-// and its checks are the same: a message reaches the coordinator only once every byte of it has
-// arrived, and a frame that fails validation ends the channel (IoError naming the peer).
+// The shared-memory control channel. Frames are those of the TCP control channel
+// (core/transport/control_frames.h), parsed and checked by the same code: a message reaches the
+// coordinator only once every byte of it has arrived, and a frame that fails validation ends the
+// channel (IoError naming the peer).
 #include "core/transport/shm/control_channel.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "core/common/errors.h"
-#include "core/net/frame.h"
+#include "core/transport/control_frames.h"
 
 namespace hora {
 namespace shm {
 namespace {
 
-// Largest control message accepted, as on TCP: a bigger announced length means corrupt memory.
-constexpr uint32_t kMaxControlMessageBytes = 256u << 20;
-constexpr uint16_t kMessageType = 1;
 // An unbounded poll() still wakes up now and then, only to wait again.
 constexpr Millis kForeverSlice{3600 * 1000};
 
@@ -94,18 +92,8 @@ void ShmControlChannel::readAvailable(Inbound& in, std::vector<Message>& out) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (c.writerWaiting.load(std::memory_order_relaxed) != 0) ring(peers_->doorbell(in.rank));
   }
-  size_t at = 0;
-  while (in.partial.size() - at >= net::kFrameHeaderBytes) {
-    net::FrameHeader h =
-        net::decodeHeader(reinterpret_cast<const uint8_t*>(in.partial.data() + at));
-    std::string bad = net::validateHeader(h, net::kControlMagic, kMaxControlMessageBytes);
-    if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
-    if (!bad.empty()) fail(in.rank, "sent a malformed frame: " + bad);
-    if (in.partial.size() - at < net::kFrameHeaderBytes + h.length) break;
-    out.push_back({in.rank, in.partial.substr(at + net::kFrameHeaderBytes, h.length)});
-    at += net::kFrameHeaderBytes + h.length;
-  }
-  in.partial.erase(0, at);
+  std::string bad = takeControlMessages(in.rank, in.partial, out);
+  if (!bad.empty()) fail(in.rank, "sent a malformed frame: " + bad);
 }
 
 void ShmControlChannel::send(int to, const std::string& bytes) {
@@ -122,7 +110,7 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
   const Segment& s = peers_->segment;
   RingControl& c = s.controlRingControl(rank_, to);
   uint8_t* data = s.controlRingData(rank_, to);
-  const std::string frame = net::buildFrame(net::kControlMagic, kMessageType, bytes);
+  const std::string frame = controlFrame(bytes);
   WaitPolicy policy = peers_->policy;
   policy.timeout = opTimeout_;
   auto room = [&] {

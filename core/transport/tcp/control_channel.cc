@@ -1,10 +1,10 @@
 // The TCP control channel: negotiation messages between rank 0 and every other rank, on their own
 // connections so a collective in progress on the data mesh never reads a control message.
 //
-// Wire: one frame per message (net::kControlMagic, kMessageType, the message bytes as payload).
-// Frames are the unit of delivery: a message is handed to the coordinator only once every byte of
-// it has arrived, and a frame that fails validation ends the channel (IoError naming the peer),
-// since a TCP byte stream cannot be resynchronised after a bad header.
+// Wire: one frame per message (core/transport/control_frames.h). Frames are the unit of delivery: a
+// message is handed to the coordinator only once every byte of it has arrived, and a frame that
+// fails validation ends the channel (IoError naming the peer), since a TCP byte stream cannot be
+// resynchronised after a bad header.
 #include "core/transport/tcp/control_channel.h"
 
 #include <errno.h>
@@ -19,18 +19,12 @@
 
 #include "core/common/errors.h"
 #include "core/common/spin.h"
-#include "core/net/frame.h"
+#include "core/transport/control_frames.h"
 
 namespace hora {
 namespace tcp {
 namespace {
 
-// Largest control message accepted. Coordinator messages are far smaller; a bigger announced
-// length means a corrupt or foreign stream.
-constexpr uint32_t kMaxControlMessageBytes = 256u << 20;
-// The only frame type today. Another type from a peer means it speaks some other revision of
-// this protocol: refused rather than misread.
-constexpr uint16_t kMessageType = 1;
 // Read granularity: large enough that a burst of responses takes a few syscalls, small enough
 // that an idle channel does not hold much unused buffer.
 constexpr size_t kReadChunk = 64 << 10;
@@ -137,19 +131,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     }
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
   }
-  size_t at = 0;
-  while (p.in.size() - at >= net::kFrameHeaderBytes) {
-    net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(p.in.data() + at));
-    std::string bad = net::validateHeader(h, net::kControlMagic, kMaxControlMessageBytes);
-    if (bad.empty() && h.type != kMessageType) bad = "unknown frame type " + std::to_string(h.type);
-    // Checked on the header alone, before waiting for the payload: a corrupt length must not make
-    // this rank buffer up to it.
-    if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
-    if (p.in.size() - at < net::kFrameHeaderBytes + h.length) break;
-    out.push_back({p.rank, p.in.substr(at + net::kFrameHeaderBytes, h.length)});
-    at += net::kFrameHeaderBytes + h.length;
-  }
-  p.in.erase(0, at);
+  std::string bad = takeControlMessages(p.rank, p.in, out);
+  if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
 }
 
 void TcpControlChannel::send(int to, const std::string& bytes) {
@@ -158,7 +141,7 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
   Peer& target = peer(to);
-  std::string frame = net::buildFrame(net::kControlMagic, kMessageType, bytes);
+  std::string frame = controlFrame(bytes);
   size_t sent = 0;
   std::vector<pollfd> fds;
   while (sent < frame.size()) {
