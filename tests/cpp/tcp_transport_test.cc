@@ -19,6 +19,7 @@
 #include "core/collectives/algorithm_table.h"
 #include "core/common/errors.h"
 #include "core/config.h"
+#include "core/net/frame.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "core/store/memory_store.h"
@@ -464,6 +465,7 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
   std::mutex m;
   std::condition_variable cv;
   bool rank0Done = false;
+  bool rank3Gone = false;
   test::spawnRanks(n, [&](int rank) {
     Connection conn = connect(store, options(rank, n));
     ControlChannel& ch = *conn.control;
@@ -537,13 +539,28 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
       require(got[0].from == 0 && got[0].bytes == "while spinning", "message seen while spinning");
     }
     conn.world->barrier();
-    // A peer that goes away makes rank 0's poll fail naming it. Ranks 1 and 2 stay connected
-    // until rank 0 has seen that.
+    // A peer that goes away makes rank 0's poll fail naming it, after its last message: sent
+    // just before it hung up, as a frame of exactly three 64 KiB reads, so that the read after
+    // them meets the hang-up in the same call. Ranks 1 and 2 stay connected until rank 0 has
+    // seen that.
+    const std::string lastWords((3 << 16) - net::kFrameHeaderBytes, 'w');
     if (rank == 3) {
+      ch.send(0, lastWords);
       conn.control.reset();
+      {
+        std::lock_guard<std::mutex> lock(m);
+        rank3Gone = true;
+      }
+      cv.notify_all();
       return;
     }
     if (rank == 0) {
+      {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return rank3Gone; });
+      }
+      std::this_thread::sleep_for(50ms);  // the hang-up has reached this end too
+      got.clear();
       bool failed = false;
       try {
         for (int i = 0; i < 100 && !failed; ++i) ch.poll(got, 1000ms);
@@ -556,6 +573,8 @@ TEST(TcpControlChannel, StarMessagingWakeupTimeoutAndClose) {
       }
       cv.notify_all();
       require(failed, "closed control connection must raise IoError naming rank 3");
+      require(got.size() == 1 && got[0].from == 3 && got[0].bytes == lastWords,
+              "the last message before a hang-up is delivered before the hang-up fails");
     } else {
       std::unique_lock<std::mutex> lock(m);
       cv.wait(lock, [&] { return rank0Done; });

@@ -1,8 +1,8 @@
 #pragma once
 // The shared-memory transport: collectives between ranks that all run on one host go through one
 // shared segment (setup.h) instead of the loopback TCP stack, and so does negotiation
-// (control_channel.h) unless a rank sets HORA_SHM_CONTROL=0 (ConnectOptions::shmControl) or the
-// control plane is not this job's TCP one. Two ways in:
+// (control_channel.h) when every rank allows it (HORA_SHM_CONTROL, ConnectOptions::shmControl)
+// and the control plane is this job's TCP one. Two ways in:
 // - preferSharedMemory(): what the runtime does by default when the data transport is TCP. It
 //   replaces the world communicator with the shared-memory one when every rank runs on this host
 //   and none set HORA_SHM_DISABLE, and otherwise keeps the TCP one and logs one line saying why.

@@ -117,8 +117,11 @@ bool TcpControlChannel::takeWakeups() {
 }
 
 // Reads what p's socket holds now and appends every complete frame to out; a partial frame stays
-// in p.in for the next call.
+// in p.in for the next call. A peer's last messages (its shutdown, say) can arrive in the same
+// reads as its hang-up: they are delivered first, and the hang-up fails the next call (the
+// socket stays readable at its end).
 void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
+  std::string hangUp;
   for (;;) {
     size_t old = p.in.size();
     p.in.resize(old + kReadChunk);
@@ -126,13 +129,17 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     p.in.resize(old + r.bytes);
     if (r.status == net::IoStatus::WouldBlock) break;
     if (r.status != net::IoStatus::Ok) {
-      fail(p.rank,
-           "closed (" + net::describe(r) + "); that rank probably exited or failed, see its log");
+      hangUp = net::describe(r);
+      break;
     }
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
   }
+  const size_t before = out.size();
   std::string bad = takeControlMessages(p.rank, p.in, out);
   if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
+  if (!hangUp.empty() && out.size() == before) {
+    fail(p.rank, "closed (" + hangUp + "); that rank probably exited or failed, see its log");
+  }
 }
 
 void TcpControlChannel::send(int to, const std::string& bytes) {
