@@ -194,6 +194,41 @@ TEST(ShmControlChannel, PeerThatLeavesMakesPollThrowNamingIt) {
   });
 }
 
+// A rank whose collective fails (a peer died) still tells the others why: the channel outlives the
+// data path's failure, and what it sent before closing arrives before the close is reported.
+TEST(ShmControlChannel, AFailedCollectiveStillSendsItsReason) {
+  const int n = 3;
+  MemoryStore store;
+  test::spawnRanks(n, [&](int rank) {
+    Connection c = connectShm(store, options(rank, n));
+    c.world->barrier();
+    if (rank == 2) return;  // leaves
+    if (rank == 0) {
+      std::string reason;
+      try {
+        c.world->barrier();  // rank 2 is gone: fails, and marks this rank gone for the data path
+      } catch (const std::exception& e) {
+        reason = e.what();
+      }
+      require(reason.find("rank 2") != std::string::npos, "the barrier must fail naming rank 2");
+      c.control->send(1, "stopping: " + reason);
+      return;  // closes its end
+    }
+    std::vector<Message> got;
+    std::string closed;
+    try {
+      auto deadline = Clock::now() + 20s;
+      while (Clock::now() < deadline) c.control->poll(got, 1000ms);
+    } catch (const IoError& e) {
+      closed = e.what();
+    }
+    require(got.size() == 1 && got[0].from == 0 && got[0].bytes.find("rank 2") != std::string::npos,
+            "rank 0's reason must arrive");
+    require(closed.find("control connection to rank 0 closed") != std::string::npos,
+            "then the close, naming rank 0: " + closed);
+  });
+}
+
 TEST(ShmControlChannel, SendIntoAFullRingFailsForAGonePeerAndTimesOutForASilentOne) {
   for (bool silent : {false, true}) {
     MemoryStore store;

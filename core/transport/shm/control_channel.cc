@@ -29,6 +29,23 @@ ShmControlChannel::ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opT
   } else {
     inbound_.push_back({0, std::string()});
   }
+  peers_->controlInUse = true;
+}
+
+// Closing tells the peers, after everything this rank sent (a failure's reason included): the
+// flag is published after the rings' heads, so a peer that sees it also sees those bytes.
+ShmControlChannel::~ShmControlChannel() {
+  std::lock_guard<std::mutex> lock(peers_->unmapMu);
+  if (!peers_->segment.mapped()) return;
+  peers_->segment.rank(rank_).identity.controlClosed.store(1, std::memory_order_release);
+  for (const Inbound& in : inbound_) ring(peers_->doorbell(in.rank));
+}
+
+std::string ShmControlChannel::controlGone(int peer) const {
+  if (peers_->segment.rank(peer).identity.controlClosed.load(std::memory_order_acquire)) {
+    return "rank " + std::to_string(peer) + " closed its end (it stopped or failed)";
+  }
+  return peers_->processExited(peer);
 }
 
 void ShmControlChannel::fail(int peer, const std::string& why) const {
@@ -45,16 +62,23 @@ void ShmControlChannel::checkUsable() const {
   }
 }
 
+// Names every gone peer: after a death the others close in turn, and the first one seen may be
+// a survivor.
 std::string ShmControlChannel::peersGone() const {
+  std::string first, others;
   for (const Inbound& in : inbound_) {
-    std::string why = peers_->peerGone(in.rank);
-    if (!why.empty()) {
-      return "rank " + std::to_string(rank_) + ": control connection to rank " +
-             std::to_string(in.rank) + " closed (" + why +
-             "); that rank probably exited or failed, see its log";
+    std::string why = controlGone(in.rank);
+    if (why.empty()) continue;
+    if (first.empty()) {
+      first = "rank " + std::to_string(rank_) + ": control connection to rank " +
+              std::to_string(in.rank) + " closed (" + why + ")";
+    } else {
+      others += "; " + why;
     }
   }
-  return "";
+  if (first.empty()) return "";
+  return first + (others.empty() ? "" : others + " too") +
+         "; that rank probably exited or failed, see its log";
 }
 
 bool ShmControlChannel::anyInbound() const {
@@ -134,10 +158,10 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
     // The ring is full: wait for the peer to read, draining what it (or any peer) sends meanwhile,
     // or rank 0 and a rank both sending a large message would each wait for the other to read.
     // What arrives goes to stash_ and is handed out first by the next poll().
-    std::string gone = peers_->peerGone(to);
+    std::string gone = controlGone(to);
     if (!gone.empty()) fail(to, "closed while sending (" + gone + ")");
     auto failed = [&]() -> std::string {
-      std::string why = peers_->peerGone(to);
+      std::string why = controlGone(to);
       if (why.empty()) return "";
       return "rank " + std::to_string(rank_) + ": control connection to rank " +
              std::to_string(to) + " closed while sending (" + why + ")";
@@ -189,7 +213,14 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     } else {
       policy.timeout = kForeverSlice;
     }
-    waitUntil(peers_->doorbell(rank_), policy, ready, failed);
+    try {
+      waitUntil(peers_->doorbell(rank_), policy, ready, failed);
+    } catch (const IoError&) {
+      // What a peer wrote before it closed comes first: its last message may say why.
+      for (Inbound& in : inbound_) readAvailable(in, out);
+      if (out.size() > before) return;
+      throw;
+    }
     // Only the start of the wait spins; a wake-up without a whole message sleeps again at once.
     policy.pause = Micros(0);
     policy.yield = Micros(0);

@@ -11,8 +11,10 @@
 // inbound ring has bytes, wakeup() was called, or the timeout passes. send() waiting for room keeps
 // draining the inbound rings into a stash (rank 0 and a rank both sending big messages never wait
 // on each other), fails with TimeoutError when nothing moves for the op timeout, and with IoError
-// as soon as the peer is gone. A peer that left or whose process exited makes poll() throw IoError
-// naming it, like a closed TCP control connection.
+// as soon as the peer is gone. A peer whose channel closed or whose process exited makes poll()
+// throw IoError naming it, like a closed TCP control connection, once what it wrote before has been
+// delivered. A collective that fails marks the rank gone for the data path only: the channel keeps
+// the segment mapped and still carries the failure's reason to the others.
 //
 // Threads: send() and poll() on the background thread (which also owns the collectives on the same
 // ShmPeers); wakeup() from any thread.
@@ -31,6 +33,7 @@ namespace shm {
 class ShmControlChannel : public ControlChannel {
  public:
   ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opTimeout);
+  ~ShmControlChannel() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -47,8 +50,11 @@ class ShmControlChannel : public ControlChannel {
   // Takes what the ring from `in.rank` holds now, appending every whole message to out.
   void readAvailable(Inbound& in, std::vector<Message>& out);
   bool anyInbound() const;
-  // Why a peer this rank talks to is gone, as the IoError text; "" while all are there.
+  // Why the peers this rank talks to are gone, as the IoError text; "" while all are there.
   std::string peersGone() const;
+  // "" while `peer`'s control channel is open and its process runs, else why not. A peer whose
+  // collective failed is not gone here until it closes the channel.
+  std::string controlGone(int peer) const;
   void checkUsable() const;
   [[noreturn]] void fail(int peer, const std::string& why) const;
 

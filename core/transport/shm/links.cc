@@ -50,6 +50,10 @@ std::string ShmPeers::peerGone(int peer) const {
   if (segment.rank(peer).identity.gone.load(std::memory_order_acquire)) {
     return "rank " + std::to_string(jobRank(peer)) + " left the shared-memory group or failed";
   }
+  return processExited(peer);
+}
+
+std::string ShmPeers::processExited(int peer) const {
   if (pidfds[peer] >= 0) {
     pollfd p{pidfds[peer], POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
@@ -77,8 +81,9 @@ void ShmPeers::markFailed(const std::string& why) {
   for (int r = 0; r < worldSize; ++r) {
     if (r != worldRank) ring(doorbell(r));
   }
-  // Nothing touches the segment after a failure (the communicator refuses work first), so it
-  // goes now: the memory is freed as soon as the peers let go too.
+  // Nothing but the control channel touches the segment after a failure (the communicator refuses
+  // work first), so without one it goes now: the memory is freed as soon as the peers let go too.
+  if (controlInUse) return;
   std::lock_guard<std::mutex> lock(unmapMu);
   segment.release();
 }

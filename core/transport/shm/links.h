@@ -38,6 +38,9 @@ struct ShmPeers {
   // The job's rank of each rank of the segment, for messages; empty when they are the same (a
   // host's own segment of the hierarchical path numbers its ranks by their index on the host).
   std::vector<int> jobRanks;
+  // A ShmControlChannel uses the segment: markFailed() leaves it mapped, since the channel still
+  // carries this rank's last messages (its failure's reason); it goes with the last owner.
+  bool controlInUse = false;
   collectives::ScratchBuffers scratch;
   // Held by markFailed() while it unmaps and by the one caller from another thread
   // (ShmControlChannel::wakeup(), ringing this rank's doorbell), which must not touch the mapping
@@ -48,6 +51,8 @@ struct ShmPeers {
   int jobRank(int r) const { return jobRanks.empty() ? r : jobRanks[r]; }
   // "" while world rank `peer` is attached, else why it is not (left, failed, exited).
   std::string peerGone(int peer) const;
+  // "" while the process of world rank `peer` runs, else that it exited (its pidfd).
+  std::string processExited(int peer) const;
   // "" or "; rank 0 exited too": the other ranks gone besides `peer`. A failing rank leaves the
   // group in turn, so the peer a rank waits on may be gone only because another rank died first.
   std::string othersGone(int peer) const;

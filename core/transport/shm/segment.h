@@ -36,6 +36,9 @@ constexpr size_t kControlRingBytes = 256 << 10;
 struct alignas(kLine) RankLine {
   std::atomic<int32_t> pid;    // written by the rank when it attaches; 0 before
   std::atomic<uint32_t> gone;  // set by the rank when it leaves or fails: its peers stop waiting
+  // Set by the rank when its control channel closes (control_channel.h): a rank whose collective
+  // failed (gone) still sends the others its reason before that.
+  std::atomic<uint32_t> controlClosed;
 };
 struct alignas(kLine) Doorbell {
   std::atomic<uint32_t> bell;      // bumped by any rank that changed something this rank awaits
