@@ -35,8 +35,6 @@ ShmControlChannel::ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opT
 // Closing tells the peers, after everything this rank sent (a failure's reason included): the
 // flag is published after the rings' heads, so a peer that sees it also sees those bytes.
 ShmControlChannel::~ShmControlChannel() {
-  std::lock_guard<std::mutex> lock(peers_->unmapMu);
-  if (!peers_->segment.mapped()) return;
   peers_->segment.rank(rank_).identity.controlClosed.store(1, std::memory_order_release);
   for (const Inbound& in : inbound_) ring(peers_->doorbell(in.rank));
 }
@@ -51,15 +49,6 @@ std::string ShmControlChannel::controlGone(int peer) const {
 void ShmControlChannel::fail(int peer, const std::string& why) const {
   throw IoError("rank " + std::to_string(rank_) + ": control connection to rank " +
                 std::to_string(peer) + " " + why);
-}
-
-void ShmControlChannel::checkUsable() const {
-  // A failed collective unmaps the segment (ShmPeers::markFailed): nothing may touch it then.
-  if (!peers_->segment.mapped()) {
-    throw IoError(
-        "rank " + std::to_string(rank_) +
-        ": the shared-memory control channel is closed after a failure: " + peers_->failure);
-  }
 }
 
 // Names every gone peer: after a death the others close in turn, and the first one seen may be
@@ -93,10 +82,10 @@ bool ShmControlChannel::anyInbound() const {
 }
 
 void ShmControlChannel::wakeup() {
-  // The counter is what poll() checks; the doorbell only ends its sleep.
+  // The counter is what poll() checks; the doorbell only ends its sleep. The segment stays mapped
+  // while this channel lives (ShmPeers::controlInUse), so no lock guards the ring.
   wakeups_.fetch_add(1, std::memory_order_seq_cst);
-  std::lock_guard<std::mutex> lock(peers_->unmapMu);
-  if (peers_->segment.mapped()) ring(peers_->doorbell(rank_));
+  ring(peers_->doorbell(rank_));
 }
 
 void ShmControlChannel::readAvailable(Inbound& in, std::vector<Message>& out) {
@@ -130,7 +119,6 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
                           std::to_string(to) +
                           " (rank 0 talks to every rank, the others only to rank 0)");
   }
-  checkUsable();
   const Segment& s = peers_->segment;
   RingControl& c = s.controlRingControl(rank_, to);
   uint8_t* data = s.controlRingData(rank_, to);
@@ -191,7 +179,6 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   // Messages read while send() waited for room arrived before anything still in the rings.
   for (auto& m : stash_) out.push_back(std::move(m));
   stash_.clear();
-  checkUsable();
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
   WaitPolicy policy = peers_->policy;

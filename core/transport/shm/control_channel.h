@@ -55,7 +55,6 @@ class ShmControlChannel : public ControlChannel {
   // "" while `peer`'s control channel is open and its process runs, else why not. A peer whose
   // collective failed is not gone here until it closes the channel.
   std::string controlGone(int peer) const;
-  void checkUsable() const;
   [[noreturn]] void fail(int peer, const std::string& why) const;
 
   std::shared_ptr<ShmPeers> peers_;

@@ -84,7 +84,6 @@ void ShmPeers::markFailed(const std::string& why) {
   // Nothing but the control channel touches the segment after a failure (the communicator refuses
   // work first), so without one it goes now: the memory is freed as soon as the peers let go too.
   if (controlInUse) return;
-  std::lock_guard<std::mutex> lock(unmapMu);
   segment.release();
 }
 

@@ -8,11 +8,11 @@
 // communicator and every subset view; a ShmLinks maps its group's ranks onto world ranks. Waits
 // follow wait.h and fail with IoError when a peer they wait on has left (its gone flag, or its
 // process exited: pidfd) and with TimeoutError after the op timeout. markFailed() marks this rank
-// gone and unmaps the segment: peers waiting on it fail at once. Single-threaded, apart from
-// unmapMu.
+// gone and unmaps the segment: peers waiting on it fail at once. Single-threaded (a control
+// channel's wakeup() from another thread only rings a doorbell of a segment that stays mapped
+// while the channel lives).
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,10 +42,6 @@ struct ShmPeers {
   // carries this rank's last messages (its failure's reason); it goes with the last owner.
   bool controlInUse = false;
   collectives::ScratchBuffers scratch;
-  // Held by markFailed() while it unmaps and by the one caller from another thread
-  // (ShmControlChannel::wakeup(), ringing this rank's doorbell), which must not touch the mapping
-  // once it is gone. Everything else runs on the background thread.
-  std::mutex unmapMu;
 
   // The rank messages name for segment rank r.
   int jobRank(int r) const { return jobRanks.empty() ? r : jobRanks[r]; }
