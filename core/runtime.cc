@@ -80,7 +80,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   store_ = std::make_unique<PrefixStore>(*baseStore_, "hora/init" + generation + "/");
   Connection conn = connectRoles(*controller, *data, co, *store_);
   // Ranks on one host move data through shared memory when TCP carries both roles (an explicit
-  // MPI choice keeps MPI); negotiation moves there too when every rank sets HORA_SHM_CONTROL=1.
+  // MPI choice keeps MPI); negotiation moves there too unless a rank sets HORA_SHM_CONTROL=0.
   if (t.size > 1 && controller->name() == "tcp" && data->name() == "tcp" &&
       shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
     transportName_ = "tcp+shm";

@@ -65,9 +65,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"HIERARCHICAL_ALLGATHER", "0",
        "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
        "each host again (jobs over several hosts with equal ranks per host)"},
-      {"SHM_CONTROL", "0",
-       "1 (on every rank) moves negotiation with rank 0 to shared memory too when collectives run "
-       "there"},
+      {"SHM_CONTROL", "1",
+       "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},

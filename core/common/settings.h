@@ -39,7 +39,7 @@ struct Settings {
   bool shmHostByName = false;               // SHM_HOST_BY_NAME (testing aid, see setup.h)
   bool hierarchicalAllreduce = false;       // HIERARCHICAL_ALLREDUCE: local + cross allreduce
   bool hierarchicalAllgather = false;       // HIERARCHICAL_ALLGATHER: local + cross allgather
-  bool shmControl = false;                  // SHM_CONTROL: negotiation over shared memory too
+  bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES

@@ -97,8 +97,8 @@ def test_build_queries(started):
 def test_env_table_and_lookup(monkeypatch):
     names = {entry[0] for entry in _core.env_vars()}
     assert {"FUSION_THRESHOLD", "CYCLE_TIME", "RANK", "SECRET"} <= names
-    # Negotiation stays on TCP unless asked to move to shared memory (README, Transports).
-    assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_CONTROL"] == "0"
+    # Negotiation moves to shared memory with the collectives unless a rank says no (README).
+    assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_CONTROL"] == "1"
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "5")
     assert _core.lookup_env("FUSION_THRESHOLD") == "5"
     monkeypatch.setenv("HORA_FUSION_THRESHOLD", "7")
