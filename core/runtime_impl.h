@@ -80,6 +80,7 @@ class RuntimeImpl final : public Runtime {
   void checkLiveness(Clock::time_point now);
   bool answeredHeartbeat(int from, Heartbeat kind);
   void sendHeartbeat(int peer, Heartbeat kind);
+  void sendToCoordinator(const RequestBatch& b);
   void inspectStalls(Clock::time_point now);
 
   Topology topology_;

@@ -64,7 +64,8 @@ void RuntimeImpl::cycle() {
       RequestBatch b;
       b.appliedBatches = participant_.appliedBatches();
       b.shutdown = true;
-      control_->send(0, encodeRequestBatch(b));
+      sendToCoordinator(b);
+      if (stopped_) return;
     }
   }
 
@@ -78,6 +79,7 @@ void RuntimeImpl::cycle() {
   if (haveWork) {
     if (participant_.outstanding() == 0 || now - lastSend_ >= cycleTime) {
       sendRequests(now);
+      if (stopped_) return;
     } else {
       wait = std::chrono::ceil<Millis>(lastSend_ + cycleTime - now);
     }
@@ -93,6 +95,7 @@ void RuntimeImpl::cycle() {
   }
 
   reportWaiting();
+  if (stopped_) return;
 
   if (coordinator_) {
     if (now >= deadlockCheckAt_) {
@@ -109,6 +112,7 @@ void RuntimeImpl::cycle() {
   }
 
   checkLiveness(now);
+  if (stopped_) return;
   if (gpu_) gpu_->progress(now);
   std::vector<ControlChannel::Message> messages;
   control_->poll(messages, pollTimeout(wait, now), Micros(settings_.spinMicroseconds));
@@ -122,7 +126,9 @@ void RuntimeImpl::cycle() {
       coordinator_->ingest(m.from, b);
     } else {
       ResponseBatch b = decodeResponseBatch(m.bytes);
-      if (answeredHeartbeat(m.from, b.heartbeat)) continue;
+      bool heartbeat = answeredHeartbeat(m.from, b.heartbeat);
+      if (stopped_) return;
+      if (heartbeat) continue;
       applyBatch(b);
       if (stopped_) return;
     }
@@ -172,7 +178,25 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
     RequestBatch b;
     b.appliedBatches = participant_.appliedBatches();
     b.heartbeat = kind;
-    control_->send(peer, encodeRequestBatch(b));
+    sendToCoordinator(b);
+  }
+}
+
+// A worker's batch to rank 0. Rank 0 closes its end as soon as it has told every rank to stop, so
+// a send can fail while that news waits unread here: apply what already arrived, and fail only
+// when it did not stop this rank (a shutdown is no failure).
+void RuntimeImpl::sendToCoordinator(const RequestBatch& b) {
+  try {
+    control_->send(0, encodeRequestBatch(b));
+  } catch (const IoError&) {
+    std::vector<ControlChannel::Message> arrived;
+    control_->poll(arrived, Millis(0));  // throws when nothing more came
+    for (const auto& m : arrived) {
+      ResponseBatch batch = decodeResponseBatch(m.bytes);
+      if (batch.heartbeat == Heartbeat::None) applyBatch(batch);
+      if (stopped_) return;
+    }
+    throw;
   }
 }
 
@@ -222,7 +246,7 @@ void RuntimeImpl::reportWaiting() {
   RequestBatch b;
   b.appliedBatches = applied;
   b.waiting = blocked;
-  control_->send(0, encodeRequestBatch(b));
+  sendToCoordinator(b);
   reportedWaiting_ = blocked;
   reportedApplied_ = applied;
 }
@@ -238,7 +262,7 @@ void RuntimeImpl::sendRequests(Clock::time_point now) {
   if (coordinator_) {
     coordinator_->ingest(topology_.rank, batch);
   } else {
-    control_->send(0, encodeRequestBatch(batch));
+    sendToCoordinator(batch);
   }
 }
 
