@@ -9,6 +9,7 @@
 #include "core/store/memory_store.h"
 #include "core/store/prefix_store.h"
 #include "core/store/tcp_store.h"
+#include "core/transport/agree.h"
 #include "core/transport/backends.h"
 #include "core/transport/connect.h"
 #include "core/transport/hierarchical_communicator.h"
@@ -121,7 +122,25 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
   return std::to_string(options.generation);
 }
 
+namespace {
+
+// "[[0, 2], [1, 3]]": the sets in the order given (their ids follow it), each set's ranks sorted.
+std::string describeSets(const std::vector<std::vector<int>>& sets) {
+  std::string out = "[";
+  for (size_t i = 0; i < sets.size(); ++i) {
+    std::vector<int> ranks = sets[i];
+    std::sort(ranks.begin(), ranks.end());
+    out += i ? ", [" : "[";
+    for (size_t j = 0; j < ranks.size(); ++j) out += (j ? ", " : "") + std::to_string(ranks[j]);
+    out += "]";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
 void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets) {
+  requireSameOnEveryRank(*world_, describeSets(sets), "the process sets given to init");
   std::vector<int> all(topology_.size);
   for (int i = 0; i < topology_.size; ++i) all[i] = i;
   collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};

@@ -272,6 +272,27 @@ def test_static_process_sets() -> None:
     check_next_op_works("static-sets-reinit")
 
 
+def test_static_process_sets_must_agree() -> None:
+    """Ranks that pass different process sets to init fail init on every rank, each rank's
+    sets named, instead of hanging (MPI) or running collectives that disagree on membership."""
+    n = size()
+    me = rank()
+    if n < 2:
+        pytest.skip("a mismatch needs at least two ranks")
+    hora.shutdown()
+    try:
+        with pytest.raises(ValueError) as info:
+            hora.init(process_sets=[hora.ProcessSet([me])])
+        message = str(info.value)
+        assert "ranks disagree on the process sets given to init" in message, message
+        for r in range(n):
+            assert f"rank {r} gave [[{r}]]" in message, message
+    finally:
+        hora.shutdown()
+        hora.init()
+    check_next_op_works("static-sets-mismatch")
+
+
 def test_dynamic_process_sets() -> None:
     """add_process_set / remove_process_set after init (HORA_DYNAMIC_PROCESS_SETS=1)."""
     n = size()
