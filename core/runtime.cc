@@ -187,7 +187,8 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
       checkAndCompleteRequest(op, topology_.rank, sets_, dataCapabilities_);
     } else {
       const gpu::GpuLibrary& lib = gpu::gpuLibrary();
-      gpu::checkGpuRequest(op, lib);
+      Communicator* setComm = sets_.communicator(op.request.processSetId);
+      gpu::checkGpuRequest(op, lib, setComm != nullptr && setComm->hierarchicalAllreduce());
       checkAndCompleteRequest(op, topology_.rank, sets_,
                               gpu::NcclCommunicator::gpuCapabilities(lib));
     }
