@@ -174,3 +174,17 @@ def test_other_collectives_keep_the_flat_path() -> None:
     datas = [rank_data(r, 120, (r + 1, 3), "float32") for r in range(n)]
     out = hora.allgather(emu(datas[me]), name="gh.allgather")
     check(device_values(out, "float32"), np.concatenate(datas))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16", "float32"])
+def test_joined_rank_adds_zeros(dtype: str) -> None:
+    """The last rank joins: it adds zeros to the others' hierarchical allreduce (on the device
+    its host communicator already uses)."""
+    n, me = hora.size(), hora.rank()
+    datas = [rank_data(r, 130, (1001,), dtype) for r in range(n)]
+    if me != n - 1:
+        t = emu(datas[me])
+        hora.allreduce_(t, op=hora.Sum, name=f"gh.join.{dtype}")
+        check(read(t, dtype), reference(hora.Sum, datas[:n - 1], dtype))
+    # The others' allreduce could only run once rank n - 1 had joined, so one of them is last.
+    assert hora.join() < n - 1
