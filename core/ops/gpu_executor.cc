@@ -213,8 +213,7 @@ void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry
     };
     if (hierarchical) {
       GpuHierarchy h{hierarchy->cross(), d.staging, static_cast<int>(setRanks.size()),
-                     [&] { waitForDevice(w, d.stream, "the reduce-scatter within the host"); },
-                     step};
+                     [&](const std::string& what) { waitForDevice(w, d.stream, what); }, step};
       runGpuHierarchicalAllreduce(r, cx, h);
     } else {
       step(collectiveActivity(comm, r.kind));

@@ -131,12 +131,13 @@ void runGpuResponse(const Response& r, GpuOpContext& cx);
 
 // What the hierarchical allreduce needs besides the host's NCCL communicator (cx.comm): the
 // cross-host CPU communicator, host staging memory, the set's size (Average), a bounded wait for
-// the device stream, and `step`, which marks the start of each step on the timeline.
+// the device stream (given what it waits for, for the error), and `step`, which marks the start
+// of each step on the timeline.
 struct GpuHierarchy {
   Communicator& cross;
   HostStagingBuffer& staging;
   int setSize;
-  std::function<void()> waitForDevice;
+  std::function<void(const std::string&)> waitForDevice;
   std::function<void(const std::string&)> step;
 };
 void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarchy& h);

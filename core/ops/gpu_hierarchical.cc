@@ -5,10 +5,10 @@
 //
 // The tensors are packed into the device fusion buffer, padded with zeros to a multiple of the
 // host's rank count so that every local rank owns an equal slice (the padding's results are
-// dropped; results are exact, with no remainder step). Average sums and divides the slice by the
-// set's size on the host; prescale scales the slice once the host has summed it (so each host's
-// partial sum, not each input), postscale after the cross-host allreduce; both only for Sum and
-// Average (enqueue refuses the others, core/transport/nccl/gpu_checks.cc).
+// dropped; results are exact, with no remainder step). Hora has no device kernel to scale with,
+// so scaling runs on the host too: a prescale factor scales every input (as Horovod's kernel
+// does) in a round trip of the packed buffer through host memory before the reduce-scatter, and
+// Average's division and the postscale factor apply to the slice after the cross-host allreduce.
 #include <cctype>
 #include <string>
 #include <vector>
@@ -74,20 +74,29 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   }
   zero(cx, buf + off, sliceBytes * localSize - off);
   uint8_t* slice = buf + sliceBytes * static_cast<size_t>(cx.comm.rank());
+  // Host memory: the slice, then (for a prescale factor) the packed inputs.
+  uint8_t* host = h.staging.reserve(sliceBytes + (r.prescale != 1.0 ? off : 0));
+
+  if (r.prescale != 1.0) {
+    h.step("PRESCALE_IN_HOST_BUFFER");
+    uint8_t* inputs = host + sliceBytes;
+    copy(cx, inputs, buf, off);
+    h.waitForDevice("the copy of the inputs to the host");
+    scaleInPlace(inputs, total, r.dtype, r.prescale);
+    copy(cx, buf, inputs, off);
+  }
 
   h.step("NCCL_REDUCESCATTER");
   cx.comm.reduceScatter(buf, slice, std::vector<size_t>(localSize, perRank), r.dtype, op);
 
   h.step("MEMCPY_IN_HOST_BUFFER");
-  uint8_t* host = h.staging.reserve(sliceBytes);
   copy(cx, host, slice, sliceBytes);
   // The cross-host step runs on this thread over the CPU transport, so it must see the slice the
   // device reduced: wait for the stream to get there. This is a host sync on the hot path, which
   // Horovod's hierarchical allreduce does as well; the wait is bounded by HORA_TIMEOUT_SECONDS.
-  h.waitForDevice();
+  h.waitForDevice("the reduce-scatter within the host");
 
   h.step(upper(h.cross.backendName()) + "_ALLREDUCE");
-  if (r.prescale != 1.0) scaleInPlace(host, perRank, r.dtype, r.prescale);
   h.cross.allreduce(host, perRank, r.dtype, op);
   postscale(r, host, perRank, h.setSize);
 

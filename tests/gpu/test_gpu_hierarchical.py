@@ -49,21 +49,23 @@ def read(t: EmuTensor, dtype: str) -> np.ndarray:
 
 def reference(op: int, arrays: list[np.ndarray], dtype: str, prescale: float = 1.0,
               postscale: float = 1.0) -> np.ndarray:
-    """The exact result in float64 / int64, then cast to the dtype (integers truncated)."""
+    """Exact: each input times the prescale factor, reduced in float64 / int64, times the
+    postscale factor (Average: divided by the count), integers truncated toward zero."""
     floating = dtype in ("float16", "bfloat16", "float32", "float64")
-    wide = [a.astype(np.float64 if floating else np.int64) for a in arrays]
+    wide = [a.astype(np.float64 if floating else np.int64) * prescale for a in arrays]
     if op in (hora.Sum, hora.Average):
-        total = np.sum(wide, axis=0) * prescale * postscale
-        if op == hora.Average:
-            total = total / len(arrays)
-        if not floating:
-            total = np.fix(total)
+        total = np.sum(wide, axis=0)
     elif op == hora.Min:
         total = np.min(wide, axis=0)
     elif op == hora.Max:
         total = np.max(wide, axis=0)
     else:
         total = np.prod(wide, axis=0)
+    total = total * postscale
+    if op == hora.Average:
+        total = total / len(arrays)
+    if not floating:
+        total = np.fix(total)
     return total.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
 
 
@@ -81,13 +83,16 @@ def test_job_spans_hosts_and_asks_for_hierarchical() -> None:
 
 def test_timeline_shows_the_hierarchical_steps() -> None:
     """A GPU allreduce of the global set runs the host steps (NCCL reduce-scatter, host copy,
-    cross-host allreduce, NCCL allgather), never the flat NCCL allreduce; one of another process
-    set (here rank 0 alone) keeps the flat path."""
+    cross-host allreduce, NCCL allgather; with a prescale factor, a round trip of the inputs
+    through host memory first), never the flat NCCL allreduce; one of another process set (here
+    rank 0 alone) keeps the flat path."""
     name = f"hora_gpu_hier_{os.environ.get('HORA_RENDEZVOUS_PORT', os.getppid())}.json"
     path = os.path.join(tempfile.gettempdir(), name)
     alone = hora.add_process_set([0])
     hora.start_timeline(path)
     hora.allreduce_(emu(np.ones(1001, np.float32)), op=hora.Sum, name="gh.timeline")
+    hora.allreduce_(emu(np.ones(9, np.float32)), op=hora.Sum, prescale_factor=2.0,
+                    name="gh.timeline.scaled")
     if hora.rank() == 0:
         hora.allreduce_(emu(np.ones(10, np.float32)), op=hora.Sum, name="gh.set",
                         process_set=alone)
@@ -100,7 +105,8 @@ def test_timeline_shows_the_hierarchical_steps() -> None:
         events = [e for e in json.load(f) if isinstance(e, dict)]
     os.unlink(path)
     names = {str(e.get("name")) for e in events}
-    for step in ("MEMCPY_IN_FUSION_BUFFER", "NCCL_REDUCESCATTER", "MEMCPY_IN_HOST_BUFFER",
+    for step in ("MEMCPY_IN_FUSION_BUFFER", "PRESCALE_IN_HOST_BUFFER", "NCCL_REDUCESCATTER",
+                 "MEMCPY_IN_HOST_BUFFER",
                  "MEMCPY_OUT_HOST_BUFFER", "NCCL_ALLGATHER", "MEMCPY_OUT_FUSION_BUFFER"):
         assert step in names, names
     assert any(n.endswith("_ALLREDUCE") and n.split("_")[0] in ("TCP", "SHM", "MPI")
@@ -136,23 +142,38 @@ def test_grouped_allreduce_fuses(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", [hora.Sum, hora.Average])
+@pytest.mark.parametrize("op", OPS)
 def test_scale_factors(dtype: str, op: int) -> None:
-    """Prescale and postscale factors run on the host slices (powers of two: exact)."""
+    """Prescale scales every input before the reduction, postscale the result (powers of two:
+    exact). Inputs in -1..1 so that products of scaled inputs fit in int8."""
     n, me = hora.size(), hora.rank()
     pre, post = (2.0, 0.5) if dtype in ("int8", "uint8", "int32", "int64") else (0.5, 4.0)
     for size in (1, 1001):
-        datas = [rank_data(r, 70 + size, (size,), dtype) for r in range(n)]
+        datas = [np.clip(rank_data(r, 70 + size, (size,), dtype).astype(np.float64), -1, 1)
+                 .astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype) for r in range(n)]
         t = emu(datas[me])
         hora.allreduce_(t, op=op, prescale_factor=pre, postscale_factor=post,
                         name=f"gh.scale.{dtype}.{op}.{size}")
         check(read(t, dtype), reference(op, datas, dtype, pre, post))
 
 
-def test_scale_factors_with_min_are_refused() -> None:
-    with pytest.raises(hora.NotSupportedError, match="prescale and postscale"):
-        hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Min, prescale_factor=2.0,
-                        name="gh.scale.min")
+def test_negative_prescale_scales_each_input() -> None:
+    """Min of x * -1 is -Max(x): the factor applies to the inputs, not to a reduced value."""
+    n, me = hora.size(), hora.rank()
+    datas = [rank_data(r, 80, (257,), "float32") for r in range(n)]
+    t = emu(datas[me])
+    hora.allreduce_(t, op=hora.Min, prescale_factor=-1.0, name="gh.scale.negative")
+    check(read(t, "float32"), -np.max(datas, axis=0))
+
+
+def test_scale_factors_outside_the_global_set_are_refused() -> None:
+    """Another process set runs the flat NCCL path, which has no kernel to scale with."""
+    alone = hora.add_process_set([0])
+    if hora.rank() == 0:
+        with pytest.raises(hora.NotSupportedError, match="prescale and postscale"):
+            hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Sum, prescale_factor=2.0,
+                            name="gh.scale.flat", process_set=alone)
+    hora.remove_process_set(alone)
 
 
 def test_many_steps_in_flight() -> None:

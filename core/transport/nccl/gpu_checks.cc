@@ -27,13 +27,12 @@ void checkGpuRequest(const OpRequest& op, const GpuLibrary& lib, bool hierarchic
     throw NotSupported(what + ": NCCL (" + ncclVersionString(lib.ncclVersion()) +
                        ") cannot reduce " + dtypeName(t.dtype) + " tensors");
   }
-  bool scalesOnHost = hierarchical && r.kind == OpKind::Allreduce &&
-                      (r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average);
+  bool scalesOnHost = hierarchical && r.kind == OpKind::Allreduce;
   if (reduces && (r.prescale != 1.0 || r.postscale != 1.0) && !scalesOnHost) {
     throw NotSupported(what +
                        ": prescale and postscale factors are not supported for GPU "
-                       "tensors (except in a hierarchical Sum or Average allreduce); scale the "
-                       "tensor before or after the call");
+                       "tensors (except in the hierarchical allreduce); scale the tensor before "
+                       "or after the call");
   }
 }
 
