@@ -109,8 +109,10 @@ def test_timeline_shows_the_hierarchical_steps() -> None:
                  "MEMCPY_IN_HOST_BUFFER",
                  "MEMCPY_OUT_HOST_BUFFER", "NCCL_ALLGATHER", "MEMCPY_OUT_FUSION_BUFFER"):
         assert step in names, names
-    assert any(n.endswith("_ALLREDUCE") and n.split("_")[0] in ("TCP", "SHM", "MPI")
-               for n in names), names
+    # Across hosts: TCP when the hosts do not share memory (HORA_SHM_HOST_BY_NAME), else the
+    # job's shared memory.
+    across = "TCP" if os.environ.get("HORA_SHM_HOST_BY_NAME") == "1" else "SHM"
+    assert f"{across}_ALLREDUCE" in names, names
     assert "NCCL_ALLREDUCE" in names, names  # the other set's flat allreduce, and only it
     flat = [e for e in events if e.get("name") == "NCCL_ALLREDUCE" and e.get("ph") == "B"]
     assert len(flat) == 1, flat

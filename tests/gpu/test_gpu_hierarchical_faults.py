@@ -60,6 +60,7 @@ def test_dead_rank_mid_hierarchical_allreduce_fails_every_rank_naming_ranks() ->
     line2 = failed_line(outputs[2])
     assert "did not complete within HORA_TIMEOUT_SECONDS" in line2, line2
     assert "NCCL among this host's ranks 2, 3" in line2, line2
+    assert "rank 2:" in line2 and "'allreduce.step1'" in line2 and "ranks 0, 1, 2, 3" in line2
     # Rank 1's cross-host partner was rank 3.
     assert "rank 3" in failed_line(outputs[1]), outputs[1]
     assert "rank" in failed_line(outputs[0]), outputs[0]
