@@ -80,6 +80,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   if (r.prescale != 1.0) {
     h.step("PRESCALE_IN_HOST_BUFFER");
     uint8_t* inputs = host + sliceBytes;
+    h.waitForDevice("the packing of the inputs");  // see below: the stream first
     copy(cx, inputs, buf, off);
     h.waitForDevice("the copy of the inputs to the host");
     scaleInPlace(inputs, total, r.dtype, r.prescale);
@@ -90,11 +91,15 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   cx.comm.reduceScatter(buf, slice, std::vector<size_t>(localSize, perRank), r.dtype, op);
 
   h.step("MEMCPY_IN_HOST_BUFFER");
-  copy(cx, host, slice, sliceBytes);
   // The cross-host step runs on this thread over the CPU transport, so it must see the slice the
   // device reduced: wait for the stream to get there. This is a host sync on the hot path, which
   // Horovod's hierarchical allreduce does as well; the wait is bounded by HORA_TIMEOUT_SECONDS.
+  // It comes before the copy because a copy to pageable host memory may itself block the thread
+  // until the stream reaches it (unbounded, were a peer dead); the copy then runs on an idle
+  // stream, and a second bounded wait sees it done.
   h.waitForDevice("the reduce-scatter within the host");
+  copy(cx, host, slice, sliceBytes);
+  h.waitForDevice("the copy of the slice to the host");
 
   h.step(upper(h.cross.backendName()) + "_ALLREDUCE");
   h.cross.allreduce(host, perRank, r.dtype, op);
