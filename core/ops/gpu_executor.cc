@@ -126,7 +126,8 @@ gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
   return *(comms_[key] = std::move(comm));
 }
 
-void GpuExecutor::waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step) {
+void GpuExecutor::waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step,
+                                Clock::time_point deadline) {
   gpu::cudaEvent_t reached = nullptr;
   gpu::checkCuda(lib_.cuda().eventCreateWithFlags(&reached, gpu::kEventDisableTiming),
                  "cudaEventCreateWithFlags");
@@ -136,7 +137,6 @@ void GpuExecutor::waitForDevice(Work& w, gpu::cudaStream_t stream, const std::st
     ~Release() { lib.cuda().eventDestroy(ev); }
   } release{lib_, reached};
   gpu::checkCuda(lib_.cuda().eventRecord(reached, stream), "cudaEventRecord");
-  const auto deadline = Clock::now() + timeout_;
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     gpu::ncclResult_t e = w.comm->asyncError();
@@ -213,7 +213,10 @@ void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry
     };
     if (hierarchical) {
       GpuHierarchy h{hierarchy->cross(), d.staging, static_cast<int>(setRanks.size()),
-                     [&](const std::string& what) { waitForDevice(w, d.stream, what); }, step};
+                     [&, until = Clock::now() + timeout_](const std::string& what) {
+                       waitForDevice(w, d.stream, what, until);
+                     },
+                     step};
       runGpuHierarchicalAllreduce(r, cx, h);
     } else {
       step(collectiveActivity(comm, r.kind));

@@ -98,9 +98,11 @@ class GpuExecutor {
   gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
   // The NCCL communicator of this rank's host on `ordinal` (ranks of the host in `hier`'s layout).
   gpu::NcclCommunicator& hostCommunicator(int ordinal, const HierarchicalCommunicator& hier);
-  // Blocks until the device stream has run everything enqueued so far, polling (bounded by the
-  // timeout) the stream and w.comm's async error; fails w's communicator past the bound.
-  void waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step);
+  // Blocks until the device stream has run everything enqueued so far, polling the stream and
+  // w.comm's async error until `deadline` (the response's waits share one: HORA_TIMEOUT_SECONDS
+  // from its start); fails w's communicator past it.
+  void waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step,
+                     Clock::time_point deadline);
   void finish(Work& w, std::exception_ptr error);
   [[noreturn]] void failComm(Work& w, const std::string& why, bool timeout);
 
