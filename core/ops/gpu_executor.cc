@@ -38,8 +38,6 @@ uint8_t* HostStagingBuffer::reserve(size_t bytes) {
   return data_.data();
 }
 
-namespace {}  // namespace
-
 GpuExecutor::GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
                          Millis startTimeout)
     : lib_(lib),
