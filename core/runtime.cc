@@ -206,7 +206,10 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
       checkAndCompleteRequest(op, topology_.rank, sets_, dataCapabilities_);
     } else {
       const gpu::GpuLibrary& lib = gpu::gpuLibrary();
-      gpu::checkGpuRequest(op, lib);
+      // Only the global set (never removed, so its communicator lives as long as the runtime)
+      // runs hierarchically.
+      Communicator* global = op.request.processSetId == 0 ? sets_.communicator(0) : nullptr;
+      gpu::checkGpuRequest(op, lib, global != nullptr && global->hierarchicalAllreduce());
       checkAndCompleteRequest(op, topology_.rank, sets_,
                               gpu::NcclCommunicator::gpuCapabilities(lib));
     }

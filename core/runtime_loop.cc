@@ -7,6 +7,7 @@
 #include "core/common/spin.h"
 #include "core/ops/executor.h"
 #include "core/runtime_impl.h"
+#include "core/transport/hierarchical_communicator.h"
 
 namespace hora {
 namespace {
@@ -367,7 +368,12 @@ void RuntimeImpl::runData(const Response& r) {
                                            secondsToMillis(settings_.timeoutSeconds),
                                            secondsToMillis(settings_.startTimeoutSeconds));
     }
-    gpu_->run(r, std::move(owned), setRanks, &timeline_);
+    // The global set's allreduce runs hierarchically on GPUs too when the CPU path does.
+    HierarchicalCommunicator* hierarchy = nullptr;
+    if (r.kind == OpKind::Allreduce && comm != nullptr && comm->hierarchicalAllreduce()) {
+      hierarchy = dynamic_cast<HierarchicalCommunicator*>(comm);
+    }
+    gpu_->run(r, std::move(owned), setRanks, &timeline_, hierarchy);
     return;
   }
   OpContext cx{*comm, fusion_, setRanks, std::move(entries), &timeline_};

@@ -10,7 +10,8 @@
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
 #   gpu: the GPU path (NCCL) through the CPU emulation of the CUDA runtime and NCCL
 #      (tests/gpu_emulation, built here): tests/gpu collectives and stream order under horarun
-#      -np 2..4, fault scenarios, what nccl_built()/horarun -cb report, and the real
+#      -np 2..4, the hierarchical allreduce on two host names at -np 2 and 4, fault scenarios,
+#      what nccl_built()/horarun -cb report, and the real
 #      nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels (installed into build/gpu-wheels, about
 #      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
@@ -352,10 +353,24 @@ if wants gpu; then
       timeout -k 20 "$RUN_TIMEOUT" "${HORARUN[@]}" -np "$np" "$PY" -m pytest -q \
       -p no:cacheprovider tests/gpu/test_gpu_collectives.py tests/gpu/test_gpu_ordering.py
   done
+  # The hierarchical allreduce of GPU tensors on ranks that claim two hosts (as in stage 4):
+  # 2 hosts x 1 rank, and 2 x 2 as on two machines (HORA_SHM_HOST_BY_NAME): NCCL within a host,
+  # the CPU transport across.
+  for np in 2 4; do
+    [[ " $NPS " == *" $np "* ]] || continue
+    envs="$GPU_ENV HORA_HIERARCHICAL_ALLREDUCE=1"
+    [ "$np" = 4 ] && envs="$envs HORA_SHM_HOST_BY_NAME=1"
+    # shellcheck disable=SC2086
+    run "gpu np=$np hierarchical allreduce (2 hosts, emulated)" env $envs \
+      timeout -k 20 "$RUN_TIMEOUT" "${HORARUN[@]}" -np "$np" \
+      -H "localhost:$((np / 2)),127.0.0.1:$((np / 2))" \
+      "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hierarchical.py
+  done
   # shellcheck disable=SC2086
-  run "gpu: faults (async error, stalled, dead peer) and reporting" env $GPU_ENV \
+  run "gpu: faults (async error, stalled, dead peer, hierarchical) and reporting" env $GPU_ENV \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider \
-    tests/gpu/test_gpu_faults.py tests/gpu/test_gpu_reporting.py
+    tests/gpu/test_gpu_faults.py tests/gpu/test_gpu_hierarchical_faults.py \
+    tests/gpu/test_gpu_reporting.py
   run "gpu: real NCCL wheel without a driver" env HORA_TEST_NVIDIA_SITE="$NVIDIA_SITE" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_real_nccl.py
 fi

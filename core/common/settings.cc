@@ -60,8 +60,8 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
        "horarun places on two names of one machine share memory only with their own host"},
       {"HIERARCHICAL_ALLREDUCE", "0",
-       "1 runs CPU allreduces of the global set within each host, then across hosts, then within "
-       "each host again (jobs over several hosts with equal ranks per host)"},
+       "1 runs allreduces of the global set (CPU and GPU tensors) within each host, then across "
+       "hosts, then within each host again (jobs over several hosts with equal ranks per host)"},
       {"HIERARCHICAL_ALLGATHER", "0",
        "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
        "each host again (jobs over several hosts with equal ranks per host)"},

@@ -4,9 +4,19 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/transport/hierarchical_communicator.h"
 
 namespace hora {
 namespace {
+
+// The key comms_ files host communicators under (process set ids are never negative).
+constexpr int kHostSet = -1;
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int k : ranks) out += (out.empty() ? "" : ", ") + std::to_string(k);
+  return out;
+}
 
 std::string describe(const Response& r, int device, const std::vector<int>& setRanks) {
   std::string names;
@@ -14,13 +24,19 @@ std::string describe(const Response& r, int device, const std::vector<int>& setR
     names += (i ? ", '" : "'") + r.names[i] + "'";
   }
   if (r.names.size() > 4) names += " and " + std::to_string(r.names.size() - 4) + " more";
-  std::string ranks;
-  for (int k : setRanks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
   return std::string(opKindName(r.kind)) + " of " + names + " on GPU " + std::to_string(device) +
-         " (process set " + std::to_string(r.processSetId) + ": ranks " + ranks + ")";
+         " (process set " + std::to_string(r.processSetId) + ": ranks " + rankList(setRanks) + ")";
 }
 
 }  // namespace
+
+uint8_t* HostStagingBuffer::reserve(size_t bytes) {
+  if (bytes > data_.size()) {
+    retired_.push_back(std::move(data_));
+    data_ = std::vector<uint8_t>(bytes);
+  }
+  return data_.data();
+}
 
 GpuExecutor::GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
                          Millis startTimeout)
@@ -80,8 +96,73 @@ gpu::NcclCommunicator& GpuExecutor::communicator(int setId, int ordinal,
   return *(comms_[key] = std::move(comm));
 }
 
+gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
+                                                     const HierarchicalCommunicator& hier) {
+  auto key = std::make_pair(kHostSet, ordinal);
+  auto it = comms_.find(key);
+  if (it != comms_.end()) return *it->second;
+  const collectives::HostLayout& l = hier.layout();
+  const std::vector<int>& hostRanks = l.hosts[l.host];
+  // The ranks of a host make their host communicators in the same order (responses are
+  // ordered), so the n-th id of a host names the same communicator on each of them.
+  std::string storeKey =
+      "nccl/host" + std::to_string(l.host) + "/id" + std::to_string(hostCommsMade_++);
+  gpu::ncclUniqueId id{};
+  if (l.index == 0) {
+    gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
+    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
+  } else {
+    std::string bytes = store_.get(storeKey, startTimeout_);
+    HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
+    std::copy(bytes.begin(), bytes.end(), id.internal);
+  }
+  DeviceState& d = device(ordinal);
+  auto comm = std::make_unique<gpu::NcclCommunicator>(
+      lib_, id, l.index, static_cast<int>(hostRanks.size()), ordinal, d.stream);
+  HORA_LOG(Debug, "NCCL communicator of host " << l.host << " on GPU " << ordinal << " (ranks "
+                                               << rankList(hostRanks) << ")");
+  return *(comms_[key] = std::move(comm));
+}
+
+void GpuExecutor::waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step,
+                                Clock::time_point deadline) {
+  gpu::cudaEvent_t reached = nullptr;
+  gpu::checkCuda(lib_.cuda().eventCreateWithFlags(&reached, gpu::kEventDisableTiming),
+                 "cudaEventCreateWithFlags");
+  struct Release {
+    const gpu::GpuLibrary& lib;
+    gpu::cudaEvent_t ev;
+    ~Release() { lib.cuda().eventDestroy(ev); }
+  } release{lib_, reached};
+  gpu::checkCuda(lib_.cuda().eventRecord(reached, stream), "cudaEventRecord");
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    gpu::ncclResult_t e = w.comm->asyncError();
+    if (e != gpu::ncclSuccess && e != gpu::ncclInProgress) {
+      failComm(w,
+               std::string("NCCL reported '") + lib_.nccl().getErrorString(e) + "' (error " +
+                   std::to_string(e) + ") in " + step,
+               false);
+    }
+    gpu::cudaError_t q = lib_.cuda().eventQuery(reached);
+    if (q == gpu::cudaSuccess) return;
+    if (q != gpu::cudaErrorNotReady) gpu::checkCuda(q, "cudaEventQuery");
+    if (Clock::now() >= deadline) {
+      failComm(w,
+               step + " did not complete within HORA_TIMEOUT_SECONDS (" +
+                   std::to_string(timeout_.count() / 1000) +
+                   " s): a rank of this host is dead or hung",
+               true);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
 void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry>> owned,
-                      const std::vector<int>& setRanks, Timeline* timeline) {
+                      const std::vector<int>& setRanks, Timeline* timeline,
+                      HierarchicalCommunicator* hierarchy) {
+  const bool hierarchical = hierarchy != nullptr && r.kind == OpKind::Allreduce;
   int ordinal = -1;
   for (auto& e : owned) {
     if (e) ordinal = e->tensor.device.index;
@@ -89,18 +170,24 @@ void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry
   if (ordinal < 0) {
     // A joined rank holds no tensor: it contributes on the device its set already uses.
     for (auto& [key, comm] : comms_) {
-      if (key.first == r.processSetId) ordinal = key.second;
+      if (key.first == (hierarchical ? kHostSet : r.processSetId)) ordinal = key.second;
     }
   }
   Work w;
   w.entries = std::move(owned);
   w.what = describe(r, ordinal, setRanks);
+  if (hierarchical) {
+    const collectives::HostLayout& l = hierarchy->layout();
+    w.what += ", hierarchical: NCCL among this host's ranks " + rankList(l.hosts[l.host]) + ", " +
+              hierarchy->cross().backendName() + " across hosts";
+  }
   try {
     if (ordinal < 0) {
       throw NotSupported("join with GPU tensors before this process set ran any GPU operation");
     }
     gpu::checkCuda(lib_.cuda().setDevice(ordinal), "cudaSetDevice");
-    gpu::NcclCommunicator& comm = communicator(r.processSetId, ordinal, setRanks);
+    gpu::NcclCommunicator& comm = hierarchical ? hostCommunicator(ordinal, *hierarchy)
+                                               : communicator(r.processSetId, ordinal, setRanks);
     DeviceState& d = device(ordinal);
     w.comm = &comm;
     // No copy or collective may read an input before its producer finished writing it.
@@ -112,13 +199,28 @@ void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry
     }
     GpuOpContext cx{lib_, comm, d.fusion, setRanks, {}, ordinal};
     for (auto& e : w.entries) cx.entries.push_back(e.get());
-    if (timeline != nullptr && timeline->enabled()) {
+    const bool recording = timeline != nullptr && timeline->enabled();
+    bool open = false;  // an activity of r's tensors is on the timeline
+    auto step = [&](const std::string& activity) {
+      if (!recording) return;
       for (const auto& name : r.names) {
-        timeline->activityStart(r.processSetId, name, collectiveActivity(comm, r.kind));
+        if (open) timeline->activityEnd(r.processSetId, name);
+        timeline->activityStart(r.processSetId, name, activity);
       }
+      open = true;
+    };
+    if (hierarchical) {
+      GpuHierarchy h{hierarchy->cross(), d.staging, static_cast<int>(setRanks.size()),
+                     [&, until = Clock::now() + timeout_](const std::string& what) {
+                       waitForDevice(w, d.stream, what, until);
+                     },
+                     step};
+      runGpuHierarchicalAllreduce(r, cx, h);
+    } else {
+      step(collectiveActivity(comm, r.kind));
+      runGpuResponse(r, cx);
     }
-    runGpuResponse(r, cx);
-    if (timeline != nullptr && timeline->enabled()) {
+    if (open) {
       for (const auto& name : r.names) timeline->activityEnd(r.processSetId, name);
     }
     gpu::checkCuda(lib_.cuda().eventCreateWithFlags(&w.done, gpu::kEventDisableTiming),
@@ -192,7 +294,10 @@ void GpuExecutor::progress(Clock::time_point now) {
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(finished));
   if (pending_.empty()) {
-    for (auto& [ordinal, d] : devices_) d.fusion.releaseRetired();
+    for (auto& [ordinal, d] : devices_) {
+      d.fusion.releaseRetired();
+      d.staging.releaseRetired();
+    }
     retired_.clear();
   }
 }

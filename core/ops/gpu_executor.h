@@ -17,7 +17,13 @@
 // and throws (IoError / TimeoutError naming this rank, the set's ranks and the tensors); the
 // runtime then stops and failAll() fails every pending handle with that message.
 //
+// Hierarchical allreduce (the global set's allreduces when HORA_HIERARCHICAL_ALLREDUCE chose
+// the hierarchical path, core/ops/gpu_hierarchical.cc): a second NCCL communicator per device
+// joins the ranks of this rank's host; the slices cross hosts over the CPU communicator, staged
+// through host memory after a bounded wait for the device.
+//
 // Background thread only.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +40,21 @@
 
 namespace hora {
 
+class HierarchicalCommunicator;
+
+// Host memory the hierarchical allreduce stages slices through. Grows to the largest size asked
+// for; a replaced allocation may still be read by a queued host-to-device copy, so it is kept
+// until releaseRetired() (called when no work is pending).
+class HostStagingBuffer {
+ public:
+  uint8_t* reserve(size_t bytes);
+  void releaseRetired() { retired_.clear(); }
+
+ private:
+  std::vector<uint8_t> data_;
+  std::vector<std::vector<uint8_t>> retired_;
+};
+
 class GpuExecutor {
  public:
   GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
@@ -43,9 +64,12 @@ class GpuExecutor {
   GpuExecutor& operator=(const GpuExecutor&) = delete;
 
   // Enqueues r's work. Takes the entries; a failure to enqueue completes their handles with the
-  // error and rethrows it when the communicator is unusable.
+  // error and rethrows it when the communicator is unusable. `hierarchy`, when given, is the
+  // set's communicator whose hierarchical allreduce was chosen: an allreduce then runs
+  // hierarchically (and blocks this thread, bounded by the timeout, for its cross-host step).
   void run(const Response& r, std::vector<std::unique_ptr<TensorEntry>> owned,
-           const std::vector<int>& setRanks, Timeline* timeline);
+           const std::vector<int>& setRanks, Timeline* timeline,
+           HierarchicalCommunicator* hierarchy = nullptr);
   // Completes the handles of finished work, in order. Throws as described above.
   void progress(Clock::time_point now);
   bool busy() const { return !pending_.empty(); }
@@ -60,6 +84,7 @@ class GpuExecutor {
   struct DeviceState {
     gpu::cudaStream_t stream = nullptr;
     gpu::DeviceFusionBuffer fusion;
+    HostStagingBuffer staging;
   };
   struct Work {
     std::vector<std::unique_ptr<TensorEntry>> entries;
@@ -71,6 +96,13 @@ class GpuExecutor {
 
   DeviceState& device(int ordinal);
   gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
+  // The NCCL communicator of this rank's host on `ordinal` (ranks of the host in `hier`'s layout).
+  gpu::NcclCommunicator& hostCommunicator(int ordinal, const HierarchicalCommunicator& hier);
+  // Blocks until the device stream has run everything enqueued so far, polling the stream and
+  // w.comm's async error until `deadline` (the response's waits share one: HORA_TIMEOUT_SECONDS
+  // from its start); fails w's communicator past it.
+  void waitForDevice(Work& w, gpu::cudaStream_t stream, const std::string& step,
+                     Clock::time_point deadline);
   void finish(Work& w, std::exception_ptr error);
   [[noreturn]] void failComm(Work& w, const std::string& why, bool timeout);
 
@@ -81,6 +113,7 @@ class GpuExecutor {
   std::map<int, DeviceState> devices_;
   std::map<std::pair<int, int>, std::unique_ptr<gpu::NcclCommunicator>> comms_;
   std::map<int, int> commsMade_;  // per process set: unique ids taken from the store
+  int hostCommsMade_ = 0;         // host communicators made (their unique ids' sequence)
   std::vector<Work> pending_;     // in enqueue order
   std::vector<std::unique_ptr<gpu::NcclCommunicator>> retired_;  // of removed sets
 };
@@ -97,6 +130,19 @@ struct GpuOpContext {
   int device;
 };
 void runGpuResponse(const Response& r, GpuOpContext& cx);
+
+// What the hierarchical allreduce needs besides the host's NCCL communicator (cx.comm): the
+// cross-host CPU communicator, host staging memory, the set's size (Average), a bounded wait for
+// the device stream (given what it waits for, for the error), and `step`, which marks the start
+// of each step on the timeline.
+struct GpuHierarchy {
+  Communicator& cross;
+  HostStagingBuffer& staging;
+  int setSize;
+  std::function<void(const std::string&)> waitForDevice;
+  std::function<void(const std::string&)> step;
+};
+void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarchy& h);
 
 // "NCCL_ALLREDUCE": the timeline activity of a GPU collective.
 std::string collectiveActivity(const gpu::NcclCommunicator& comm, OpKind kind);

@@ -54,6 +54,11 @@ class HierarchicalCommunicator final : public Communicator {
     return flat_->subset(ranks);
   }
 
+  // The pieces the GPU path's hierarchical allreduce uses (NCCL within the host, this cross
+  // communicator across hosts): same thread, between collectives only.
+  Communicator& cross() { return *cross_; }
+  const collectives::HostLayout& layout() const { return layout_; }
+
  private:
   std::unique_ptr<Communicator> flat_, local_, cross_;
   collectives::HostLayout layout_;

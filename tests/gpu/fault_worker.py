@@ -2,13 +2,14 @@
 
 Prints "OK rank=R" after every step, or "FAILED rank=R <error class>: <message>" and exits 3 when
 an operation fails. With GPU_FAULT_DIE=R, rank R kills itself (SIGKILL) while its second
-allreduce is pending on the device.
+allreduce is pending on the device (GPU_FAULT_DIE_DELAY seconds after enqueueing it, default 0).
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -27,6 +28,7 @@ def main() -> int:
         try:
             handle = hora.allreduce_async_(t, op=hora.Sum, name=f"step{step}")
             if step == 1 and me == die:
+                time.sleep(float(os.environ.get("GPU_FAULT_DIE_DELAY", "0")))
                 os.kill(os.getpid(), signal.SIGKILL)
             hora.synchronize(handle)
         except hora.HoraError as e:

@@ -5,7 +5,7 @@
 
 namespace hora::gpu {
 
-void checkGpuRequest(const OpRequest& op, const GpuLibrary& lib) {
+void checkGpuRequest(const OpRequest& op, const GpuLibrary& lib, bool hierarchical) {
   const Request& r = op.request;
   const TensorView& t = op.tensor;
   const std::string what = "tensor '" + r.name + "' is on " + t.device.name();
@@ -27,10 +27,12 @@ void checkGpuRequest(const OpRequest& op, const GpuLibrary& lib) {
     throw NotSupported(what + ": NCCL (" + ncclVersionString(lib.ncclVersion()) +
                        ") cannot reduce " + dtypeName(t.dtype) + " tensors");
   }
-  if (reduces && (r.prescale != 1.0 || r.postscale != 1.0)) {
+  bool scalesOnHost = hierarchical && r.kind == OpKind::Allreduce;
+  if (reduces && (r.prescale != 1.0 || r.postscale != 1.0) && !scalesOnHost) {
     throw NotSupported(what +
                        ": prescale and postscale factors are not supported for GPU "
-                       "tensors; scale the tensor before or after the call");
+                       "tensors (except in the hierarchical allreduce); scale the tensor before "
+                       "or after the call");
   }
 }
 
