@@ -91,7 +91,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
           const std::string& transport, const std::string& controller, const std::string& storeHost,
           int storePort, bool serveStore, const std::string& secret, const std::string& listenHost,
           const std::vector<std::vector<int>>& processSets, int64_t mpiComm, int generation,
-          double startTimeoutSeconds) {
+          double startTimeoutSeconds, bool storeServedByRank0) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument("invalid topology: rank " + std::to_string(rank) + " of size " +
                           std::to_string(size));
@@ -108,6 +108,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
   options.controller = controller;
   options.storeHost = storeHost;
   options.storePort = storePort;
+  options.storeOwner = storeServedByRank0 || serveStore ? StoreOwner::Rank0 : StoreOwner::Launcher;
   options.secret = secret;
   options.listenHost = listenHost;
   options.mpiComm = mpiComm;
@@ -325,12 +326,14 @@ void registerRuntime(py::module_& m) {
         py::arg("store_port") = 0, py::arg("serve_store") = false, py::arg("secret") = "",
         py::arg("listen_host") = "", py::arg("process_sets") = std::vector<std::vector<int>>{},
         py::arg("mpi_comm") = -1, py::arg("generation") = -1, py::arg("start_timeout") = -1.0,
+        py::arg("store_served_by_rank0") = false,
         "Start the engine (collective: blocks until every rank connected; GIL released). "
         "transport runs the collectives, controller the negotiation (\"\" = transport). "
         "Without a store, TCP beside MPI bootstraps one over MPI. "
         "Settings come from HORA_*/HOROVOD_* variables. A no-op when already running. "
         "generation >= 0 names this init's store keys (the same on every rank; default: this "
-        "process's count of inits); start_timeout > 0 overrides HORA_START_TIMEOUT (seconds).");
+        "process's count of inits); start_timeout > 0 overrides HORA_START_TIMEOUT (seconds); "
+        "store_served_by_rank0: rank 0 serves the store, not a launcher (said when it fails).");
   m.def("shutdown", &shutdown, "Stop the engine; pending operations fail. Idempotent.");
   m.def(
       "is_initialized", [] { return current() != nullptr; }, "True between init() and shutdown().");

@@ -15,6 +15,7 @@
 #include "core/transport/hierarchical_communicator.h"
 #include "core/transport/nccl/communicator.h"
 #include "core/transport/nccl/gpu_checks.h"
+#include "core/transport/rendezvous_store.h"
 #include "core/transport/shm/transport.h"
 
 namespace hora {
@@ -104,7 +105,9 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
     baseStore_ = std::make_unique<MemoryStore>();
     return std::to_string(options.generation);
   }
+  co.storeOwner = options.storeOwner;
   if (noStore && usesMpi) {
+    co.storeOwner = StoreOwner::Rank0;
     BootstrappedStore bootstrapped = bootstrapStoreOverMpi(co);
     storeServer_ = std::move(bootstrapped.server);
     baseStore_ = std::move(bootstrapped.client);
@@ -117,8 +120,10 @@ std::string RuntimeImpl::openStore(const RuntimeOptions& options, bool usesTcp, 
                           "HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT (or MASTER_ADDR and "
                           "MASTER_PORT)");
   }
-  baseStore_ = std::make_unique<TcpStoreClient>(options.storeHost, options.storePort,
-                                                options.secret, co.startTimeout);
+  baseStore_ = storeCall(co, "connecting to it", [&] {
+    return std::make_unique<TcpStoreClient>(options.storeHost, options.storePort, options.secret,
+                                            co.startTimeout);
+  });
   return std::to_string(options.generation);
 }
 

@@ -22,6 +22,7 @@
 #include "core/common/tensor.h"
 #include "core/coordinator/handle.h"
 #include "core/coordinator/messages.h"
+#include "core/store/store.h"
 
 namespace hora {
 
@@ -44,6 +45,8 @@ struct RuntimeOptions {
                                   // launcher, or the bindings on rank 0, serve the store
   int generation = 0;             // how many times this process initialised before: keys of
                                   // each init live under their own prefix in the store
+  // Who serves the store: a launcher or rank 0 (a rank whose store fails names it).
+  StoreOwner storeOwner = StoreOwner::Launcher;
   std::string secret;
   std::string listenHost;  // address to listen on for peers; "" = default
   int64_t mpiComm = -1;    // with "mpi": Fortran handle of the communicator to run

@@ -17,9 +17,10 @@
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x)
-#   8. chaos: horarun killed under its ranks, the fault-injection hook, and randomized fault
-#      scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default 200, from a random
-#      seed that it prints, or HORA_CHAOS_SEED)
+#   8. chaos: horarun killed under its ranks, the fault-injection hook, a job without a launcher
+#      whose rank 0 (serving the store) exits while another rank waits in the rendezvous, and
+#      randomized fault scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default
+#      200, from a random seed that it prints, or HORA_CHAOS_SEED)
 #   8b. elastic: horarun elastic jobs on this machine (tests/elastic): workers killed during
 #      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
 #      job below --min-np, an ElasticSampler that resumes mid-epoch, a worker over ssh, a worker

@@ -16,6 +16,10 @@
 
 namespace hora {
 
+// Who serves a job's rendezvous store: the launcher (horarun, its elastic driver), or rank 0 of a
+// job started without one (torchrun, mpirun, Slurm). A rank whose store fails says which.
+enum class StoreOwner { Launcher, Rank0 };
+
 class Store {
  public:
   virtual ~Store() = default;

@@ -29,6 +29,8 @@ struct ConnectOptions {
   bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
+  // Who serves the rendezvous store: a rank whose store fails names it (rendezvous_store.h).
+  StoreOwner storeOwner = StoreOwner::Launcher;
 };
 
 struct Connection {

@@ -316,13 +316,14 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
     return problems + [output]
 
 
-def _names(error: str, victim: int, s: Scenario) -> bool:
-    """Whether a survivor's error names the victim. Rank 0 serves the rendezvous store, so a
-    survivor that cannot reach the store during the rendezvous is told about the store."""
-    if re.search(rf"\brank(\(s\))? {victim}\b|missing ranks \[[^\]]*\b{victim}\b", error):
-        return True
-    in_init = s.point == "rendezvous" or " in init " in error
-    return in_init and victim == 0 and "store at" in error
+def _names(error: str, victim: int) -> bool:
+    """Whether a survivor's error names the victim among the ranks it lost or waited for ("rank 1",
+    "rank(s) 0, 1", "missing ranks [1]"). A rank whose rendezvous store failed names the store's
+    owner ("served by rank 0": the victim, when rank 0 died) and the ranks it was waiting for."""
+    for m in re.finditer(r"\brank(?:\(s\)|s)? (\d+(?:, \d+)*)", error):
+        if victim in (int(r) for r in m.group(1).split(", ")):
+            return True
+    return re.search(rf"missing ranks \[[^\]]*\b{victim}\b", error) is not None
 
 
 def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str],
@@ -347,7 +348,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
             problems.append("the job failed but no rank reported a Hora error")
         said = re.search(r"job failed: rank (\d+) was the first", output)
         errors = " ".join(line.split("FAILED", 1)[-1] for line in failed_lines)
-        if not (said and int(said.group(1)) == s.victim) and not _names(errors, s.victim, s):
+        if not (said and int(said.group(1)) == s.victim) and not _names(errors, s.victim):
             problems.append(f"neither the launcher nor an error names rank {s.victim}")
         return problems
     # kill and stop: the victim always acts, so the job must fail and name it.
@@ -367,7 +368,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
                 continue  # finished before the victim acted (a kill at shutdown)
             if p.returncode != 3:
                 problems.append(f"survivor rank {r} exited with {p.returncode}, not 3 (failed op)")
-            naming.append(_names(o.split("FAILED", 1)[-1], v, s))
+            naming.append(_names(o.split("FAILED", 1)[-1], v))
         # Every survivor must name the victim, also one that first sees another survivor's
         # connection close (that survivor failed because of the victim, and closed in turn).
         if not all(naming):
@@ -377,7 +378,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
         problems.append("the launcher exited 0 although a rank died or stopped")
     if s.mode == "mpirun":
         if not re.search(rf"process rank {v}\b", output) and not _names(
-                " ".join(failed_lines), v, s):
+                " ".join(failed_lines), v):
             problems.append(f"neither mpirun nor the survivors name rank {v}")
         return problems
     launcher_says = re.search(r"job failed: rank (\d+) was the first", output)
@@ -385,7 +386,7 @@ def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str
     if first is None:
         problems.append("the launcher does not say which rank failed first")
     elif first != v:
-        named = [line for line in failed_lines if _names(line.split("FAILED", 1)[1], v, s)]
+        named = [line for line in failed_lines if _names(line.split("FAILED", 1)[1], v)]
         if not named:
             problems.append(f"the launcher names rank {first}, and no error names the victim {v}")
     return problems

@@ -75,6 +75,9 @@ def test_torchrun_uses_master_port_plus_one_and_rank0_serves():
     assert (info.store_host, info.store_port, info.serve_store) == ("10.1.1.1", 29501, False)
     assert info.source == "torchrun"
     assert discover(torchrun_env(0)).serve_store
+    # Every rank knows that rank 0 serves the store (its errors say so); under horarun none does.
+    assert info.store_served_by_rank0 and discover(torchrun_env(0)).store_served_by_rank0
+    assert not discover(HORARUN).store_served_by_rank0
 
 
 def test_torchrun_explicit_hora_port_and_group_rank():

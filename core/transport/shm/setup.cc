@@ -16,6 +16,7 @@
 #include "core/common/logging.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "core/transport/rendezvous_store.h"
 
 namespace hora {
 namespace shm {
@@ -102,45 +103,26 @@ int recvFd(int sock, Clock::time_point deadline) {
   }
 }
 
-// Waits up to the start timeout for each rank in `ranks` to set its `what` key ("shm/addr" when
-// `what` is empty); the timeout names the ranks, not the keys, since users know ranks.
-void awaitRanks(const ConnectOptions& o, Store& store, const std::string& what,
-                const std::vector<int>& ranks, const std::string& purpose) {
-  auto keyOf = [&](int r) { return what.empty() ? std::string("shm/addr") : key(what, r); };
-  std::vector<std::string> keys;
-  for (int r : ranks) keys.push_back(keyOf(r));
-  try {
-    store.wait(keys, o.startTimeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int r : ranks) {
-      if (!store.check({keyOf(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    }
-    throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
-                       std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
-                       missing + " to " + purpose + " (not started, or failed)");
-  }
-}
-
 // Rank 0: serves the segment's descriptor to every other rank that proves the job secret.
 // Returns "" when all have it, else why not (a rank reported a failure, or the deadline passed).
 std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, const Segment& seg,
                          Clock::time_point deadline) {
   std::set<int> served;
   while (static_cast<int>(served.size()) < o.size - 1) {
+    std::vector<int> unserved;
     for (int r = 1; r < o.size; ++r) {
-      if (served.count(r) == 0 && store.check({key("ok", r)})) {
-        std::string v = store.get(key("ok", r), Millis(1000));
+      if (served.count(r) == 0) unserved.push_back(r);
+    }
+    const std::string doing = "waiting for rank(s) " + rankList(unserved) + " to attach";
+    for (int r : unserved) {
+      if (storeCall(o, doing, [&] { return store.check({key("ok", r)}); })) {
+        std::string v = storeCall(o, doing, [&] { return store.get(key("ok", r), Millis(1000)); });
         if (v != "ok") return "rank " + std::to_string(r) + ": " + v.substr(1);
       }
     }
     if (Clock::now() >= deadline) {
-      std::string missing;
-      for (int r = 1; r < o.size; ++r) {
-        if (served.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
       return "timed out after " + std::to_string(o.startTimeout.count()) +
-             " ms waiting for rank(s) " + missing + " to attach";
+             " ms waiting for rank(s) " + rankList(unserved) + " to attach";
     }
     if (!waitFd(listenFd, POLLIN, std::min(deadline, Clock::now() + Millis(50)))) continue;
     net::Socket conn(::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -209,12 +191,12 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
   const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
-  store.set(key("host", o.rank), mine);
+  storeCall(o, "saying which host it runs on", [&] { store.set(key("host", o.rank), mine); });
   std::vector<int> everyone;
   for (int r = 0; r < o.size; ++r) everyone.push_back(r);
-  awaitRanks(o, store, "host", everyone, "say which host they run on");
-  std::vector<std::string> hosts(o.size);
-  for (int r = 0; r < o.size; ++r) hosts[r] = store.get(key("host", r), Millis(0));
+  auto hostKey = [](int r) { return key("host", r); };
+  std::vector<std::string> hosts = awaitRanks(
+      o, store, everyone, hostKey, Clock::now() + o.startTimeout, "say which host they run on");
   for (int r = 0; r < o.size; ++r) {
     if (hosts[r] == "disabled") {
       a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
@@ -244,14 +226,17 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
       }
       store.set("shm/addr", name);
     } catch (const std::exception& e) {
-      store.set("shm/addr", std::string("!") + e.what());
+      storeCall(o, "publishing why it has no shared-memory segment",
+                [&] { store.set("shm/addr", std::string("!") + e.what()); });
       a.whyNot = std::string("rank 0: ") + e.what();
       return a;
     }
     failure = serveSegment(o, store, listener.fd(), seg, deadline);
   } else {
-    awaitRanks(o, store, "", {0}, "publish the shared-memory segment's address");
-    std::string addr = store.get("shm/addr", Millis(0));
+    auto addrKey = [](int) { return std::string("shm/addr"); };
+    std::string addr = awaitRanks(o, store, {0}, addrKey, Clock::now() + o.startTimeout,
+                                  "publish the shared-memory segment's address")
+                           .front();
     if (!addr.empty() && addr[0] == '!') {
       a.whyNot = "rank 0: " + addr.substr(1);
       return a;
@@ -267,11 +252,15 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   seg.closeFd();
   // "ok" carries the rank's HORA_SHM_CONTROL too: the control plane moves only if all agree.
   std::string ok = o.shmControl ? "ok" : "ok tcp-control";
-  store.set(key("ok", o.rank), failure.empty() ? ok : "!" + failure);
-  awaitRanks(o, store, "ok", everyone, "attach to the shared-memory segment");
+  storeCall(o, "saying whether it attached to the shared-memory segment",
+            [&] { store.set(key("ok", o.rank), failure.empty() ? ok : "!" + failure); });
+  auto okKey = [](int r) { return key("ok", r); };
+  std::vector<std::string> oks =
+      awaitRanks(o, store, everyone, okKey, Clock::now() + o.startTimeout,
+                 "attach to the shared-memory segment");
   a.control = true;
   for (int r = 0; r < o.size; ++r) {
-    std::string v = store.get(key("ok", r), Millis(0));
+    const std::string& v = oks[r];
     if (v.compare(0, 2, "ok") != 0) {
       a.whyNot = "rank " + std::to_string(r) + ": " + v.substr(1);
       return a;

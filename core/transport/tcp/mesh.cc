@@ -7,6 +7,7 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/net/handshake.h"
+#include "core/transport/rendezvous_store.h"
 
 namespace hora {
 namespace tcp {
@@ -16,7 +17,8 @@ constexpr Millis kFirstRetry{20};
 constexpr Millis kMaxRetry{500};
 // How often a rank waiting for its peers checks that the rendezvous store is still there: a
 // launcher that stops the store (an elastic driver replacing this generation of the job, or a
-// launcher that died) ends the wait now instead of at the start timeout.
+// launcher that died), or rank 0 serving it that exits, ends the wait now instead of at the start
+// timeout.
 constexpr Millis kStoreCheckInterval{500};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
@@ -76,6 +78,7 @@ class MeshBuilder {
   std::string validate(net::PeerKind kind, int rank);
   bool complete() const;
   int expectedIncoming() const;
+  std::vector<int> missingRanks(std::string* details = nullptr) const;
   [[noreturn]] void timedOut();
   void checkStore(Clock::time_point now);
   std::string me() const { return "rank " + std::to_string(o_.rank); }
@@ -179,13 +182,8 @@ void MeshBuilder::expirePending(Clock::time_point now) {
 void MeshBuilder::checkStore(Clock::time_point now) {
   if (now < nextStoreCheck_) return;
   nextStoreCheck_ = now + kStoreCheckInterval;
-  try {
-    store_.check({addressKey(o_.rank)});
-  } catch (const IoError& e) {
-    throw IoError(me() + ": the rendezvous store went away while connecting to the peers (" +
-                  e.what() + "); the launcher stopped this job (or a newer generation of an " +
-                  "elastic job replaced it)");
-  }
+  std::string doing = "waiting for rank(s) " + rankList(missingRanks()) + " to connect";
+  storeCall(o_, doing, [&] { return store_.check({addressKey(o_.rank)}); });
 }
 
 void MeshBuilder::publish() {
@@ -196,7 +194,7 @@ void MeshBuilder::publish() {
   listener_ = net::listenOn(host, 0, &port);
   std::string address = net::joinHostPort(host, port);
   HORA_LOG(Debug, me() << ": listening for peers at " << address);
-  store_.set(addressKey(o_.rank), address);
+  storeCall(o_, "publishing its address", [&] { store_.set(addressKey(o_.rank), address); });
 }
 
 void MeshBuilder::resolveTargets() {
@@ -209,23 +207,12 @@ void MeshBuilder::resolveTargets() {
   };
   for (int j = 0; j < o_.rank; ++j) addTarget(j, net::PeerKind::Data);
   if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
-  std::vector<std::string> keys;
-  for (int j = 0; j < o_.rank; ++j) keys.push_back(addressKey(j));
-  try {
-    auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline_ - Clock::now()));
-    store_.wait(keys, left);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int j = 0; j < o_.rank; ++j) {
-      if (!store_.check({addressKey(j)}))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(j);
-    }
-    throw TimeoutError(me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
-                       " ms waiting for rank(s) " + missing +
-                       " to publish their address (not started, or failed before connecting)");
-  }
+  std::vector<int> lower;
+  for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
+  std::vector<std::string> addresses =
+      awaitRanks(o_, store_, lower, addressKey, deadline_, "publish their address");
   for (auto& t : targets_) {
-    net::parseHostPort(store_.get(addressKey(t.rank), Millis(0)), &t.host, &t.port);
+    net::parseHostPort(addresses[t.rank], &t.host, &t.port);
     t.retryAt = Clock::now();
   }
 }
@@ -366,33 +353,35 @@ bool MeshBuilder::complete() const {
   return true;
 }
 
-void MeshBuilder::timedOut() {
+// The ranks whose connection with this one is not made yet, and what is missing of each.
+std::vector<int> MeshBuilder::missingRanks(std::string* details) const {
   std::set<int> missing;
-  std::string details;
+  auto note = [&](int rank, const std::string& what) {
+    missing.insert(rank);
+    if (details != nullptr) *details += "; " + what;
+  };
   for (const auto& t : targets_) {
     if (t.done) continue;
-    missing.insert(t.rank);
-    details += "; " + std::string(net::peerKindName(t.kind)) + " connection to rank " +
-               std::to_string(t.rank) + " at " + net::joinHostPort(t.host, t.port) + " not made" +
-               (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")");
+    note(t.rank, std::string(net::peerKindName(t.kind)) + " connection to rank " +
+                     std::to_string(t.rank) + " at " + net::joinHostPort(t.host, t.port) +
+                     " not made" +
+                     (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")"));
   }
   for (int j = o_.rank + 1; j < o_.size; ++j) {
-    if (!mesh_.data[j].valid()) {
-      missing.insert(j);
-      details += "; no data connection from rank " + std::to_string(j);
-    }
+    if (!mesh_.data[j].valid()) note(j, "no data connection from rank " + std::to_string(j));
   }
   for (int j = 1; o_.rank == 0 && j < o_.size; ++j) {
-    if (!mesh_.control[j].valid()) {
-      missing.insert(j);
-      details += "; no control connection from rank " + std::to_string(j);
-    }
+    if (!mesh_.control[j].valid()) note(j, "no control connection from rank " + std::to_string(j));
   }
-  std::string ranks;
-  for (int j : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
+  return std::vector<int>(missing.begin(), missing.end());
+}
+
+void MeshBuilder::timedOut() {
+  std::string details;
+  std::vector<int> missing = missingRanks(&details);
   throw TimeoutError(
       me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
-      " ms connecting to rank(s) " + ranks + details +
+      " ms connecting to rank(s) " + rankList(missing) + details +
       " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are "
       "slow)");
 }

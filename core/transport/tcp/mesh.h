@@ -14,6 +14,8 @@
 //
 // All of it runs in one poll(2) loop (non-blocking accept, connect and handshakes), bounded by
 // options.startTimeout: TimeoutError names the ranks that never published or never connected.
+// A store that fails meanwhile (checked every 500 ms while connecting) ends the wait at once with
+// an error naming the store's owner and the ranks awaited (rendezvous_store.h).
 // The returned sockets are non-blocking and tuned (TCP_NODELAY, large buffers).
 #include <vector>
 

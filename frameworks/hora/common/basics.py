@@ -146,6 +146,7 @@ def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
         store_port=info.store_port, serve_store=info.serve_store, secret=secret,
         listen_host=listen,
         process_sets=to_register, mpi_comm=comm_handle, generation=generation,
+        store_served_by_rank0=info.store_served_by_rank0,
     )
     _topology = dict(_core.topology())
     _ps.update_after_init(objects)

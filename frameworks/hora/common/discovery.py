@@ -73,6 +73,8 @@ class RankInfo:
     secret: str = ""
     hostname: str = ""
     source: str = "alone"
+    store_served_by_rank0: bool = False
+    """No launcher serves the store: rank 0 does (every rank knows it, to say so in its errors)."""
 
 
 class _Env:
@@ -245,6 +247,7 @@ def _self_served(env: _Env, source: str, rank: int, size: int, local_rank: int, 
     return RankInfo(
         rank, size, local_rank, local_size, cross[0], cross[1],
         store_host=host, store_port=port, serve_store=size > 1 and rank == 0,
+        store_served_by_rank0=size > 1,
         secret=_secret(env, from_launcher=False),
         hostname=socket.gethostname(), source=source,
     )
