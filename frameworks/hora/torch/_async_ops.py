@@ -133,19 +133,19 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     the others into fresh copies; operations the engine allocates return new tensors.
     """
     tensors = list(tensors)
+    spec = _ops.OPS[collective]
     if prepare is None:
-        spec = _ops.OPS[collective]
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
-    bufs = [prepare(t, what) for t in tensors]
-    results = tensors if in_place else bufs
+    bufs = [prepare(tensors[0], what)] if len(tensors) == 1 else [prepare(t, what) for t in tensors]
     handles = _ops.enqueue(collective, bufs, grouped=grouped, **kwargs)
+    if spec.in_place:
+        # The result is known now: no closure to build per call.
+        results = tensors if in_place else bufs
+        return AsyncResult(handles, None, list(results) if grouped else results[0])
 
     def finish(hs: list) -> Any:
-        if _ops.OPS[collective].in_place:
-            outs = list(results)
-        else:
-            outs = [from_engine(_ops.handle_output(h), t.dtype, list(t.shape))
-                    for h, t in zip(hs, tensors)]
+        outs = [from_engine(_ops.handle_output(h), t.dtype, list(t.shape))
+                for h, t in zip(hs, tensors)]
         if collective == "alltoall":
             received = torch.tensor(list(hs[0].received_splits()), dtype=torch.int32)
             return outs[0], received
