@@ -204,7 +204,13 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
             return tensor.view(np.uint16), _BFLOAT16
         if tensor.dtype == np.bool_ and not _numpy_exports_bool():
             return tensor.view(np.uint8), "bool"
-        return tensor, None
+        # The capsule made here spares the engine's import its generic probing of the object
+        # (four Python attribute lookups and calls); an array NumPy will not export goes down
+        # that path, which raises the error.
+        try:
+            return tensor.__dlpack__(), None
+        except (AttributeError, BufferError):
+            return tensor, None
     if hasattr(tensor, "__dlpack__") or type(tensor).__name__ == "PyCapsule":
         if gpu.is_cuda(tensor):
             gpu.ensure_loaded()
