@@ -199,10 +199,11 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
             return capsule, None
     if isinstance(tensor, np.ndarray):
         # ml_dtypes' bfloat16 is a kind-"V" dtype; checking the kind first skips the slow name
-        # lookup for every ordinary dtype.
-        if tensor.dtype.kind == "V" and tensor.dtype.name == _BFLOAT16:
+        # lookup for every ordinary dtype (and kind "b", bool, a comparison of dtypes).
+        kind = tensor.dtype.kind
+        if kind == "V" and tensor.dtype.name == _BFLOAT16:
             return tensor.view(np.uint16), _BFLOAT16
-        if tensor.dtype == np.bool_ and not _numpy_exports_bool():
+        if kind == "b" and not _numpy_exports_bool():
             return tensor.view(np.uint8), "bool"
         # The capsule made here spares the engine's import its generic probing of the object
         # (four Python attribute lookups and calls); an array NumPy will not export goes down
