@@ -176,3 +176,18 @@ def test_torch_results_and_checks(count) -> None:
                 hvd.grouped_allreduce_async_([torch.ones(3), bad])
     with pytest.raises(ValueError, match="broadcast received invalid root rank 3"):
         hvd.broadcast_async_(tensors[-1], 3)
+
+
+def test_numpy_arrays_cross_as_capsules() -> None:
+    """A NumPy array reaches the engine as the capsule of its own ``__dlpack__``, sharing its
+    memory; one NumPy will not export takes the generic path (whose error the engine raises)."""
+    array = np.arange(4, dtype=np.float32)
+    capsule, override = ops._prepare(array)
+    assert type(capsule).__name__ == "PyCapsule" and override is None
+    handle = ops._core.enqueue(ops.ALLREDUCE, [capsule], ["allreduce.capsule_shares"], 0, hora.Sum,
+                               3.0)
+    ops.wait_all([handle[0]])
+    np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32) * 3)
+    readonly = np.ones(2, np.float32)
+    readonly.flags.writeable = False
+    assert ops._prepare(readonly)[0] is readonly
