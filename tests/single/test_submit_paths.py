@@ -191,3 +191,16 @@ def test_numpy_arrays_cross_as_capsules() -> None:
     readonly = np.ones(2, np.float32)
     readonly.flags.writeable = False
     assert ops._prepare(readonly)[0] is readonly
+
+
+def test_torch_parameters_are_reduced_in_place() -> None:
+    """Plain tensors outside autograd cross as they are; parameters, frozen or not, through
+    ``detach()``: either way the engine writes into their memory."""
+    torch = pytest.importorskip("torch")
+    import hora.torch as hvd
+
+    for requires_grad in (False, True):
+        param = torch.nn.Parameter(torch.ones(2), requires_grad=requires_grad)
+        result = hvd.synchronize(hvd.allreduce_async_(param, op=hvd.Sum, prescale_factor=3.0))
+        assert result is param
+        assert param.detach().tolist() == [3.0, 3.0]

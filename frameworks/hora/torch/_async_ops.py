@@ -78,8 +78,10 @@ def _check_tensor(tensor: Any, what: str) -> None:
 def inplace_view(tensor: torch.Tensor, what: str) -> torch.Tensor:
     """The tensor's own memory, as the engine will write into it."""
     _check_tensor(tensor, what)
-    # A tensor outside autograd already is what detach() would make (the same memory).
-    view = tensor.detach() if tensor.requires_grad else tensor
+    # A plain tensor outside autograd already is what detach() would make (the same memory); a
+    # subclass (a frozen Parameter, say) still becomes a plain tensor, which crosses as a capsule.
+    plain = type(tensor) is torch.Tensor and not tensor.requires_grad
+    view = tensor if plain else tensor.detach()
     if not view.is_contiguous():
         raise ValueError(
             f"{what}: tensor is not contiguous (shape {list(tensor.shape)}, strides "
