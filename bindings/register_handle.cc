@@ -64,6 +64,9 @@ bool PyHandle::poll() {
 }
 
 bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds) {
+  // A finished operation (most of a step's waits) needs no blocked state, whose start and end
+  // would each wake the background loop, and no release of the GIL.
+  if (handle.poll()) return true;
   auto deadline = Clock::now();
   if (timeoutSeconds) {
     deadline += std::chrono::duration_cast<Clock::duration>(

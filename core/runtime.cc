@@ -204,6 +204,8 @@ bool RuntimeImpl::running() const {
 std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest> requests) {
   std::vector<TensorEntry> group;
   std::vector<std::shared_ptr<Handle>> handles;
+  group.reserve(requests.size());
+  handles.reserve(requests.size());
   auto now = Clock::now();
   for (auto& op : requests) {
     TensorEntry e;

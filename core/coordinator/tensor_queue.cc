@@ -11,22 +11,27 @@ std::string tensorKey(int processSetId, const std::string& name) {
 }
 
 void TensorQueue::push(std::vector<TensorEntry> group) {
+  // Keys are built before taking the lock, once each; a group of one (most submissions) needs no
+  // set to find repeats within it.
+  std::vector<std::string> keys;
+  keys.reserve(group.size());
+  for (const auto& e : group) keys.push_back(tensorKey(e.request.processSetId, e.request.name));
+  std::unordered_set<std::string> seen;
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) throw ShutdownError(closedReason_);
-  std::unordered_set<std::string> keys;
-  for (const auto& e : group) {
-    auto key = tensorKey(e.request.processSetId, e.request.name);
-    if (inFlight_.count(key) > 0 || !keys.insert(key).second) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    bool repeated = group.size() > 1 && !seen.insert(keys[i]).second;
+    if (repeated || inFlight_.count(keys[i]) > 0) {
+      const TensorEntry& e = group[i];
       throw InvalidArgument("Requested to " + std::string(opKindName(e.request.kind)) +
                             " a tensor with the same name as another tensor that is currently "
                             "being processed: '" +
                             e.request.name + "'. Give each in-flight tensor a unique name.");
     }
   }
-  for (auto& e : group) {
-    auto key = tensorKey(e.request.processSetId, e.request.name);
-    inFlight_.emplace(key, std::make_unique<TensorEntry>(std::move(e)));
-    fresh_.push_back(std::move(key));
+  for (size_t i = 0; i < group.size(); ++i) {
+    inFlight_.emplace(keys[i], std::make_unique<TensorEntry>(std::move(group[i])));
+    fresh_.push_back(std::move(keys[i]));
   }
 }
 

@@ -27,7 +27,9 @@ def recorded_sites(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     enqueue = ops._core.enqueue
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        sites.append(kwargs.get("call_site", ""))
+        # The pipeline passes the arguments by position; call_site is the tenth (kind, tensors,
+        # names, process_set_id, reduce_op, prescale, postscale, root_rank, splits, call_site).
+        sites.append(kwargs["call_site"] if "call_site" in kwargs else args[9])
         return enqueue(*args, **kwargs)
 
     monkeypatch.setattr(ops._core, "enqueue", recording)

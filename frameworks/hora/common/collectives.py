@@ -33,17 +33,24 @@ def _input(tensor: Any) -> Any:
     return tensor if gpu.is_cuda(tensor) else _copy(tensor)
 
 
-def _run(collective: str, tensors: list, single: bool, **kwargs: Any) -> AsyncResult:
+def _outputs(hs: list) -> list:
+    return [ops.handle_output(h) for h in hs]
+
+
+def _output(hs: list) -> Any:
+    return ops.handle_output(hs[0])
+
+
+def _run(collective: str, tensors: list, single: bool, name: str | None,
+         process_set: ProcessSet, op: int | None = None, average: bool | None = None,
+         prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0) -> AsyncResult:
     """Submit one call; its result is the (in-place) inputs or the engine's outputs."""
-    handles = ops.enqueue(collective, tensors, grouped=not single, **kwargs)
+    handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
+                          average=average, prescale=prescale, postscale=postscale,
+                          root_rank=root_rank, process_set=process_set)
     if ops.OPS[collective].in_place:
-        return AsyncResult(handles, lambda _: tensors[0] if single else list(tensors))
-
-    def finish(hs: list) -> Any:
-        outs = [ops.handle_output(h) for h in hs]
-        return outs[0] if single else outs
-
-    return AsyncResult(handles, finish)
+        return AsyncResult(handles, None, tensors[0] if single else list(tensors))
+    return AsyncResult(handles, _output if single else _outputs)
 
 
 # ---------------------------------------------------------------------------------- allreduce

@@ -10,9 +10,8 @@ alltoall splits, reducescatter op, scalar allgather) so the error is raised wher
 from __future__ import annotations
 
 import itertools
-import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -83,8 +82,10 @@ _SPEC_BY_KIND[ADASUM] = OPS["allreduce"]
 
 _BFLOAT16 = "bfloat16"
 
-_name_lock = threading.Lock()
-_name_counters: dict[str, int] = {}
+# The name counters and the handle table take no lock: each step on them is one operation on a
+# dict or an itertools.count, which CPython performs atomically, while a threading.Lock costs
+# about half a microsecond per use on the reference machine, on every call.
+_name_counters: dict[str, Iterator[int]] = {}
 
 
 def auto_name(prefix: str, process_set_id: int = 0) -> str:
@@ -97,16 +98,15 @@ def auto_name(prefix: str, process_set_id: int = 0) -> str:
     different numbers of unnamed operations in their own sets.
     """
     key = prefix if process_set_id == 0 else f"{prefix}.set{process_set_id}"
-    with _name_lock:
-        n = _name_counters.get(key, 0)
-        _name_counters[key] = n + 1
-    return f"{key}.noname.{n}"
+    counter = _name_counters.get(key)
+    if counter is None:
+        counter = _name_counters.setdefault(key, itertools.count())
+    return f"{key}.noname.{next(counter)}"
 
 
 def reset_names() -> None:
     """Restart the auto-name counters (after shutdown, so re-initialized ranks agree)."""
-    with _name_lock:
-        _name_counters.clear()
+    _name_counters.clear()
 
 
 def op_name(prefix: str, name: str | None, process_set_id: int = 0) -> str:
@@ -199,12 +199,19 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
             return capsule, None
     if isinstance(tensor, np.ndarray):
         # ml_dtypes' bfloat16 is a kind-"V" dtype; checking the kind first skips the slow name
-        # lookup for every ordinary dtype.
-        if tensor.dtype.kind == "V" and tensor.dtype.name == _BFLOAT16:
+        # lookup for every ordinary dtype (and kind "b", bool, a comparison of dtypes).
+        kind = tensor.dtype.kind
+        if kind == "V" and tensor.dtype.name == _BFLOAT16:
             return tensor.view(np.uint16), _BFLOAT16
-        if tensor.dtype == np.bool_ and not _numpy_exports_bool():
+        if kind == "b" and not _numpy_exports_bool():
             return tensor.view(np.uint8), "bool"
-        return tensor, None
+        # The capsule made here spares the engine's import its generic probing of the object
+        # (four Python attribute lookups and calls); an array NumPy will not export goes down
+        # that path, which raises the error.
+        try:
+            return tensor.__dlpack__(), None
+        except (AttributeError, BufferError):
+            return tensor, None
     if hasattr(tensor, "__dlpack__") or type(tensor).__name__ == "PyCapsule":
         if gpu.is_cuda(tensor):
             gpu.ensure_loaded()
@@ -235,6 +242,15 @@ def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     return values
 
 
+def _what(kind: int) -> str:
+    """The operation's name in error messages."""
+    return KIND_NAMES.get(kind, str(kind))
+
+
+# The kinds whose tensors need at least one dimension (and whose check reads their shapes).
+_SHAPED_KINDS = frozenset((ALLGATHER, ALLTOALL, REDUCESCATTER))
+
+
 def _shape(tensor: Any) -> tuple[int, ...] | None:
     shape = getattr(tensor, "shape", None)
     return None if shape is None else tuple(int(d) for d in shape)
@@ -243,18 +259,17 @@ def _shape(tensor: Any) -> tuple[int, ...] | None:
 def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, splits: Any,
                    process_set: ProcessSet) -> list[int] | None:
     """Horovod's enqueue-time checks; returns the splits to pass on."""
-    what = KIND_NAMES.get(kind, str(kind))
-    if process_set.process_set_id is None or process_set.ranks is None:
+    members = process_set.ranks
+    if process_set.process_set_id is None or members is None:
         raise ValueError(
-            f"{what}: the process set {process_set} is not registered; pass it to "
+            f"{_what(kind)}: the process set {process_set} is not registered; pass it to "
             "hora.init(process_sets=[...]) or hora.add_process_set() first"
         )
     me = basics.rank()
-    members = process_set.ranks
     if me not in members:
-        raise ValueError(f"{what}: Rank {me} is not a member of the provided process set.")
+        raise ValueError(f"{_what(kind)}: Rank {me} is not a member of the provided process set.")
     if op not in REDUCE_OPS:
-        raise ValueError(f"{what}: unknown reduce op {op}")
+        raise ValueError(f"{_what(kind)}: unknown reduce op {op}")
     spec = _SPEC_BY_KIND.get(kind)
     if spec is not None and spec.reduce_ops and op not in spec.reduce_ops:
         # Horovod raises HorovodInternalError (a RuntimeError) here; ValueError stays true too.
@@ -263,11 +278,13 @@ def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, s
         raise ValueError(
             f"broadcast received invalid root rank {root_rank} for provided process set"
         )
-    for tensor in tensors if kind in (ALLGATHER, ALLTOALL, REDUCESCATTER) else ():
+    if kind not in _SHAPED_KINDS:
+        return None
+    for tensor in tensors:
         shape = _shape(tensor)
         if shape is not None and len(shape) == 0:
             raise ValueError(
-                f"{what} needs a tensor of at least one dimension; reshape the scalar to [1]"
+                f"{_what(kind)} needs a tensor of at least one dimension; reshape the scalar to [1]"
             )
     if kind != ALLTOALL:
         return None
@@ -314,47 +331,69 @@ def submit(
             take raises ``InvalidCollectiveError``, also a ``HoraError`` as in Horovod.
         TypeError: an object that is not a tensor.
     """
-    tensors = list(tensors)
-    names = [str(n) for n in names]
+    return _submit(kind, list(tensors), [str(n) for n in names], op, prescale, postscale,
+                   root_rank, splits, process_set)
+
+
+def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float,
+            postscale: float, root_rank: int, splits: Any, process_set: ProcessSet) -> list:
+    """``submit`` on lists it may keep (names already strings).
+
+    Every call of every frontend passes here, so it is kept lean: one tensor (the common case)
+    builds no per-tensor lists, and the engine is called with positional arguments (keyword
+    parsing in the binding costs most of a microsecond).
+    """
     checked_splits = _check_request(kind, tensors, op, root_rank, splits, process_set)
-    prepared = [_prepare(t) for t in tensors]
-    overrides = [o for _, o in prepared]
+    overrides: list | None = None
+    if len(tensors) == 1:
+        buffer, override = _prepare(tensors[0])
+        buffers = [buffer]
+        if override is not None:
+            overrides = [override]
+    else:
+        prepared = [_prepare(t) for t in tensors]
+        buffers = [t for t, _ in prepared]
+        if any(o is not None for _, o in prepared):
+            overrides = [o for _, o in prepared]
+    # The order of _core.enqueue's parameters: process_set_id, reduce_op, prescale, postscale,
+    # root_rank, splits, call_site, dtype_overrides.
     handles = _core.enqueue(
-        kind, [t for t, _ in prepared], names,
-        process_set_id=int(process_set.process_set_id or 0), reduce_op=int(op),
-        prescale=float(prescale), postscale=float(postscale), root_rank=int(root_rank),
-        splits=checked_splits, call_site=call_site(),
-        dtype_overrides=overrides if any(o is not None for o in overrides) else None,
+        kind, buffers, names, int(process_set.process_set_id or 0), int(op), float(prescale),
+        float(postscale), int(root_rank), checked_splits, call_site(), overrides,
     )
-    for handle, override in zip(handles, overrides):
-        if override == _BFLOAT16:
-            handle._hora_dtype = _BFLOAT16  # type: ignore[attr-defined]
+    if overrides is not None:
+        for handle, override in zip(handles, overrides):
+            if override == _BFLOAT16:
+                handle._hora_dtype = _BFLOAT16  # type: ignore[attr-defined]
     return handles
 
 
 def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
             names: Sequence[str] | None = None, grouped: bool = False, op: int | None = None,
-            average: bool | None = None, **request: Any) -> list:
+            average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
+            root_rank: int = 0, splits: Any = None,
+            process_set: ProcessSet = global_process_set) -> list:
     """Submit one frontend call of ``collective`` (a key of ``OPS``).
 
     The pipeline every frontend shares: the op table gives the engine kind, names are
     ``names`` when given, else Horovod's automatic names from ``name`` (``<prefix>.<name>``, or
     ``<base>_<i>of<n>`` when ``grouped``), the reduce op is resolved (``average=`` and Adasum for
     allreduce; Average by default for reducescatter), then ``submit`` checks and enqueues
-    (``request``: its prescale, postscale, root_rank, splits and process_set).
+    (with ``prescale``, ``postscale``, ``root_rank``, ``splits`` and ``process_set``).
     Returns one engine handle per buffer ([] for an empty group).
     """
     spec = OPS[collective]
     buffers = list(buffers)
     if names is None:
-        process_set = request.get("process_set")
         set_id = int(getattr(process_set, "process_set_id", 0) or 0)
         if grouped:
             names = group_names(spec.grouped_prefix, name, len(buffers), set_id)
         else:
             names = [op_name(spec.prefix, name, set_id)]
+    else:
+        names = [str(n) for n in names]
     kind = spec.kind
-    if collective == "allreduce":
+    if kind == ALLREDUCE:
         kind, op = resolve_allreduce(op, average)
     elif spec.reduce_ops:
         op = Average if op is None else int(op)
@@ -362,7 +401,7 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         op = Sum
     if not buffers and kind not in (JOIN, BARRIER):
         return []
-    return submit(kind, buffers, names, op=op, **request)
+    return _submit(kind, buffers, names, op, prescale, postscale, root_rank, splits, process_set)
 
 
 def engine_error(exc: BaseException) -> BaseException:
@@ -436,16 +475,19 @@ def allocated_output(handle: Any) -> np.ndarray:
 class AsyncResult:
     """The handle of an asynchronous NumPy-level operation, for ``poll`` and ``synchronize``.
 
-    Holds the engine handles of one call and how to build its result once they are done.
+    Holds the engine handles of one call and how to build its result once they are done:
+    ``finish(handles)``, or with ``finish=None`` the ``result`` given here (an in-place
+    operation's own tensors, without a closure made per call).
     """
 
     __slots__ = ("_done", "_finish", "_handles", "_result")
 
-    def __init__(self, handles: Sequence[Any], finish: Callable[[list], Any]) -> None:
+    def __init__(self, handles: Sequence[Any], finish: Callable[[list], Any] | None,
+                 result: Any = None) -> None:
         self._handles = list(handles)
         self._finish = finish
         self._done = False
-        self._result: Any = None
+        self._result: Any = result
 
     def poll(self) -> bool:
         """True when every operation of the call has finished."""
@@ -460,7 +502,8 @@ class AsyncResult:
         if self._done:
             return self._result
         wait_all(self._handles, timeout)
-        self._result = self._finish(self._handles)
+        if self._finish is not None:
+            self._result = self._finish(self._handles)
         self._done = True
         return self._result
 
@@ -470,16 +513,14 @@ class AsyncResult:
         return list(self._handles)
 
 
-_handle_lock = threading.Lock()
 _handle_table: dict[int, AsyncResult] = {}
 _handle_ids = itertools.count(1)
 
 
 def register_handle(result: AsyncResult) -> int:
     """An integer handle for ``result`` (Horovod's torch API returns ints from ``*_async``)."""
-    with _handle_lock:
-        handle = next(_handle_ids)
-        _handle_table[handle] = result
+    handle = next(_handle_ids)
+    _handle_table[handle] = result
     return handle
 
 
@@ -498,15 +539,13 @@ def poll_handle(handle: int) -> bool:
 def synchronize_handle(handle: int) -> Any:
     """Wait for the operation behind an integer handle and return its result; None for an
     unknown handle. The handle is released either way."""
-    with _handle_lock:
-        result = _handle_table.get(handle)
+    result = _handle_table.get(handle)
     if result is None:
         return None
     try:
         return result.wait()
     finally:
-        with _handle_lock:
-            _handle_table.pop(handle, None)
+        _handle_table.pop(handle, None)
 
 
 basics.add_shutdown_hook(reset_names)

@@ -78,7 +78,10 @@ def _check_tensor(tensor: Any, what: str) -> None:
 def inplace_view(tensor: torch.Tensor, what: str) -> torch.Tensor:
     """The tensor's own memory, as the engine will write into it."""
     _check_tensor(tensor, what)
-    view = tensor.detach()
+    # A plain tensor outside autograd already is what detach() would make (the same memory); a
+    # subclass (a frozen Parameter, say) still becomes a plain tensor, which crosses as a capsule.
+    plain = type(tensor) is torch.Tensor and not tensor.requires_grad
+    view = tensor if plain else tensor.detach()
     if not view.is_contiguous():
         raise ValueError(
             f"{what}: tensor is not contiguous (shape {list(tensor.shape)}, strides "
@@ -118,34 +121,47 @@ def from_engine(array: Any, dtype: torch.dtype,
 
 
 def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
-          **kwargs: Any) -> int:
+          in_place: bool = False, name: str | None = None, op: int | None = None,
+          average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
+          root_rank: int = 0, splits: Any = None,
+          process_set: ProcessSet = global_process_set) -> int:
     """Submit one call of ``collective`` on ``tensors`` and return its integer handle (the
-    arguments of ``call``)."""
-    return _ops.register_handle(call(collective, tensors, grouped, what, **kwargs))
+    arguments of ``call``, passed on one by one: a ``**kwargs`` dict per call costs more)."""
+    return _ops.register_handle(call(
+        collective, tensors, grouped, what, None, in_place, name=name, op=op, average=average,
+        prescale=prescale, postscale=postscale, root_rank=root_rank, splits=splits,
+        process_set=process_set,
+    ))
 
 
 def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
          prepare: Callable[[torch.Tensor, str], torch.Tensor] | None = None,
-         in_place: bool = False, **kwargs: Any) -> AsyncResult:
+         in_place: bool = False, *, name: str | None = None, names: Sequence[str] | None = None,
+         op: int | None = None, average: bool | None = None, prescale: float = 1.0,
+         postscale: float = 1.0, root_rank: int = 0, splits: Any = None,
+         process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Submit one call of ``collective`` on ``tensors`` (``what`` names it in errors).
 
     ``in_place`` operations write into the tensors themselves (``synchronize`` returns them),
-    the others into fresh copies; operations the engine allocates return new tensors.
+    the others into fresh copies; operations the engine allocates return new tensors. The
+    keyword arguments are those of ``hora.common.ops.enqueue``.
     """
     tensors = list(tensors)
+    spec = _ops.OPS[collective]
     if prepare is None:
-        spec = _ops.OPS[collective]
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
-    bufs = [prepare(t, what) for t in tensors]
-    results = tensors if in_place else bufs
-    handles = _ops.enqueue(collective, bufs, grouped=grouped, **kwargs)
+    bufs = [prepare(tensors[0], what)] if len(tensors) == 1 else [prepare(t, what) for t in tensors]
+    handles = _ops.enqueue(collective, bufs, name=name, names=names, grouped=grouped, op=op,
+                           average=average, prescale=prescale, postscale=postscale,
+                           root_rank=root_rank, splits=splits, process_set=process_set)
+    if spec.in_place:
+        # The result is known now: no closure to build per call.
+        results = tensors if in_place else bufs
+        return AsyncResult(handles, None, list(results) if grouped else results[0])
 
     def finish(hs: list) -> Any:
-        if _ops.OPS[collective].in_place:
-            outs = list(results)
-        else:
-            outs = [from_engine(_ops.handle_output(h), t.dtype, list(t.shape))
-                    for h, t in zip(hs, tensors)]
+        outs = [from_engine(_ops.handle_output(h), t.dtype, list(t.shape))
+                for h, t in zip(hs, tensors)]
         if collective == "alltoall":
             received = torch.tensor(list(hs[0].received_splits()), dtype=torch.int32)
             return outs[0], received

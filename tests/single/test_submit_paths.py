@@ -1,0 +1,206 @@
+"""The submit pipeline takes one tensor (the common case) and groups of tensors on separate
+branches (hora.common.ops._submit, hora.torch's call): every check, conversion and result must be
+the same on both. Each case runs with one tensor and with a group of two."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import hora
+import ml_dtypes
+import numpy as np
+import pytest
+from hora.common import ops
+from hora.common.process_sets import ProcessSet
+
+COUNTS = [1, 2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started():
+    hora.init()
+    yield
+
+
+def arrays(count: int, dtype=np.float32, shape=(3,)) -> list[np.ndarray]:
+    return [np.full(shape, i + 1, dtype=dtype) for i in range(count)]
+
+
+def run(collective: str, buffers: list, **kwargs) -> list:
+    """Submit through the shared pipeline and wait; the results of the engine handles."""
+    handles = ops.enqueue(collective, buffers, grouped=len(buffers) > 1, **kwargs)
+    ops.wait_all(handles)
+    return [ops.handle_output(h) for h in handles]
+
+
+def foreign_set() -> ProcessSet:
+    foreign = ProcessSet([1])
+    foreign.process_set_id = 7
+    return foreign
+
+
+@pytest.mark.parametrize("count", COUNTS)
+@pytest.mark.parametrize(
+    ("collective", "kwargs", "error", "message"),
+    [
+        ("allreduce", {"process_set": ProcessSet([0])}, ValueError,
+         "allreduce: the process set .* is not registered"),
+        ("allreduce", {"process_set": foreign_set()}, ValueError,
+         "allreduce: Rank 0 is not a member of the provided process set."),
+        ("allreduce", {"op": 17}, ValueError, "allreduce: unknown reduce op 17"),
+        ("allreduce", {"op": hora.Sum, "average": True}, ValueError, "supersedes average"),
+        ("reducescatter", {"op": hora.Min}, hora.InvalidCollectiveError,
+         "Reducescatter currently only supports AVERAGE and SUM."),
+        ("broadcast", {"root_rank": 3}, ValueError,
+         "broadcast received invalid root rank 3 for provided process set"),
+        ("alltoall", {"splits": [1, 2]}, hora.InvalidCollectiveError,
+         "Number of entries in splits does not equal number of workers."),
+    ],
+)
+def test_every_check_fires(count, collective, kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        run(collective, arrays(count), **kwargs)
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_scalar_allgather_is_refused(count) -> None:
+    with pytest.raises(ValueError, match="allgather needs a tensor of at least one dimension"):
+        run("allgather", arrays(count, shape=()))
+
+
+@pytest.mark.parametrize("count", COUNTS)
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ("not a tensor", TypeError, "expected a NumPy array, a tensor with __dlpack__"),
+        (np.ones((4, 4), np.float32)[:, ::2], ValueError, "tensor must be contiguous"),
+        (np.ones(2, np.complex64), ValueError, "Tensor type complex64 is not supported."),
+    ],
+)
+def test_every_conversion_error_fires(count, bad, error, message) -> None:
+    buffers = [*arrays(count - 1), bad]
+    with pytest.raises(error, match=message):
+        run("allreduce", buffers)
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_readonly_array_is_refused(count) -> None:
+    readonly = np.ones(2, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="cannot export the tensor through DLPack"):
+        run("allreduce", [*arrays(count - 1), readonly])
+
+
+def test_repeated_name_within_a_group_is_refused() -> None:
+    with pytest.raises(ValueError, match="same name as another tensor"):
+        ops.submit(ops.ALLREDUCE, arrays(2), ["allreduce.twice", "allreduce.twice"])
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_overridden_dtypes_come_back(count) -> None:
+    """bfloat16 and bool cross with a dtype override; the outputs get their dtype back."""
+    for dtype in (ml_dtypes.bfloat16, np.bool_):
+        inputs = arrays(count, dtype=dtype)
+        outputs = run("allgather", inputs)
+        assert [o.dtype for o in outputs] == [np.dtype(dtype)] * count
+        for got, sent in zip(outputs, inputs):
+            np.testing.assert_array_equal(got, sent)
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_engine_arguments(count, monkeypatch) -> None:
+    """What reaches the engine, argument by argument (they are passed by position)."""
+    calls = []
+    real = ops._core.enqueue
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ops._core, "enqueue", spy)
+    submit = functools.partial(ops.enqueue, "allreduce", arrays(count), name="args",
+                               grouped=count > 1, op=hora.Max, prescale=2.0, postscale=3.0)
+    line = sys._getframe().f_lineno + 1
+    handles = submit()
+    ops.wait_all(handles)
+    (kind, _, names, set_id, op, prescale, postscale, root, splits, site, overrides), = calls
+    base = "allreduce.args" if count == 1 else "grouped_allreduce.args"
+    expected = [base] if count == 1 else [f"{base}_{i + 1}of{count}" for i in range(count)]
+    assert (kind, names, set_id, op, prescale, postscale, root, splits, overrides) == (
+        ops.ALLREDUCE, expected, 0, hora.Max, 2.0, 3.0, 0, None, None)
+    assert site == f"test_submit_paths.py:{line}"
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_numpy_results(count) -> None:
+    inputs = arrays(count)
+    single = count == 1
+    in_place = (hora.allreduce_async_(inputs[0], op=hora.Sum, prescale_factor=2.0) if single
+                else hora.grouped_allreduce_async_(inputs, op=hora.Sum, prescale_factor=2.0))
+    result = in_place.wait()
+    if single:
+        assert result is inputs[0]
+    else:
+        assert all(r is i for r, i in zip(result, inputs))
+    np.testing.assert_array_equal(inputs[0], np.full(3, 2.0, np.float32))
+    gathered = (hora.allgather_async(inputs[0]) if single
+                else hora.grouped_allgather_async(inputs)).wait()
+    for got, sent in zip([gathered] if single else gathered, inputs):
+        assert got is not sent
+        np.testing.assert_array_equal(got, sent)
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_torch_results_and_checks(count) -> None:
+    torch = pytest.importorskip("torch")
+    import hora.torch as hvd
+
+    tensors = [torch.full((3,), float(i + 1), requires_grad=(i == 0)) for i in range(count)]
+    single = count == 1
+    if single:
+        handle = hvd.allreduce_async_(tensors[0], op=hvd.Sum, prescale_factor=2.0)
+    else:
+        handle = hvd.grouped_allreduce_async_(tensors, op=hvd.Sum, prescale_factor=2.0)
+    result = hvd.synchronize(handle)
+    assert all(r is t for r, t in zip([result] if single else result, tensors))
+    assert tensors[0].detach().tolist() == [2.0, 2.0, 2.0]  # written in place, through autograd
+    strided = torch.ones(4, 4)[:, ::2]
+    complex_ = torch.ones(2, dtype=torch.complex64)
+    for bad, message in ((strided, "allreduce_async_: tensor is not contiguous"),
+                         (complex_, "Tensor type torch.complex64 is not supported.")):
+        with pytest.raises(ValueError, match=message):
+            if single:
+                hvd.allreduce_async_(bad)
+            else:
+                hvd.grouped_allreduce_async_([torch.ones(3), bad])
+    with pytest.raises(ValueError, match="broadcast received invalid root rank 3"):
+        hvd.broadcast_async_(tensors[-1], 3)
+
+
+def test_numpy_arrays_cross_as_capsules() -> None:
+    """A NumPy array reaches the engine as the capsule of its own ``__dlpack__``, sharing its
+    memory; one NumPy will not export takes the generic path (whose error the engine raises)."""
+    array = np.arange(4, dtype=np.float32)
+    capsule, override = ops._prepare(array)
+    assert type(capsule).__name__ == "PyCapsule" and override is None
+    handle = ops._core.enqueue(ops.ALLREDUCE, [capsule], ["allreduce.capsule_shares"], 0, hora.Sum,
+                               3.0)
+    ops.wait_all([handle[0]])
+    np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32) * 3)
+    readonly = np.ones(2, np.float32)
+    readonly.flags.writeable = False
+    assert ops._prepare(readonly)[0] is readonly
+
+
+def test_torch_parameters_are_reduced_in_place() -> None:
+    """Plain tensors outside autograd cross as they are; parameters, frozen or not, through
+    ``detach()``: either way the engine writes into their memory."""
+    torch = pytest.importorskip("torch")
+    import hora.torch as hvd
+
+    for requires_grad in (False, True):
+        param = torch.nn.Parameter(torch.ones(2), requires_grad=requires_grad)
+        result = hvd.synchronize(hvd.allreduce_async_(param, op=hvd.Sum, prescale_factor=3.0))
+        assert result is param
+        assert param.detach().tolist() == [3.0, 3.0]
