@@ -78,15 +78,7 @@ gpu::NcclCommunicator& GpuExecutor::communicator(int setId, int ordinal,
   // the n-th id of a set names the same communicator everywhere.
   std::string storeKey =
       "nccl/set" + std::to_string(setId) + "/id" + std::to_string(commsMade_[setId]++);
-  gpu::ncclUniqueId id{};
-  if (setRank == 0) {
-    gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
-    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
-  } else {
-    std::string bytes = store_.get(storeKey, startTimeout_);
-    HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
-    std::copy(bytes.begin(), bytes.end(), id.internal);
-  }
+  gpu::ncclUniqueId id = uniqueId(storeKey, setRank == 0);
   DeviceState& d = device(ordinal);
   auto comm = std::make_unique<gpu::NcclCommunicator>(
       lib_, id, setRank, static_cast<int>(setRanks.size()), ordinal, d.stream);
@@ -94,6 +86,20 @@ gpu::NcclCommunicator& GpuExecutor::communicator(int setId, int ordinal,
                                                        << " (rank " << setRank << " of "
                                                        << setRanks.size() << ")");
   return *(comms_[key] = std::move(comm));
+}
+
+// The first member makes a fresh id and puts it in the store under `storeKey`; the others read it.
+gpu::ncclUniqueId GpuExecutor::uniqueId(const std::string& storeKey, bool first) {
+  gpu::ncclUniqueId id{};
+  if (first) {
+    gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
+    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
+    return id;
+  }
+  std::string bytes = store_.get(storeKey, startTimeout_);
+  HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
+  std::copy(bytes.begin(), bytes.end(), id.internal);
+  return id;
 }
 
 gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
@@ -107,15 +113,7 @@ gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
   // ordered), so the n-th id of a host names the same communicator on each of them.
   std::string storeKey =
       "nccl/host" + std::to_string(l.host) + "/id" + std::to_string(hostCommsMade_++);
-  gpu::ncclUniqueId id{};
-  if (l.index == 0) {
-    gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
-    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
-  } else {
-    std::string bytes = store_.get(storeKey, startTimeout_);
-    HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
-    std::copy(bytes.begin(), bytes.end(), id.internal);
-  }
+  gpu::ncclUniqueId id = uniqueId(storeKey, l.index == 0);
   DeviceState& d = device(ordinal);
   auto comm = std::make_unique<gpu::NcclCommunicator>(
       lib_, id, l.index, static_cast<int>(hostRanks.size()), ordinal, d.stream);

@@ -98,6 +98,7 @@ class GpuExecutor {
   gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
   // The NCCL communicator of this rank's host on `ordinal` (ranks of the host in `hier`'s layout).
   gpu::NcclCommunicator& hostCommunicator(int ordinal, const HierarchicalCommunicator& hier);
+  gpu::ncclUniqueId uniqueId(const std::string& storeKey, bool first);
   // Blocks until the device stream has run everything enqueued so far, polling the stream and
   // w.comm's async error until `deadline` (the response's waits share one: HORA_TIMEOUT_SECONDS
   // from its start); fails w's communicator past it.
@@ -130,6 +131,8 @@ struct GpuOpContext {
   int device;
 };
 void runGpuResponse(const Response& r, GpuOpContext& cx);
+// Enqueues a copy of `bytes` (device or host memory, either way) on cx.comm's stream.
+void copyOnStream(GpuOpContext& cx, void* dst, const void* src, size_t bytes);
 
 // What the hierarchical allreduce needs besides the host's NCCL communicator (cx.comm): the
 // cross-host CPU communicator, host staging memory, the set's size (Average), a bounded wait for

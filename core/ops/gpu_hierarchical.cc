@@ -20,12 +20,6 @@
 namespace hora {
 namespace {
 
-void copy(GpuOpContext& cx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  gpu::checkCuda(cx.lib.cuda().memcpyAsync(dst, src, bytes, gpu::kMemcpyDefault, cx.comm.stream()),
-                 "cudaMemcpyAsync");
-}
-
 void zero(GpuOpContext& cx, void* dst, size_t bytes) {
   if (bytes == 0) return;
   gpu::checkCuda(cx.lib.cuda().memsetAsync(dst, 0, bytes, cx.comm.stream()), "cudaMemsetAsync");
@@ -66,7 +60,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
     if (cx.entries[t] != nullptr) {
-      copy(cx, buf + off, cx.entries[t]->tensor.data, bytes);
+      copyOnStream(cx, buf + off, cx.entries[t]->tensor.data, bytes);
     } else {
       zero(cx, buf + off, bytes);  // a joined rank adds nothing
     }
@@ -81,10 +75,10 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
     h.step("PRESCALE_IN_HOST_BUFFER");
     uint8_t* inputs = host + sliceBytes;
     h.waitForDevice("the packing of the inputs");  // see below: the stream first
-    copy(cx, inputs, buf, off);
+    copyOnStream(cx, inputs, buf, off);
     h.waitForDevice("the copy of the inputs to the host");
     scaleInPlace(inputs, total, r.dtype, r.prescale);
-    copy(cx, buf, inputs, off);
+    copyOnStream(cx, buf, inputs, off);
   }
 
   h.step("NCCL_REDUCESCATTER");
@@ -98,7 +92,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   // until the stream reaches it (unbounded, were a peer dead); the copy then runs on an idle
   // stream, and a second bounded wait sees it done.
   h.waitForDevice("the reduce-scatter within the host");
-  copy(cx, host, slice, sliceBytes);
+  copyOnStream(cx, host, slice, sliceBytes);
   h.waitForDevice("the copy of the slice to the host");
 
   h.step(upper(h.cross.backendName()) + "_ALLREDUCE");
@@ -108,7 +102,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   // A pageable source: the copy reads it before returning or (queued) before the stream moves
   // on; the staging buffer is not written again before the next wait for the device.
   h.step("MEMCPY_OUT_HOST_BUFFER");
-  copy(cx, slice, host, sliceBytes);
+  copyOnStream(cx, slice, host, sliceBytes);
 
   h.step("NCCL_ALLGATHER");
   cx.comm.allgatherv(slice, buf, std::vector<size_t>(localSize, sliceBytes));
@@ -117,7 +111,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   off = 0;
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) copy(cx, cx.entries[t]->tensor.data, buf + off, bytes);
+    if (cx.entries[t] != nullptr) copyOnStream(cx, cx.entries[t]->tensor.data, buf + off, bytes);
     off += bytes;
   }
 }

@@ -10,12 +10,6 @@
 namespace hora {
 namespace {
 
-void copy(GpuOpContext& cx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  gpu::checkCuda(cx.lib.cuda().memcpyAsync(dst, src, bytes, gpu::kMemcpyDefault, cx.comm.stream()),
-                 "cudaMemcpyAsync");
-}
-
 ReduceOp deviceOp(const Response& r) { return r.reduceOp; }  // Average stays: ncclAvg
 
 // One tensor of our own runs in place; fused tensors (and zeros for a joined rank) go through
@@ -33,7 +27,7 @@ void allreduce(const Response& r, GpuOpContext& cx) {
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
     if (cx.entries[t] != nullptr) {
-      copy(cx, buf + off, cx.entries[t]->tensor.data, bytes);
+      copyOnStream(cx, buf + off, cx.entries[t]->tensor.data, bytes);
     } else if (bytes > 0) {
       gpu::checkCuda(cx.lib.cuda().memsetAsync(buf + off, 0, bytes, cx.comm.stream()),
                      "cudaMemsetAsync");
@@ -44,7 +38,7 @@ void allreduce(const Response& r, GpuOpContext& cx) {
   off = 0;
   for (size_t t = 0; t < r.tensorCount(); ++t) {
     size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) copy(cx, cx.entries[t]->tensor.data, buf + off, bytes);
+    if (cx.entries[t] != nullptr) copyOnStream(cx, cx.entries[t]->tensor.data, buf + off, bytes);
     off += bytes;
   }
 }
@@ -121,6 +115,12 @@ void reducescatter(const Response& r, GpuOpContext& cx) {
 }
 
 }  // namespace
+
+void copyOnStream(GpuOpContext& cx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  gpu::checkCuda(cx.lib.cuda().memcpyAsync(dst, src, bytes, gpu::kMemcpyDefault, cx.comm.stream()),
+                 "cudaMemcpyAsync");
+}
 
 void runGpuResponse(const Response& r, GpuOpContext& cx) {
   switch (r.kind) {
