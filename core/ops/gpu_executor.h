@@ -133,6 +133,11 @@ struct GpuOpContext {
 void runGpuResponse(const Response& r, GpuOpContext& cx);
 // Enqueues a copy of `bytes` (device or host memory, either way) on cx.comm's stream.
 void copyOnStream(GpuOpContext& cx, void* dst, const void* src, size_t bytes);
+void zeroOnStream(GpuOpContext& cx, void* dst, size_t bytes);
+// Copies the response's tensors one after another into `buf` (zeros for a joined rank's part) and
+// returns the bytes written; unpackTensors() copies each tensor's part back.
+size_t packTensors(const Response& r, GpuOpContext& cx, uint8_t* buf);
+void unpackTensors(const Response& r, GpuOpContext& cx, const uint8_t* buf);
 
 // What the hierarchical allreduce needs besides the host's NCCL communicator (cx.comm): the
 // cross-host CPU communicator, host staging memory, the set's size (Average), a bounded wait for

@@ -20,11 +20,6 @@
 namespace hora {
 namespace {
 
-void zero(GpuOpContext& cx, void* dst, size_t bytes) {
-  if (bytes == 0) return;
-  gpu::checkCuda(cx.lib.cuda().memsetAsync(dst, 0, bytes, cx.comm.stream()), "cudaMemsetAsync");
-}
-
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -56,17 +51,8 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
 
   h.step("MEMCPY_IN_FUSION_BUFFER");
   uint8_t* buf = cx.fusion.reserve(cx.lib, sliceBytes * localSize);
-  size_t off = 0;
-  for (size_t t = 0; t < r.tensorCount(); ++t) {
-    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) {
-      copyOnStream(cx, buf + off, cx.entries[t]->tensor.data, bytes);
-    } else {
-      zero(cx, buf + off, bytes);  // a joined rank adds nothing
-    }
-    off += bytes;
-  }
-  zero(cx, buf + off, sliceBytes * localSize - off);
+  const size_t off = packTensors(r, cx, buf);
+  zeroOnStream(cx, buf + off, sliceBytes * localSize - off);
   uint8_t* slice = buf + sliceBytes * static_cast<size_t>(cx.comm.rank());
   // Host memory: the slice, then (for a prescale factor) the packed inputs.
   uint8_t* host = h.staging.reserve(sliceBytes + (r.prescale != 1.0 ? off : 0));
@@ -108,12 +94,7 @@ void runGpuHierarchicalAllreduce(const Response& r, GpuOpContext& cx, GpuHierarc
   cx.comm.allgatherv(slice, buf, std::vector<size_t>(localSize, sliceBytes));
 
   h.step("MEMCPY_OUT_FUSION_BUFFER");
-  off = 0;
-  for (size_t t = 0; t < r.tensorCount(); ++t) {
-    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) copyOnStream(cx, cx.entries[t]->tensor.data, buf + off, bytes);
-    off += bytes;
-  }
+  unpackTensors(r, cx, buf);
 }
 
 }  // namespace hora

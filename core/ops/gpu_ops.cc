@@ -23,24 +23,9 @@ void allreduce(const Response& r, GpuOpContext& cx) {
     return;
   }
   uint8_t* buf = cx.fusion.reserve(cx.lib, total * elem);
-  size_t off = 0;
-  for (size_t t = 0; t < r.tensorCount(); ++t) {
-    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) {
-      copyOnStream(cx, buf + off, cx.entries[t]->tensor.data, bytes);
-    } else if (bytes > 0) {
-      gpu::checkCuda(cx.lib.cuda().memsetAsync(buf + off, 0, bytes, cx.comm.stream()),
-                     "cudaMemsetAsync");
-    }
-    off += bytes;
-  }
+  packTensors(r, cx, buf);
   cx.comm.allreduce(buf, total, r.dtype, deviceOp(r));
-  off = 0;
-  for (size_t t = 0; t < r.tensorCount(); ++t) {
-    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
-    if (cx.entries[t] != nullptr) copyOnStream(cx, cx.entries[t]->tensor.data, buf + off, bytes);
-    off += bytes;
-  }
+  unpackTensors(r, cx, buf);
 }
 
 TensorEntry& entry(GpuOpContext& cx, size_t t) {
@@ -120,6 +105,36 @@ void copyOnStream(GpuOpContext& cx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   gpu::checkCuda(cx.lib.cuda().memcpyAsync(dst, src, bytes, gpu::kMemcpyDefault, cx.comm.stream()),
                  "cudaMemcpyAsync");
+}
+
+void zeroOnStream(GpuOpContext& cx, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  gpu::checkCuda(cx.lib.cuda().memsetAsync(dst, 0, bytes, cx.comm.stream()), "cudaMemsetAsync");
+}
+
+size_t packTensors(const Response& r, GpuOpContext& cx, uint8_t* buf) {
+  const size_t elem = dtypeSize(r.dtype);
+  size_t off = 0;
+  for (size_t t = 0; t < r.tensorCount(); ++t) {
+    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
+    if (cx.entries[t] != nullptr) {
+      copyOnStream(cx, buf + off, cx.entries[t]->tensor.data, bytes);
+    } else {
+      zeroOnStream(cx, buf + off, bytes);  // a joined rank adds nothing
+    }
+    off += bytes;
+  }
+  return off;
+}
+
+void unpackTensors(const Response& r, GpuOpContext& cx, const uint8_t* buf) {
+  const size_t elem = dtypeSize(r.dtype);
+  size_t off = 0;
+  for (size_t t = 0; t < r.tensorCount(); ++t) {
+    size_t bytes = static_cast<size_t>(r.elementCounts[t]) * elem;
+    if (cx.entries[t] != nullptr) copyOnStream(cx, cx.entries[t]->tensor.data, buf + off, bytes);
+    off += bytes;
+  }
 }
 
 void runGpuResponse(const Response& r, GpuOpContext& cx) {
