@@ -11,6 +11,8 @@ import ctypes
 import os
 from typing import Any
 
+import hora
+import ml_dtypes
 import numpy as np
 
 KDL_CUDA = 2
@@ -142,3 +144,24 @@ def device_values(out: Any, dtype: Any) -> np.ndarray:
     """The values of an engine GPU result (``_core.DeviceTensor``), complete once waited."""
     raw = ctypes.string_at(out.data_ptr, out.nbytes) if out.nbytes else b""
     return np.frombuffer(raw, dtype=dtype).reshape(tuple(out.shape)).copy()
+
+
+def rank_data(rank: int, seed: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Rank `rank`'s values: small integers, so sums and products stay exact in every dtype."""
+    rng = np.random.default_rng(1000 * seed + rank)
+    low = 0 if dtype == "uint8" else -4
+    values = rng.integers(low, 5, size=shape)
+    return values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+def emu(values: np.ndarray, delay_ms: int = 0) -> EmuTensor:
+    """`values` in this rank's emulated device memory (bfloat16 as its bits)."""
+    bf16 = values.dtype == ml_dtypes.bfloat16
+    return EmuTensor.from_numpy(values.view(np.uint16) if bf16 else values,
+                                device=hora.local_rank(), delay_ms=delay_ms, bf16=bf16)
+
+
+def read(t: EmuTensor, dtype: str) -> np.ndarray:
+    """A tensor's values on the host, bfloat16 as bfloat16."""
+    values = t.numpy()
+    return values.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else values

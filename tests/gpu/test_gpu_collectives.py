@@ -12,7 +12,7 @@ import hora
 import ml_dtypes
 import numpy as np
 import pytest
-from emulated_tensor import EmuTensor, device_values
+from emulated_tensor import device_values, emu, rank_data, read
 
 SIZES = [0, 1, 17, 1001, 20000]  # 20000 float32 > the 64 KiB fusion threshold of the stage
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -23,29 +23,6 @@ def engine():
     hora.init()
     yield
     hora.shutdown()
-
-
-def rank_data(rank: int, seed: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Rank `rank`'s values: small integers, so sums and products stay exact in every dtype."""
-    rng = np.random.default_rng(1000 * seed + rank)
-    if dtype in ("uint8",):
-        values = rng.integers(0, 5, size=shape)
-    else:
-        values = rng.integers(-4, 5, size=shape)
-    if dtype == "bfloat16":
-        return values.astype(ml_dtypes.bfloat16)
-    return values.astype(dtype)
-
-
-def emu(values: np.ndarray, delay_ms: int = 0) -> EmuTensor:
-    bf16 = values.dtype == ml_dtypes.bfloat16
-    return EmuTensor.from_numpy(values.view(np.uint16) if bf16 else values,
-                                device=hora.local_rank(), delay_ms=delay_ms, bf16=bf16)
-
-
-def read(t: EmuTensor, dtype: str) -> np.ndarray:
-    values = t.numpy()
-    return values.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else values
 
 
 def reference(op: int, arrays: list[np.ndarray], dtype: str) -> np.ndarray:

@@ -24,12 +24,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_job(np_: int, extra: dict[str, str]) -> tuple[list[int], list[str], float]:
-    port = free_port()
+def job_env(extra: dict[str, str]) -> dict[str, str]:
+    """This environment without any rank's own variables, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HORA_RANK", "HORA_SIZE", "HORA_LOCAL", "HORA_CROSS",
                                 "HORA_RENDEZVOUS", "HORA_SECRET", "HORA_HOSTNAME"))}
     env.update(extra)
+    return env
+
+
+def collect(procs: list[subprocess.Popen], start: float,
+            bound: float = BOUND) -> tuple[list[int], list[str]]:
+    """Every rank's exit code and output; a rank still running `bound` seconds after `start` is
+    killed, and its output says so."""
+    outputs, codes = [], []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, bound - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n<killed: scenario bound reached>"
+        outputs.append(out)
+        codes.append(p.returncode)
+    return codes, outputs
+
+
+def run_job(np_: int, extra: dict[str, str]) -> tuple[list[int], list[str], float]:
+    port = free_port()
+    env = job_env(extra)
     procs = []
     start = time.monotonic()
     for r in range(np_):
@@ -39,16 +62,7 @@ def run_job(np_: int, extra: dict[str, str]) -> tuple[list[int], list[str], floa
         procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    outputs, codes = [], []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1.0, BOUND - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n<killed: scenario bound reached>"
-        outputs.append(out)
-        codes.append(p.returncode)
+    codes, outputs = collect(procs, start)
     return codes, outputs, time.monotonic() - start
 
 

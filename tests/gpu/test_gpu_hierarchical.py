@@ -14,7 +14,7 @@ import hora
 import ml_dtypes
 import numpy as np
 import pytest
-from emulated_tensor import EmuTensor, device_values
+from emulated_tensor import device_values, emu, rank_data, read
 
 SIZES = [0, 1, 17, 1001, 20000]  # odd ones are not divisible by 2 ranks per host; 20000 float32
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -26,25 +26,6 @@ def engine():
     hora.init()
     yield
     hora.shutdown()
-
-
-def rank_data(rank: int, seed: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Rank `rank`'s values: small integers, so every result is exact in every dtype."""
-    rng = np.random.default_rng(1000 * seed + rank)
-    low = 0 if dtype == "uint8" else -4
-    values = rng.integers(low, 5, size=shape)
-    return values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
-
-
-def emu(values: np.ndarray) -> EmuTensor:
-    bf16 = values.dtype == ml_dtypes.bfloat16
-    return EmuTensor.from_numpy(values.view(np.uint16) if bf16 else values,
-                                device=hora.local_rank(), bf16=bf16)
-
-
-def read(t: EmuTensor, dtype: str) -> np.ndarray:
-    values = t.numpy()
-    return values.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else values
 
 
 def reference(op: int, arrays: list[np.ndarray], dtype: str, prescale: float = 1.0,

@@ -8,13 +8,12 @@ the cross-host step.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from test_gpu_faults import failed_line, free_port
+from test_gpu_faults import collect, failed_line, free_port, job_env
 
 WORKER = Path(__file__).resolve().parent / "fault_worker.py"
 TIMEOUT = 4  # HORA_TIMEOUT_SECONDS of the job
@@ -23,11 +22,8 @@ BOUND = 40.0  # seconds for the whole scenario: far above what the bounded waits
 
 def test_dead_rank_mid_hierarchical_allreduce_fails_every_rank_naming_ranks() -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HORA_RANK", "HORA_SIZE", "HORA_LOCAL", "HORA_CROSS",
-                                "HORA_RENDEZVOUS", "HORA_SECRET", "HORA_HOSTNAME"))}
-    env.update(HORA_HIERARCHICAL_ALLREDUCE="1", HORA_TIMEOUT_SECONDS=str(TIMEOUT),
-               GPU_FAULT_DIE="3", GPU_FAULT_DIE_DELAY="1")
+    env = job_env({"HORA_HIERARCHICAL_ALLREDUCE": "1", "HORA_TIMEOUT_SECONDS": str(TIMEOUT),
+                   "GPU_FAULT_DIE": "3", "GPU_FAULT_DIE_DELAY": "1"})
     start = time.monotonic()
     procs = []
     for r in range(4):
@@ -40,16 +36,7 @@ def test_dead_rank_mid_hierarchical_allreduce_fails_every_rank_naming_ranks() ->
             renv["HORA_EMU_NCCL_FAULT"] = "stall:1:3"
         procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs, codes = [], []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1.0, BOUND - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n<killed: scenario bound reached>"
-        outputs.append(out)
-        codes.append(p.returncode)
+    codes, outputs = collect(procs, start, BOUND)
     elapsed = time.monotonic() - start
     everything = "\n".join(outputs)
     assert codes[3] == -9, outputs[3]
