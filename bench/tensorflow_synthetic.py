@@ -7,9 +7,11 @@ The same model, per-rank batch and optimizer (SGD) run as a ``tf.function`` step
 processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``, each
 gradient's reduction submitted as soon as it exists) and once with
 ``tf.distribute.MultiWorkerMirroredStrategy`` (N workers found through ``TF_CONFIG`` on localhost
-ports, its collective all-reduce inside the optimizer). Rank 0 of each run writes its timings as JSON; this process prints both and the
-ratio hora / MWMS of steps per second (above 1: Hora is faster). The two runs alternate for
-``--rounds`` rounds so that a change of machine load does not favour one of them.
+ports, its collective all-reduce inside the optimizer). A third run trains every rank alone, with
+no communication at all: its step time bounds what any data-parallel run can reach on this host.
+Rank 0 of each run writes its timings as JSON; this process prints them and the ratios of steps
+per second (hora / MWMS above 1: Hora is faster). The runs alternate for ``--rounds`` rounds so
+that a change of machine load does not favour one of them.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating rounds of both runs (against drifting machine load)")
-    parser.add_argument("--worker", choices=["hora", "mwms"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["hora", "mwms", "local"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -91,8 +93,9 @@ def synthetic_batch(rank: int, args: argparse.Namespace) -> tuple[Any, Any]:
             tf.constant(rng.integers(0, 10, args.batch_size), tf.int64))
 
 
-def hora_worker(args: argparse.Namespace) -> None:
-    """One rank of the Hora run (started by horarun)."""
+def hora_worker(args: argparse.Namespace, communicate: bool) -> None:
+    """One rank of the Hora run (started by horarun). Without ``communicate`` each rank trains
+    on its own: the step time no data-parallel run on this host can beat."""
     import hora.tensorflow as hvd
     import keras
     import tensorflow as tf
@@ -109,7 +112,8 @@ def hora_worker(args: argparse.Namespace) -> None:
     def step() -> None:
         with tf.GradientTape() as tape:
             loss = loss_fn(target, model(data, training=True))
-        tape = hvd.DistributedGradientTape(tape)
+        if communicate:
+            tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -177,11 +181,16 @@ def worker_args(args: argparse.Namespace, kind: str, out: str) -> list[str]:
             "--warmup", str(args.warmup)]
 
 
-def run_hora(args: argparse.Namespace, out: str) -> None:
-    """All ranks of the Hora run, through horarun."""
+def run_hora(args: argparse.Namespace, out: str, kind: str = "hora") -> None:
+    """All ranks of the Hora run (or of the run without communication), through horarun."""
     env = dict(os.environ, **QUIET_ENV)
     cmd = [sys.executable, "-m", "hora.runner", "-np", str(args.np)]
-    subprocess.run(cmd + worker_args(args, "hora", out), env=env, check=True)
+    subprocess.run(cmd + worker_args(args, kind, out), env=env, check=True)
+
+
+def run_local(args: argparse.Namespace, out: str) -> None:
+    """All ranks, each training alone: the bound set by computation on this host."""
+    run_hora(args, out, kind="local")
 
 
 def run_mwms(args: argparse.Namespace, out: str) -> None:
@@ -207,17 +216,17 @@ def summary(times: list[float], batch_size: int, nproc: int) -> dict[str, float]
 def main() -> None:
     """Drive both runs (or act as one worker) and print the comparison."""
     args = parse_args()
-    if args.worker == "hora":
-        hora_worker(args)
+    if args.worker in ("hora", "local"):
+        hora_worker(args, communicate=args.worker == "hora")
         return
     if args.worker == "mwms":
         mwms_worker(args)
         return
-    runners = {"hora": run_hora, "mwms": run_mwms}
-    times: dict[str, list[float]] = {"hora": [], "mwms": []}
+    runners = {"hora": run_hora, "mwms": run_mwms, "local": run_local}
+    times: dict[str, list[float]] = {kind: [] for kind in runners}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
-            order = ["hora", "mwms"] if round_index % 2 == 0 else ["mwms", "hora"]
+            order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
             for kind in order:
                 out = os.path.join(tmp, f"{kind}{round_index}.json")
                 runners[kind](args, out)
@@ -227,11 +236,15 @@ def main() -> None:
           f"ranks={args.np} steps={args.steps} x {args.rounds} alternating rounds "
           "(median step time)")
     print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}")
-    for kind, label in (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy")):
+    labels = (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy"),
+              ("local", "no communication (bound)"))
+    for kind, label in labels:
         r = results[kind]
         print(f"{label:28}{r['step_ms']:10.2f}{r['steps_per_s']:10.2f}{r['img_per_s']:10.1f}")
     ratio = results["hora"]["steps_per_s"] / results["mwms"]["steps_per_s"]
     print(f"ratio hora / MWMS (steps/s): {ratio:.2f}")
+    best = results["local"]["steps_per_s"] / results["mwms"]["steps_per_s"]
+    print(f"ratio bound / MWMS (steps/s): {best:.2f}  (no run with communication can exceed it)")
 
 
 if __name__ == "__main__":
