@@ -680,6 +680,35 @@ def test_process_set_allreduce() -> None:
         hvd.remove_process_set(ps)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients_outside_the_process_set_pass_unchanged(mode: str) -> None:
+    """A DistributedGradientTape over the even ranks reduces their gradients; on the other ranks
+    (and in a set of one rank) the gradients pass unchanged, as Horovod leaves them. Local
+    sources are divided by the set's size on every rank, members or not, as in Horovod."""
+    if size() == 1:
+        pytest.skip("needs two ranks (skipped on every rank)")
+    evens = list(range(0, size(), 2))
+    ps = hvd.add_process_set(evens)
+    try:
+        shared = tf.Variable(np.ones([3], np.float32))
+        local = tf.Variable(np.ones([3], np.float32))
+
+        def grads(x: tf.Tensor) -> list:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(shared * x) + tf.reduce_sum(local * x)
+            tape = hvd.PartialDistributedGradientTape(tape, local_layers=[local], process_set=ps)
+            return tape.gradient(loss, [shared, local])
+
+        mine = float(rank() + 1)
+        g_shared, g_local = run(mode, grads, tf.constant(mine))
+        reduced = rank() in evens and len(evens) > 1
+        expected = np.mean([r + 1.0 for r in evens]) if reduced else mine
+        assert_close(to_np(g_shared), np.full([3], expected, np.float32), "float32")
+        assert_close(to_np(g_local), np.full([3], mine / len(evens), np.float32), "float32")
+    finally:
+        hvd.remove_process_set(ps)
+
+
 # -------------------------------------------------------------------------------------- errors
 
 

@@ -52,8 +52,10 @@ class _DistributedTape:
         result = list(flat_grads)
         for i, g in zip(shared, reduced):
             result[i] = g
-        if self._hora_local_sources and self._hora_scale_local and self._hora_reducer.active():
-            scale = 1.0 / self._hora_reducer.process_set.size()
+        set_size = self._hora_reducer.process_set.size() or 1
+        if self._hora_local_sources and self._hora_scale_local and set_size > 1:
+            # Horovod divides by the set's size on every rank, members or not.
+            scale = 1.0 / set_size
             for i, s in enumerate(flat_sources):
                 if id(s) in self._hora_local_sources and result[i] is not None:
                     result[i] = _scale(result[i], scale)

@@ -84,8 +84,9 @@ class GradientReducer:
         self.comm_hook = comm_hook
 
     def active(self) -> bool:
-        """False when the process set has one rank (the gradients pass unchanged)."""
-        return (self.process_set.size() or 1) > 1
+        """False when the process set has one rank or this rank is not in it: the gradients then
+        pass unchanged (as Horovod's optimizers and tapes leave them)."""
+        return bool(self.process_set.included()) and (self.process_set.size() or 1) > 1
 
     def _group_indices(self, dense_at: list[int], variables: Sequence[Any] | None) -> list:
         if self.groups is None:
