@@ -83,3 +83,29 @@ def test_init_path_follows_the_nccl_version(version: str, kind: str) -> None:
             assert f"OK rank={r} step={step}" in outputs[r], outputs[r]
         assert (f"NCCL communicator for process set 0 on GPU {r} (rank {r} of 2, {kind})"
                 in outputs[r]), outputs[r]
+
+
+def test_host_communicator_of_hierarchical_allreduce_names_the_missing_host_rank() -> None:
+    # Four ranks on two "hosts"; rank 3 (comm rank 1 of host 1) dies as its host's communicator
+    # begins, so rank 2 waits for it there.
+    port = free_port()
+    env = job_env({"HORA_HIERARCHICAL_ALLREDUCE": "1", "HORA_TIMEOUT_SECONDS": "30",
+                   "HORA_START_TIMEOUT": str(START_TIMEOUT)})
+    start = time.monotonic()
+    procs = []
+    for r in range(4):
+        renv = dict(env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
+                    GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(port), HORA_RENDEZVOUS_PORT=str(port),
+                    HORA_SECRET="gpu-comm-init-host-test")
+        if r == 3:
+            renv["HORA_EMU_NCCL_FAULT"] = "absent:1:1"
+        procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    codes, outputs = collect(procs, start, BOUND)
+    everything = "\n".join(outputs)
+    assert codes == [3, 3, 3, 4], (codes, everything)
+    line = failed_line(outputs[2])
+    assert ("rank 2: NCCL communicator for host 1 on GPU 0 (ranks 2, 3) not complete after "
+            f"{START_TIMEOUT} s: a member did not join") in line, line
+    assert line.endswith("never began to join: rank(s) 3"), line
