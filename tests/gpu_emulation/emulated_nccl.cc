@@ -11,8 +11,8 @@
 // marks the segment, and its peers' pending operations then fail with ncclRemoteError (as NCCL
 // reports a peer that went away). Two more kinds act when a communicator is made, and end the
 // process (exit status 4) as a member that died before joining: "absent:<rank>:<n>", the n-th
-// ncclCommInitRank(Config) of this process with comm rank <rank>; "noid:0:<n>", the n-th
-// ncclGetUniqueId of this process (before the id is published: only comm rank 0 makes ids).
+// ncclCommInitRank(Config) of this process when it is comm rank <rank> there; "noid:0:<n>", the
+// n-th ncclGetUniqueId of this process (before the id is published: only comm rank 0 makes ids).
 //
 // Communicator creation: ncclCommInitRank blocks until every rank joined (bounded by
 // HORA_EMU_INIT_TIMEOUT_MS so that a test never hangs). ncclCommInitRankConfig with
