@@ -364,7 +364,7 @@ void RuntimeImpl::runData(const Response& r) {
   std::vector<int> setRanks = sets_.ranks(r.processSetId);
   if (onGpu(r, owned)) {
     if (!gpu_) {
-      gpu_ = std::make_unique<GpuExecutor>(gpu::gpuLibrary(), *store_, topology_.rank,
+      gpu_ = std::make_unique<GpuExecutor>(gpu::gpuLibrary(), *store_, connectOptions_,
                                            secondsToMillis(settings_.timeoutSeconds),
                                            secondsToMillis(settings_.startTimeoutSeconds));
     }

@@ -368,10 +368,10 @@ if wants gpu; then
       "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hierarchical.py
   done
   # shellcheck disable=SC2086
-  run "gpu: faults (async error, stalled, dead peer, hierarchical) and reporting" env $GPU_ENV \
-    timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider \
+  run "gpu: faults (async error, stalled, dead peer, hierarchical, communicator init) and reporting" \
+    env $GPU_ENV timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider \
     tests/gpu/test_gpu_faults.py tests/gpu/test_gpu_hierarchical_faults.py \
-    tests/gpu/test_gpu_reporting.py
+    tests/gpu/test_gpu_comm_init.py tests/gpu/test_gpu_reporting.py
   run "gpu: real NCCL wheel without a driver" env HORA_TEST_NVIDIA_SITE="$NVIDIA_SITE" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_real_nccl.py
 fi

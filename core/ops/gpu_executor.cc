@@ -5,18 +5,13 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/transport/hierarchical_communicator.h"
+#include "core/transport/rendezvous_store.h"
 
 namespace hora {
 namespace {
 
 // The key comms_ files host communicators under (process set ids are never negative).
 constexpr int kHostSet = -1;
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string out;
-  for (int k : ranks) out += (out.empty() ? "" : ", ") + std::to_string(k);
-  return out;
-}
 
 std::string describe(const Response& r, int device, const std::vector<int>& setRanks) {
   std::string names;
@@ -26,6 +21,10 @@ std::string describe(const Response& r, int device, const std::vector<int>& setR
   if (r.names.size() > 4) names += " and " + std::to_string(r.names.size() - 4) + " more";
   return std::string(opKindName(r.kind)) + " of " + names + " on GPU " + std::to_string(device) +
          " (process set " + std::to_string(r.processSetId) + ": ranks " + rankList(setRanks) + ")";
+}
+
+const char* initKind(const gpu::NcclCommunicator& comm) {
+  return comm.nonblocking() ? "non-blocking init" : "blocking init";
 }
 
 }  // namespace
@@ -38,11 +37,12 @@ uint8_t* HostStagingBuffer::reserve(size_t bytes) {
   return data_.data();
 }
 
-GpuExecutor::GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
-                         Millis startTimeout)
+GpuExecutor::GpuExecutor(const gpu::GpuLibrary& lib, Store& store, const ConnectOptions& co,
+                         Millis timeout, Millis startTimeout)
     : lib_(lib),
       store_(store),
-      worldRank_(worldRank),
+      co_(co),
+      worldRank_(co.rank),
       timeout_(timeout),
       startTimeout_(startTimeout) {}
 
@@ -78,28 +78,69 @@ gpu::NcclCommunicator& GpuExecutor::communicator(int setId, int ordinal,
   // the n-th id of a set names the same communicator everywhere.
   std::string storeKey =
       "nccl/set" + std::to_string(setId) + "/id" + std::to_string(commsMade_[setId]++);
-  gpu::ncclUniqueId id = uniqueId(storeKey, setRank == 0);
-  DeviceState& d = device(ordinal);
-  auto comm = std::make_unique<gpu::NcclCommunicator>(
-      lib_, id, setRank, static_cast<int>(setRanks.size()), ordinal, d.stream);
-  HORA_LOG(Debug, "NCCL communicator for process set " << setId << " on GPU " << ordinal
-                                                       << " (rank " << setRank << " of "
-                                                       << setRanks.size() << ")");
+  const std::string what =
+      "process set " + std::to_string(setId) + " on GPU " + std::to_string(ordinal);
+  gpu::ncclUniqueId id = uniqueId(storeKey, setRank == 0, setRanks.front(), what);
+  auto comm = join(id, storeKey, setRank, setRanks, ordinal, what);
+  HORA_LOG(Debug, "NCCL communicator for " << what << " (rank " << setRank << " of "
+                                           << setRanks.size() << ", " << initKind(*comm) << ")");
   return *(comms_[key] = std::move(comm));
 }
 
 // The first member makes a fresh id and puts it in the store under `storeKey`; the others read it.
-gpu::ncclUniqueId GpuExecutor::uniqueId(const std::string& storeKey, bool first) {
+// Store failures and a missing id name the store's owner and the awaited rank.
+gpu::ncclUniqueId GpuExecutor::uniqueId(const std::string& storeKey, bool first, int firstRank,
+                                        const std::string& what) {
   gpu::ncclUniqueId id{};
+  const std::string purpose = "publish the NCCL unique id of " + what;
   if (first) {
     gpu::checkNccl(lib_.nccl().getUniqueId(&id), "ncclGetUniqueId");
-    store_.set(storeKey, std::string(id.internal, sizeof(id.internal)));
+    storeCall(co_, "publishing the NCCL unique id of " + what,
+              [&] { store_.set(storeKey, std::string(id.internal, sizeof(id.internal))); });
     return id;
   }
-  std::string bytes = store_.get(storeKey, startTimeout_);
+  ConnectOptions o = co_;
+  o.startTimeout = startTimeout_;
+  std::string bytes = awaitRanks(
+                          o, store_, {firstRank}, [&](int) { return storeKey; },
+                          Clock::now() + startTimeout_, purpose)
+                          .front();
   HORA_CHECK(bytes.size() == sizeof(id.internal), "NCCL unique id of the wrong size");
   std::copy(bytes.begin(), bytes.end(), id.internal);
   return id;
+}
+
+std::unique_ptr<gpu::NcclCommunicator> GpuExecutor::join(const gpu::ncclUniqueId& id,
+                                                         const std::string& storeKey, int commRank,
+                                                         const std::vector<int>& ranks, int ordinal,
+                                                         const std::string& what) {
+  DeviceState& d = device(ordinal);
+  const std::string who = "rank " + std::to_string(worldRank_) + ": NCCL communicator for " + what +
+                          " (ranks " + rankList(ranks) + ")";
+  // Each member marks that its init is under way, so that a timeout can name those that never
+  // began (dead before it, or elsewhere); one that began and hangs inside NCCL cannot be told.
+  auto startedKey = [&](int rank) { return storeKey + "/started" + std::to_string(rank); };
+  auto started = [&] {
+    storeCall(co_, "joining the NCCL communicator for " + what,
+              [&] { store_.set(startedKey(worldRank_), "1"); });
+  };
+  try {
+    return std::make_unique<gpu::NcclCommunicator>(lib_, id, commRank,
+                                                   static_cast<int>(ranks.size()), ordinal,
+                                                   d.stream, startTimeout_, who, started);
+  } catch (const TimeoutError& e) {
+    std::vector<int> absent;
+    try {
+      for (int r : ranks) {
+        if (!store_.check({startedKey(r)})) absent.push_back(r);
+      }
+    } catch (const Error&) {
+      throw e;  // the store is gone too: the timeout alone says what happened
+    }
+    if (absent.empty()) throw;
+    throw TimeoutError(std::string(e.what()) + "; never began to join: rank(s) " +
+                       rankList(absent));
+  }
 }
 
 gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
@@ -113,12 +154,11 @@ gpu::NcclCommunicator& GpuExecutor::hostCommunicator(int ordinal,
   // ordered), so the n-th id of a host names the same communicator on each of them.
   std::string storeKey =
       "nccl/host" + std::to_string(l.host) + "/id" + std::to_string(hostCommsMade_++);
-  gpu::ncclUniqueId id = uniqueId(storeKey, l.index == 0);
-  DeviceState& d = device(ordinal);
-  auto comm = std::make_unique<gpu::NcclCommunicator>(
-      lib_, id, l.index, static_cast<int>(hostRanks.size()), ordinal, d.stream);
-  HORA_LOG(Debug, "NCCL communicator of host " << l.host << " on GPU " << ordinal << " (ranks "
-                                               << rankList(hostRanks) << ")");
+  const std::string what = "host " + std::to_string(l.host) + " on GPU " + std::to_string(ordinal);
+  gpu::ncclUniqueId id = uniqueId(storeKey, l.index == 0, hostRanks.front(), what);
+  auto comm = join(id, storeKey, l.index, hostRanks, ordinal, what);
+  HORA_LOG(Debug, "NCCL communicator for " << what << " (ranks " << rankList(hostRanks) << ", "
+                                           << initKind(*comm) << ")");
   return *(comms_[key] = std::move(comm));
 }
 

@@ -10,7 +10,11 @@
 // input's memory is never released while the device still uses it.
 //
 // Communicators: one per (process set, device), made the first time a set runs GPU work; set
-// rank 0 puts a fresh NCCL unique id in the store, the others read it.
+// rank 0 puts a fresh NCCL unique id in the store, the others read it (for at most
+// HORA_START_TIMEOUT; a failure of the store names who serves it and the rank awaited, as the
+// rendezvous does, core/transport/rendezvous_store.h). Joining the communicator is bounded by
+// HORA_START_TIMEOUT too where NCCL has non-blocking init (>= 2.14): past it, TimeoutError names
+// this rank, the set (or host), its ranks and the device, and the job stops as below.
 //
 // Errors: progress() polls ncclCommGetAsyncError of every communicator with work pending; an
 // error, or work older than HORA_TIMEOUT_SECONDS (a dead or hung peer), aborts that communicator
@@ -37,6 +41,7 @@
 #include "core/timeline/timeline.h"
 #include "core/transport/nccl/communicator.h"
 #include "core/transport/nccl/device_buffer.h"
+#include "core/transport/transport.h"
 
 namespace hora {
 
@@ -57,7 +62,8 @@ class HostStagingBuffer {
 
 class GpuExecutor {
  public:
-  GpuExecutor(const gpu::GpuLibrary& lib, Store& store, int worldRank, Millis timeout,
+  // `co`: as the world connected (this rank, and who serves the store).
+  GpuExecutor(const gpu::GpuLibrary& lib, Store& store, const ConnectOptions& co, Millis timeout,
               Millis startTimeout);
   ~GpuExecutor();
   GpuExecutor(const GpuExecutor&) = delete;
@@ -98,7 +104,16 @@ class GpuExecutor {
   gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
   // The NCCL communicator of this rank's host on `ordinal` (ranks of the host in `hier`'s layout).
   gpu::NcclCommunicator& hostCommunicator(int ordinal, const HierarchicalCommunicator& hier);
-  gpu::ncclUniqueId uniqueId(const std::string& storeKey, bool first);
+  // The unique id under `storeKey`: made and published by the first member, read by the others
+  // from `firstRank` (world rank); `what` is "process set 0 on GPU 1" for errors.
+  gpu::ncclUniqueId uniqueId(const std::string& storeKey, bool first, int firstRank,
+                             const std::string& what);
+  // Joins the communicator of `id` (bounded by startTimeout_ where NCCL allows, see above);
+  // each member marks its arrival under `storeKey`, and a timeout names the ranks never marked.
+  std::unique_ptr<gpu::NcclCommunicator> join(const gpu::ncclUniqueId& id,
+                                              const std::string& storeKey, int commRank,
+                                              const std::vector<int>& ranks, int ordinal,
+                                              const std::string& what);
   // Blocks until the device stream has run everything enqueued so far, polling the stream and
   // w.comm's async error until `deadline` (the response's waits share one: HORA_TIMEOUT_SECONDS
   // from its start); fails w's communicator past it.
@@ -109,6 +124,7 @@ class GpuExecutor {
 
   const gpu::GpuLibrary& lib_;
   Store& store_;
+  const ConnectOptions co_;
   const int worldRank_;
   const Millis timeout_, startTimeout_;
   std::map<int, DeviceState> devices_;

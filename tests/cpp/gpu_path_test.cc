@@ -2,6 +2,8 @@
 // rank, against the CPU emulation (tests/gpu_emulation; its path comes from CMake).
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -129,6 +131,62 @@ TEST(NcclCommunicator, OneRankRunsEveryCollectiveAndAborts) {
   EXPECT_TRUE(comm.aborted());
   EXPECT_THROW(comm.allreduce(buf.data(), 4, DataType::Float32, ReduceOp::Sum), IoError);
   cuda.streamDestroy(stream);
+}
+
+// ncclConfig_t is NCCL 2.14's layout (ncclConfig_v21400 of nccl.h), as NCCL_CONFIG_INITIALIZER
+// fills it.
+TEST(NcclCommunicator, ConfigHasNcclsLayoutAndInitializer) {
+  ncclConfig_t config;
+  EXPECT_EQ(offsetof(ncclConfig_t, magic), sizeof(size_t));
+  EXPECT_EQ(offsetof(ncclConfig_t, version), sizeof(size_t) + 4);
+  EXPECT_EQ(offsetof(ncclConfig_t, blocking), sizeof(size_t) + 8);
+  EXPECT_EQ(config.size, sizeof(ncclConfig_t));
+  EXPECT_EQ(config.magic, 0xcafebeefu);
+  EXPECT_EQ(config.version, 21400u);
+  EXPECT_EQ(config.blocking, INT_MIN);
+}
+
+// From NCCL 2.14 creation is non-blocking and bounded: a member that never joins ends it in
+// TimeoutError at the bound, naming who; before 2.14 the blocking call is taken.
+TEST(NcclCommunicator, InitIsNonblockingAndBoundedFromNccl214) {
+  Emulation emu;
+  GpuLibrary lib = GpuLibrary::load();
+  ASSERT_TRUE(lib.available()) << lib.reason();
+  EXPECT_TRUE(lib.supportsNonblockingInit());
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(lib.cuda().streamCreateWithFlags(&stream, kStreamNonBlocking), cudaSuccess);
+  ncclUniqueId id{};
+  ASSERT_EQ(lib.nccl().getUniqueId(&id), ncclSuccess);
+  bool started = false;
+  try {
+    NcclCommunicator alone(lib, id, 0, 2, 0, stream, Millis(300), "rank 0: the test's comm",
+                           [&] { started = true; });
+    ADD_FAILURE() << "a communicator of two ranks completed with one";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: the test's comm not complete after 300 ms: a "
+                                         "member did not join"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(started);
+
+  ASSERT_EQ(lib.nccl().getUniqueId(&id), ncclSuccess);
+  NcclCommunicator one(lib, id, 0, 1, 0, stream, Millis(5000));
+  EXPECT_TRUE(one.nonblocking());
+  std::vector<float> buf = {1, 2, 3}, out(3, 0);
+  one.alltoallv(buf.data(), {3 * sizeof(float)}, out.data(), {3 * sizeof(float)});  // a group
+  ASSERT_EQ(lib.cuda().streamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(out, buf);
+  {
+    EnvScope old("HORA_EMU_NCCL_VERSION", "21300");
+    GpuLibrary before214 = GpuLibrary::load();
+    ASSERT_TRUE(before214.available());
+    EXPECT_FALSE(before214.supportsNonblockingInit());
+    ASSERT_EQ(before214.nccl().getUniqueId(&id), ncclSuccess);
+    NcclCommunicator blocking(before214, id, 0, 1, 0, stream);
+    EXPECT_FALSE(blocking.nonblocking());
+  }
+  lib.cuda().streamDestroy(stream);
 }
 
 }  // namespace

@@ -9,7 +9,17 @@
 // (a hung or dead peer); its stream stays blocked until the communicator is aborted. kind "error":
 // the operation fails and ncclCommGetAsyncError reports ncclSystemError. An aborted communicator
 // marks the segment, and its peers' pending operations then fail with ncclRemoteError (as NCCL
-// reports a peer that went away).
+// reports a peer that went away). Two more kinds act when a communicator is made, and end the
+// process (exit status 4) as a member that died before joining: "absent:<rank>:<n>", the n-th
+// ncclCommInitRank(Config) of this process when it is comm rank <rank> there; "noid:0:<n>", the
+// n-th ncclGetUniqueId of this process (before the id is published: only comm rank 0 makes ids).
+//
+// Communicator creation: ncclCommInitRank blocks until every rank joined (bounded by
+// HORA_EMU_INIT_TIMEOUT_MS so that a test never hangs). ncclCommInitRankConfig with
+// config->blocking = 0 returns ncclInProgress at once and completes on a thread of its own;
+// ncclCommGetAsyncError says ncclInProgress until then, and ncclCommAbort ends it. A non-blocking
+// communicator's ncclGroupEnd answers ncclInProgress (settled at once), as NCCL may.
+// HORA_EMU_NCCL_VERSION sets the version reported (default 2.23.3).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -96,6 +106,10 @@ struct ncclComm {
   std::atomic<int> asyncError{ncclSuccess};
   std::atomic<bool> aborted{false};
   std::atomic<int> inFlight{0};  // tasks queued on streams that use this comm
+  bool nonblocking = false;
+  std::string name;                 // of the segment, until every rank joined
+  std::thread joining;              // non-blocking init: waits for the other ranks
+  std::atomic<bool> cancel{false};  // ncclCommAbort during a non-blocking init
 
   uint8_t* slot(int r) const { return slots + static_cast<size_t>(r) * seg->slotBytes; }
 };
@@ -220,6 +234,40 @@ void reduce(int dtype, int op, size_t count, const std::vector<const void*>& in,
       reduceFloats<float, float, same<float>, same<float>>(op, count, in, out, n);
       break;
     default: reduceFloats<double, double, same<double>, same<double>>(op, count, in, out, n); break;
+  }
+}
+
+// ---- fault injection ----
+
+struct Fault {
+  char kind = 0;  // 's'tall, 'e'rror, 'a'bsent or 'n'oid
+  int rank = -1;
+  uint64_t group = 0;
+};
+
+const Fault& fault() {
+  static const Fault f = [] {
+    Fault f;
+    const char* v = std::getenv("HORA_EMU_NCCL_FAULT");
+    if (v == nullptr) return f;
+    char kind[16] = {0};
+    unsigned long long n = 0;
+    if (std::sscanf(v, "%15[a-z]:%d:%llu", kind, &f.rank, &n) == 3) {
+      f.kind = kind[0];
+      f.group = n;
+    }
+    return f;
+  }();
+  return f;
+}
+
+// A member that dies before it joins: ends this process, as the fault asks.
+void dieIf(char kind, int rank, uint64_t nth) {
+  const Fault& f = fault();
+  if (f.kind == kind && (kind == 'n' || f.rank == rank) && f.group == nth) {
+    std::fprintf(stderr, "emulated NCCL: fault %c: this process exits before joining\n", kind);
+    std::fflush(stderr);
+    _exit(4);
   }
 }
 
@@ -356,25 +404,6 @@ bool runPointToPoint(ncclComm* c, const std::vector<Op>& ops) {
   return barrier(c);
 }
 
-struct Fault {
-  char kind = 0;  // 's'tall or 'e'rror
-  int rank = -1;
-  uint64_t group = 0;
-};
-
-Fault readFault() {
-  Fault f;
-  const char* v = std::getenv("HORA_EMU_NCCL_FAULT");
-  if (v == nullptr) return f;
-  char kind[16] = {0};
-  unsigned long long n = 0;
-  if (std::sscanf(v, "%15[a-z]:%d:%llu", kind, &f.rank, &n) == 3) {
-    f.kind = kind[0];
-    f.group = n;
-  }
-  return f;
-}
-
 void runGroup(ncclComm* c, const std::vector<Op>& ops, char fault) {
   if (c->aborted.load() || c->asyncError.load() != ncclSuccess) return;
   if (fault == 's') {
@@ -403,9 +432,10 @@ void runGroup(ncclComm* c, const std::vector<Op>& ops, char fault) {
 
 void submit(Pending p) {
   ncclComm* c = p.comm;
-  static const Fault fault = readFault();
+  const Fault& f = fault();
   uint64_t n = ++c->groups;
-  char kind = (fault.kind != 0 && fault.rank == c->rank && fault.group == n) ? fault.kind : 0;
+  bool here = (f.kind == 's' || f.kind == 'e') && f.rank == c->rank && f.group == n;
+  char kind = here ? f.kind : 0;
   ++c->inFlight;
   hora_emu::enqueueTask(p.stream, [c, ops = std::move(p.ops), kind] {
     runGroup(c, ops, kind);
@@ -467,6 +497,8 @@ const char* ncclGetErrorString(ncclResult_t r) {
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  static std::atomic<uint64_t> made{0};
+  dieIf('n', 0, ++made);
   std::memset(id->internal, 0, sizeof(id->internal));
   std::random_device rd;
   for (int i = 0; i < 16; i += 4) {
@@ -476,8 +508,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+// Maps the id's segment and counts this rank in; the caller waits for the others.
+static ncclResult_t joinSegment(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank) {
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  static std::atomic<uint64_t> inits{0};
+  dieIf('a', rank, ++inits);
   const size_t slotBytes = static_cast<size_t>(envInt("HORA_EMU_SLOT_MB", 64)) << 20;
   const size_t mapBytes = kHeaderBytes + slotBytes * static_cast<size_t>(nranks);
   std::string name = segmentName(id);
@@ -496,25 +531,71 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   c->seg = static_cast<Segment*>(p);
   c->slots = static_cast<uint8_t*>(p) + kHeaderBytes;
   c->mapBytes = mapBytes;
+  c->name = name;
   c->seg->magic = kMagic;
   c->seg->nranks = nranks;
   c->seg->slotBytes = slotBytes;
   c->seg->joined.fetch_add(1);
-  // NCCL's init blocks until every rank joined; bounded here so a test never hangs.
+  *out = c;
+  return ncclSuccess;
+}
+
+// Waits until every rank joined (NCCL's init is collective): true, or false past
+// HORA_EMU_INIT_TIMEOUT_MS or once the init is cancelled. Rank 0 then removes the name (every
+// rank has it mapped); a failed init removes it too, so that none is left behind.
+static bool awaitMembers(ncclComm_t c) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(envInt("HORA_EMU_INIT_TIMEOUT_MS", 60000));
-  while (c->seg->joined.load() < nranks) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      if (rank == 0) shm_unlink(name.c_str());
-      munmap(p, mapBytes);
-      delete c;
-      return ncclSystemError;
+  while (c->seg->joined.load() < c->nranks) {
+    if (c->cancel.load() || std::chrono::steady_clock::now() > deadline) {
+      shm_unlink(c->name.c_str());
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (rank == 0) shm_unlink(name.c_str());  // every rank has it mapped: no name left behind
+  if (c->rank == 0) shm_unlink(c->name.c_str());
+  return true;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+  ncclComm_t c = nullptr;
+  ncclResult_t r = joinSegment(&c, nranks, id, rank);
+  if (r != ncclSuccess) return r;
+  if (!awaitMembers(c)) {
+    munmap(c->seg, c->mapBytes);
+    delete c;
+    return ncclSystemError;
+  }
   *out = c;
   return ncclSuccess;
+}
+
+// NCCL's ncclConfig_t begins with size, magic and version (NCCL_CONFIG_INITIALIZER); `blocking`
+// follows from 2.14 on.
+struct ncclConfigHead {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+};
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfigHead* config) {
+  if (config != nullptr && (config->magic != 0xcafebeef || config->version < 21400 ||
+                            config->size < sizeof(ncclConfigHead))) {
+    std::fprintf(stderr, "emulated NCCL: ncclConfig_t not filled as NCCL_CONFIG_INITIALIZER\n");
+    return ncclInvalidArgument;
+  }
+  if (config == nullptr || config->blocking != 0) return ncclCommInitRank(out, nranks, id, rank);
+  ncclComm_t c = nullptr;
+  ncclResult_t r = joinSegment(&c, nranks, id, rank);
+  if (r != ncclSuccess) return r;
+  c->nonblocking = true;
+  c->asyncError = ncclInProgress;
+  c->joining =
+      std::thread([c] { c->asyncError = awaitMembers(c) ? ncclSuccess : ncclSystemError; });
+  *out = c;
+  return ncclInProgress;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* result) {
@@ -526,6 +607,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* result) {
 // Marks the communicator (and, for the peers, the segment) aborted, then waits for the streams
 // to leave its operations, which now return at once.
 static void releaseComm(ncclComm_t comm, bool abort) {
+  if (comm->joining.joinable()) {
+    comm->cancel = true;
+    comm->joining.join();
+  }
   if (abort) {
     comm->aborted = true;
     int32_t none = 0;
@@ -568,8 +653,12 @@ ncclResult_t ncclGroupEnd() {
   if (--tGroupDepth > 0) return ncclSuccess;
   std::vector<Pending> group;
   group.swap(tGroup);
-  for (auto& p : group) submit(std::move(p));
-  return ncclSuccess;
+  bool nonblocking = false;
+  for (auto& p : group) {
+    nonblocking = nonblocking || p.comm->nonblocking;
+    submit(std::move(p));
+  }
+  return nonblocking ? ncclInProgress : ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op,

@@ -1,5 +1,8 @@
 #include "core/transport/nccl/communicator.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "core/common/errors.h"
 
 namespace hora::gpu {
@@ -10,6 +13,12 @@ bool allEqual(const std::vector<size_t>& v) {
     if (x != v.front()) return false;
   }
   return true;
+}
+
+// "20 s", or "1500 ms" for a bound that is not whole seconds.
+std::string durationText(Millis d) {
+  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
 }
 
 int ncclOp(ReduceOp op) {
@@ -60,10 +69,66 @@ Capabilities NcclCommunicator::gpuCapabilities(const GpuLibrary& lib) {
 }
 
 NcclCommunicator::NcclCommunicator(const GpuLibrary& lib, const ncclUniqueId& id, int rank,
-                                   int size, int device, cudaStream_t stream)
-    : lib_(&lib), rank_(rank), size_(size), device_(device), stream_(stream) {
+                                   int size, int device, cudaStream_t stream, Millis initTimeout,
+                                   const std::string& who, const std::function<void()>& started)
+    : lib_(&lib), bound_(initTimeout), rank_(rank), size_(size), device_(device), stream_(stream) {
   checkCuda(lib.cuda().setDevice(device), "cudaSetDevice");
-  checkNccl(lib.nccl().commInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  if (!lib.supportsNonblockingInit()) {
+    if (started) started();
+    checkNccl(lib.nccl().commInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    return;
+  }
+  ncclConfig_t config;
+  config.blocking = 0;
+  ncclResult_t r = lib.nccl().commInitRankConfig(&comm_, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    abort();
+    checkNccl(r, "ncclCommInitRankConfig");
+  }
+  nonblocking_ = true;
+  if (started) {
+    try {
+      started();
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+  r = settle();
+  if (r == ncclInProgress) {
+    abort();
+    throw TimeoutError(who + " not complete after " + durationText(bound_) +
+                       ": a member did not join (dead, hung, or on another path); every "
+                       "member must reach the collective; the communicator was aborted");
+  }
+  if (r != ncclSuccess) {
+    abort();
+    checkNccl(r, "ncclCommInitRankConfig (completing)");
+  }
+}
+
+ncclResult_t NcclCommunicator::settle() const {
+  const auto deadline = Clock::now() + bound_;
+  auto pause = std::chrono::microseconds(100);
+  for (;;) {
+    ncclResult_t e = ncclSuccess;
+    ncclResult_t q = lib_->nccl().commGetAsyncError(comm_, &e);
+    if (q != ncclSuccess) return q;
+    if (e != ncclInProgress || Clock::now() >= deadline) return e;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+}
+
+void NcclCommunicator::enqueued(ncclResult_t r, const char* what) {
+  if (r == ncclInProgress && nonblocking_) {
+    r = settle();
+    if (r == ncclInProgress) {
+      throw TimeoutError(std::string(what) + " still in progress after " + durationText(bound_) +
+                         ": a member did not join");
+    }
+  }
+  checkNccl(r, what);
 }
 
 NcclCommunicator::~NcclCommunicator() { abort(); }
@@ -86,16 +151,16 @@ ncclResult_t NcclCommunicator::asyncError() const {
   return q != ncclSuccess ? q : r;
 }
 
-void NcclCommunicator::groupStart() { checkNccl(lib_->nccl().groupStart(), "ncclGroupStart"); }
-void NcclCommunicator::groupEnd() { checkNccl(lib_->nccl().groupEnd(), "ncclGroupEnd"); }
+void NcclCommunicator::groupStart() { enqueued(lib_->nccl().groupStart(), "ncclGroupStart"); }
+void NcclCommunicator::groupEnd() { enqueued(lib_->nccl().groupEnd(), "ncclGroupEnd"); }
 
 void NcclCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   int t;
   if (!ncclTypeOf(dtype, *lib_, &t)) {
     throw NotSupported(std::string("backend nccl does not reduce ") + dtypeName(dtype));
   }
-  checkNccl(lib_->nccl().allReduce(buf, buf, count, t, ncclOp(op), live(), stream_),
-            "ncclAllReduce");
+  enqueued(lib_->nccl().allReduce(buf, buf, count, t, ncclOp(op), live(), stream_),
+           "ncclAllReduce");
 }
 
 // Equal blocks: one ncclAllGather. Unequal: one broadcast per rank, in one group.
@@ -103,24 +168,24 @@ void NcclCommunicator::allgatherv(const void* in, void* out,
                                   const std::vector<size_t>& bytesPerRank) {
   auto* o = static_cast<uint8_t*>(out);
   if (allEqual(bytesPerRank)) {
-    checkNccl(lib_->nccl().allGather(in, o, bytesPerRank.front(), ncclUint8, live(), stream_),
-              "ncclAllGather");
+    enqueued(lib_->nccl().allGather(in, o, bytesPerRank.front(), ncclUint8, live(), stream_),
+             "ncclAllGather");
     return;
   }
   groupStart();
   size_t off = 0;
   for (int k = 0; k < size_; ++k) {
     const void* src = k == rank_ ? in : o + off;
-    checkNccl(lib_->nccl().broadcast(src, o + off, bytesPerRank[k], ncclUint8, k, live(), stream_),
-              "ncclBroadcast");
+    enqueued(lib_->nccl().broadcast(src, o + off, bytesPerRank[k], ncclUint8, k, live(), stream_),
+             "ncclBroadcast");
     off += bytesPerRank[k];
   }
   groupEnd();
 }
 
 void NcclCommunicator::broadcast(void* buf, size_t bytes, int root) {
-  checkNccl(lib_->nccl().broadcast(buf, buf, bytes, ncclUint8, root, live(), stream_),
-            "ncclBroadcast");
+  enqueued(lib_->nccl().broadcast(buf, buf, bytes, ncclUint8, root, live(), stream_),
+           "ncclBroadcast");
 }
 
 // Grouped send/recv with every peer (NCCL's alltoall pattern; empty blocks included, so that
@@ -130,12 +195,12 @@ void NcclCommunicator::alltoallv(const void* in, const std::vector<size_t>& send
   groupStart();
   size_t sOff = 0, rOff = 0;
   for (int k = 0; k < size_; ++k) {
-    checkNccl(lib_->nccl().send(static_cast<const uint8_t*>(in) + sOff, sendBytes[k], ncclUint8, k,
-                                live(), stream_),
-              "ncclSend");
-    checkNccl(lib_->nccl().recv(static_cast<uint8_t*>(out) + rOff, recvBytes[k], ncclUint8, k,
-                                live(), stream_),
-              "ncclRecv");
+    enqueued(lib_->nccl().send(static_cast<const uint8_t*>(in) + sOff, sendBytes[k], ncclUint8, k,
+                               live(), stream_),
+             "ncclSend");
+    enqueued(lib_->nccl().recv(static_cast<uint8_t*>(out) + rOff, recvBytes[k], ncclUint8, k,
+                               live(), stream_),
+             "ncclRecv");
     sOff += sendBytes[k];
     rOff += recvBytes[k];
   }
@@ -151,7 +216,7 @@ void NcclCommunicator::reduceScatter(const void* in, void* out,
     throw NotSupported(std::string("backend nccl does not reduce ") + dtypeName(dtype));
   }
   if (allEqual(countsPerRank)) {
-    checkNccl(
+    enqueued(
         lib_->nccl().reduceScatter(in, out, countsPerRank.front(), t, ncclOp(op), live(), stream_),
         "ncclReduceScatter");
     return;
@@ -160,9 +225,9 @@ void NcclCommunicator::reduceScatter(const void* in, void* out,
   groupStart();
   size_t off = 0;
   for (int k = 0; k < size_; ++k) {
-    checkNccl(lib_->nccl().reduce(static_cast<const uint8_t*>(in) + off * elem, out,
-                                  countsPerRank[k], t, ncclOp(op), k, live(), stream_),
-              "ncclReduce");
+    enqueued(lib_->nccl().reduce(static_cast<const uint8_t*>(in) + off * elem, out,
+                                 countsPerRank[k], t, ncclOp(op), k, live(), stream_),
+             "ncclReduce");
     off += countsPerRank[k];
   }
   groupEnd();
@@ -172,12 +237,11 @@ void NcclCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendByte
                                 void* recvBuf, size_t recvBytes) {
   groupStart();
   if (sendBytes > 0) {
-    checkNccl(lib_->nccl().send(sendBuf, sendBytes, ncclUint8, sendTo, live(), stream_),
-              "ncclSend");
+    enqueued(lib_->nccl().send(sendBuf, sendBytes, ncclUint8, sendTo, live(), stream_), "ncclSend");
   }
   if (recvBytes > 0) {
-    checkNccl(lib_->nccl().recv(recvBuf, recvBytes, ncclUint8, recvFrom, live(), stream_),
-              "ncclRecv");
+    enqueued(lib_->nccl().recv(recvBuf, recvBytes, ncclUint8, recvFrom, live(), stream_),
+             "ncclRecv");
   }
   groupEnd();
 }

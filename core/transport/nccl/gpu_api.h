@@ -3,6 +3,7 @@
 // needed to build Hora: the libraries are opened at run time (gpu_library.h) and these tables
 // hold the resolved functions. Enum values and struct layouts are NCCL's and cudart's own (stable
 // across releases: nccl.h 2.10-2.32, cuda_runtime_api.h 11-13).
+#include <climits>
 #include <cstddef>
 
 namespace hora::gpu {
@@ -23,6 +24,18 @@ struct ncclUniqueId {
 };
 constexpr ncclResult_t ncclSuccess = 0;
 constexpr ncclResult_t ncclInProgress = 7;
+
+// ncclConfig_t as NCCL 2.14 laid it out (ncclConfig_v21400), filled as NCCL_CONFIG_INITIALIZER
+// fills it: size, magic and version first, every setting NCCL_CONFIG_UNDEF_INT. Later releases
+// append fields and read an older struct by its size and version, taking their defaults for the
+// rest. Passed to ncclCommInitRankConfig (NCCL >= 2.14).
+struct ncclConfig_t {
+  size_t size = sizeof(ncclConfig_t);
+  unsigned int magic = 0xcafebeef;  // NCCL_API_MAGIC
+  unsigned int version = 21400;     // NCCL_VERSION(2, 14, 0): the layout above
+  int blocking = INT_MIN;           // NCCL_CONFIG_UNDEF_INT; 0 = non-blocking
+};
+constexpr int kNcclNonblockingInitVersion = 21400;
 
 enum NcclType : int {
   ncclInt8 = 0,
@@ -63,6 +76,8 @@ struct NcclApi {
   const char* (*getErrorString)(ncclResult_t);
   ncclResult_t (*getUniqueId)(ncclUniqueId*);
   ncclResult_t (*commInitRank)(ncclComm_t*, int, ncclUniqueId, int);
+  // Optional (NCCL >= 2.14): null when the library lacks it.
+  ncclResult_t (*commInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
   ncclResult_t (*commAbort)(ncclComm_t);
   ncclResult_t (*commDestroy)(ncclComm_t);
   ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t*);

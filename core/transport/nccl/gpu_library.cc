@@ -79,6 +79,9 @@ void resolveNccl(void* h, NcclApi* n, std::vector<std::string>* missing) {
   resolve(h, "ncclReduceScatter", &n->reduceScatter, missing);
   resolve(h, "ncclSend", &n->send, missing);
   resolve(h, "ncclRecv", &n->recv, missing);
+  // Optional: absent before NCCL 2.14, where communicator init only blocks.
+  n->commInitRankConfig =
+      reinterpret_cast<decltype(n->commInitRankConfig)>(dlsym(h, "ncclCommInitRankConfig"));
 }
 
 void resolveCuda(void* h, CudaApi* c, std::vector<std::string>* missing) {

@@ -11,7 +11,9 @@
 //   version >= 2.7 (grouped send/recv) and the runtime sees at least one device. Otherwise
 //   reason() says which step failed (no library, no driver, no device), and the GPU path is off:
 //   GPU tensors are refused with that reason.
-// - ncclVersion() is NCCL's code (2.10.3 = 21003); features are gated on it (bf16: >= 2.10).
+// - ncclVersion() is NCCL's code (2.10.3 = 21003); features are gated on it (bf16: >= 2.10;
+//   non-blocking communicator init: >= 2.14 and ncclCommInitRankConfig present, which is
+//   resolved as optional so that older libraries keep the blocking ncclCommInitRank).
 #include <string>
 
 #include "core/transport/nccl/gpu_api.h"
@@ -28,6 +30,10 @@ class GpuLibrary {
   const std::string& ncclPath() const { return ncclPath_; }
   const std::string& cudaPath() const { return cudaPath_; }
   bool supportsBfloat16() const { return ncclVersion_ >= 21000; }
+  // ncclCommInitRankConfig with blocking = 0, polled through ncclCommGetAsyncError (>= 2.14).
+  bool supportsNonblockingInit() const {
+    return ncclVersion_ >= kNcclNonblockingInitVersion && nccl_.commInitRankConfig != nullptr;
+  }
 
   const CudaApi& cuda() const { return cuda_; }
   const NcclApi& nccl() const { return nccl_; }
