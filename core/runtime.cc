@@ -185,7 +185,16 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
 
 void RuntimeImpl::wakeLoop() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (running_ && control_) control_->wakeup();
+  if (!running_ || !control_) return;
+  control_->wakeup();
+  loopWakeups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+EngineCounters RuntimeImpl::counters() const {
+  EngineCounters c;
+  c.controlMessagesSent = controlSent_.load(std::memory_order_relaxed);
+  c.loopWakeups = loopWakeups_.load(std::memory_order_relaxed);
+  return c;
 }
 
 Settings RuntimeImpl::settings() const {

@@ -106,7 +106,7 @@ void RuntimeImpl::cycle() {
     ResponseBatch batch;
     if (coordinator_->buildBatch(&batch)) {
       std::string bytes = encodeResponseBatch(batch);
-      for (int r = 1; r < topology_.size; ++r) control_->send(r, bytes);
+      for (int r = 1; r < topology_.size; ++r) sendControl(r, bytes);
       applyBatch(batch);
       return;  // more may be ready: look again before blocking
     }
@@ -174,7 +174,7 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
   if (coordinator_) {
     ResponseBatch b;
     b.heartbeat = kind;
-    control_->send(peer, encodeResponseBatch(b));
+    sendControl(peer, encodeResponseBatch(b));
   } else {
     RequestBatch b;
     b.appliedBatches = participant_.appliedBatches();
@@ -188,7 +188,7 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
 // when it did not stop this rank (a shutdown is no failure).
 void RuntimeImpl::sendToCoordinator(const RequestBatch& b) {
   try {
-    control_->send(0, encodeRequestBatch(b));
+    sendControl(0, encodeRequestBatch(b));
   } catch (const IoError&) {
     std::vector<ControlChannel::Message> arrived;
     control_->poll(arrived, Millis(0));  // throws when nothing more came
@@ -199,6 +199,11 @@ void RuntimeImpl::sendToCoordinator(const RequestBatch& b) {
     }
     throw;
   }
+}
+
+void RuntimeImpl::sendControl(int to, const std::string& bytes) {
+  control_->send(to, bytes);
+  controlSent_.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The poll may not outlast the next liveness check, nor on rank 0 the next stall or deadlock check.
@@ -422,7 +427,7 @@ void RuntimeImpl::stop(const std::string& reason, bool failure) {
     std::string bytes = encodeResponseBatch(b);
     for (int r = 1; r < topology_.size; ++r) {
       try {
-        control_->send(r, bytes);
+        sendControl(r, bytes);
       } catch (const std::exception&) {
         // That rank is gone too.
       }
