@@ -60,6 +60,7 @@ struct RuntimeOptions {
 struct EngineCounters {
   uint64_t controlMessagesSent = 0;  // negotiation messages this rank sent to other ranks
   uint64_t loopWakeups = 0;          // wake-ups of the background thread from other threads
+  uint64_t waitEndReports = 0;       // a worker's "no longer blocked" reports, sent on their own
 };
 
 class Runtime {

@@ -126,8 +126,13 @@ class RuntimeImpl final : public Runtime {
   std::atomic<bool> shutdownRequested_{false};
   std::atomic<int> controlCounter_{0};  // names of add/remove-process-set calls
   std::atomic<int> waiters_{0};         // frontend threads blocked in a wait without timeout
+  // A wake-up was asked for since the loop's last cycle start (wakeLoop()).
+  std::atomic<bool> wakePending_{false};
+  // The loop may count a wait as blocked, now or in its current cycle: the end of one must wake it.
+  std::atomic<bool> waitWatched_{false};
   std::atomic<uint64_t> controlSent_{0};
   std::atomic<uint64_t> loopWakeups_{0};
+  std::atomic<uint64_t> waitEndReports_{0};
   std::thread thread_;
 };
 

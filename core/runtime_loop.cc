@@ -49,9 +49,14 @@ void RuntimeImpl::loop() {
 
 void RuntimeImpl::cycle() {
   timeline_.cycleStart();
+  // Before reading what frontend threads published: a wakeLoop() that still finds the flag set
+  // skips its wake-up and relies on what this cycle reads.
+  wakePending_.exchange(false, std::memory_order_acq_rel);
   // Read before taking new entries: whatever a waiting thread enqueued before it began to wait is
   // then taken too, and the wait state never reaches the coordinator ahead of those requests.
-  waitingNow_ = waiters_.load(std::memory_order_acquire) > 0;
+  // The flag first (see waitEnd()); reportWaiting() clears it when no blocked report is current.
+  waitWatched_.store(true, std::memory_order_seq_cst);
+  waitingNow_ = waiters_.load(std::memory_order_seq_cst) > 0;
   auto fresh = queue_.takeNew();
   fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
   auto now = Clock::now();
@@ -246,15 +251,24 @@ void RuntimeImpl::reportWaiting() {
   uint64_t applied = participant_.appliedBatches();
   if (coordinator_) {
     coordinator_->setWaiting(topology_.rank, blocked, applied);
+    waitWatched_.store(blocked, std::memory_order_seq_cst);
     return;
   }
-  if (blocked == reportedWaiting_ && (!blocked || applied == reportedApplied_)) return;
-  RequestBatch b;
-  b.appliedBatches = applied;
-  b.waiting = blocked;
-  sendToCoordinator(b);
-  reportedWaiting_ = blocked;
-  reportedApplied_ = applied;
+  // The coordinator counts a blocked report only while no batch was built after it, and the
+  // batches only grow: once this rank applied a later one, the report counts as "not blocked"
+  // for good, and saying so again would change nothing there (the usual end of a blocking call:
+  // the batch that completed it made it stale).
+  if (reportedWaiting_ && applied != reportedApplied_) reportedWaiting_ = false;
+  if (blocked != reportedWaiting_ || (blocked && applied != reportedApplied_)) {
+    RequestBatch b;
+    b.appliedBatches = applied;
+    b.waiting = blocked;
+    sendToCoordinator(b);
+    if (!blocked) waitEndReports_.fetch_add(1, std::memory_order_relaxed);
+    reportedWaiting_ = blocked;
+    reportedApplied_ = applied;
+  }
+  waitWatched_.store(reportedWaiting_, std::memory_order_seq_cst);
 }
 
 void RuntimeImpl::sendRequests(Clock::time_point now) {
