@@ -81,6 +81,7 @@ def test_interrupted_wait_leaves_no_blocked_state(interrupted: str) -> None:
     ys = all_inputs(6, "float32", name_y)
     is_interrupted = (rank() == 0) == (interrupted == "rank0")
     if is_interrupted:
+        reports = _wait_end_reports()
         handle = hora.allreduce_async(xs[rank()], op=hora.Sum, name=name_x)
 
         def on_alarm(signum, frame):
@@ -95,6 +96,9 @@ def test_interrupted_wait_leaves_no_blocked_state(interrupted: str) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         time.sleep(1.5)  # computing: not blocked, though 'wr.x' is still pending
+        if rank() != 0:
+            # Reported blocked in 'wr.x' (no batch was built since), so the end was reported.
+            assert _wait_end_reports() > reports
         out_y = hora.allreduce(ys[rank()], op=hora.Sum, name=name_y)
         out_x = hora.synchronize(handle)
     else:
