@@ -183,9 +183,22 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
   }
 }
 
+// A wake-up asked since the loop's last cycle start is still ahead of it, and that cycle reads
+// everything published before this call (cycle() clears the flag first): no second one needed.
 void RuntimeImpl::wakeLoop() {
+  if (wakePending_.exchange(true, std::memory_order_acq_rel)) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (running_ && control_) control_->wakeup();
+  if (!running_ || !control_) return;
+  control_->wakeup();
+  loopWakeups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+EngineCounters RuntimeImpl::counters() const {
+  EngineCounters c;
+  c.controlMessagesSent = controlSent_.load(std::memory_order_relaxed);
+  c.loopWakeups = loopWakeups_.load(std::memory_order_relaxed);
+  c.waitEndReports = waitEndReports_.load(std::memory_order_relaxed);
+  return c;
 }
 
 Settings RuntimeImpl::settings() const {
@@ -247,8 +260,13 @@ void RuntimeImpl::waitBegin() {
   if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) wakeLoop();
 }
 
+// The loop needs to hear of a wait's end only while the coordinator may count this rank as
+// blocked (waitWatched_). A wait that ended because its handle completed usually finds it clear:
+// the batch that completed the handle made the last blocked report stale. Paired with the loop's
+// store then load in cycle(): either it sees the count drop or this sees the flag.
 void RuntimeImpl::waitEnd() {
-  if (waiters_.fetch_sub(1, std::memory_order_acq_rel) == 1) wakeLoop();
+  if (waiters_.fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  if (waitWatched_.load(std::memory_order_seq_cst)) wakeLoop();
 }
 
 std::shared_ptr<Handle> RuntimeImpl::addProcessSet(const std::vector<int>& ranks,

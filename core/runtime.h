@@ -55,6 +55,14 @@ struct RuntimeOptions {
   Settings settings;
 };
 
+// What the engine of this rank did so far, for tests and benchmarks: the cost of the hand-off
+// between frontend threads and the background thread, counted rather than timed.
+struct EngineCounters {
+  uint64_t controlMessagesSent = 0;  // negotiation messages this rank sent to other ranks
+  uint64_t loopWakeups = 0;          // wake-ups of the background thread from other threads
+  uint64_t waitEndReports = 0;       // a worker's "no longer blocked" reports, sent on their own
+};
+
 class Runtime {
  public:
   static std::unique_ptr<Runtime> start(const RuntimeOptions& options);
@@ -95,6 +103,9 @@ class Runtime {
   // Timeline (written by world rank 0; a no-op on other ranks). start replaces a running one.
   virtual void startTimeline(const std::string& path, bool markCycles) = 0;
   virtual void stopTimeline() = 0;
+
+  // Totals since start; safe from any thread.
+  virtual EngineCounters counters() const = 0;
 };
 
 }  // namespace hora

@@ -51,6 +51,7 @@ class RuntimeImpl final : public Runtime {
   std::string transportName() const override { return transportName_; }
   void startTimeline(const std::string& path, bool markCycles) override;
   void stopTimeline() override { timeline_.stop(); }
+  EngineCounters counters() const override;
 
  private:
   // runtime.cc
@@ -81,6 +82,7 @@ class RuntimeImpl final : public Runtime {
   bool answeredHeartbeat(int from, Heartbeat kind);
   void sendHeartbeat(int peer, Heartbeat kind);
   void sendToCoordinator(const RequestBatch& b);
+  void sendControl(int to, const std::string& bytes);  // every control message, counted
   void inspectStalls(Clock::time_point now);
 
   Topology topology_;
@@ -122,9 +124,15 @@ class RuntimeImpl final : public Runtime {
   mutable std::mutex mu_;
   bool running_ = false;
   std::atomic<bool> shutdownRequested_{false};
-  std::atomic<int> controlCounter_{0};
-  std::atomic<int> waiters_{0};  // frontend threads blocked in a wait without timeout  // names of
-                                 // add/remove-process-set calls
+  std::atomic<int> controlCounter_{0};  // names of add/remove-process-set calls
+  std::atomic<int> waiters_{0};         // frontend threads blocked in a wait without timeout
+  // A wake-up was asked for since the loop's last cycle start (wakeLoop()).
+  std::atomic<bool> wakePending_{false};
+  // The loop may count a wait as blocked, now or in its current cycle: the end of one must wake it.
+  std::atomic<bool> waitWatched_{false};
+  std::atomic<uint64_t> controlSent_{0};
+  std::atomic<uint64_t> loopWakeups_{0};
+  std::atomic<uint64_t> waitEndReports_{0};
   std::thread thread_;
 };
 

@@ -49,9 +49,14 @@ void RuntimeImpl::loop() {
 
 void RuntimeImpl::cycle() {
   timeline_.cycleStart();
+  // Before reading what frontend threads published: a wakeLoop() that still finds the flag set
+  // skips its wake-up and relies on what this cycle reads.
+  wakePending_.exchange(false, std::memory_order_acq_rel);
   // Read before taking new entries: whatever a waiting thread enqueued before it began to wait is
   // then taken too, and the wait state never reaches the coordinator ahead of those requests.
-  waitingNow_ = waiters_.load(std::memory_order_acquire) > 0;
+  // The flag first (see waitEnd()); reportWaiting() clears it when no blocked report is current.
+  waitWatched_.store(true, std::memory_order_seq_cst);
+  waitingNow_ = waiters_.load(std::memory_order_seq_cst) > 0;
   auto fresh = queue_.takeNew();
   fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
   auto now = Clock::now();
@@ -106,7 +111,7 @@ void RuntimeImpl::cycle() {
     ResponseBatch batch;
     if (coordinator_->buildBatch(&batch)) {
       std::string bytes = encodeResponseBatch(batch);
-      for (int r = 1; r < topology_.size; ++r) control_->send(r, bytes);
+      for (int r = 1; r < topology_.size; ++r) sendControl(r, bytes);
       applyBatch(batch);
       return;  // more may be ready: look again before blocking
     }
@@ -174,7 +179,7 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
   if (coordinator_) {
     ResponseBatch b;
     b.heartbeat = kind;
-    control_->send(peer, encodeResponseBatch(b));
+    sendControl(peer, encodeResponseBatch(b));
   } else {
     RequestBatch b;
     b.appliedBatches = participant_.appliedBatches();
@@ -188,7 +193,7 @@ void RuntimeImpl::sendHeartbeat(int peer, Heartbeat kind) {
 // when it did not stop this rank (a shutdown is no failure).
 void RuntimeImpl::sendToCoordinator(const RequestBatch& b) {
   try {
-    control_->send(0, encodeRequestBatch(b));
+    sendControl(0, encodeRequestBatch(b));
   } catch (const IoError&) {
     std::vector<ControlChannel::Message> arrived;
     control_->poll(arrived, Millis(0));  // throws when nothing more came
@@ -199,6 +204,11 @@ void RuntimeImpl::sendToCoordinator(const RequestBatch& b) {
     }
     throw;
   }
+}
+
+void RuntimeImpl::sendControl(int to, const std::string& bytes) {
+  control_->send(to, bytes);
+  controlSent_.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The poll may not outlast the next liveness check, nor on rank 0 the next stall or deadlock check.
@@ -241,15 +251,24 @@ void RuntimeImpl::reportWaiting() {
   uint64_t applied = participant_.appliedBatches();
   if (coordinator_) {
     coordinator_->setWaiting(topology_.rank, blocked, applied);
+    waitWatched_.store(blocked, std::memory_order_seq_cst);
     return;
   }
-  if (blocked == reportedWaiting_ && (!blocked || applied == reportedApplied_)) return;
-  RequestBatch b;
-  b.appliedBatches = applied;
-  b.waiting = blocked;
-  sendToCoordinator(b);
-  reportedWaiting_ = blocked;
-  reportedApplied_ = applied;
+  // The coordinator counts a blocked report only while no batch was built after it, and the
+  // batches only grow: once this rank applied a later one, the report counts as "not blocked"
+  // for good, and saying so again would change nothing there (the usual end of a blocking call:
+  // the batch that completed it made it stale).
+  if (reportedWaiting_ && applied != reportedApplied_) reportedWaiting_ = false;
+  if (blocked != reportedWaiting_ || (blocked && applied != reportedApplied_)) {
+    RequestBatch b;
+    b.appliedBatches = applied;
+    b.waiting = blocked;
+    sendToCoordinator(b);
+    if (!blocked) waitEndReports_.fetch_add(1, std::memory_order_relaxed);
+    reportedWaiting_ = blocked;
+    reportedApplied_ = applied;
+  }
+  waitWatched_.store(reportedWaiting_, std::memory_order_seq_cst);
 }
 
 void RuntimeImpl::sendRequests(Clock::time_point now) {
@@ -422,7 +441,7 @@ void RuntimeImpl::stop(const std::string& reason, bool failure) {
     std::string bytes = encodeResponseBatch(b);
     for (int r = 1; r < topology_.size; ++r) {
       try {
-        control_->send(r, bytes);
+        sendControl(r, bytes);
       } catch (const std::exception&) {
         // That rank is gone too.
       }
