@@ -285,15 +285,83 @@ def test_distributed_optimizer_class_and_custom_loop() -> None:
     assert keras_optimizer.is_distributed(htf.DistributedOptimizer(keras.optimizers.Adam()))
 
 
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_partial_distributed_optimizer_keeps_local_gradients(scale: bool, passes: int) -> None:
+    """The weights of local_layers take this rank's own gradient (divided by the set's size
+    unless scale_local_gradients=False); every other weight takes the average, in a
+    tf.function step and with backward_passes_per_step > 1 too (hora.keras spelling)."""
+    local = keras.layers.Dense(2)
+    shared = keras.layers.Dense(2)
+    for layer in (local, shared):
+        layer.build((None, 3))
+        layer.set_weights([np.zeros(w.shape, np.float32) for w in layer.get_weights()])
+    opt = hora.keras.PartialDistributedOptimizer(
+        keras.optimizers.SGD(1.0), local_layers=local, scale_local_gradients=scale,
+        backward_passes_per_step=passes)
+    variables = local.trainable_weights + shared.trainable_weights
+
+    @tf.function(autograph=False)
+    def step(g: tf.Tensor) -> None:
+        opt.apply_gradients([(tf.fill(v.shape, g), v) for v in variables])
+
+    mine = float(rank() + 1)
+    for _ in range(passes):
+        step(tf.constant(mine))
+    mean = np.mean([r + 1.0 for r in range(size())])
+    own = mine / size() if scale else mine
+    for v in local.trainable_weights:
+        np.testing.assert_allclose(np.asarray(v), np.full(v.shape, -passes * own), rtol=1e-6)
+    for v in shared.trainable_weights:
+        np.testing.assert_allclose(np.asarray(v), np.full(v.shape, -passes * mean), rtol=1e-6)
+
+
+def test_partial_distributed_optimizer_checks() -> None:
+    """Horovod's argument checks: local layers must be layers, op Average or Sum."""
+    with pytest.raises(ValueError, match="tf.keras.layers.Layer"):
+        hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[object()])
+    with pytest.raises(ValueError, match="Average and Sum"):
+        hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum)
+    plain = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1))
+    assert keras_optimizer.is_distributed(plain)
+
+
+def test_broadcast_callback_leaves_local_variables() -> None:
+    """With local_variables, those keep each rank's values while every other variable takes
+    the root's (the last rank here)."""
+    root = size() - 1
+    model = build_model(seed_rank=rank(), tag="bcast_local")
+    for layer in model.layers:
+        layer.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", run_eagerly=True)
+    mine = [np.copy(w) for w in model.get_weights()]
+    root_weights = build_model(seed_rank=root, tag="bcast_local").get_weights()
+    local = list(model.layers[0].variables)
+    x, y = global_data(1, LOCAL_BATCH, "bcast_local")
+    callback = hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=root,
+                                                              local_variables=local)
+    model.fit(x, y, batch_size=LOCAL_BATCH, verbose=0, callbacks=[callback])
+    local_ids = {id(v) for v in local}
+    for i, v in enumerate(model.variables):
+        expected = mine[i] if id(v) in local_ids else root_weights[i]
+        np.testing.assert_array_equal(np.asarray(v), expected)
+    with pytest.raises(ValueError, match="tf.Variable"):
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[np.zeros(2)])
+
+
 def test_tf1_optimizer() -> None:
     """A tf.compat.v1 optimizer through hora.tensorflow.DistributedOptimizer."""
     import hora.tensorflow as htf
 
     var = tf.Variable(np.zeros(2, np.float32))
+    local = tf.Variable(np.zeros(2, np.float32))
     opt = htf.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
-    opt.minimize(lambda: tf.reduce_sum(var * float(rank() + 1)), var_list=[var])
+    opt.register_local_var(local)
+    opt.minimize(lambda: tf.reduce_sum((var + local) * float(rank() + 1)), var_list=[var, local])
     mean = np.mean([r + 1.0 for r in range(size())])
     np.testing.assert_allclose(var.numpy(), np.full(2, -mean), rtol=1e-6)
+    # A registered local variable keeps its own gradient, divided by the set's size.
+    np.testing.assert_allclose(local.numpy(), np.full(2, -(rank() + 1.0) / size()), rtol=1e-6)
 
 
 def test_save_and_load_model(tmp_path: Any) -> None:

@@ -22,8 +22,7 @@ import tensorflow as tf
 from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow.compression import Compression, Compressor
-from hora.tensorflow.mpi_ops import _scaled
-from hora.tensorflow.optimizer import GradientReducer, GroupsArg
+from hora.tensorflow.optimizer import GradientReducer, GroupsArg, reduce_shared
 from hora.tensorflow.util import no_autograph
 
 __all__ = ["DistributedGradientTape", "PartialDistributedGradientTape"]
@@ -44,32 +43,14 @@ class _DistributedTape:
         registered local sources are not reduced). Same arguments as ``tf.GradientTape``."""
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
-        flat_sources = tf.nest.flatten(sources)
-        flat_grads = tf.nest.flatten(grads)
-        shared = [i for i, s in enumerate(flat_sources) if id(s) not in self._hora_local_sources]
-        reduced = self._hora_reducer.reduce([flat_grads[i] for i in shared],
-                                            [flat_sources[i] for i in shared])
-        result = list(flat_grads)
-        for i, g in zip(shared, reduced):
-            result[i] = g
-        set_size = self._hora_reducer.process_set.size() or 1
-        if self._hora_local_sources and self._hora_scale_local and set_size > 1:
-            # Horovod divides by the set's size on every rank, members or not.
-            scale = 1.0 / set_size
-            for i, s in enumerate(flat_sources):
-                if id(s) in self._hora_local_sources and result[i] is not None:
-                    result[i] = _scale(result[i], scale)
+        result = reduce_shared(self._hora_reducer, tf.nest.flatten(grads),
+                               tf.nest.flatten(sources), self._hora_local_sources,
+                               self._hora_scale_local)
         return tf.nest.pack_sequence_as(grads, result)
 
     def register_local_source(self, source: Any) -> None:
         """Exclude ``source``'s gradient from the reduction (a variable local to this rank)."""
         self._hora_local_sources.add(id(source))
-
-
-def _scale(grad: Any, factor: float) -> Any:
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(_scaled(grad.values, factor), grad.indices, grad.dense_shape)
-    return _scaled(grad, factor)
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",

@@ -12,6 +12,10 @@ name, same module, built from ``optimizer.get_config()``), so ``isinstance`` che
   variables (optimizer variables named ``hora_accumulator``) and reduced and applied every k-th
   call; the other calls only advance ``optimizer.iterations``.
 - tf_keras: ``apply_gradients`` (``backward_passes_per_step`` must be 1).
+
+Variables registered with ``register_local_var`` keep this rank's own gradients (divided by the
+set's size when ``scale_local_gradients``, as Horovod does); ``PartialDistributedOptimizer``
+registers the weights of its ``local_layers`` so.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import tensorflow as tf
 from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow.compression import Compression, Compressor
-from hora.tensorflow.optimizer import GradientReducer, GroupsArg
+from hora.tensorflow.optimizer import GradientReducer, GroupsArg, reduce_shared
 from hora.tensorflow.util import no_autograph
 
 __all__ = ["distributed_class", "is_distributed", "is_keras_optimizer", "wrap"]
@@ -39,6 +43,7 @@ class _Settings:
     reducer: GradientReducer
     backward_passes_per_step: int = 1
     average_aggregated_gradients: bool = False
+    scale_local_gradients: bool = True
 
 
 def _keras3_base() -> type | None:
@@ -75,13 +80,28 @@ def is_distributed(optimizer: Any) -> bool:
     return isinstance(getattr(type(optimizer), "_hora", None), _Settings)
 
 
+class _LocalVariables:
+    """Variables whose gradients stay on this rank (per optimizer object)."""
+
+    _hora: _Settings
+
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient on this rank: it is not reduced across ranks (Horovod's
+        ``register_local_var``)."""
+        local = self.__dict__.setdefault("_hora_local_vars", set())
+        local.add(id(var))
+
+    def _hora_reduce(self, grads: list, variables: list) -> list:
+        return reduce_shared(self._hora.reducer, grads, variables,
+                             self.__dict__.get("_hora_local_vars", set()),
+                             self._hora.scale_local_gradients)
+
+
 # ------------------------------------------------------------------------------------ Keras 3
 
 
-class _Keras3Distributed:
+class _Keras3Distributed(_LocalVariables):
     """Mixed in front of a Keras 3 optimizer class: reduce gradients, then apply."""
-
-    _hora: _Settings
 
     @no_autograph
     def build(self, variables: list) -> None:
@@ -114,8 +134,7 @@ class _Keras3Distributed:
                     self.build(variables)
                 self.built = True
         if self._hora.backward_passes_per_step == 1:
-            reduced = self._hora.reducer.reduce(grads, variables)
-            return super().apply(reduced, variables)
+            return super().apply(self._hora_reduce(grads, variables), variables)
         return self._hora_apply_aggregated(grads, variables)
 
     def _hora_apply_aggregated(self, grads: list, variables: list) -> None:
@@ -132,7 +151,7 @@ class _Keras3Distributed:
                       for g, acc in zip(grads, accumulators)]
             if self._hora.average_aggregated_gradients:
                 summed = [None if s is None else s / tf.constant(passes, s.dtype) for s in summed]
-            parent_apply(self._hora.reducer.reduce(summed, variables), variables)
+            parent_apply(self._hora_reduce(summed, variables), variables)
             for acc in accumulators:
                 acc.assign(tf.zeros(acc.shape, acc.dtype))
             self._hora_passes.assign(0)
@@ -154,17 +173,15 @@ class _Keras3Distributed:
 # ----------------------------------------------------------------------------------- tf_keras
 
 
-class _TfKerasDistributed:
+class _TfKerasDistributed(_LocalVariables):
     """Mixed in front of a tf_keras optimizer class: reduce gradients, then apply."""
-
-    _hora: _Settings
 
     @no_autograph
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         """Reduce the gradients across ranks, then apply them with the wrapped optimizer."""
         pairs = list(grads_and_vars)
         variables = [v for _, v in pairs]
-        grads = self._hora.reducer.reduce([g for g, _ in pairs], variables)
+        grads = self._hora_reduce([g for g, _ in pairs], variables)
         return super().apply_gradients(list(zip(grads, variables)), *args, **kwargs)
 
 
@@ -196,8 +213,8 @@ def make_settings(prefix: str, compression: type[Compressor] = Compression.none,
                   sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                   op: int = Average, backward_passes_per_step: int = 1,
                   average_aggregated_gradients: bool = False, groups: GroupsArg = None,
-                  process_set: ProcessSet = global_process_set, comm_hook: Any = None
-                  ) -> _Settings:
+                  process_set: ProcessSet = global_process_set, comm_hook: Any = None,
+                  scale_local_gradients: bool = True) -> _Settings:
     """Validated settings of a distributed optimizer class.
 
     Raises:
@@ -207,7 +224,8 @@ def make_settings(prefix: str, compression: type[Compressor] = Compression.none,
         raise ValueError("backward_passes_per_step must be >= 1")
     reducer = GradientReducer(prefix, compression, sparse_as_dense, op,
                               gradient_predivide_factor, groups, process_set, comm_hook)
-    return _Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients))
+    return _Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients),
+                     bool(scale_local_gradients))
 
 
 def wrap(optimizer: Any, name: str | None = None,
@@ -215,7 +233,7 @@ def wrap(optimizer: Any, name: str | None = None,
          gradient_predivide_factor: float = 1.0, op: int = Average,
          backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
          groups: GroupsArg = None, process_set: ProcessSet = global_process_set,
-         comm_hook: Any = None) -> Any:
+         comm_hook: Any = None, scale_local_gradients: bool = True) -> Any:
     """A new distributed optimizer with ``optimizer``'s configuration (its class, rebuilt from
     ``get_config()``; state of an already built optimizer is not carried over)."""
     if is_distributed(optimizer):
@@ -224,7 +242,7 @@ def wrap(optimizer: Any, name: str | None = None,
     prefix = name or f"Distributed{base.__name__}"
     settings = make_settings(prefix, compression, sparse_as_dense, gradient_predivide_factor,
                              op, backward_passes_per_step, average_aggregated_gradients, groups,
-                             process_set, comm_hook)
+                             process_set, comm_hook, scale_local_gradients)
     cls = distributed_class(base, settings)
     return cls.from_config(optimizer.get_config())
 

@@ -27,10 +27,10 @@ from hora.common.ops import Adasum, Average, split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import _raw_ops as _raw
 from hora.tensorflow.compression import Compression, Compressor
-from hora.tensorflow.mpi_ops import _allreduce_indexed_slices
+from hora.tensorflow.mpi_ops import _allreduce_indexed_slices, _scaled
 from hora.tensorflow.util import default_name, grouped_names, no_autograph
 
-__all__ = ["DistributedOptimizer", "GradientReducer"]
+__all__ = ["DistributedOptimizer", "GradientReducer", "reduce_shared"]
 
 GroupsArg = Union[None, int, Sequence[Sequence[Any]]]
 
@@ -181,6 +181,32 @@ class GradientReducer:
                 for g, r in zip(grads, reduced)]
 
 
+def _scale_gradient(grad: Any, factor: float) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(_scaled(grad.values, factor), grad.indices, grad.dense_shape)
+    return _scaled(grad, factor)
+
+
+def reduce_shared(reducer: GradientReducer, grads: Sequence[Any], variables: Sequence[Any],
+                  local_ids: set, scale_local: bool) -> list:
+    """``grads`` reduced by ``reducer``, except those of the variables whose ``id`` is in
+    ``local_ids``: those stay this rank's own, divided by the set's size when ``scale_local``
+    (Horovod's ``scale_local_gradients``, applied on every rank, members of the set or not)."""
+    if not local_ids:
+        return reducer.reduce(grads, variables)
+    shared = [i for i, v in enumerate(variables) if id(v) not in local_ids]
+    reduced = reducer.reduce([grads[i] for i in shared], [variables[i] for i in shared])
+    out = list(grads)
+    for i, g in zip(shared, reduced):
+        out[i] = g
+    set_size = reducer.process_set.size() or 1
+    if scale_local and set_size > 1:
+        for i, v in enumerate(variables):
+            if id(v) in local_ids and out[i] is not None:
+                out[i] = _scale_gradient(out[i], 1.0 / set_size)
+    return out
+
+
 # --------------------------------------------------------------------- TF1-style optimizers
 
 
@@ -189,11 +215,18 @@ class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
     across ranks before they are applied by the wrapped optimizer."""
 
     def __init__(self, optimizer: tf.compat.v1.train.Optimizer, reducer: GradientReducer,
-                 name: str | None = None, use_locking: bool = False) -> None:
+                 name: str | None = None, use_locking: bool = False,
+                 scale_local_gradients: bool = True) -> None:
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
                          use_locking=use_locking)
         self._optimizer = optimizer
         self._reducer = reducer
+        self._local_vars: set = set()
+        self._scale_local = bool(scale_local_gradients)
+
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient on this rank: it is not reduced across ranks."""
+        self._local_vars.add(id(var))
 
     @no_autograph
     def compute_gradients(self, *args: Any, **kwargs: Any) -> list:
@@ -201,7 +234,9 @@ class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
-        return list(zip(self._reducer.reduce(grads, variables), variables))
+        reduced = reduce_shared(self._reducer, grads, variables, self._local_vars,
+                                self._scale_local)
+        return list(zip(reduced, variables))
 
     def apply_gradients(self, *args: Any, **kwargs: Any) -> Any:
         """Apply gradients with the wrapped optimizer."""
@@ -254,14 +289,15 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         num_groups: deprecated spelling of an integer ``groups``.
         groups: number of groups or lists of variables reduced together.
         process_set: the ranks that take part.
-        scale_local_gradients: accepted for compatibility (no local layers here).
+        scale_local_gradients: divide the gradients of variables registered with
+            ``register_local_var`` (kept on this rank) by the set's size.
         comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
             (eager mode only; see ``hora.tensorflow.hooks``).
 
     Raises:
         ValueError: an unknown optimizer type or inconsistent arguments.
     """
-    del device_dense, device_sparse, scale_local_gradients
+    del device_dense, device_sparse
     if num_groups and groups is None:
         groups = int(num_groups)
     if op == Adasum and backward_passes_per_step > 1:
@@ -273,7 +309,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         prefix = name or f"Distributed{type(optimizer).__name__}"
         reducer = GradientReducer(prefix, compression, sparse_as_dense, op,
                                   gradient_predivide_factor, groups, process_set, comm_hook)
-        return _V1DistributedOptimizer(optimizer, reducer, name=name, use_locking=use_locking)
+        return _V1DistributedOptimizer(optimizer, reducer, name=name, use_locking=use_locking,
+                                       scale_local_gradients=scale_local_gradients)
     from hora.tensorflow import keras_optimizer
 
     if keras_optimizer.is_keras_optimizer(optimizer):
@@ -282,7 +319,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
             gradient_predivide_factor=gradient_predivide_factor, op=op,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-            process_set=process_set, comm_hook=comm_hook)
+            process_set=process_set, comm_hook=comm_hook,
+            scale_local_gradients=scale_local_gradients)
     raise ValueError(
         "Provided optimizer doesn't inherit from either legacy TensorFlow or Keras optimizer: "
         f"{type(optimizer).__module__}.{type(optimizer).__name__}"

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from hora.common import api
 from hora.common.api import *
-from hora.common.ops import Adasum, Average
+from hora.common.ops import Adasum, Average, Sum
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.tensorflow import functions as _functions
 from hora.tensorflow import hooks
@@ -31,7 +32,7 @@ from hora.tensorflow.keras import callbacks, elastic
 from hora.tensorflow.optimizer import GroupsArg
 
 __all__ = api.__all__ + [
-    "Compression", "DistributedOptimizer", "allgather", "allgather_object", "allreduce",
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "allgather", "allgather_object", "allreduce",
     "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
     "callbacks", "elastic", "hooks", "load_model", "reducescatter",
 ]
@@ -72,14 +73,15 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         num_groups: deprecated spelling of an integer ``groups``.
         groups: number of groups, or lists of variables reduced together.
         process_set: the ranks that take part.
-        scale_local_gradients: accepted for compatibility.
+        scale_local_gradients: divide the gradients of variables registered with the
+            optimizer's ``register_local_var`` (kept on this rank) by the set's size.
         comm_hook: ``hook(bucket) -> future`` reducing the gradients instead of the allreduce
             (eager mode only: ``run_eagerly=True`` for ``model.fit``; ``hora.tensorflow.hooks``).
 
     Raises:
         ValueError: not a Keras optimizer, or inconsistent arguments.
     """
-    del device_dense, device_sparse, scale_local_gradients
+    del device_dense, device_sparse
     if num_groups and groups is None:
         groups = int(num_groups)
     if not _kopt.is_keras_optimizer(optimizer):
@@ -94,7 +96,52 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
                       gradient_predivide_factor=gradient_predivide_factor, op=op,
                       backward_passes_per_step=backward_passes_per_step,
                       average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-                      process_set=process_set, comm_hook=comm_hook)
+                      process_set=process_set, comm_hook=comm_hook,
+                      scale_local_gradients=scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer: Any, name: str | None = None,
+                                device_dense: str = "", device_sparse: str = "",
+                                compression: type[Compressor] = Compression.none,
+                                sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0, op: int = Average,
+                                backward_passes_per_step: int = 1,
+                                average_aggregated_gradients: bool = False,
+                                groups: GroupsArg = None,
+                                process_set: ProcessSet = global_process_set,
+                                local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> Any:
+    """A ``DistributedOptimizer`` that leaves the gradients of ``local_layers`` (a Keras layer or
+    a list of layers whose weights differ by rank) on this rank: they are not reduced, and are
+    divided by the set's size when ``scale_local_gradients``. Without ``local_layers`` it is a
+    plain ``DistributedOptimizer``. Other arguments as for ``DistributedOptimizer``.
+
+    Raises:
+        ValueError: ``op`` other than Average or Sum, bad ``groups``, or a local layer that is
+            not a Keras layer (Horovod's checks).
+    """
+    if op not in (Average, Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "tf.Variable.")
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    opt = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
 
 
 def broadcast_global_variables(root_rank: int) -> Any:

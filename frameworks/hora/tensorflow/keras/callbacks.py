@@ -46,19 +46,35 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     Args:
         root_rank: global rank whose values every rank takes.
         device: accepted for compatibility.
+        local_variables: a variable or a collection of variables of the model that keep each
+            rank's own values (not broadcast).
         process_set: the ranks that take part.
+
+    Raises:
+        ValueError: a local variable that is not a variable.
     """
 
-    def __init__(self, root_rank: int = 0, device: str = "",
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables: Any = None,
                  process_set: ProcessSet = global_process_set) -> None:
         super().__init__()
         del device
         self.root_rank = root_rank
         self.process_set = process_set
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif _is_variable(local_variables):
+            local_variables = [local_variables]
+        elif not all(_is_variable(v) for v in local_variables):
+            raise ValueError("All local variables must be of tf.Variable type.")
+        self._local_vars = {id(v) for v in local_variables}
+
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s value on every rank: it is not broadcast."""
+        self._local_vars.add(id(var))
 
     def _variables(self) -> list:
-        variables = list(self.model.variables)
+        variables = [v for v in self.model.variables if id(v) not in self._local_vars]
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and getattr(optimizer, "built", True):
             variables += list(optimizer.variables)
@@ -80,6 +96,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         """Broadcast after the first batch if the model was not built when training began."""
         if not self.broadcast_done:
             self._broadcast()
+
+
+def _is_variable(value: Any) -> bool:
+    """A TensorFlow or Keras 3 variable (Keras 3's is not a ``tf.Variable``)."""
+    return isinstance(value, (tf.Variable, keras.Variable))
 
 
 def _is_number(value: Any) -> bool:
