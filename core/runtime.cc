@@ -17,6 +17,7 @@
 #include "core/transport/nccl/gpu_checks.h"
 #include "core/transport/rendezvous_store.h"
 #include "core/transport/shm/transport.h"
+#include "core/transport/shm/wait.h"
 
 namespace hora {
 
@@ -38,6 +39,12 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
                           std::to_string(t.size));
   }
   setLogLevel(settings_.logLevel);
+  // Measured: with more ranks than CPUs a caller's spin often ends in a sleep anyway, and
+  // stopping it lowers the caller's CPU; with a CPU per rank the spin mostly succeeds and a fixed
+  // one costs less (README, performance notes).
+  if (settings_.spinAdaptive && shm::oversubscribed(t.localSize)) {
+    handleSpin_ = std::make_shared<AdaptiveSpin>(Micros(settings_.spinMicroseconds));
+  }
   setLogRank(t.rank);  // for threads this runtime does not own
   LogRankScope logRank(t.rank);
   connect(options);
@@ -235,7 +242,8 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     }
     e.request = std::move(op.request);
     e.tensor = op.tensor;
-    e.handle = std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
+    e.handle = handleSpin_ ? std::make_shared<Handle>(handleSpin_)
+                           : std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;
     handles.push_back(e.handle);
     group.push_back(std::move(e));

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/common/adaptive_spin.h"
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/liveness.h"
 #include "core/coordinator/participant.h"
@@ -133,6 +134,8 @@ class RuntimeImpl final : public Runtime {
   std::atomic<uint64_t> controlSent_{0};
   std::atomic<uint64_t> loopWakeups_{0};
   std::atomic<uint64_t> waitEndReports_{0};
+  // The callers' polling in Handle::wait, shared by every handle; null: a fixed spin.
+  std::shared_ptr<AdaptiveSpin> handleSpin_;
   std::thread thread_;
 };
 

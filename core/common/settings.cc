@@ -15,6 +15,9 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
       {"SPIN_MICROSECONDS", "50",
        "us a waiting thread polls, yielding its core, before it sleeps; 0 = sleep at once"},
+      {"SPIN_ADAPTIVE", "1",
+       "1: with more local ranks than CPUs, a caller whose last waits outlasted the poll sleeps "
+       "at once (polling every 8th wait)"},
       {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
       {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
       {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
@@ -146,6 +149,7 @@ Settings Settings::fromEnvironment() {
   s.fusionThreshold = envInt("FUSION_THRESHOLD");
   s.cacheCapacity = envInt("CACHE_CAPACITY");
   s.spinMicroseconds = envInt("SPIN_MICROSECONDS");
+  s.spinAdaptive = envBool("SPIN_ADAPTIVE");
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");

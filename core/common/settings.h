@@ -32,6 +32,7 @@ struct Settings {
   int64_t fusionThreshold = 128ll << 20;    // FUSION_THRESHOLD (bytes; 0 disables fusion)
   int64_t cacheCapacity = 1024;             // CACHE_CAPACITY (0 disables the response cache)
   int64_t spinMicroseconds = 50;            // SPIN_MICROSECONDS: polling before a wait sleeps
+  bool spinAdaptive = true;                 // SPIN_ADAPTIVE: stop polling while waits outlast it
   double timeoutSeconds = 60.0;             // TIMEOUT_SECONDS: a silent peer fails pending work
   double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
   bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host

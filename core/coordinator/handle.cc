@@ -12,8 +12,13 @@ bool Handle::poll() const {
 }
 
 bool Handle::wait(std::optional<Millis> timeout) const {
-  Micros budget = timeout ? std::min<Micros>(spin_, *timeout) : spin_;
-  spinUntil(budget, [this] { return finished_.load(std::memory_order_acquire); });
+  auto finished = [this] { return finished_.load(std::memory_order_acquire); };
+  if (!finished()) {
+    Micros budget = adaptive_ ? adaptive_->budget() : spin_;
+    if (timeout) budget = std::min<Micros>(budget, *timeout);
+    bool hit = spinUntil(budget, finished);
+    if (adaptive_ && budget.count() > 0) adaptive_->record(hit);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (!timeout) {
     cv_.wait(lock, [this] { return done_; });

@@ -5,15 +5,18 @@
 // - Created by Runtime::enqueue, completed exactly once by the background thread with either
 //   success (results filled in first) or an exception_ptr. Never throws across threads: the
 //   caller's thread rethrows via rethrowIfFailed().
-// - poll(), wait(), error() are thread-safe. wait() polls for at most the spin budget given at
-//   construction (yielding the core; see core/common/spin.h), then blocks on a condition variable.
+// - poll(), wait(), error() are thread-safe. wait() polls for at most the spin budget (yielding the
+//   core; see core/common/spin.h), then blocks on a condition variable. The budget is fixed, or
+//   comes from an AdaptiveSpin shared by the runtime's handles, which each wait informs.
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "core/common/adaptive_spin.h"
 #include "core/common/tensor.h"
 #include "core/common/time.h"
 
@@ -22,6 +25,7 @@ namespace hora {
 class Handle {
  public:
   explicit Handle(Micros spin = Micros(0)) : spin_(spin) {}
+  explicit Handle(std::shared_ptr<AdaptiveSpin> spin) : spin_(spin->full()), adaptive_(spin) {}
 
   bool poll() const;
   // True when done; false when the timeout passed first. nullopt waits without limit.
@@ -40,7 +44,8 @@ class Handle {
 
  private:
   const Micros spin_;
-  std::atomic<bool> finished_{false};  // mirrors done_ for polling without the lock
+  const std::shared_ptr<AdaptiveSpin> adaptive_;  // null: always spin_
+  std::atomic<bool> finished_{false};             // mirrors done_ for polling without the lock
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;

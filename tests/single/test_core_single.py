@@ -99,6 +99,8 @@ def test_env_table_and_lookup(monkeypatch):
     assert {"FUSION_THRESHOLD", "CYCLE_TIME", "RANK", "SECRET"} <= names
     # Negotiation moves to shared memory with the collectives unless a rank says no (README).
     assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_CONTROL"] == "1"
+    # Waits stop polling while it keeps failing them, unless HORA_SPIN_ADAPTIVE=0 (README).
+    assert {entry[0]: entry[1] for entry in _core.env_vars()}["SPIN_ADAPTIVE"] == "1"
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "5")
     assert _core.lookup_env("FUSION_THRESHOLD") == "5"
     monkeypatch.setenv("HORA_FUSION_THRESHOLD", "7")

@@ -1,0 +1,141 @@
+"""Where a rank's CPU goes while collective calls wait: CPU time per call of each thread.
+
+    python bench/wait_cpu.py [--np 2] [--calls 4000] [--steps 40]
+
+Runs itself under ``horarun -np N`` (Hora over shared memory). Every rank times, one case after
+the other: ``--calls`` blocking 4 B and 4 KiB in-place Sum allreduces, then ``--steps`` steps of
+200 asynchronous 16 KiB allreduces. For each case it reads each of its threads' CPU time from
+``/proc/self/task/<tid>/schedstat`` (nanoseconds on the CPU, so other load on the machine does not
+count) and its context switches from ``/proc/self/task/<tid>/status`` before and after, and prints
+per rank and case: wall time per call (median of 5 slices), CPU per call of the calling (Python)
+thread and of the other threads together (the background thread), and voluntary context switches
+(sleeps) per call. CPU time, unlike wall time, stays meaningful on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STEP_TENSORS = 200
+STEP_TENSOR_BYTES = 16 * 1024
+SLICES = 5
+
+
+def thread_stats() -> dict[int, tuple[int, int]]:
+    """tid -> (ns on the CPU, voluntary context switches) for every thread of this process."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/self/task/{tid}/status") as f:
+                vol = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt"))
+        except (OSError, StopIteration):
+            continue
+        out[int(tid)] = (ns, vol)
+    return out
+
+
+def measure(fn, count: int) -> dict[str, float]:
+    """Runs fn count times in SLICES slices; per-call wall (median slice), CPU and sleeps."""
+    main = os.getpid()
+    per = count // SLICES
+    walls = []
+    before = thread_stats()
+    for _ in range(SLICES):
+        start = time.perf_counter()
+        for _ in range(per):
+            fn()
+        walls.append((time.perf_counter() - start) / per)
+    after = thread_stats()
+    calls = per * SLICES
+    res = {"wall_us": statistics.median(walls) * 1e6, "main_cpu_us": 0.0, "bg_cpu_us": 0.0}
+    res.update({"main_sleeps": 0.0, "bg_sleeps": 0.0, "threads": len(after)})
+    for tid, (ns, vol) in after.items():
+        ns0, vol0 = before.get(tid, (0, 0))
+        who = "main" if tid == main else "bg"
+        res[f"{who}_cpu_us"] += (ns - ns0) / 1e3 / calls
+        res[f"{who}_sleeps"] += (vol - vol0) / calls
+    return res
+
+
+def worker(calls: int, steps: int, out: str, cases: list[str]) -> None:
+    """Runs under horarun: the three cases, then writes this rank's figures to out.<rank>."""
+    import hora
+    import numpy as np
+
+    hora.init()
+    results = {}
+    for nbytes in [int(c) for c in cases if c != "step"]:
+        buf = np.zeros(nbytes // 4, dtype=np.float32)
+        name = f"cpu.{nbytes}"
+        for _ in range(200):
+            hora.allreduce_(buf, op=hora.Sum, name=name)
+        hora.barrier()
+        results[f"{nbytes} B call"] = measure(
+            lambda b=buf, n=name: hora.allreduce_(b, op=hora.Sum, name=n), calls
+        )
+    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
+
+    def step() -> None:
+        handles = [
+            hora.allreduce_async_(b, op=hora.Sum, name=f"step.{i}") for i, b in enumerate(bufs)
+        ]
+        for h in handles:
+            hora.synchronize(h)
+
+    if "step" in cases:
+        for _ in range(3):
+            step()
+        hora.barrier()
+        results["200x16K step"] = measure(step, steps)
+    results["counters"] = dict(hora._core.engine_counters())
+    results["counters"]["pid"] = os.getpid()
+    Path(f"{out}.{hora.rank()}").write_text(json.dumps(results))
+    hora.barrier()  # a rank that shuts down ends the others' background threads
+    hora.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--np", type=int, default=2, help="ranks (2)")
+    parser.add_argument("--calls", type=int, default=4000, help="blocking calls per size (4000)")
+    parser.add_argument("--steps", type=int, default=40, help="200-tensor steps (40)")
+    parser.add_argument("--cases", default="4,4096,step", help="blocking sizes and/or step")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.calls, args.steps, args.worker, args.cases.split(","))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "res")
+        launch = [sys.executable, "-m", "hora.runner.launch", "-np", str(args.np)]
+        here = [sys.executable, os.path.abspath(__file__)]
+        flags = ["--calls", str(args.calls), "--steps", str(args.steps), "--cases", args.cases]
+        flags += ["--worker", out]
+        subprocess.run([*launch, *here, *flags], check=True)
+        print(f"| rank | case | wall/call us | py CPU us | bg CPU us | total CPU us | py sleeps "
+              f"| bg sleeps | threads |  (np {args.np})")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in range(args.np):
+            res = json.loads(Path(f"{out}.{r}").read_text())
+            counters = res.pop("counters")
+            for case, v in res.items():
+                total = v["main_cpu_us"] + v["bg_cpu_us"]
+                print(f"| {r} | {case} | {v['wall_us']:.1f} | {v['main_cpu_us']:.1f} | "
+                      f"{v['bg_cpu_us']:.1f} | {total:.1f} | {v['main_sleeps']:.2f} | "
+                      f"{v['bg_sleeps']:.2f} | {v['threads']} |")
+            print(f"| {r} | counters | {counters} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
