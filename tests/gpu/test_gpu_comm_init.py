@@ -9,30 +9,19 @@ blocking init has no bound, so that path is only checked to work.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
-from test_gpu_faults import WORKER, collect, failed_line, free_port, job_env
+from test_gpu_faults import collect, failed_line, job_env, start_ranks
 
 START_TIMEOUT = 4  # HORA_START_TIMEOUT of the fault jobs, seconds
 BOUND = 40.0  # seconds for a whole scenario: far above the bounded waits
 
 
 def run_job(np_: int, extra: dict[str, str]) -> tuple[list[int], list[str]]:
-    port = free_port()
     env = job_env(dict(extra, HORA_TIMEOUT_SECONDS="30"))
     start = time.monotonic()
-    procs = []
-    for r in range(np_):
-        renv = dict(env, RANK=str(r), WORLD_SIZE=str(np_), LOCAL_RANK=str(r),
-                    LOCAL_WORLD_SIZE=str(np_), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                    HORA_RENDEZVOUS_PORT=str(port), HORA_SECRET="gpu-comm-init-test")
-        procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    return collect(procs, start, BOUND)
+    return collect(start_ranks(np_, env, "gpu-comm-init-test"), start, BOUND)
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
@@ -88,20 +77,10 @@ def test_init_path_follows_the_nccl_version(version: str, kind: str) -> None:
 def test_host_communicator_of_hierarchical_allreduce_names_the_missing_host_rank() -> None:
     # Four ranks on two "hosts"; rank 3 (comm rank 1 of host 1) dies as its host's communicator
     # begins, so rank 2 waits for it there.
-    port = free_port()
     env = job_env({"HORA_HIERARCHICAL_ALLREDUCE": "1", "HORA_TIMEOUT_SECONDS": "30",
                    "HORA_START_TIMEOUT": str(START_TIMEOUT)})
     start = time.monotonic()
-    procs = []
-    for r in range(4):
-        renv = dict(env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
-                    GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=str(port), HORA_RENDEZVOUS_PORT=str(port),
-                    HORA_SECRET="gpu-comm-init-host-test")
-        if r == 3:
-            renv["HORA_EMU_NCCL_FAULT"] = "absent:1:1"
-        procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = start_ranks(4, env, "gpu-comm-init-host-test", hosts=2, faults={3: "absent:1:1"})
     codes, outputs = collect(procs, start, BOUND)
     everything = "\n".join(outputs)
     assert codes == [3, 3, 3, 4], (codes, everything)

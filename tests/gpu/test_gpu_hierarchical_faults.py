@@ -8,34 +8,20 @@ the cross-host step.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from test_gpu_faults import collect, failed_line, free_port, job_env
+from test_gpu_faults import collect, failed_line, job_env, start_ranks
 
-WORKER = Path(__file__).resolve().parent / "fault_worker.py"
 TIMEOUT = 4  # HORA_TIMEOUT_SECONDS of the job
 BOUND = 40.0  # seconds for the whole scenario: far above what the bounded waits take
 
 
 def test_dead_rank_mid_hierarchical_allreduce_fails_every_rank_naming_ranks() -> None:
-    port = free_port()
     env = job_env({"HORA_HIERARCHICAL_ALLREDUCE": "1", "HORA_TIMEOUT_SECONDS": str(TIMEOUT),
                    "GPU_FAULT_DIE": "3", "GPU_FAULT_DIE_DELAY": "1"})
     start = time.monotonic()
-    procs = []
-    for r in range(4):
-        renv = dict(env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
-                    GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=str(port), HORA_RENDEZVOUS_PORT=str(port),
-                    HORA_SECRET="gpu-hier-fault-test")
-        if r == 3:
-            # The host communicator's third group: the second allreduce's reduce-scatter.
-            renv["HORA_EMU_NCCL_FAULT"] = "stall:1:3"
-        procs.append(subprocess.Popen([sys.executable, str(WORKER)], env=renv,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    # Rank 3 stalls in its host communicator's third group: the second allreduce's reduce-scatter.
+    procs = start_ranks(4, env, "gpu-hier-fault-test", hosts=2, faults={3: "stall:1:3"})
     codes, outputs = collect(procs, start, BOUND)
     elapsed = time.monotonic() - start
     everything = "\n".join(outputs)

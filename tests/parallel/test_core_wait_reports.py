@@ -24,6 +24,23 @@ class _Alarm(Exception):
     """Raised by the SIGALRM handler to end a wait."""
 
 
+def _interrupted_wait(handle: int, seconds: float) -> None:
+    """Wait for ``handle`` until a signal interrupts the wait after ``seconds`` (it must not
+    finish first)."""
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _Alarm()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        with pytest.raises(_Alarm):
+            hora.synchronize(handle)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _wait_end_reports() -> int:
     return int(hora._core.engine_counters()["wait_end_reports"])
 
@@ -83,18 +100,7 @@ def test_interrupted_wait_leaves_no_blocked_state(interrupted: str) -> None:
     if is_interrupted:
         reports = _wait_end_reports()
         handle = hora.allreduce_async(xs[rank()], op=hora.Sum, name=name_x)
-
-        def on_alarm(signum, frame):
-            raise _Alarm()
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        try:
-            with pytest.raises(_Alarm):
-                hora.synchronize(handle)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        _interrupted_wait(handle, 0.3)
         time.sleep(1.5)  # computing: not blocked, though 'wr.x' is still pending
         if rank() != 0:
             # Reported blocked in 'wr.x' (no batch was built since), so the end was reported.
@@ -122,18 +128,7 @@ def test_real_deadlock_after_an_interrupted_wait_is_still_reported() -> None:
     last = rank() == size() - 1
     if last:
         lonely = hora.allreduce_async(x, op=hora.Sum, name="wr.real.lonely")
-
-        def on_alarm(signum, frame):
-            raise _Alarm()
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        try:
-            with pytest.raises(_Alarm):
-                hora.synchronize(lonely)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        _interrupted_wait(lonely, 0.2)
     name = "wr.real.even" if rank() % 2 == 0 else "wr.real.odd"
     with pytest.raises(hora.MismatchError) as info:
         hora.allreduce(x, op=hora.Sum, name=name)
