@@ -32,9 +32,9 @@ from hora.tensorflow.keras import callbacks, elastic
 from hora.tensorflow.optimizer import GroupsArg
 
 __all__ = api.__all__ + [
-    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "allgather", "allgather_object", "allreduce",
-    "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "callbacks", "elastic", "hooks", "load_model", "reducescatter",
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "allgather",
+    "allgather_object", "allreduce", "broadcast", "broadcast_global_variables", "broadcast_object",
+    "broadcast_variables", "callbacks", "elastic", "hooks", "load_model", "reducescatter",
 ]
 
 broadcast_object = _functions.broadcast_object
