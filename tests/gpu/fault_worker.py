@@ -19,6 +19,13 @@ import hora
 from emulated_tensor import EmuTensor
 
 
+def say(line: str) -> None:
+    """One whole line in one write: the engine logs to the same pipe from other threads, and
+    print() writes the text and its newline separately when Python runs unbuffered."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     hora.init()
     me = hora.rank()
@@ -32,9 +39,9 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             hora.synchronize(handle)
         except hora.HoraError as e:
-            print(f"FAILED rank={me} {type(e).__name__}: {e}", flush=True)
+            say(f"FAILED rank={me} {type(e).__name__}: {e}")
             return 3
-        print(f"OK rank={me} step={step}", flush=True)
+        say(f"OK rank={me} step={step}")
     hora.shutdown()
     return 0
 
