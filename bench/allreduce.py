@@ -108,6 +108,24 @@ def median_time(fn: Callable[[], None], warmup: int, timed: int) -> dict[str, fl
 # Workers
 
 
+def hora_step() -> Callable[[], None]:
+    """Hora's 200-tensor step: every tensor submitted asynchronously, then every one waited for
+    (the shape of a backward pass). bench/wait_cpu.py runs the same step."""
+    import hora
+    import numpy as np
+
+    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
+
+    def step() -> None:
+        handles = [
+            hora.allreduce_async_(b, op=hora.Sum, name=f"step.{i}") for i, b in enumerate(bufs)
+        ]
+        for h in handles:
+            hora.synchronize(h)
+
+    return step
+
+
 def hora_worker(sizes: list[int], iters: int, out: str) -> None:
     """Runs under horarun: in-place Sum allreduce per size, then the 200-tensor step."""
     import hora
@@ -125,15 +143,7 @@ def hora_worker(sizes: list[int], iters: int, out: str) -> None:
         )
         results.append({"bytes": nbytes, **stats})
         del buf
-    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
-
-    def step() -> None:
-        handles = [
-            hora.allreduce_async_(b, op=hora.Sum, name=f"step.{i}") for i, b in enumerate(bufs)
-        ]
-        for h in handles:
-            hora.synchronize(h)
-
+    step = hora_step()
     hora.barrier()
     step_stats = median_time(step, 3, iters)
     if hora.rank() == 0:

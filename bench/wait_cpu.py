@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-STEP_TENSORS = 200
-STEP_TENSOR_BYTES = 16 * 1024
+from allreduce import hora_step  # this directory: run as python bench/wait_cpu.py
+
 SLICES = 5
 
 
@@ -83,15 +83,7 @@ def worker(calls: int, steps: int, out: str, cases: list[str]) -> None:
         results[f"{nbytes} B call"] = measure(
             lambda b=buf, n=name: hora.allreduce_(b, op=hora.Sum, name=n), calls
         )
-    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
-
-    def step() -> None:
-        handles = [
-            hora.allreduce_async_(b, op=hora.Sum, name=f"step.{i}") for i, b in enumerate(bufs)
-        ]
-        for h in handles:
-            hora.synchronize(h)
-
+    step = hora_step()
     if "step" in cases:
         for _ in range(3):
             step()
