@@ -173,9 +173,11 @@ std::vector<int32_t> toSplits(const py::object& splits) {
   return out;
 }
 
-py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::string>& names,
+// names and callSite are taken by value: pybind11 moves its converted arguments in, so the
+// strings reach the requests without another copy.
+py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string> names,
                  int processSetId, int reduceOp, double prescale, double postscale, int rootRank,
-                 const py::object& splits, const std::string& callSite,
+                 const py::object& splits, std::string callSite,
                  const std::optional<std::vector<std::optional<std::string>>>& dtypeOverrides) {
   sweepDeferredReleases();
   auto rt = requireRuntime();
@@ -209,12 +211,15 @@ py::list enqueue(int kind, const py::sequence& tensors, const std::vector<std::s
   q.postscale = postscale;
   q.rootRank = rootRank;
   q.splits = toSplits(splits);
-  q.callSite = callSite;
+  q.callSite = std::move(callSite);
 
   std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
-  std::vector<OpRequest> requests(n, base);
+  std::vector<OpRequest> requests;
+  requests.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    requests[i].request.name = names[i];
+    // The last request takes `base` itself (the only one for a single tensor): one copy fewer.
+    requests.push_back(i + 1 < n ? base : std::move(base));
+    requests[i].request.name = std::move(names[i]);
     if (noTensor) continue;  // empty view: no data, no shape
     std::optional<std::string> override;
     if (dtypeOverrides) override = (*dtypeOverrides)[i];

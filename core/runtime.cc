@@ -241,7 +241,7 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
                               gpu::NcclCommunicator::gpuCapabilities(lib));
     }
     e.request = std::move(op.request);
-    e.tensor = op.tensor;
+    e.tensor = std::move(op.tensor);
     e.handle = handleSpin_ ? std::make_shared<Handle>(handleSpin_)
                            : std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
     e.enqueuedAt = now;

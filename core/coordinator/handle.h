@@ -25,7 +25,8 @@ namespace hora {
 class Handle {
  public:
   explicit Handle(Micros spin = Micros(0)) : spin_(spin) {}
-  explicit Handle(std::shared_ptr<AdaptiveSpin> spin) : spin_(spin->full()), adaptive_(spin) {}
+  explicit Handle(std::shared_ptr<AdaptiveSpin> spin)
+      : spin_(spin->full()), adaptive_(std::move(spin)) {}
 
   bool poll() const;
   // True when done; false when the timeout passed first. nullopt waits without limit.
