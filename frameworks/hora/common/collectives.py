@@ -45,9 +45,8 @@ def _run(collective: str, tensors: list, single: bool, name: str | None,
          process_set: ProcessSet, op: int | None = None, average: bool | None = None,
          prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0) -> AsyncResult:
     """Submit one call; its result is the (in-place) inputs or the engine's outputs."""
-    handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
-                          average=average, prescale=prescale, postscale=postscale,
-                          root_rank=root_rank, process_set=process_set)
+    handles = ops.enqueue_call(collective, tensors, name, None, not single, op, average,
+                               prescale, postscale, root_rank, None, process_set)
     if ops.OPS[collective].in_place:
         return AsyncResult(handles, None, tensors[0] if single else list(tensors))
     return AsyncResult(handles, _output if single else _outputs)
@@ -61,8 +60,8 @@ def allreduce_async_(tensor: np.ndarray, average: bool | None = None, name: str 
                      postscale_factor: float = 1.0,
                      process_set: ProcessSet = global_process_set) -> AsyncResult:
     """Start an in-place allreduce of ``tensor``; ``synchronize`` returns ``tensor``."""
-    return _run("allreduce", [tensor], True, name=name, op=op, average=average,
-                prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
+    return _run("allreduce", [tensor], True, name, process_set, op, average, prescale_factor,
+                postscale_factor)
 
 
 def allreduce_async(tensor: Any, average: bool | None = None, name: str | None = None,

@@ -332,12 +332,14 @@ def submit(
         TypeError: an object that is not a tensor.
     """
     return _submit(kind, list(tensors), [str(n) for n in names], op, prescale, postscale,
-                   root_rank, splits, process_set)
+                   root_rank, splits, process_set,
+                   int(getattr(process_set, "process_set_id", 0) or 0))
 
 
 def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float,
-            postscale: float, root_rank: int, splits: Any, process_set: ProcessSet) -> list:
-    """``submit`` on lists it may keep (names already strings).
+            postscale: float, root_rank: int, splits: Any, process_set: ProcessSet,
+            set_id: int) -> list:
+    """``submit`` on lists it may keep (names already strings; ``set_id`` the set's id).
 
     Every call of every frontend passes here, so it is kept lean: one tensor (the common case)
     builds no per-tensor lists, and the engine is called with positional arguments (keyword
@@ -358,7 +360,7 @@ def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float
     # The order of _core.enqueue's parameters: process_set_id, reduce_op, prescale, postscale,
     # root_rank, splits, call_site, dtype_overrides.
     handles = _core.enqueue(
-        kind, buffers, names, int(process_set.process_set_id or 0), int(op), float(prescale),
+        kind, buffers, names, set_id, int(op), float(prescale),
         float(postscale), int(root_rank), checked_splits, call_site(), overrides,
     )
     if overrides is not None:
@@ -382,10 +384,19 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     (with ``prescale``, ``postscale``, ``root_rank``, ``splits`` and ``process_set``).
     Returns one engine handle per buffer ([] for an empty group).
     """
+    return enqueue_call(collective, list(buffers), name, names, grouped, op, average, prescale,
+                        postscale, root_rank, splits, process_set)
+
+
+def enqueue_call(collective: str, buffers: list, name: str | None,
+                 names: Sequence[str] | None, grouped: bool, op: int | None,
+                 average: bool | None, prescale: float, postscale: float, root_rank: int,
+                 splits: Any, process_set: ProcessSet) -> list:
+    """``enqueue`` with every argument by position and ``buffers`` a list it may keep: the
+    frontends' per-call path (keyword arguments and the copies cost on every call)."""
     spec = OPS[collective]
-    buffers = list(buffers)
+    set_id = int(getattr(process_set, "process_set_id", 0) or 0)
     if names is None:
-        set_id = int(getattr(process_set, "process_set_id", 0) or 0)
         if grouped:
             names = group_names(spec.grouped_prefix, name, len(buffers), set_id)
         else:
@@ -394,14 +405,21 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         names = [str(n) for n in names]
     kind = spec.kind
     if kind == ALLREDUCE:
-        kind, op = resolve_allreduce(op, average)
+        if op is not None and average is None:
+            # resolve_allreduce's answer for an explicit op, without its two calls.
+            op = int(op)
+            if op == Adasum:
+                kind = ADASUM
+        else:
+            kind, op = resolve_allreduce(op, average)
     elif spec.reduce_ops:
         op = Average if op is None else int(op)
     else:
         op = Sum
     if not buffers and kind not in (JOIN, BARRIER):
         return []
-    return _submit(kind, buffers, names, op, prescale, postscale, root_rank, splits, process_set)
+    return _submit(kind, buffers, names, op, prescale, postscale, root_rank, splits, process_set,
+                   set_id)
 
 
 def engine_error(exc: BaseException) -> BaseException:

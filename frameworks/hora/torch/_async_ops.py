@@ -40,6 +40,10 @@ SplitsLike = Union[torch.Tensor, Sequence[int], np.ndarray, None]
 poll = _ops.poll_handle
 synchronize = _ops.synchronize_handle
 
+# Module constants: each call's checks read these instead of looking them up on ``torch``.
+_Tensor = torch.Tensor
+_STRIDED = torch.strided
+
 _SUPPORTED_DTYPES = frozenset(
     d
     for d in (
@@ -55,7 +59,7 @@ def _cpu_capsule(tensor: torch.Tensor) -> Any:
     """A CPU tensor's DLPack capsule, made without ``__dlpack__``'s Python-level checks (those
     that matter here, gradient and layout, are made first); None sends any other tensor down
     the generic path."""
-    if tensor.is_cpu and not tensor.requires_grad and tensor.layout == torch.strided:
+    if tensor.is_cpu and not tensor.requires_grad and tensor.layout == _STRIDED:
         return _to_dlpack(tensor)
     return None
 
@@ -64,9 +68,9 @@ _ops.register_capsule_exporter(torch.Tensor, _cpu_capsule)
 
 
 def _check_tensor(tensor: Any, what: str) -> None:
-    if not isinstance(tensor, torch.Tensor):
+    if not isinstance(tensor, _Tensor):
         raise TypeError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.layout != torch.strided:
+    if tensor.layout != _STRIDED:
         raise ValueError(
             f"{what} expects a dense tensor, got layout {tensor.layout}; "
             "use sparse_allreduce_async for sparse tensors"
@@ -80,7 +84,7 @@ def inplace_view(tensor: torch.Tensor, what: str) -> torch.Tensor:
     _check_tensor(tensor, what)
     # A plain tensor outside autograd already is what detach() would make (the same memory); a
     # subclass (a frozen Parameter, say) still becomes a plain tensor, which crosses as a capsule.
-    plain = type(tensor) is torch.Tensor and not tensor.requires_grad
+    plain = type(tensor) is _Tensor and not tensor.requires_grad
     view = tensor if plain else tensor.detach()
     if not view.is_contiguous():
         raise ValueError(
@@ -126,11 +130,10 @@ def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what:
           root_rank: int = 0, splits: Any = None,
           process_set: ProcessSet = global_process_set) -> int:
     """Submit one call of ``collective`` on ``tensors`` and return its integer handle (the
-    arguments of ``call``, passed on one by one: a ``**kwargs`` dict per call costs more)."""
-    return _ops.register_handle(call(
-        collective, tensors, grouped, what, None, in_place, name=name, op=op, average=average,
-        prescale=prescale, postscale=postscale, root_rank=root_rank, splits=splits,
-        process_set=process_set,
+    arguments of ``call``, passed on by position: keyword arguments cost on every call)."""
+    return _ops.register_handle(_call(
+        collective, tensors, grouped, what, None, in_place, name, None, op, average, prescale,
+        postscale, root_rank, splits, process_set,
     ))
 
 
@@ -146,14 +149,23 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     the others into fresh copies; operations the engine allocates return new tensors. The
     keyword arguments are those of ``hora.common.ops.enqueue``.
     """
+    return _call(collective, tensors, grouped, what, prepare, in_place, name, names, op, average,
+                 prescale, postscale, root_rank, splits, process_set)
+
+
+def _call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
+          prepare: Callable[[torch.Tensor, str], torch.Tensor] | None, in_place: bool,
+          name: str | None, names: Sequence[str] | None, op: int | None,
+          average: bool | None, prescale: float, postscale: float, root_rank: int,
+          splits: Any, process_set: ProcessSet) -> AsyncResult:
+    """``call`` with every argument by position."""
     tensors = list(tensors)
     spec = _ops.OPS[collective]
     if prepare is None:
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
     bufs = [prepare(tensors[0], what)] if len(tensors) == 1 else [prepare(t, what) for t in tensors]
-    handles = _ops.enqueue(collective, bufs, name=name, names=names, grouped=grouped, op=op,
-                           average=average, prescale=prescale, postscale=postscale,
-                           root_rank=root_rank, splits=splits, process_set=process_set)
+    handles = _ops.enqueue_call(collective, bufs, name, names, grouped, op, average, prescale,
+                                postscale, root_rank, splits, process_set)
     if spec.in_place:
         # The result is known now: no closure to build per call.
         results = tensors if in_place else bufs
@@ -196,9 +208,8 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
     Raises:
         ValueError: the tensor is not contiguous or its dtype is not supported.
     """
-    return start("allreduce", [tensor], False, "allreduce_async_", in_place=True, name=name,
-                 op=op, average=average, prescale=prescale_factor, postscale=postscale_factor,
-                 process_set=process_set)
+    return start("allreduce", [tensor], False, "allreduce_async_", True, name, op, average,
+                 prescale_factor, postscale_factor, 0, None, process_set)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
