@@ -333,13 +333,15 @@ def submit(
     """
     return _submit(kind, list(tensors), [str(n) for n in names], op, prescale, postscale,
                    root_rank, splits, process_set,
-                   int(getattr(process_set, "process_set_id", 0) or 0))
+                   int(getattr(process_set, "process_set_id", 0) or 0), 1)
 
 
 def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float,
             postscale: float, root_rank: int, splits: Any, process_set: ProcessSet,
-            set_id: int) -> list:
-    """``submit`` on lists it may keep (names already strings; ``set_id`` the set's id).
+            set_id: int, hora_callers: int) -> list:
+    """``submit`` on lists it may keep (names already strings; ``set_id`` the set's id;
+    ``hora_callers`` the frames above this one that are certainly Hora's, which the call
+    site's search skips: ``submit`` or ``enqueue_call`` and what they were told).
 
     Every call of every frontend passes here, so it is kept lean: one tensor (the common case)
     builds no per-tensor lists, and the engine is called with positional arguments (keyword
@@ -361,7 +363,7 @@ def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float
     # root_rank, splits, call_site, dtype_overrides.
     handles = _core.enqueue(
         kind, buffers, names, set_id, int(op), float(prescale),
-        float(postscale), int(root_rank), checked_splits, call_site(), overrides,
+        float(postscale), int(root_rank), checked_splits, call_site(1 + hora_callers), overrides,
     )
     if overrides is not None:
         for handle, override in zip(handles, overrides):
@@ -385,15 +387,20 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     Returns one engine handle per buffer ([] for an empty group).
     """
     return enqueue_call(collective, list(buffers), name, names, grouped, op, average, prescale,
-                        postscale, root_rank, splits, process_set)
+                        postscale, root_rank, splits, process_set, 1)
 
 
 def enqueue_call(collective: str, buffers: list, name: str | None,
                  names: Sequence[str] | None, grouped: bool, op: int | None,
                  average: bool | None, prescale: float, postscale: float, root_rank: int,
-                 splits: Any, process_set: ProcessSet) -> list:
+                 splits: Any, process_set: ProcessSet, hora_callers: int = 0) -> list:
     """``enqueue`` with every argument by position and ``buffers`` a list it may keep: the
-    frontends' per-call path (keyword arguments and the copies cost on every call)."""
+    frontends' per-call path (keyword arguments and the copies cost on every call).
+
+    ``hora_callers``: how many of the frames calling this one are certainly Hora's own (the
+    frontend's private helpers and the API function that called them); the search for the
+    user's call site starts above them.
+    """
     spec = OPS[collective]
     set_id = int(getattr(process_set, "process_set_id", 0) or 0)
     if names is None:
@@ -419,7 +426,7 @@ def enqueue_call(collective: str, buffers: list, name: str | None,
     if not buffers and kind not in (JOIN, BARRIER):
         return []
     return _submit(kind, buffers, names, op, prescale, postscale, root_rank, splits, process_set,
-                   set_id)
+                   set_id, 1 + hora_callers)
 
 
 def engine_error(exc: BaseException) -> BaseException:

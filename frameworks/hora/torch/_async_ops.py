@@ -164,8 +164,9 @@ def _call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what:
     if prepare is None:
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
     bufs = [prepare(tensors[0], what)] if len(tensors) == 1 else [prepare(t, what) for t in tensors]
+    # Two frames certainly Hora's above the pipeline: this one and start() or call().
     handles = _ops.enqueue_call(collective, bufs, name, names, grouped, op, average, prescale,
-                                postscale, root_rank, splits, process_set)
+                                postscale, root_rank, splits, process_set, 2)
     if spec.in_place:
         # The result is known now: no closure to build per call.
         results = tensors if in_place else bufs
