@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collectives/algorithm_table.h"
 #include "core/transport/links_communicator.h"
 #include "core/transport/shm/links.h"
 
@@ -26,6 +27,11 @@ class ShmCommunicator : public LinksCommunicator {
 
   std::string backendName() const override { return "shm"; }
   std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) override;
+  // A group spanning the whole job, on a segment with windows, reduces pieces in the windows
+  // (window_allreduce.h) when the algorithm table says so.
+  bool reducesPieces(size_t count, DataType dtype, ReduceOp op) const override;
+  void allreducePieces(const std::vector<BufferPiece>& pieces, size_t count, DataType dtype,
+                       ReduceOp op) override;
 
  protected:
   collectives::Links& links() override { return links_; }
@@ -37,6 +43,8 @@ class ShmCommunicator : public LinksCommunicator {
 
  private:
   void allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op);
+  bool rankOrder(DataType dtype, ReduceOp op) const;
+  collectives::AllreduceAlgorithm algorithm(size_t count, DataType dtype, ReduceOp op) const;
 
   std::shared_ptr<ShmPeers> peers_;
   ShmLinks links_;
