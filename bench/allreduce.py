@@ -3,7 +3,8 @@
     python bench/allreduce.py [--sizes 4,1K,1M] [--iters 20] [--max-size 256M] [--np 2]
 
 The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
-default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``), once
+default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``; with
+``--rings`` a third time, over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``), once
 through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
 once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
 installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
@@ -432,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mpi", action="store_true", help="skip mpi4py")
     parser.add_argument("--no-tcp", action="store_true", help="skip Hora over TCP")
     parser.add_argument(
+        "--rings",
+        action="store_true",
+        help="also run Hora over shared memory without windows (HORA_SHM_WINDOW_BYTES=0): every "
+        "allreduce through the rank-pair rings, as before windows existed",
+    )
+    parser.add_argument(
         "--hierarchical",
         action="store_true",
         help="also run Hora with the ranks on two host names (localhost, 127.0.0.1) that do not "
@@ -457,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="hora-bench-") as tmp:
         hora_res = run_hora(args, sizes, os.path.join(tmp, "hora.json"), {}, "hora shm")
+        rings_res = None
+        if args.rings:
+            rings_res = run_hora(
+                args, sizes, os.path.join(tmp, "rings.json"), {"HORA_SHM_WINDOW_BYTES": "0"},
+                "hora shm rings",
+            )
         tcp_res = None
         if not args.no_tcp:
             tcp_res = run_hora(
@@ -487,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
             if mpi_res:
                 mpi_res["impl"] = "mpi4py"
     print_report(hora_res, peer_res, args.np)
-    print_side_by_side([r for r in (hora_res, tcp_res, *hier_res, peer_res, mpi_res) if r], args.np)
+    runs = (hora_res, rings_res, tcp_res, *hier_res, peer_res, mpi_res)
+    print_side_by_side([r for r in runs if r], args.np)
     return 0 if hora_res is not None else 1
 
 

@@ -83,6 +83,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.spin = Micros(settings_.spinMicroseconds);
   co.mpiComm = options.mpiComm;
   co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
+  co.shmWindowBytes = static_cast<size_t>(settings_.shmWindowBytes);
   if (settings_.shmHostByName) co.shmHostName = envString("HOSTNAME");
   co.shmControl = settings_.shmControl;
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);

@@ -245,15 +245,17 @@ fi
 # 4. Multi-rank core tests
 #
 # The engine settings vary with the rank count so that each path is exercised somewhere: a 64 KiB
-# fusion threshold makes the "big" sizes larger than the threshold; the response cache is turned
-# off and waits sleep at once (no polling first) at 3 ranks; 1 and 4 ranks use the defaults.
-# Every rank runs on this host, so the collectives go through shared memory; a second pass at 3
-# ranks sets HORA_SHM_DISABLE=1 to run the same files (the timeline's aside) over TCP.
+# fusion threshold makes the "big" sizes larger than the threshold; 8 KiB shared-memory windows at
+# 2 ranks split larger allreduces into many parts; at 3 ranks the response cache is turned off,
+# waits sleep at once (no polling first) and there are no windows (allreduces go through the
+# rings); 1 and 4 ranks use the defaults. Every rank runs on this host, so the collectives go
+# through shared memory; a second pass at 3 ranks sets HORA_SHM_DISABLE=1 to run the same files
+# (the timeline's aside) over TCP.
 
 core_env() {
   case "$1" in
-    2) echo "HORA_FUSION_THRESHOLD=65536" ;;
-    3) echo "HORA_FUSION_THRESHOLD=65536 HORA_CACHE_CAPACITY=0 HORA_SPIN_MICROSECONDS=0" ;;
+    2) echo "HORA_FUSION_THRESHOLD=65536 HORA_SHM_WINDOW_BYTES=8192" ;;
+    3) echo "HORA_FUSION_THRESHOLD=65536 HORA_CACHE_CAPACITY=0 HORA_SPIN_MICROSECONDS=0 HORA_SHM_WINDOW_BYTES=0" ;;
     *) echo "" ;;
   esac
 }

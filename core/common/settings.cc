@@ -59,6 +59,10 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
       {"SHM_RING_BYTES", "524288",
        "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
+      {"SHM_WINDOW_BYTES", "4194304",
+       "bytes of each rank's window in the shared segment, where allreduces over the whole job "
+       "are reduced in place by the ranks together (0: none, every allreduce goes through the "
+       "rings)"},
       {"SHM_HOST_BY_NAME", "0",
        "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
        "horarun places on two names of one machine share memory only with their own host"},
@@ -153,6 +157,7 @@ Settings Settings::fromEnvironment() {
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
+  s.shmWindowBytes = envInt("SHM_WINDOW_BYTES");
   s.shmHostByName = envBool("SHM_HOST_BY_NAME");
   s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
   s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
@@ -181,6 +186,9 @@ Settings Settings::fromEnvironment() {
   if (s.timeoutSeconds <= 0) throw InvalidArgument("HORA_TIMEOUT_SECONDS must be > 0");
   if (s.shmRingBytes < 4096 || s.shmRingBytes > (1ll << 30) || s.shmRingBytes % 64 != 0) {
     throw InvalidArgument("HORA_SHM_RING_BYTES must be a multiple of 64 from 4096 to 1 GiB");
+  }
+  if (s.shmWindowBytes < 0 || s.shmWindowBytes > (1ll << 30) || s.shmWindowBytes % 128 != 0) {
+    throw InvalidArgument("HORA_SHM_WINDOW_BYTES must be a multiple of 128 from 0 to 1 GiB");
   }
   return s;
 }

@@ -55,10 +55,37 @@ bool sumsInFloat(const Response& r) {
   return (r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average) && sumsInFloat32(r.dtype);
 }
 
+// The tensors reduced where they lie, by a communicator that takes them unfused
+// (Communicator::reducesPieces): the scaling runs on each tensor, element by element, as it would
+// on the fusion buffer.
+void allreducePieces(const Response& r, OpContext& cx, ReduceOp op, size_t total) {
+  const size_t elem = dtypeSize(r.dtype);
+  std::vector<BufferPiece> pieces;
+  for (size_t t = 0; t < r.tensorCount(); ++t) {
+    void* data = cx.entries[t] != nullptr ? cx.entries[t]->tensor.data : nullptr;
+    pieces.push_back({data, static_cast<size_t>(r.elementCounts[t]) * elem});
+  }
+  ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
+  if (r.prescale != 1.0) {
+    for (const auto& p : pieces) {
+      if (p.data != nullptr) scaleInPlace(p.data, p.bytes / elem, r.dtype, r.prescale);
+    }
+  }
+  cx.comm.allreducePieces(pieces, total, r.dtype, op);
+  for (const auto& p : pieces) {
+    if (p.data != nullptr) finishReduction(r, p.data, p.bytes / elem, cx.comm.size());
+  }
+}
+
 void runAllreduce(const Response& r, OpContext& cx) {
   const size_t elem = dtypeSize(r.dtype);
   size_t total = 0;
   for (int64_t n : r.elementCounts) total += static_cast<size_t>(n);
+  const ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
+  if (!sumsWide(r) && !sumsInFloat(r) && cx.comm.reducesPieces(total, r.dtype, op)) {
+    allreducePieces(r, cx, op, total);
+    return;
+  }
 
   // One tensor of our own runs in place; fused tensors, and zeros for a joined rank, run in the
   // persistent fusion buffer.
@@ -96,7 +123,6 @@ void runAllreduce(const Response& r, OpContext& cx) {
       cx.comm.allreduce(wide.data(), total, DataType::Float32, ReduceOp::Sum);
       narrowFromFloat32Sum(r, wide.data(), buf, total, cx.comm.size());
     } else {
-      ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
       cx.comm.allreduce(buf, total, r.dtype, op);
       finishReduction(r, buf, total, cx.comm.size());
     }

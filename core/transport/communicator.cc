@@ -11,6 +11,10 @@ void Communicator::notSupported(const char* op) const {
 Capabilities Communicator::capabilities() const { return Capabilities::cpuComplete(); }
 
 void Communicator::allreduce(void*, size_t, DataType, ReduceOp) { notSupported("allreduce"); }
+bool Communicator::reducesPieces(size_t, DataType, ReduceOp) const { return false; }
+void Communicator::allreducePieces(const std::vector<BufferPiece>&, size_t, DataType, ReduceOp) {
+  notSupported("allreduce of pieces");
+}
 void Communicator::allgatherv(const void*, void*, const std::vector<size_t>&) {
   notSupported("allgatherv");
 }

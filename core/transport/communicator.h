@@ -26,6 +26,13 @@
 
 namespace hora {
 
+// One tensor of a fused allreduce: `bytes` at `data`, or, with data null, as many zero bytes
+// whose result is dropped (a joined rank's stand-in).
+struct BufferPiece {
+  void* data;
+  size_t bytes;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -41,6 +48,15 @@ class Communicator {
 
   // buf holds count elements on every rank; on return it holds the reduction over all ranks.
   virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op);
+  // Whether allreducePieces() takes an allreduce of `count` elements: the backend then reduces
+  // tensors that were not fused into one buffer first, with fewer copies than fusing them would
+  // cost. False by default.
+  virtual bool reducesPieces(size_t count, DataType dtype, ReduceOp op) const;
+  // The allreduce of the concatenation of `pieces` (count elements in all, on every rank the same
+  // sizes), each piece's part of the result written back into it, exactly as allreduce() on the
+  // fused buffer would. Only where reducesPieces() said so.
+  virtual void allreducePieces(const std::vector<BufferPiece>& pieces, size_t count, DataType dtype,
+                               ReduceOp op);
   // in holds bytesPerRank[rank()] bytes; out receives the concatenation of every rank's block
   // (sum of bytesPerRank), in rank order. in may alias out's block for this rank.
   virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank);

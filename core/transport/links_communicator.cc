@@ -14,22 +14,6 @@ std::string LinksCommunicator::prefix(const char* op) const {
 
 bool LinksCommunicator::allreduceDirect(void*, size_t, DataType, ReduceOp) { return false; }
 
-template <typename Body>
-void LinksCommunicator::run(const char* op, Body&& body) {
-  std::string failed = failure();
-  if (!failed.empty()) {
-    throw IoError(prefix(op) + "the connections failed earlier and cannot be used (" + failed +
-                  ")");
-  }
-  setOp(op);
-  try {
-    body();
-  } catch (const std::exception& e) {
-    markFailed(e.what());
-    throw;
-  }
-}
-
 void LinksCommunicator::checkPerRank(const char* op, size_t got) const {
   if (got != static_cast<size_t>(size())) {
     throw InvalidArgument(prefix(op) + "expected one entry per rank (" + std::to_string(size()) +

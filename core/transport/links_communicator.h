@@ -9,10 +9,12 @@
 //
 // A transport provides links(), failure(), markFailed() and subset(); it may run some allreduces
 // its own way (allreduceDirect()). Used by one thread at a time, as Communicator requires.
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "core/collectives/links.h"
+#include "core/common/errors.h"
 #include "core/transport/communicator.h"
 
 namespace hora {
@@ -55,12 +57,29 @@ class LinksCommunicator : public Communicator {
   // this rank's index in it.
   int checkSubset(const std::vector<int>& ranks) const;
   std::string prefix(const char* op) const;
-
- private:
+  // Runs a collective's body: refuses after an earlier failure, and marks this one's.
   template <typename Body>
   void run(const char* op, Body&& body);
+
+ private:
   void checkPerRank(const char* op, size_t got) const;
   void checkPeer(const char* op, int peer) const;
 };
+
+template <typename Body>
+void LinksCommunicator::run(const char* op, Body&& body) {
+  std::string failed = failure();
+  if (!failed.empty()) {
+    throw IoError(prefix(op) + "the connections failed earlier and cannot be used (" + failed +
+                  ")");
+  }
+  setOp(op);
+  try {
+    body();
+  } catch (const std::exception& e) {
+    markFailed(e.what());
+    throw;
+  }
+}
 
 }  // namespace hora

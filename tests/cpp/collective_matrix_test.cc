@@ -30,12 +30,17 @@ struct TransportUnderTest {
   const char* registryName;  // makeTransport(registryName)
   bool rankOrderedFloats;    // reduces floating Sum/Product in rank order (see CheckContext)
   int maxRanks;              // the largest group size of kRanks to run
+  size_t shmWindowBytes;     // ConnectOptions::shmWindowBytes
+  const char* label;         // names the transport's connections apart from another variant's
 };
 
-const TransportUnderTest kTcp{"tcp", true, 7};
+const TransportUnderTest kTcp{"tcp", true, 7, 0, "tcp"};
 // Shared memory runs the same Links algorithms as TCP (checked up to 7 ranks there); 1-4 ranks
 // cover its own paths (small payloads in cache lines, rings, leaving ranks) at less CI time.
-const TransportUnderTest kShm{"shm", true, 4};
+const TransportUnderTest kShm{"shm", true, 4, 0, "shm"};
+// With windows, allreduces above a cache line's payload run in them (window_allreduce.h); windows
+// of 4 KiB split the larger cases into parts (up to a few hundred).
+const TransportUnderTest kShmWindow{"shm", true, 4, 4096, "shm-window"};
 
 const int kRanks[] = {1, 2, 3, 4, 7};
 
@@ -45,7 +50,7 @@ struct MatrixParam {
 };
 
 void PrintTo(const MatrixParam& p, std::ostream* os) {
-  *os << p.transport.registryName << " " << fullCaseName(p.c);
+  *os << p.transport.label << " " << fullCaseName(p.c);
 }
 
 // N connected ranks of one transport, kept for the cases that follow.
@@ -73,6 +78,7 @@ std::unique_ptr<RankGroup> connectGroup(const TransportUnderTest& t, int n) {
       o.listenHost = "127.0.0.1";
       o.startTimeout = 20000ms;
       o.opTimeout = 20000ms;
+      o.shmWindowBytes = t.shmWindowBytes;
       try {
         Connection c = makeTransport(t.registryName)->connect(o, group->store);
         if (c.world->rank() != rank || c.world->size() != n) {
@@ -99,7 +105,7 @@ std::unique_ptr<RankGroup> connectGroup(const TransportUnderTest& t, int n) {
 
 void runMatrixCase(const MatrixParam& p) {
   const int n = p.c.ranks;
-  const std::string key = std::string(p.transport.registryName) + "/" + std::to_string(n);
+  const std::string key = std::string(p.transport.label) + "/" + std::to_string(n);
   auto& slot = groups()[key];
   if (!slot) slot = connectGroup(p.transport, n);
   ASSERT_NE(slot, nullptr);
@@ -183,6 +189,7 @@ TEST_P(SendRecv, MatchesReference) { runMatrixCase(GetParam()); }
 // The transports under test, one line each.
 HORA_COLLECTIVE_MATRIX(Tcp, kTcp);
 HORA_COLLECTIVE_MATRIX(Shm, kShm);
+HORA_MATRIX_SUITE(ShmWindow, Allreduce, kShmWindow);
 
 }  // namespace
 }  // namespace test

@@ -118,21 +118,28 @@ TEST(ShmTransport, RegistryNamesAndBackend) {
 
 TEST(ShmTransport, SegmentIsBoundedNamelessAndGoneWithTheRanks) {
   const int n = 3;
-  const size_t ring = 4096;
+  const size_t ring = 4096, window = 4096;
   const int devShmBefore = horaFilesInDevShm();
   MemoryStore store;
   std::vector<Connection> conns(n);
   test::spawnRanks(n, [&](int rank) {
     ConnectOptions o = options(rank, n);
     o.shmRingBytes = ring;
+    o.shmWindowBytes = window;
     conns[rank] = connectShm(store, o);
-    // 8 MiB per rank through 4 KiB rings: the segment does not grow with the message.
+    // 8 MiB per rank through 4 KiB rings and 4 KiB windows: the segment does not grow with the
+    // message (the window's allreduce, then a subset's, which goes through the rings).
     const size_t count = 2 << 20;
     std::vector<float> buf(count, static_cast<float>(rank + 1));
     conns[rank].world->allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum);
     for (size_t i = 0; i < count; i += 4099) require(buf[i] == 6.0f, "wrong sum");
+    if (rank < 2) {
+      conns[rank].world->subset({0, 1})->allreduce(buf.data(), count, DataType::Float32,
+                                                   ReduceOp::Sum);
+      for (size_t i = 0; i < count; i += 4099) require(buf[i] == 12.0f, "wrong subset sum");
+    }
   });
-  const size_t expected = shm::Segment::bytesFor(n, ring);
+  const size_t expected = shm::Segment::bytesFor(n, ring, window);
   auto mappings = segmentMappings();
   ASSERT_EQ(mappings.size(), static_cast<size_t>(n));
   for (size_t m : mappings) EXPECT_EQ(m, (expected + 4095) / 4096 * 4096);
@@ -292,6 +299,60 @@ TEST(ShmSetup, StrangerWithoutTheSecretGetsNoDescriptor) {
     require(a.peers != nullptr, [&] { return "set-up failed: " + a.whyNot; });
   });
   EXPECT_EQ(strangerResult.rfind("refused", 0), 0u) << strangerResult;
+}
+
+// Tensors the runtime would fuse reach the window unfused, as pieces: each piece gets its part of
+// the result, a piece without data counts as zeros, and a float sum is the rank-ordered fold,
+// bit for bit (these values round differently in any other order). Windows of 256 bytes hold 32
+// floats per part, so pieces straddle parts.
+TEST(ShmWindow, PiecesGetTheRankOrderedFoldOfTheirPart) {
+  const int n = 3;
+  const std::vector<size_t> sizes{5, 0, 7, 100, 1};
+  auto value = [](int r, size_t i) {
+    float big = 1e8f * static_cast<float>(1 + i % 3);
+    return r == 0 ? big : r == 1 ? -big : 1.5f + static_cast<float>(i);
+  };
+  // Rank 1 gives no data for piece 2 (as the runtime does for a joined rank).
+  auto present = [](int r, size_t piece) { return !(r == 1 && piece == 2); };
+  MemoryStore store;
+  std::vector<Connection> conns(n);
+  test::spawnRanks(n, [&](int rank) {
+    ConnectOptions o = options(rank, n);
+    o.shmWindowBytes = 256;
+    conns[rank] = connectShm(store, o);
+    Communicator& c = *conns[rank].world;
+    std::vector<std::vector<float>> data;
+    std::vector<BufferPiece> pieces;
+    size_t count = 0, at = 0;
+    for (size_t p = 0; p < sizes.size(); ++p) {
+      data.emplace_back(sizes[p]);
+      for (size_t i = 0; i < sizes[p]; ++i) data[p][i] = value(rank, at + i);
+      pieces.push_back({present(rank, p) ? data[p].data() : nullptr, sizes[p] * sizeof(float)});
+      count += sizes[p];
+      at += sizes[p];
+    }
+    // Both halves of every window hold other data first, which a piece without data must not
+    // bring back.
+    std::vector<float> before(64, 7.0f);
+    c.allreduce(before.data(), before.size(), DataType::Float32, ReduceOp::Sum);
+    require(c.reducesPieces(count, DataType::Float32, ReduceOp::Sum), "pieces refused");
+    require(!c.reducesPieces(14, DataType::Float32, ReduceOp::Sum),
+            "a cache line's payload went to the window");
+    c.allreducePieces(pieces, count, DataType::Float32, ReduceOp::Sum);
+    at = 0;
+    for (size_t p = 0; p < sizes.size(); at += sizes[p], ++p) {
+      if (!present(rank, p)) continue;
+      for (size_t i = 0; i < sizes[p]; ++i) {
+        float want = value(0, at + i);
+        for (int r = 1; r < n; ++r) want += present(r, p) ? value(r, at + i) : 0.0f;
+        require(data[p][i] == want, [&] {
+          return "rank " + std::to_string(rank) + " piece " + std::to_string(p) + " element " +
+                 std::to_string(i) + ": " + std::to_string(data[p][i]) +
+                 " != " + std::to_string(want);
+        });
+      }
+    }
+  });
 }
 
 // A host's own segment of the hierarchical path numbers its ranks by their index on the host;

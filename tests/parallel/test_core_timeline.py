@@ -37,6 +37,12 @@ def _read_while_written(path: str) -> list:
     return json.loads(text)
 
 
+def _windows_in_use() -> bool:
+    """Allreduces of this job run in the shared-memory windows."""
+    return (size() > 1 and hora._core.transport_name() == "tcp+shm"
+            and os.environ.get("HORA_SHM_WINDOW_BYTES", "1") != "0")
+
+
 def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
     path = _shared_path()
     hora.start_timeline(path, mark_cycles=True)
@@ -68,6 +74,10 @@ def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
     assert "NEGOTIATE_ALLREDUCE" in names and "ALLREDUCE" in names
     assert "CYCLE_START" in names and "STEP" in names
     assert any(n.endswith("_ALLREDUCE") and n != "NEGOTIATE_ALLREDUCE" for n in names if n)
+    if _windows_in_use():
+        # Fused tensors go into the shared windows directly, with no fusion buffer.
+        assert "SHM_ALLREDUCE" in names
+        assert not {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} & names
     ticks = {e["name"] for e in events if e.get("ph") == "X"}
     assert ticks == {str(r) for r in range(size())}
     assert any(e.get("args", {}).get("dtype") == "float32" for e in events)

@@ -4,6 +4,7 @@
 
 #include "core/collectives/algorithm_table.h"
 #include "core/common/reduce.h"
+#include "core/transport/shm/window_allreduce.h"
 
 namespace hora {
 namespace shm {
@@ -25,15 +26,40 @@ std::unique_ptr<Communicator> ShmCommunicator::subset(const std::vector<int>& ra
   return std::make_unique<ShmCommunicator>(peers_, std::move(world), mine);
 }
 
+bool ShmCommunicator::rankOrder(DataType dtype, ReduceOp op) const {
+  return collectives::needsRankOrder(isFloating(dtype),
+                                     op == ReduceOp::Sum || op == ReduceOp::Product, size());
+}
+
+collectives::AllreduceAlgorithm ShmCommunicator::algorithm(size_t count, DataType dtype,
+                                                           ReduceOp op) const {
+  return collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder(dtype, op),
+                                      wholeJob_, wholeJob_ && peers_->segment.windowBytes() > 0);
+}
+
+bool ShmCommunicator::reducesPieces(size_t count, DataType dtype, ReduceOp op) const {
+  return size() > 1 && count > 0 && capabilities().reduces(op) &&
+         algorithm(count, dtype, op) == collectives::AllreduceAlgorithm::Window;
+}
+
+void ShmCommunicator::allreducePieces(const std::vector<BufferPiece>& pieces, size_t count,
+                                      DataType dtype, ReduceOp op) {
+  HORA_CHECK(reducesPieces(count, dtype, op), "allreducePieces without a window");
+  run("allreduce",
+      [&] { windowAllreduce(links_, pieces, count, dtype, op, rankOrder(dtype, op)); });
+}
+
 bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) {
-  bool floating = isFloating(dtype);
-  bool rankOrder =
-      collectives::needsRankOrder(floating, op == ReduceOp::Sum || op == ReduceOp::Product, size());
-  auto algorithm =
-      collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder, wholeJob_);
-  if (algorithm != collectives::AllreduceAlgorithm::SharedLine) return false;
-  allreduceSharedLine(buf, count, dtype, op);
-  return true;
+  switch (algorithm(count, dtype, op)) {
+    case collectives::AllreduceAlgorithm::SharedLine:
+      allreduceSharedLine(buf, count, dtype, op);
+      return true;
+    case collectives::AllreduceAlgorithm::Window:
+      windowAllreduce(links_, {{buf, count * dtypeSize(dtype)}}, count, dtype, op,
+                      rankOrder(dtype, op));
+      return true;
+    default: return false;
+  }
 }
 
 // Payload k goes to parity k & 1 of the rank's lines. A rank reads a peer's payload k only after

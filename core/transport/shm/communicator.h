@@ -7,12 +7,15 @@
 // A group spanning the whole job runs small allreduces (kSharedLineMaxBytes) through the ranks'
 // own cache lines instead (SharedLine in the algorithm table): each rank publishes its payload and
 // a sequence number, then reduces every rank's payload itself, in rank order, so floating sums are
-// bit-identical to the rank-ordered algorithm. A failure marks this rank gone and unmaps the
-// segment: peers waiting on it fail at once, and later calls throw IoError. One thread at a time.
+// bit-identical to the rank-ordered algorithm. When the segment has windows, it runs larger
+// allreduces in them (Window, window_allreduce.h), fused tensors included (allreducePieces). A
+// failure marks this rank gone and unmaps the segment: peers waiting on it fail at once, and later
+// calls throw IoError. One thread at a time.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/collectives/algorithm_table.h"
 #include "core/transport/links_communicator.h"
 #include "core/transport/shm/links.h"
 
@@ -26,6 +29,11 @@ class ShmCommunicator : public LinksCommunicator {
 
   std::string backendName() const override { return "shm"; }
   std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) override;
+  // A group spanning the whole job, on a segment with windows, reduces pieces there when the
+  // algorithm table chooses Window.
+  bool reducesPieces(size_t count, DataType dtype, ReduceOp op) const override;
+  void allreducePieces(const std::vector<BufferPiece>& pieces, size_t count, DataType dtype,
+                       ReduceOp op) override;
 
  protected:
   collectives::Links& links() override { return links_; }
@@ -37,6 +45,8 @@ class ShmCommunicator : public LinksCommunicator {
 
  private:
   void allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op);
+  bool rankOrder(DataType dtype, ReduceOp op) const;
+  collectives::AllreduceAlgorithm algorithm(size_t count, DataType dtype, ReduceOp op) const;
 
   std::shared_ptr<ShmPeers> peers_;
   ShmLinks links_;

@@ -35,6 +35,7 @@ struct ShmPeers {
   std::vector<int> pidfds;  // by world rank; -1 for this rank and for ranks in this process
   std::string failure;      // why the segment became unusable ("" while healthy)
   uint32_t lineSeq = 0;     // small-payload allreduces of the whole job run so far
+  uint32_t windowPart = 0;  // parts of window allreduces of the whole job run so far
   // The job's rank of each rank of the segment, for messages; empty when they are the same (a
   // host's own segment of the hierarchical path numbers its ranks by their index on the host).
   std::vector<int> jobRanks;

@@ -23,6 +23,7 @@ struct alignas(kLine) Header {
   uint64_t ringBytes;
   uint64_t totalBytes;
   uint64_t controlRingBytes;
+  uint64_t windowBytes;
 };
 
 [[noreturn]] void sysFail(const char* what) {
@@ -34,9 +35,10 @@ size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }
 
 }  // namespace
 
-size_t Segment::bytesFor(int ranks, size_t ringBytes) {
+size_t Segment::bytesFor(int ranks, size_t ringBytes, size_t windowBytes) {
   return sizeof(Header) + sizeof(RankBlock) * ranks + sizeof(RingControl) * pairs(ranks) +
-         ringBytes * pairs(ranks) + (sizeof(RingControl) + kControlRingBytes) * controlRings(ranks);
+         ringBytes * pairs(ranks) +
+         (sizeof(RingControl) + kControlRingBytes) * controlRings(ranks) + windowBytes * ranks;
 }
 
 void copyIntoRing(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
@@ -59,16 +61,19 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     fd_ = o.fd_;
     ranks_ = o.ranks_;
     ringBytes_ = o.ringBytes_;
+    windowBytes_ = o.windowBytes_;
     o.base_ = nullptr;
     o.fd_ = -1;
   }
   return *this;
 }
 
-Segment Segment::create(int ranks, size_t ringBytes) {
-  HORA_CHECK(ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0, "bad segment shape");
+Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes) {
+  HORA_CHECK(
+      ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0 && windowBytes % (2 * kLine) == 0,
+      "bad segment shape");
   Segment s;
-  s.bytes_ = bytesFor(ranks, ringBytes);
+  s.bytes_ = bytesFor(ranks, ringBytes, windowBytes);
   s.fd_ = ::memfd_create("hora-shm", MFD_CLOEXEC);
   if (s.fd_ < 0) sysFail("memfd_create");
   // fallocate reserves every page now: a full tmpfs fails here (ENOSPC) rather than with SIGBUS
@@ -79,9 +84,11 @@ Segment Segment::create(int ranks, size_t ringBytes) {
   s.base_ = static_cast<uint8_t*>(p);
   s.ranks_ = ranks;
   s.ringBytes_ = ringBytes;
+  s.windowBytes_ = windowBytes;
   auto* h = reinterpret_cast<Header*>(s.base_);
   h->ranks = static_cast<uint64_t>(ranks);
   h->ringBytes = ringBytes;
+  h->windowBytes = windowBytes;
   h->totalBytes = s.bytes_;
   h->controlRingBytes = kControlRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
@@ -103,12 +110,13 @@ Segment Segment::attach(int fd) {
   s.bytes_ = static_cast<size_t>(st.st_size);
   const auto* h = reinterpret_cast<const Header*>(s.base_);
   if (h->magic != kMagic || h->ranks < 1 || h->ranks > (1u << 16) ||
-      h->controlRingBytes != kControlRingBytes ||
-      bytesFor(static_cast<int>(h->ranks), h->ringBytes) != s.bytes_) {
+      h->controlRingBytes != kControlRingBytes || h->windowBytes % (2 * kLine) != 0 ||
+      bytesFor(static_cast<int>(h->ranks), h->ringBytes, h->windowBytes) != s.bytes_) {
     throw IoError("shared memory: the segment received from rank 0 has an unknown layout");
   }
   s.ranks_ = static_cast<int>(h->ranks);
   s.ringBytes_ = h->ringBytes;
+  s.windowBytes_ = h->windowBytes;
   return s;
 }
 
@@ -164,6 +172,12 @@ RingControl& Segment::controlRingControl(int from, int to) const {
 uint8_t* Segment::controlRingData(int from, int to) const {
   return controlBase() + sizeof(RingControl) * controlRings(ranks_) +
          kControlRingBytes * controlIndex(from, to);
+}
+
+uint8_t* Segment::window(int r, int half) const {
+  HORA_CHECK(r >= 0 && r < ranks_ && (half == 0 || half == 1) && windowBytes_ > 0, "bad window");
+  uint8_t* first = controlBase() + (sizeof(RingControl) + kControlRingBytes) * controlRings(ranks_);
+  return first + windowBytes_ * static_cast<size_t>(r) + windowBytes_ / 2 * half;
 }
 
 }  // namespace shm

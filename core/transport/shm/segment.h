@@ -8,13 +8,16 @@
 // fails unmaps it at once.
 //
 // Layout (all cache-line aligned, nothing shared between writers on one line):
-//   header | per rank: identity line, doorbell line, two small-payload lines |
+//   header | per rank: identity line, doorbell line, two small-payload lines, window line |
 //   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
-//   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data
+//   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data |
+//   per rank: window (two halves)
 // The data rings belong to the collectives; the control rings carry only negotiation messages
-// (control_channel.h), so a collective never reads one by mistake. The size is fixed when the job
-// starts: 64 B + 256 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
-// kControlRingBytes) per rank other than 0, whatever the tensors the job later moves.
+// (control_channel.h), so a collective never reads one by mistake. A rank's window holds the
+// data of an allreduce that its peers reduce in place (window_allreduce.h). The size is fixed when
+// the job starts: 64 B + 320 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
+// kControlRingBytes) per rank other than 0 + windowBytes per rank, whatever the tensors the job
+// later moves.
 //
 // Thread safety: the fields are atomics (or bytes published by an atomic release store), so any
 // thread of any rank may read them; each is written only by the rank the comment names.
@@ -53,11 +56,17 @@ struct alignas(kLine) PayloadLine {
 struct alignas(kLine) SpareLine {
   uint8_t payload[kLine];
 };
+// The rank's progress through window allreduces (window_allreduce.h): 2k - 1 once it staged part
+// k in its window, 2k once it reduced its slice of part k there.
+struct alignas(kLine) WindowLine {
+  std::atomic<uint32_t> step;
+};
 struct RankBlock {
   RankLine identity;
   Doorbell doorbell;
   PayloadLine line;  // parity 0 payload and the sequence number
   SpareLine spare;   // parity 1 payload
+  WindowLine window;
 };
 // A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
 // bytes consumed (by the receiver); both only grow. writerWaiting (control rings only) is set by
@@ -76,11 +85,12 @@ void copyOutOfRing(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, 
 class Segment {
  public:
   // Creates and maps a zeroed region for `ranks` ranks (memfd_create, fallocate, prefaulted).
-  // Throws IoError saying which system call failed (no memfd, no memory, ...).
-  static Segment create(int ranks, size_t ringBytes);
+  // windowBytes: each rank's window, 0 or a multiple of 128. Throws IoError saying which system
+  // call failed (no memfd, no memory, ...).
+  static Segment create(int ranks, size_t ringBytes, size_t windowBytes = 0);
   // Maps the region behind fd (received from rank 0) and checks its header. Does not take fd.
   static Segment attach(int fd);
-  static size_t bytesFor(int ranks, size_t ringBytes);
+  static size_t bytesFor(int ranks, size_t ringBytes, size_t windowBytes = 0);
 
   Segment() = default;
   Segment(Segment&& o) noexcept { *this = std::move(o); }
@@ -94,6 +104,7 @@ class Segment {
 
   int ranks() const { return ranks_; }
   size_t ringBytes() const { return ringBytes_; }
+  size_t windowBytes() const { return windowBytes_; }
   size_t totalBytes() const { return bytes_; }
   RankBlock& rank(int r) const;
   RingControl& ringControl(int from, int to) const;
@@ -101,6 +112,8 @@ class Segment {
   // The control rings: one of from, to is rank 0, the other is not.
   RingControl& controlRingControl(int from, int to) const;
   uint8_t* controlRingData(int from, int to) const;
+  // Half `half` (0 or 1) of rank r's window: windowBytes() / 2 bytes.
+  uint8_t* window(int r, int half) const;
 
  private:
   size_t pairIndex(int from, int to) const;
@@ -112,6 +125,7 @@ class Segment {
   int fd_ = -1;
   int ranks_ = 0;
   size_t ringBytes_ = 0;
+  size_t windowBytes_ = 0;
 };
 
 }  // namespace shm

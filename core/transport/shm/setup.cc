@@ -187,7 +187,8 @@ std::string hostIdentity(const std::string& extra) {
   return boot + "|" + host + "|" + link + (extra.empty() ? "" : "|" + extra);
 }
 
-Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes) {
+Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes,
+                     size_t windowBytes) {
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
   const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
@@ -213,7 +214,7 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   if (o.rank == 0) {
     net::Socket listener;
     try {
-      seg = Segment::create(o.size, ringBytes);
+      seg = Segment::create(o.size, ringBytes, windowBytes);
       seg.rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
       std::string name = "hora-shm-" + toHex(net::randomBytes(12));
       listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));

@@ -28,8 +28,10 @@ struct Attachment {
   bool control = false;             // every rank allows negotiation over shared memory
 };
 
-// disabled: this rank's HORA_SHM_DISABLE. ringBytes: bytes of each rank-pair ring.
-Attachment attachJob(const ConnectOptions& options, Store& store, bool disabled, size_t ringBytes);
+// disabled: this rank's HORA_SHM_DISABLE. ringBytes: bytes of each rank-pair ring; windowBytes:
+// of each rank's window (0: none).
+Attachment attachJob(const ConnectOptions& options, Store& store, bool disabled, size_t ringBytes,
+                     size_t windowBytes = 0);
 
 // Host identity: ranks with equal identities can share memory. extra (the launcher's host name
 // under HORA_SHM_HOST_BY_NAME, a testing aid) is appended, so ranks that horarun places on two

@@ -38,7 +38,7 @@ bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
 
 Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
   Connection c = tcp::TcpTransport().connect(options, store);
-  Attachment a = attachJob(options, store, false, ringBytesOf(options));
+  Attachment a = attachJob(options, store, false, ringBytesOf(options), options.shmWindowBytes);
   if (!a.peers) throw NotSupported("shm transport: cannot use shared memory: " + a.whyNot);
   moveControl(c, a, options);
   c.world = worldOver(std::move(a.peers), options.rank, options.size);
@@ -47,7 +47,7 @@ Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
 
 bool preferSharedMemory(Connection& connection, const ConnectOptions& options, Store& store,
                         bool disabled) {
-  Attachment a = attachJob(options, store, disabled, ringBytesOf(options));
+  Attachment a = attachJob(options, store, disabled, ringBytesOf(options), options.shmWindowBytes);
   if (!a.peers) {
     if (options.rank == 0) {
       HORA_LOG(Info, "collectives stay on " << connection.world->backendName()
@@ -68,6 +68,7 @@ bool preferSharedMemory(Connection& connection, const ConnectOptions& options, S
 std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& options, Store& store,
                                                bool disabled, const std::vector<int>& jobRanks,
                                                std::string* whyNot) {
+  // No window: the hierarchical steps inside a host run over the rings.
   Attachment a = attachJob(options, store, disabled, ringBytesOf(options));
   if (!a.peers) {
     *whyNot = a.whyNot;

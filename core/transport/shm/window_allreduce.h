@@ -1,0 +1,32 @@
+#pragma once
+// The window allreduce: an allreduce over the whole job in which the ranks reduce each other's
+// data in place, in the shared segment, instead of passing it through the rings.
+//
+// Every rank owns a window of the segment, in two halves. The data goes through in parts of at
+// most one half; for part k (counted over the job, the same on every rank), half k & 1:
+//   1. each rank copies its part of the pieces into its half (the fusion copy, made once) and
+//      publishes "staged k";
+//   2. once every rank staged k, each reduces its own slice of the part (an even split, as the
+//      ring's) from every rank's half into its own half, then publishes "reduced k";
+//   3. once every rank reduced k, each copies every slice from the half of the rank that reduced
+//      it straight into its pieces.
+// A half is written again two parts later, only after its owner saw every rank staged the part in
+// between, which each does only after its step 3 of the part before: so no reader is left.
+// Every byte crosses memory a bounded number of times and no rank waits for a pipe to drain. Where
+// the order of a floating-point fold matters (needsRankOrder), each slice is folded in rank order,
+// so results are bit-identical to the rank-ordered algorithm and to the same tensors unfused.
+#include <vector>
+
+#include "core/common/dtype.h"
+#include "core/transport/communicator.h"
+#include "core/transport/shm/links.h"
+
+namespace hora {
+namespace shm {
+
+// links: a group of every rank of the segment, in order. count > 0 elements in pieces.
+void windowAllreduce(ShmLinks& links, const std::vector<BufferPiece>& pieces, size_t count,
+                     DataType dtype, ReduceOp op, bool rankOrder);
+
+}  // namespace shm
+}  // namespace hora
