@@ -56,10 +56,11 @@ inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
 // folds in rank order, so it also serves the cases that need rank order. window: the ranks also
 // have windows in their segment (core/transport/shm/window_allreduce.h); every larger message
 // then goes there, reduced in place by all ranks at once, its slices folded in rank order where
-// that matters. Measured at 2, 3 and 4 ranks on 2 cores against the rings, from 64 B to 64 MiB,
-// the window was faster at every size (at 2 ranks 1 MiB in 122 us against 217 us, 64 MiB in 8.2 ms
-// against 13.1 ms). Without windows, larger shared-memory messages take the same algorithms as
-// TCP, staged through the bounded rings (chunked staging).
+// that matters. Measured on 2 cores against the rings: at 2 ranks faster at every size from 64 B
+// to 64 MiB (1 MiB in 122 us against 217 us, 64 MiB in 8.2 ms against 13.1 ms); at 3 and 4 ranks
+// (oversubscribed, so noisy) faster from 256 KiB up by 1.2-2.6x, and within the noise below.
+// Without windows, larger shared-memory messages take the same algorithms as TCP, staged through
+// the bounded rings (chunked staging).
 inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
                                           bool rankOrder = false, bool sharedLines = false,
                                           bool window = false) {
