@@ -13,6 +13,10 @@ std::string LinksCommunicator::prefix(const char* op) const {
 }
 
 bool LinksCommunicator::allreduceDirect(void*, size_t, DataType, ReduceOp) { return false; }
+bool LinksCommunicator::allgathervDirect(const void*, void*, const std::vector<size_t>&) {
+  return false;
+}
+bool LinksCommunicator::broadcastDirect(void*, size_t, int) { return false; }
 
 void LinksCommunicator::checkPerRank(const char* op, size_t got) const {
   if (got != static_cast<size_t>(size())) {
@@ -58,13 +62,19 @@ void LinksCommunicator::allreduce(void* buf, size_t count, DataType dtype, Reduc
 void LinksCommunicator::allgatherv(const void* in, void* out,
                                    const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
-  run("allgatherv", [&] { collectives::allgathervRing(links(), in, out, bytesPerRank); });
+  run("allgatherv", [&] {
+    if (size() == 1 || !allgathervDirect(in, out, bytesPerRank)) {
+      collectives::allgathervRing(links(), in, out, bytesPerRank);
+    }
+  });
 }
 
 void LinksCommunicator::broadcast(void* buf, size_t bytes, int root) {
   checkPeer("broadcast", root);
   if (size() == 1 || bytes == 0) return;
-  run("broadcast", [&] { collectives::broadcast(links(), buf, bytes, root); });
+  run("broadcast", [&] {
+    if (!broadcastDirect(buf, bytes, root)) collectives::broadcast(links(), buf, bytes, root);
+  });
 }
 
 void LinksCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,

@@ -5,6 +5,7 @@
 #include "core/collectives/algorithm_table.h"
 #include "core/common/reduce.h"
 #include "core/transport/shm/window_allreduce.h"
+#include "core/transport/shm/window_gather.h"
 
 namespace hora {
 namespace shm {
@@ -34,7 +35,7 @@ bool ShmCommunicator::rankOrder(DataType dtype, ReduceOp op) const {
 collectives::AllreduceAlgorithm ShmCommunicator::algorithm(size_t count, DataType dtype,
                                                            ReduceOp op) const {
   return collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder(dtype, op),
-                                      wholeJob_, wholeJob_ && peers_->segment.windowBytes() > 0);
+                                      wholeJob_, windows());
 }
 
 bool ShmCommunicator::reducesPieces(size_t count, DataType dtype, ReduceOp op) const {
@@ -60,6 +61,27 @@ bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, R
       return true;
     default: return false;
   }
+}
+
+bool ShmCommunicator::allgathervDirect(const void* in, void* out,
+                                       const std::vector<size_t>& bytesPerRank) {
+  if (!windows()) return false;
+  std::vector<size_t> offsets(bytesPerRank.size());
+  size_t total = 0;
+  for (size_t r = 0; r < bytesPerRank.size(); ++r) {
+    offsets[r] = total;
+    total += bytesPerRank[r];
+  }
+  windowGather(links_, out, total, offsets, bytesPerRank, in);
+  return true;
+}
+
+bool ShmCommunicator::broadcastDirect(void* buf, size_t bytes, int root) {
+  if (!windows()) return false;
+  std::vector<size_t> sizes(size(), 0);
+  sizes[root] = bytes;
+  windowGather(links_, buf, bytes, std::vector<size_t>(size(), 0), sizes, buf);
+  return true;
 }
 
 // Payload k goes to parity k & 1 of the rank's lines. A rank reads a peer's payload k only after

@@ -3,15 +3,13 @@
 // data in place, in the shared segment, instead of passing it through the rings.
 //
 // Every rank owns a window of the segment, in two halves. The data goes through in parts of at
-// most one half; for part k (counted over the job, the same on every rank), half k & 1:
+// most one half (the steps of window_steps.h); for part k:
 //   1. each rank copies its part of the pieces into its half (the fusion copy, made once) and
-//      publishes "staged k";
-//   2. once every rank staged k, each reduces its own slice of the part (an even split, as the
-//      ring's) from every rank's half into its own half, then publishes "reduced k";
-//   3. once every rank reduced k, each copies every slice from the half of the rank that reduced
-//      it straight into its pieces.
-// A half is written again two parts later, only after its owner saw every rank staged the part in
-// between, which each does only after its step 3 of the part before: so no reader is left.
+//      publishes step 2k - 1;
+//   2. once every rank did, each reduces its own slice of the part (an even split, as the ring's)
+//      from every rank's half into its own half, then publishes step 2k;
+//   3. once every rank did, each copies every slice from the half of the rank that reduced it
+//      straight into its pieces.
 // Every byte crosses memory a bounded number of times and no rank waits for a pipe to drain. Where
 // the order of a floating-point fold matters (needsRankOrder), each slice is folded in rank order,
 // so results are bit-identical to the rank-ordered algorithm and to the same tensors unfused.
