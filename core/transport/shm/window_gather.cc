@@ -8,34 +8,53 @@
 
 namespace hora {
 namespace shm {
+namespace {
+
+// Rank r's range split into `parts` pieces as evenly as possible (the first bytes % parts get one
+// byte more): piece p's offset within the range and its length.
+size_t pieceOffset(size_t bytes, size_t parts, size_t p) {
+  return p * (bytes / parts) + std::min(p, bytes % parts);
+}
+size_t pieceLength(size_t bytes, size_t parts, size_t p) {
+  return bytes / parts + (p < bytes % parts ? 1 : 0);
+}
+
+}  // namespace
 
 void windowGather(ShmLinks& links, void* out, size_t total, const std::vector<size_t>& offsets,
                   const std::vector<size_t>& bytes, const void* mine) {
+  if (total == 0) return;
   WindowSteps steps(links);
   auto* dst = static_cast<uint8_t*>(out);
   const auto* src = static_cast<const uint8_t*>(mine);
-  const int me = steps.me();
-  const size_t perPart = steps.halfBytes();
-  // Rank r's range within part [a, b): [lo, hi), or empty.
-  auto clip = [&](int r, size_t a, size_t b, size_t* lo, size_t* hi) {
-    *lo = std::max(a, offsets[r]);
-    *hi = std::min(b, offsets[r] + bytes[r]);
-    return *lo < *hi;
-  };
-  for (size_t a = 0; a < total; a += perPart) {
-    const size_t b = std::min(total, a + perPart);
+  const int me = steps.me(), n = steps.size();
+  // Every part carries a piece of every rank's range, so all ranks copy in (and out) at once. The
+  // pieces of one part fill at most total / parts + n bytes of a half.
+  const size_t room = steps.halfBytes() > static_cast<size_t>(n) ? steps.halfBytes() - n : 1;
+  const size_t parts = (total + room - 1) / room;
+  for (size_t p = 0; p < parts; ++p) {
     const uint32_t k = steps.nextPart();
-    size_t lo, hi;
-    if (clip(me, a, b, &lo, &hi)) {
-      std::memcpy(steps.half(me, k) + (lo - a), src + (lo - offsets[me]), hi - lo);
+    // Where each rank's piece sits in its half: after the pieces of the ranks before it.
+    size_t at = 0;
+    std::vector<size_t> layout(n);
+    for (int r = 0; r < n; ++r) {
+      layout[r] = at;
+      at += pieceLength(bytes[r], parts, p);
+    }
+    const size_t myLen = pieceLength(bytes[me], parts, p);
+    const size_t myOff = pieceOffset(bytes[me], parts, p);
+    if (myLen > 0) {
+      std::memcpy(steps.half(me, k) + layout[me], src + myOff, myLen);
       // This rank's own output, unless it is already there.
-      if (dst + lo != src + (lo - offsets[me])) {
-        std::memmove(dst + lo, src + (lo - offsets[me]), hi - lo);
-      }
+      if (dst + offsets[me] != src) std::memmove(dst + offsets[me] + myOff, src + myOff, myLen);
     }
     steps.publishAndWait(2 * k - 1, "stage its part in its window");
     for (int r : steps.others()) {
-      if (clip(r, a, b, &lo, &hi)) std::memcpy(dst + lo, steps.half(r, k) + (lo - a), hi - lo);
+      const size_t len = pieceLength(bytes[r], parts, p);
+      if (len > 0) {
+        std::memcpy(dst + offsets[r] + pieceOffset(bytes[r], parts, p),
+                    steps.half(r, k) + layout[r], len);
+      }
     }
     steps.publish(2 * k);
   }
