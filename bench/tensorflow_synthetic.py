@@ -9,9 +9,11 @@ gradient's reduction submitted as soon as it exists) and once with
 ``tf.distribute.MultiWorkerMirroredStrategy`` (N workers found through ``TF_CONFIG`` on localhost
 ports, its collective all-reduce inside the optimizer). A third run trains every rank alone, with
 no communication at all: its step time bounds what any data-parallel run can reach on this host.
-Rank 0 of each run writes its timings as JSON; this process prints them and the ratios of steps
-per second (hora / MWMS above 1: Hora is faster). The runs alternate for ``--rounds`` rounds so
-that a change of machine load does not favour one of them.
+Rank 0 of each run writes its timings as JSON; this process prints them, rank 0's CPU time per
+step (all its threads; other load on the machine does not count in it, though it still slows
+the step) and the ratios of steps per second (hora / MWMS above 1: Hora is faster), with the
+load average before and after. The runs alternate for ``--rounds`` rounds so that a change of
+machine load does not favour one of them.
 """
 
 from __future__ import annotations
@@ -70,16 +72,18 @@ def build_model(name: str, image_size: int) -> Any:
     return keras.Model(inputs, keras.layers.Dense(10)(x))
 
 
-def time_steps(step: Callable[[], Any], warmup: int, steps: int) -> list[float]:
-    """Per-step wall times of ``steps`` calls after ``warmup`` calls."""
+def time_steps(step: Callable[[], Any], warmup: int, steps: int) -> dict[str, Any]:
+    """Per-step wall times of ``steps`` calls after ``warmup`` calls, and the process's CPU
+    time per step over them."""
     for _ in range(warmup):
         step()
     times = []
+    cpu_start = time.process_time()
     for _ in range(steps):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return times
+    return {"times": times, "cpu": (time.process_time() - cpu_start) / steps}
 
 
 def synthetic_batch(rank: int, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -117,9 +121,9 @@ def hora_worker(args: argparse.Namespace, communicate: bool) -> None:
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
-    times = time_steps(step, args.warmup, args.steps)
+    timings = time_steps(step, args.warmup, args.steps)
     if hvd.rank() == 0:
-        Path(args.out).write_text(json.dumps({"times": times}))
+        Path(args.out).write_text(json.dumps(timings))
     hvd.shutdown()
 
 
@@ -152,9 +156,9 @@ def mwms_worker(args: argparse.Namespace) -> None:
     def step() -> None:
         strategy.run(replica_step, args=(data, target))
 
-    times = time_steps(step, args.warmup, args.steps)
+    timings = time_steps(step, args.warmup, args.steps)
     if task == 0:
-        Path(args.out).write_text(json.dumps({"times": times}))
+        Path(args.out).write_text(json.dumps(timings))
 
 
 # ------------------------------------------------------------------------------------- driver
@@ -206,11 +210,12 @@ def run_mwms(args: argparse.Namespace, out: str) -> None:
         raise SystemExit(f"MultiWorkerMirroredStrategy workers failed: exit codes {codes}")
 
 
-def summary(times: list[float], batch_size: int, nproc: int) -> dict[str, float]:
-    """Median step time, steps/s and total images/s."""
+def summary(times: list[float], cpus: list[float], batch_size: int,
+            nproc: int) -> dict[str, float]:
+    """Median step time, steps/s, total images/s and rank 0's mean CPU time per step."""
     median = statistics.median(times)
     return {"step_ms": median * 1e3, "steps_per_s": 1.0 / median,
-            "img_per_s": batch_size * nproc / median}
+            "img_per_s": batch_size * nproc / median, "cpu_ms": statistics.mean(cpus) * 1e3}
 
 
 def main() -> None:
@@ -224,27 +229,35 @@ def main() -> None:
         return
     runners = {"hora": run_hora, "mwms": run_mwms, "local": run_local}
     times: dict[str, list[float]] = {kind: [] for kind in runners}
+    cpus: dict[str, list[float]] = {kind: [] for kind in runners}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
             order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
             for kind in order:
                 out = os.path.join(tmp, f"{kind}{round_index}.json")
                 runners[kind](args, out)
-                times[kind] += json.loads(Path(out).read_text())["times"]
-    results = {kind: summary(t, args.batch_size, args.np) for kind, t in times.items()}
+                timings = json.loads(Path(out).read_text())
+                times[kind] += timings["times"]
+                cpus[kind].append(timings["cpu"])
+    results = {kind: summary(times[kind], cpus[kind], args.batch_size, args.np)
+               for kind in runners}
     print(f"\nmodel={args.model} image={args.image_size} batch/rank={args.batch_size} "
           f"ranks={args.np} steps={args.steps} x {args.rounds} alternating rounds "
-          "(median step time)")
-    print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}")
+          f"(median step time); load average {load_before:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
+    print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}{'CPU ms':>10}")
     labels = (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy"),
               ("local", "no communication (bound)"))
     for kind, label in labels:
         r = results[kind]
-        print(f"{label:28}{r['step_ms']:10.2f}{r['steps_per_s']:10.2f}{r['img_per_s']:10.1f}")
+        print(f"{label:28}{r['step_ms']:10.2f}{r['steps_per_s']:10.2f}{r['img_per_s']:10.1f}"
+              f"{r['cpu_ms']:10.2f}")
     ratio = results["hora"]["steps_per_s"] / results["mwms"]["steps_per_s"]
     print(f"ratio hora / MWMS (steps/s): {ratio:.2f}")
     best = results["local"]["steps_per_s"] / results["mwms"]["steps_per_s"]
     print(f"ratio bound / MWMS (steps/s): {best:.2f}  (no run with communication can exceed it)")
+    print("CPU ms: rank 0's CPU time per step, all threads (mean over the rounds)")
 
 
 if __name__ == "__main__":

@@ -220,3 +220,56 @@ def test_function_gradients_of_many_collectives() -> None:
 
     for grad in bounded(fn):
         np.testing.assert_array_equal(np.asarray(grad), np.full([3], float(size()), np.float32))
+
+
+def test_private_pool_reuses_only_free_buffers() -> None:
+    """A node's private copies are reused on its next run only when nothing else refers to
+    them or to their memory (a result still held, or a view of it, forces a fresh buffer)."""
+    from hora.tensorflow._host import ALIGNMENT, PrivatePool
+
+    pool = PrivatePool()
+    source = np.arange(1000, dtype=np.float32)
+    first = pool.copies([source])[0]
+    first_id = id(first)
+    np.testing.assert_array_equal(first, source)
+    assert first.__array_interface__["data"][0] % ALIGNMENT == 0
+    del first
+    again = pool.copies([source + 1])[0]
+    assert id(again) == first_id  # nothing held it: reused
+    held = pool.copies([source + 2])[0]
+    assert held is not again  # ``again`` is still held
+    np.testing.assert_array_equal(again, source + 1)
+    tail = held[10:]  # a view keeps the memory in use, though ``held`` itself goes
+    del held, again
+    pool.copies([source + 3])
+    pool.copies([source + 4])
+    np.testing.assert_array_equal(tail, (source + 2)[10:])
+    other = pool.copies([np.zeros(3, np.int64)])[0]  # another shape or dtype: its own buffer
+    np.testing.assert_array_equal(other, np.zeros(3, np.int64))
+
+
+def test_function_results_held_across_steps_stay_intact() -> None:
+    """Allreduce results of earlier calls of a tf.function (and of a Session), still held,
+    keep their values when the same nodes run again."""
+    x = tf.Variable(np.zeros([4096], np.float32))
+
+    @tf.function(autograph=False)
+    def fn() -> tf.Tensor:
+        return hvd.allreduce(x.read_value(), op=hvd.Sum, name="graph_held_results")
+
+    held = []
+    for step in range(4):
+        x.assign(np.full([4096], float(step + rank()), np.float32))
+        held.append(bounded(fn))
+    graph = tf.Graph()
+    with graph.as_default():
+        feed = tf.compat.v1.placeholder(tf.float32, [4096])
+        out = hvd.allreduce(feed, op=hvd.Sum, name="graph_held_session")
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            for step in range(4, 8):
+                values = {feed: np.full([4096], float(step + rank()), np.float32)}
+                held.append(session_run(out, graph, sess, values))
+    base = sum(range(size()))
+    for step, result in enumerate(held):
+        want = np.full([4096], float(step * size() + base), np.float32)
+        np.testing.assert_array_equal(np.asarray(result), want, err_msg=f"step {step}")

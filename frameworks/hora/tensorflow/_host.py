@@ -4,7 +4,8 @@ the engine must write.
 - ``readable(x)``: what the engine may read in place: an eager CPU tensor itself (through its
   ``__dlpack__``), or a NumPy array it can export.
 - ``private(x)``: a 64-byte aligned, writable copy for in-place operations (allreduce,
-  broadcast), since TensorFlow tensors are immutable.
+  broadcast), since TensorFlow tensors are immutable. A graph node keeps a ``PrivatePool``
+  so that each run reuses the buffers of its earlier runs that nothing holds any more.
 - ``to_tensor(array, dtype)``: an eager tensor over ``array``'s memory through DLPack when the
   array is contiguous and 64-byte aligned (TensorFlow's kernels assume that alignment; the
   engine's outputs and ``private`` buffers are), otherwise a copy. DLPack is also the faster
@@ -16,6 +17,8 @@ bfloat16 crosses as uint16 (NumPy has no DLPack code for it) and is bit-cast bac
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from typing import Any
 
 import ml_dtypes
@@ -79,6 +82,51 @@ def private(x: Any) -> np.ndarray:
     buf = aligned_empty(view.shape, view.dtype)
     np.copyto(buf, view)
     return buf
+
+
+class PrivatePool:
+    """``private`` copies that one graph node makes on every run, reusing last run's buffers.
+
+    A fresh 1 MB buffer per step costs its page faults and a return to the OS, more than the
+    copy itself. A buffer is reused only when nothing but this pool refers to it or to the
+    array that owns its memory: the wait node hands the buffer to TensorFlow as an output
+    without a copy, and TensorFlow keeps a reference for as long as any tensor uses that
+    memory (so does the engine while it works on it). Each source keeps up to two buffers, so
+    a step may start while the previous step's results are still held.
+    """
+
+    __slots__ = ("_lock", "_slots")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: list[list[np.ndarray]] = []
+
+    def _take(self, index: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        while len(self._slots) <= index:
+            self._slots.append([])
+        slot = self._slots[index]
+        for k in range(len(slot)):
+            # Free: referred to by the pool's list and by its view only (each count includes
+            # getrefcount's own argument).
+            if (slot[k].shape == shape and slot[k].dtype == dtype
+                    and sys.getrefcount(slot[k]) == 2 and sys.getrefcount(slot[k].base) == 2):
+                return slot[k]
+        fresh = aligned_empty(shape, dtype)
+        if len(slot) >= 2:
+            slot.pop(0)
+        slot.append(fresh)
+        return fresh
+
+    def copies(self, sources: list) -> list[np.ndarray]:
+        """A private copy of each of ``sources`` (the i-th in the i-th source's buffers)."""
+        out = []
+        with self._lock:
+            for index, x in enumerate(sources):
+                view = host_view(x)
+                buf = self._take(index, view.shape, view.dtype)
+                np.copyto(buf, view)
+                out.append(buf)
+        return out
 
 
 def as_numpy_dtype(array: np.ndarray, dtype: tf.DType) -> np.ndarray:

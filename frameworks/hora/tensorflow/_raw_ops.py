@@ -20,7 +20,13 @@ import tensorflow as tf
 from hora.common import ops as _ops
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
 from hora.tensorflow import _submit_wait
-from hora.tensorflow._host import as_numpy_dtype, host_view, private, readable, to_tensor
+from hora.tensorflow._host import (
+    PrivatePool,
+    as_numpy_dtype,
+    host_view,
+    readable,
+    to_tensor,
+)
 from hora.tensorflow._submit_wait import Finish, Submitted
 
 NumpyFn = Callable[[list], list]
@@ -65,17 +71,18 @@ def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
 
 def _start(collective: str, names: Sequence[str], **request: Any) -> _submit_wait.Start:
     """What submits ``collective`` on its sources as one group; in-place collectives work on
-    private copies. The sources stay referenced until the returned ``finish`` ran."""
+    private copies (a graph node reuses its buffers of earlier runs once nothing else holds
+    them). The sources stay referenced until the returned ``finish`` ran."""
     names = list(names)
-    in_place = _ops.OPS[collective].in_place
+    pool = PrivatePool() if _ops.OPS[collective].in_place else None
 
     def start(sources: list) -> Finish:
-        bufs = [private(x) if in_place else readable(x) for x in sources]
+        bufs = pool.copies(sources) if pool is not None else [readable(x) for x in sources]
         handles = _ops.enqueue(collective, bufs, names=names, **request)
 
         def finish() -> list:
             wait_all(handles)
-            return bufs if in_place else [_ops.allocated_output(h) for h in handles]
+            return bufs if pool is not None else [_ops.allocated_output(h) for h in handles]
 
         return finish
 
