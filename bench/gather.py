@@ -1,0 +1,142 @@
+"""Allgather and broadcast over shared memory: Hora's windows against its rank-pair rings, and
+torch.distributed (gloo), side by side, on this host.
+
+    python bench/gather.py [--np 2] [--sizes 4K,256K,4M,32M] [--iters 30] [--repeats 3]
+
+Runs itself as workers: under ``horarun -np N`` with the default windows and with
+``HORA_SHM_WINDOW_BYTES=0`` (every collective through the rings), and through
+torch.multiprocessing with ``init_process_group("gloo")`` on 127.0.0.1, alternating ``--repeats``
+times so that a change of machine load does not favour one. Per size (total bytes, float32):
+an allgather of each rank's 1/N share into a preallocated output and an in-place broadcast from
+rank 0, the median of ``--iters`` timed calls after warm-up. Prints the best median of the
+repeats per implementation, and each one's time over the windows' (above 1: windows faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from allreduce import format_size, format_time, free_port, horarun_command, parse_size
+
+CASES = ("allgather", "broadcast")
+
+
+def timed(fn: Callable[[], None], iters: int) -> float:
+    for _ in range(5):
+        fn()
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def hora_worker(sizes: list[int], iters: int, out: str) -> None:
+    import hora
+    import numpy as np
+
+    hora.init()
+    n = hora.size()
+    results = {}
+    for nbytes in sizes:
+        share = np.ones(max(1, nbytes // 4 // n), np.float32)
+        full = np.ones(share.size * n, np.float32)
+        results[f"allgather {nbytes}"] = timed(
+            lambda s=share, k=nbytes: hora.allgather(s, name=f"ag.{k}"), iters)
+        results[f"broadcast {nbytes}"] = timed(
+            lambda f=full, k=nbytes: hora.broadcast_(f, 0, name=f"bc.{k}"), iters)
+    if hora.rank() == 0:
+        Path(out).write_text(json.dumps(results))
+    hora.shutdown()
+
+
+def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
+                 out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = {}
+    for nbytes in sizes:
+        share = torch.ones(max(1, nbytes // 4 // world))
+        full = torch.ones(share.numel() * world)
+        parts = list(full.chunk(world))
+        results[f"allgather {nbytes}"] = timed(
+            lambda p=parts, s=share: dist.all_gather(p, s), iters)
+        results[f"broadcast {nbytes}"] = timed(lambda f=full: dist.broadcast(f, 0), iters)
+    if rank == 0:
+        Path(out).write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace, impl: str, out: str) -> dict | None:
+    worker = ["--worker", "torch" if impl == "gloo" else "hora", "--out", out,
+              "--sizes", ",".join(str(s) for s in args.size_list), "--iters", str(args.iters)]
+    if impl == "gloo":
+        import torch.multiprocessing as mp
+
+        mp.spawn(torch_worker, args=(args.np, free_port(), args.size_list, args.iters, out),
+                 nprocs=args.np, join=True)
+    else:
+        env = dict(os.environ)
+        if impl == "hora rings":
+            env["HORA_SHM_WINDOW_BYTES"] = "0"
+        cmd = [*horarun_command(), "-np", str(args.np), sys.executable, __file__, *worker]
+        if subprocess.run(cmd, check=False, env=env).returncode != 0:
+            print(f"{impl} run failed", file=sys.stderr)
+            return None
+    return json.loads(Path(out).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--np", type=int, default=2, help="ranks (2)")
+    parser.add_argument("--sizes", default="4K,256K,4M,32M", help="total bytes per case")
+    parser.add_argument("--iters", type=int, default=30, help="timed calls per case (30)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs of each (3)")
+    parser.add_argument("--no-peer", action="store_true", help="skip torch.distributed")
+    parser.add_argument("--worker", choices=["hora", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.size_list = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if args.worker == "hora":
+        hora_worker(args.size_list, args.iters, args.out)
+        return 0
+
+    impls = ["hora windows", "hora rings"] + ([] if args.no_peer else ["gloo"])
+    best: dict[str, dict[str, float]] = {impl: {} for impl in impls}
+    with tempfile.TemporaryDirectory(prefix="hora-gather-") as tmp:
+        for repeat in range(args.repeats):
+            for impl in impls:
+                res = run(args, impl, os.path.join(tmp, f"{impl}.{repeat}.json".replace(" ", "_")))
+                for key, t in (res or {}).items():
+                    best[impl][key] = min(t, best[impl].get(key, t))
+    print(f"\n{args.np} ranks on this host, best of {args.repeats} medians; "
+          "ratio = time / hora windows time")
+    print(f"| case | {' | '.join(impls)} | "
+          f"{' | '.join(f'{i} / hora windows' for i in impls[1:])} |")
+    print("|" + "---|" * (2 * len(impls)))
+    for case in CASES:
+        for nbytes in args.size_list:
+            key = f"{case} {nbytes}"
+            times = [best[i].get(key) for i in impls]
+            cells = [format_time(t) if t is not None else "-" for t in times]
+            base = times[0]
+            ratios = [f"{t / base:.2f}" if t is not None and base else "-" for t in times[1:]]
+            print(f"| {case} {format_size(nbytes)} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
