@@ -1,5 +1,6 @@
-"""Allgather and broadcast over shared memory: Hora's windows against its rank-pair rings, and
-torch.distributed (gloo), side by side, on this host.
+"""Allgather and broadcast over shared memory: Hora with its windows (the default, which large
+broadcasts use) against Hora with every collective on its rank-pair rings, and torch.distributed
+(gloo), side by side, on this host.
 
     python bench/gather.py [--np 2] [--sizes 4K,256K,4M,32M] [--iters 30] [--repeats 3]
 

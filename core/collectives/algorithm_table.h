@@ -36,6 +36,14 @@ constexpr size_t kBroadcastChainMinBytes = 64 << 10;
 // holds beside the sequence number and size.
 constexpr size_t kSharedLineMaxBytes = 56;
 
+// Over shared memory with windows, a broadcast over the whole job of at least this many bytes
+// goes through the root's window (core/transport/shm/window_gather.h) instead of the tree or the
+// chain over the rings. Measured on 2 cores (bench/gather.py): at 2 ranks 1.6x faster at 512 KiB,
+// 2-3.5x from 1 MiB to 32 MiB, slower below (0.45-0.9x at 4 KiB to 256 KiB, where the tree is one
+// hop through a ring); at 4 ranks 1.0-1.08x from 256 KiB and 1.7x at 32 MiB. Allgathers stay on
+// the rings: through the windows they measured 0.66-1.10x at 2 ranks and 0.94-1.11x at 4.
+constexpr size_t kWindowBroadcastMinBytes = 512 << 10;
+
 // The hierarchical allreduce and allgather (hierarchical.h) are not chosen per size here: the
 // user asks for them per job (HORA_HIERARCHICAL_ALLREDUCE / _ALLGATHER), and makeGlobalCommunicator
 // (core/transport/hierarchical_communicator.h) grants them once, at start, when the hosts allow.

@@ -13,9 +13,6 @@ std::string LinksCommunicator::prefix(const char* op) const {
 }
 
 bool LinksCommunicator::allreduceDirect(void*, size_t, DataType, ReduceOp) { return false; }
-bool LinksCommunicator::allgathervDirect(const void*, void*, const std::vector<size_t>&) {
-  return false;
-}
 bool LinksCommunicator::broadcastDirect(void*, size_t, int) { return false; }
 
 void LinksCommunicator::checkPerRank(const char* op, size_t got) const {
@@ -62,11 +59,7 @@ void LinksCommunicator::allreduce(void* buf, size_t count, DataType dtype, Reduc
 void LinksCommunicator::allgatherv(const void* in, void* out,
                                    const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
-  run("allgatherv", [&] {
-    if (size() == 1 || !allgathervDirect(in, out, bytesPerRank)) {
-      collectives::allgathervRing(links(), in, out, bytesPerRank);
-    }
-  });
+  run("allgatherv", [&] { collectives::allgathervRing(links(), in, out, bytesPerRank); });
 }
 
 void LinksCommunicator::broadcast(void* buf, size_t bytes, int root) {

@@ -7,8 +7,8 @@
 // on, so every later call on this communicator or any view of it throws IoError quoting the first
 // failure.
 //
-// A transport provides links(), failure(), markFailed() and subset(); it may run some allreduces,
-// allgathervs and broadcasts its own way (allreduceDirect() and the like). Used by one thread at a
+// A transport provides links(), failure(), markFailed() and subset(); it may run some allreduces
+// and broadcasts its own way (allreduceDirect(), broadcastDirect()). Used by one thread at a
 // time, as Communicator requires.
 #include <exception>
 #include <string>
@@ -53,8 +53,7 @@ class LinksCommunicator : public Communicator {
   // An allreduce the transport runs without Links (called inside run(), arguments checked);
   // false leaves it to the algorithm table.
   virtual bool allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op);
-  // Likewise for allgatherv and broadcast (arguments checked, size() > 1).
-  virtual bool allgathervDirect(const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+  // Likewise for broadcast (arguments checked, size() > 1, bytes > 0).
   virtual bool broadcastDirect(void* buf, size_t bytes, int root);
 
   // Validates a subset's ranks (ascending, distinct, members, this rank among them) and returns

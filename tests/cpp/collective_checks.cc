@@ -334,6 +334,8 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
           add(collectives::kBroadcastChainMinBytes - 1, DataType::UInt8, ReduceOp::Sum,
               root);                                               // the last tree size
           add(3 * seg + 5, DataType::UInt8, ReduceOp::Sum, root);  // chain, 4 segments
+          // Through the windows, where a transport has them (many parts).
+          add(collectives::kWindowBroadcastMinBytes + 7, DataType::UInt8, ReduceOp::Sum, root);
         }
       }
       break;

@@ -63,21 +63,8 @@ bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, R
   }
 }
 
-bool ShmCommunicator::allgathervDirect(const void* in, void* out,
-                                       const std::vector<size_t>& bytesPerRank) {
-  if (!windows()) return false;
-  std::vector<size_t> offsets(bytesPerRank.size());
-  size_t total = 0;
-  for (size_t r = 0; r < bytesPerRank.size(); ++r) {
-    offsets[r] = total;
-    total += bytesPerRank[r];
-  }
-  windowGather(links_, out, total, offsets, bytesPerRank, in);
-  return true;
-}
-
 bool ShmCommunicator::broadcastDirect(void* buf, size_t bytes, int root) {
-  if (!windows()) return false;
+  if (!windows() || bytes < collectives::kWindowBroadcastMinBytes) return false;
   std::vector<size_t> sizes(size(), 0);
   sizes[root] = bytes;
   windowGather(links_, buf, bytes, std::vector<size_t>(size(), 0), sizes, buf);

@@ -9,7 +9,7 @@
 // a sequence number, then reduces every rank's payload itself, in rank order, so floating sums are
 // bit-identical to the rank-ordered algorithm. When the segment has windows, it runs larger
 // allreduces in them (Window, window_allreduce.h), fused tensors included (allreducePieces), and
-// allgathervs and broadcasts too (window_gather.h). A
+// large broadcasts (window_gather.h). A
 // failure marks this rank gone and unmaps the segment: peers waiting on it fail at once, and later
 // calls throw IoError. One thread at a time.
 #include <memory>
@@ -43,8 +43,6 @@ class ShmCommunicator : public LinksCommunicator {
   void markFailed(const std::string& why) override { peers_->markFailed(why); }
   void setOp(const char* op) override { links_.setOp(op); }
   bool allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) override;
-  bool allgathervDirect(const void* in, void* out,
-                        const std::vector<size_t>& bytesPerRank) override;
   bool broadcastDirect(void* buf, size_t bytes, int root) override;
 
  private:
