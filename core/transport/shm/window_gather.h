@@ -1,15 +1,15 @@
 #pragma once
-// The window gather: allgatherv and broadcast over the whole job through the ranks' windows
-// instead of the rings.
+// The window gather: a collective over the whole job in which every rank's output is one buffer
+// and each rank supplies one range of it, through the ranks' windows instead of the rings. Large
+// broadcasts run it, the root supplying the whole buffer (algorithm_table.h,
+// kWindowBroadcastMinBytes); an allgatherv would be the same with every rank's block.
 //
-// Every rank's output is one buffer in which each rank supplies one range (allgatherv: its block;
-// broadcast: the root, all of it). It goes through in parts that fit one half of a window (the
-// steps of window_steps.h), each part carrying an even piece of every rank's range, so that all
-// ranks copy at once; for part k, every rank copies its piece into its own half, publishes step
-// 2k - 1 and waits until every rank did, then copies every other rank's piece straight from that
-// rank's half into its output, and publishes 2k.
-// Each byte is copied once into a window and once out of it on each reader, whatever the rank
-// count, where the ring copies each block in and out at every hop.
+// The output goes through in parts that fit one half of a window (the steps of window_steps.h),
+// each part carrying an even piece of every rank's range, so that all ranks copy at once. For
+// part k, every rank copies its piece into its own half, publishes step 2k - 1 and waits until
+// every rank did, then copies every other rank's piece straight from that rank's half into its
+// output, and publishes 2k. Each byte is copied once into a window and once out of it on each
+// reader, whatever the rank count.
 #include <cstddef>
 #include <vector>
 
