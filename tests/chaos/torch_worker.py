@@ -18,6 +18,7 @@ import time
 import hora.torch as hvd
 import torch
 import worker_sockets
+from report_line import say
 
 VICTIM = int(os.environ.get("CHAOS_VICTIM", "-1"))
 STEP = int(os.environ.get("CHAOS_STEP", "0"))
@@ -31,14 +32,14 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.L
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                      named_parameters=model.named_parameters())
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-print(f"READY rank={rank}", flush=True)
+say(f"READY rank={rank}")
 data = torch.randn(16, 32, generator=torch.Generator().manual_seed(rank))
 before: list[torch.Tensor] = []
 try:
     for step in range(STEPS):
         before = [p.detach().clone() for p in model.parameters()]
         if rank == VICTIM and step == STEP:
-            timer = threading.Timer(DELAY, lambda: (print(f"VICTIM-ACTS rank={rank}", flush=True),
+            timer = threading.Timer(DELAY, lambda: (say(f"VICTIM-ACTS rank={rank}"),
                                                     os.kill(os.getpid(), 9)))
             timer.daemon = True
             timer.start()
@@ -49,13 +50,13 @@ try:
     if rank == VICTIM:
         time.sleep(DELAY + 30.0)  # the kill lands after the last step at the latest
     hvd.shutdown()
-    print(f"DONE rank={rank}", flush=True)
+    say(f"DONE rank={rank}")
     sys.exit(0)
 except hvd.HoraError as exc:
     text = " ".join(str(exc).split())
-    print(f"FAILED rank={rank} {type(exc).__name__}: {text}", flush=True)
+    say(f"FAILED rank={rank} {type(exc).__name__}: {text}")
     unchanged = all(torch.equal(a, p.detach()) for a, p in zip(before, model.parameters()))
-    print(f"PARAMS rank={rank} unchanged={unchanged}", flush=True)
+    say(f"PARAMS rank={rank} unchanged={unchanged}")
     hvd.shutdown()
     worker_sockets.report(rank)
     sys.exit(3)

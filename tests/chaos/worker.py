@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 import worker_sockets  # counts the sockets held before hora.init()
+from report_line import say
 
 
 def _env_rank() -> int:
@@ -51,7 +52,7 @@ IS_VICTIM = ME == VICTIM
 
 
 def _misbehave() -> None:
-    print(f"VICTIM-ACTS rank={ME} point={POINT}", flush=True)
+    say(f"VICTIM-ACTS rank={ME} point={POINT}")
     os.kill(os.getpid(), signal.SIGSTOP if POINT == "stop" else signal.SIGKILL)
 
 
@@ -79,12 +80,11 @@ import hora  # after the rendezvous timer, so that the kill can land inside init
 try:
     hora.init()
 except hora.HoraError as exc:  # a peer died during the rendezvous
-    print(f"FAILED rank={ME} in init {type(exc).__name__}: {' '.join(str(exc).split())}",
-          flush=True)
+    say(f"FAILED rank={ME} in init {type(exc).__name__}: {' '.join(str(exc).split())}")
     _let_timer_act()
     sys.exit(3)
 rank, size = hora.rank(), hora.size()
-print(f"READY rank={rank} size={size}", flush=True)
+say(f"READY rank={rank} size={size}")
 
 
 def _one_step(step: int) -> np.ndarray:
@@ -128,7 +128,7 @@ def _one_step(step: int) -> np.ndarray:
 def _check(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     got = np.asarray(got)
     if got.shape != want.shape or not np.allclose(got, want):
-        print(f"WRONG-RESULT rank={rank} op={OP}", flush=True)
+        say(f"WRONG-RESULT rank={rank} op={OP}")
         sys.exit(5)
     return got
 
@@ -144,23 +144,23 @@ try:
             elif POINT in ("mid", "fusion"):
                 _after(DELAY)
             elif POINT == "launcher":
-                print(f"BLOCKING rank={rank}", flush=True)  # the others wait in this step's op
+                say(f"BLOCKING rank={rank}")  # the others wait in this step's op
                 time.sleep(HOLD)
         _one_step(step)
         completed += 1
     if POINT == "launcher" and VICTIM < 0:
-        print(f"HOLDING rank={rank}", flush=True)  # not blocked: idle in Python
+        say(f"HOLDING rank={rank}")  # not blocked: idle in Python
         time.sleep(HOLD)
     if IS_VICTIM and POINT == "shutdown":
         _after(DELAY)
     hora.shutdown()
-    print(f"DONE rank={rank}", flush=True)
+    say(f"DONE rank={rank}")
     _let_timer_act()
     sys.exit(0)
 except hora.HoraError as exc:
     elapsed = time.monotonic() - start
     text = " ".join(str(exc).split())
-    print(f"FAILED rank={rank} after={elapsed:.1f}s {type(exc).__name__}: {text}", flush=True)
+    say(f"FAILED rank={rank} after={elapsed:.1f}s {type(exc).__name__}: {text}")
     hora.shutdown()
     worker_sockets.report(rank)
     _let_timer_act()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+from report_line import say
+
 
 def sockets() -> set[str]:
     """The inodes of the sockets this process holds."""
@@ -57,5 +59,4 @@ def report(rank: int) -> None:
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    print(f"SOCKETS rank={rank} left={len(left)} listening={len(listeners)} store={len(store)}",
-          flush=True)
+    say(f"SOCKETS rank={rank} left={len(left)} listening={len(listeners)} store={len(store)}")
