@@ -327,8 +327,11 @@ struct Pending {
   std::vector<Op> ops;
 };
 
-thread_local int tGroupDepth = 0;
-thread_local std::vector<Pending> tGroup;
+// Initial-exec TLS: the library is dlopen'ed, and LeakSanitizer's scan of dynamic TLS blocks
+// crashes on some layouts ("Tracer caught signal 11"); a few bytes of static TLS avoid it.
+#define HORA_EMU_STATIC_TLS __attribute__((tls_model("initial-exec")))
+HORA_EMU_STATIC_TLS thread_local int tGroupDepth = 0;
+HORA_EMU_STATIC_TLS thread_local std::vector<Pending> tGroup;
 
 // One collective: contributions in, barrier, results out, barrier.
 bool runCollective(ncclComm* c, const Op& op) {
