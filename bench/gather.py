@@ -18,28 +18,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from allreduce import format_size, format_time, free_port, horarun_command, parse_size
+from allreduce import (
+    format_size,
+    format_time,
+    free_port,
+    horarun_command,
+    median_time,
+    parse_size,
+)
 
 CASES = ("allgather", "broadcast")
 
 
 def timed(fn: Callable[[], None], iters: int) -> float:
-    for _ in range(5):
-        fn()
-    samples = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    """Median seconds of ``iters`` calls after 5 warm-up calls."""
+    return median_time(fn, 5, iters)["median_s"]
 
 
 def hora_worker(sizes: list[int], iters: int, out: str) -> None:
