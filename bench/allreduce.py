@@ -4,7 +4,8 @@
 
 The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
 default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``; with
-``--rings`` a third time, over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``), once
+``--rings`` again over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``, and with
+``--via-rank0`` with every tensor negotiated by rank 0, ``HORA_SHM_LOCAL_AGREEMENT=0``), once
 through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
 once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
 installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
@@ -439,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         "allreduce through the rank-pair rings, as before windows existed",
     )
     parser.add_argument(
+        "--via-rank0",
+        action="store_true",
+        help="also run Hora over shared memory with every tensor negotiated by rank 0, cached "
+        "ones included (HORA_SHM_LOCAL_AGREEMENT=0), as before local agreement existed",
+    )
+    parser.add_argument(
         "--hierarchical",
         action="store_true",
         help="also run Hora with the ranks on two host names (localhost, 127.0.0.1) that do not "
@@ -470,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
                 args, sizes, os.path.join(tmp, "rings.json"), {"HORA_SHM_WINDOW_BYTES": "0"},
                 "hora shm rings",
             )
+        via_rank0_res = None
+        if args.via_rank0:
+            via_rank0_res = run_hora(
+                args, sizes, os.path.join(tmp, "via_rank0.json"),
+                {"HORA_SHM_LOCAL_AGREEMENT": "0"}, "hora shm via rank 0",
+            )
         tcp_res = None
         if not args.no_tcp:
             tcp_res = run_hora(
@@ -500,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             if mpi_res:
                 mpi_res["impl"] = "mpi4py"
     print_report(hora_res, peer_res, args.np)
-    runs = (hora_res, rings_res, tcp_res, *hier_res, peer_res, mpi_res)
+    runs = (hora_res, rings_res, via_rank0_res, tcp_res, *hier_res, peer_res, mpi_res)
     print_side_by_side([r for r in runs if r], args.np)
     return 0 if hora_res is not None else 1
 

@@ -99,6 +99,14 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   world_ = std::move(conn.world);
   dataCapabilities_ = world_->capabilities();
   control_ = std::move(conn.control);
+  // Cached tensors agreed on among the ranks (local_agreement.h), where every rank allows it and
+  // autotune (which learns from what reaches the coordinator) is off. Fusion then follows rank
+  // 0's threshold, as the coordinator's batches do.
+  if (conn.board && trueOnEveryRank(*world_, settings_.shmLocalAgreement && !settings_.autotune)) {
+    agreedFusionThreshold_ = rankZeroValue(*world_, settings_.fusionThreshold);
+    agreement_ = std::make_unique<LocalAgreement>(std::move(conn.board),
+                                                  Millis(settings_.agreementHandOverMs));
+  }
 }
 
 // Only TCP needs the store: MPI connects the ranks itself (mpirun). TCP beside MPI under mpirun,

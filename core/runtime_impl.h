@@ -18,6 +18,7 @@
 #include "core/common/adaptive_spin.h"
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/liveness.h"
+#include "core/coordinator/local_agreement.h"
 #include "core/coordinator/participant.h"
 #include "core/coordinator/process_set_table.h"
 #include "core/coordinator/stall_inspector.h"
@@ -85,6 +86,15 @@ class RuntimeImpl final : public Runtime {
   void sendToCoordinator(const RequestBatch& b);
   void sendControl(int to, const std::string& bytes);  // every control message, counted
   void inspectStalls(Clock::time_point now);
+  // Local agreement (core/coordinator/local_agreement.h), when agreement_ is set.
+  void holdAgreeable(RequestBatch& batch, Clock::time_point now);
+  void agreeLocally(Clock::time_point now);
+  void takeAgreed(const LocalAgreement::Outcome& outcome);
+  void runAgreed(const std::vector<int>& slots);
+  void handOver(const std::vector<int>& slots);
+  // Tensors sent for negotiation that only the coordinator can answer (not held for agreement).
+  size_t awaitingCoordinator() const;
+  void finishedKey(const std::string& key);
 
   Topology topology_;
   const Settings settings_;  // as given at start
@@ -107,7 +117,9 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<Coordinator> coordinator_;  // world rank 0 only
   std::unique_ptr<StallInspector> stalls_;    // world rank 0 only
   FusionBuffer fusion_;
-  std::unique_ptr<GpuExecutor> gpu_;  // made by the first response on GPU tensors
+  std::unique_ptr<GpuExecutor> gpu_;           // made by the first response on GPU tensors
+  std::unique_ptr<LocalAgreement> agreement_;  // null: every tensor goes to the coordinator
+  int64_t agreedFusionThreshold_ = 0;          // rank 0's, for what agreement_ runs
 
   std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};

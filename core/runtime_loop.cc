@@ -5,6 +5,7 @@
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/common/spin.h"
+#include "core/fusion/fusion_planner.h"
 #include "core/ops/executor.h"
 #include "core/runtime_impl.h"
 #include "core/transport/hierarchical_communicator.h"
@@ -83,7 +84,7 @@ void RuntimeImpl::cycle() {
   auto cycleTime = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(cycleTimeMs_));
   if (haveWork) {
-    if (participant_.outstanding() == 0 || now - lastSend_ >= cycleTime) {
+    if (awaitingCoordinator() == 0 || now - lastSend_ >= cycleTime) {
       sendRequests(now);
       if (stopped_) return;
     } else {
@@ -102,8 +103,15 @@ void RuntimeImpl::cycle() {
 
   reportWaiting();
   if (stopped_) return;
+  if (agreement_) {
+    agreeLocally(now);
+    if (stopped_) return;
+    Millis due = agreement_->untilDue(now, std::chrono::ceil<Millis>(cycleTime));
+    if (due.count() >= 0) wait = wait.count() < 0 ? due : std::min(wait, due);
+  }
 
-  if (coordinator_) {
+  // While its agreement round is open, rank 0 builds no batch (local_agreement.h).
+  if (coordinator_ && !(agreement_ && agreement_->open())) {
     if (now >= deadlockCheckAt_) {
       coordinator_->failDeadlocks(now);
       deadlockCheckAt_ = now + kDeadlockCheckInterval;
@@ -152,7 +160,7 @@ void RuntimeImpl::checkLiveness(Clock::time_point now) {
     for (int r : coordinator_->awaitedRanks()) {
       if (r != topology_.rank) watched.push_back(r);
     }
-  } else if (participant_.outstanding() > 0) {
+  } else if (awaitingCoordinator() > 0) {
     watched.push_back(0);
   }
   Liveness::Verdict v = liveness_.check(watched, now);
@@ -247,7 +255,7 @@ void RuntimeImpl::reportWaiting() {
   if (!fresh_.empty() || participant_.hasResends()) return;  // travels with those requests
   // Blocked only matters while something this rank sent is unanswered: otherwise the coordinator
   // holds nothing of it, and a rank it does not know to be blocked counts as free.
-  bool blocked = waitingNow_ && participant_.outstanding() > 0;
+  bool blocked = waitingNow_ && awaitingCoordinator() > 0;
   uint64_t applied = participant_.appliedBatches();
   if (coordinator_) {
     coordinator_->setWaiting(topology_.rank, blocked, applied);
@@ -274,8 +282,9 @@ void RuntimeImpl::reportWaiting() {
 void RuntimeImpl::sendRequests(Clock::time_point now) {
   RequestBatch batch = participant_.collect(queue_, fresh_);
   fresh_.clear();
-  lastSend_ = now;
+  if (agreement_) holdAgreeable(batch, now);
   if (batch.requests.empty() && batch.cacheBits.empty()) return;
+  lastSend_ = now;
   batch.waiting = waitingNow_;
   reportedWaiting_ = waitingNow_;
   reportedApplied_ = batch.appliedBatches;
@@ -287,7 +296,16 @@ void RuntimeImpl::sendRequests(Clock::time_point now) {
 }
 
 void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
+  // The agreement round this rank published runs first when every rank published it; otherwise
+  // it can run nothing (local_agreement.h).
+  if (agreement_ && agreement_->resolvable()) {
+    takeAgreed(agreement_->resolve());
+    if (stopped_) return;
+  }
   auto begin = Clock::now();
+  if (agreement_) {
+    for (int32_t slot : batch.evictedSlots) agreement_->evicted(slot);
+  }
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
   // No control message was read while the collectives ran: that time is nobody's silence.
@@ -309,7 +327,7 @@ void RuntimeImpl::completeNamed(const Response& r, std::exception_ptr error) {
   for (const auto& name : r.names) {
     auto entry = queue_.remove(tensorKey(r.processSetId, name));
     if (!entry) continue;
-    participant_.finished(tensorKey(r.processSetId, name));
+    finishedKey(tensorKey(r.processSetId, name));
     entry->handle->complete(error);
   }
 }
@@ -371,12 +389,13 @@ void RuntimeImpl::runData(const Response& r) {
   for (size_t i = 0; i < r.names.size(); ++i) {
     auto key = tensorKey(r.processSetId, r.names[i]);
     auto e = queue_.remove(key);
-    participant_.finished(key);
+    finishedKey(key);
     HORA_CHECK(e != nullptr || r.withJoinedRanks,
                "response for tensor '" + r.names[i] + "' this rank never enqueued");
     entries.push_back(e.get());
     if (e && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
-      participant_.recordCached(r.cacheSlots[i], key, e->request);
+      participant_.recordCached(r.cacheSlots[i], key, e->request,
+                                singleResponse(r, i, sets_.size(r.processSetId)));
     }
     owned.push_back(std::move(e));
   }

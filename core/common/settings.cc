@@ -74,6 +74,10 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "each host again (jobs over several hosts with equal ranks per host)"},
       {"SHM_CONTROL", "1",
        "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
+      {"SHM_LOCAL_AGREEMENT", "1",
+       "0 sends every tensor to rank 0 for negotiation, cached ones included; by default, when "
+       "negotiation runs over shared memory, the ranks agree on cached tensors of the global "
+       "process set among themselves (off on every rank when any rank sets 0 or autotune is on)"},
       {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
       // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
       {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
@@ -162,6 +166,7 @@ Settings Settings::fromEnvironment() {
   s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
   s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
   s.shmControl = envBool("SHM_CONTROL");
+  s.shmLocalAgreement = envBool("SHM_LOCAL_AGREEMENT");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
   s.timeline = envString("TIMELINE");

@@ -42,6 +42,7 @@ struct Settings {
   bool hierarchicalAllreduce = false;       // HIERARCHICAL_ALLREDUCE: local + cross allreduce
   bool hierarchicalAllgather = false;       // HIERARCHICAL_ALLGATHER: local + cross allgather
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
+  bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0
   std::string logLevel = "warning";         // LOG_LEVEL
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES
@@ -58,6 +59,9 @@ struct Settings {
   int64_t autotuneSamplesPerCandidate = 3;  // AUTOTUNE_SAMPLES_PER_CANDIDATE
   bool fusionThresholdSet = false;          // set explicitly: autotune leaves it alone
   bool cycleTimeSet = false;
+  // How long a cached tensor waits for the other ranks before it goes to rank 0 after all (no
+  // environment variable: tests lengthen it to see that nothing else sends a message).
+  int64_t agreementHandOverMs = 10;
 
   static Settings fromEnvironment();
 };

@@ -39,8 +39,9 @@ void Participant::applyEvictions(const std::vector<int32_t>& slots) {
   }
 }
 
-void Participant::recordCached(int slot, const std::string& key, const Request& request) {
-  cache_.put(slot, key, request, Response());
+void Participant::recordCached(int slot, const std::string& key, const Request& request,
+                               const Response& response) {
+  cache_.put(slot, key, request, response);
 }
 
 }  // namespace hora

@@ -31,7 +31,12 @@ class Participant {
 
   // Applying a response batch, in this order: evictions, then cache puts of its responses.
   void applyEvictions(const std::vector<int32_t>& slots);
-  void recordCached(int slot, const std::string& key, const Request& request);
+  // response: the single-tensor response of that slot (local_agreement.h runs it again).
+  void recordCached(int slot, const std::string& key, const Request& request,
+                    const Response& response);
+  // The slot's key and single-tensor response (the slot is occupied).
+  const std::string& cachedKey(int slot) const { return cache_.key(slot); }
+  const Response& cachedResponse(int slot) const { return cache_.response(slot); }
   void finished(const std::string& key) {
     sentAsSlot_.erase(key);
     outstanding_.erase(key);

@@ -1,5 +1,7 @@
 #include "core/fusion/fusion_planner.h"
 
+#include <type_traits>
+
 namespace hora {
 namespace {
 
@@ -23,6 +25,32 @@ void append(Response& group, const Response& r) {
 }
 
 }  // namespace
+
+Response singleResponse(const Response& fused, size_t i, int setSize) {
+  if (fused.names.size() == 1) return fused;
+  // Field by field: copying the fused response whole would copy every tensor's entries per tensor.
+  Response r;
+  r.kind = fused.kind;
+  r.processSetId = fused.processSetId;
+  r.dtype = fused.dtype;
+  r.device = fused.device;
+  r.reduceOp = fused.reduceOp;
+  r.prescale = fused.prescale;
+  r.postscale = fused.postscale;
+  r.rootRank = fused.rootRank;
+  r.withJoinedRanks = fused.withJoinedRanks;
+  auto one = [i](const auto& all, size_t per) {
+    using Vector = std::decay_t<decltype(all)>;
+    if (all.empty()) return Vector();
+    return Vector(all.begin() + i * per, all.begin() + (i + 1) * per);
+  };
+  r.names = {fused.names[i]};
+  r.elementCounts = one(fused.elementCounts, 1);
+  r.rowElements = one(fused.rowElements, 1);
+  r.gatheredRows = one(fused.gatheredRows, static_cast<size_t>(setSize));
+  r.cacheSlots = one(fused.cacheSlots, 1);
+  return r;
+}
 
 int64_t fusionBytes(const Response& r, int setSize) {
   int64_t elements = 0;

@@ -17,6 +17,9 @@ namespace hora {
 // rows every rank sends).
 int64_t fusionBytes(const Response& r, int setSize);
 
+// Tensor i of a (possibly fused) response, as the single response it was planned from.
+Response singleResponse(const Response& fused, size_t i, int setSize);
+
 std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize);
 

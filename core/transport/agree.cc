@@ -49,4 +49,15 @@ void requireSameOnEveryRank(Communicator& world, const std::string& value,
   throw InvalidArgument(message + ". Every rank must pass the same ones, in the same order");
 }
 
+bool trueOnEveryRank(Communicator& world, bool mine) {
+  if (world.size() == 1) return mine;
+  std::vector<uint8_t> all = gatherOne<uint8_t>(world, mine ? 1 : 0);
+  return std::all_of(all.begin(), all.end(), [](uint8_t v) { return v == 1; });
+}
+
+int64_t rankZeroValue(Communicator& world, int64_t value) {
+  if (world.size() == 1) return value;
+  return gatherOne<int64_t>(world, value)[0];
+}
+
 }  // namespace hora

@@ -10,6 +10,7 @@
 
 #include "core/common/time.h"
 #include "core/store/store.h"
+#include "core/transport/agreement_board.h"
 #include "core/transport/communicator.h"
 #include "core/transport/control_channel.h"
 
@@ -37,6 +38,9 @@ struct ConnectOptions {
 struct Connection {
   std::unique_ptr<Communicator> world;
   std::unique_ptr<ControlChannel> control;
+  // Where cached tensors can be agreed on without the coordinator; null when the transport has
+  // none (only negotiation over shared memory offers one).
+  std::unique_ptr<AgreementBoard> board;
 };
 
 class Transport {

@@ -7,6 +7,7 @@
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/participant.h"
 #include "core/coordinator/tensor_queue.h"
+#include "core/fusion/fusion_planner.h"
 
 namespace hora {
 namespace {
@@ -64,7 +65,8 @@ class Job {
           if (!e) continue;
           p.finished(key);
           if (i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
-            p.recordCached(r.cacheSlots[i], key, e->request);
+            p.recordCached(r.cacheSlots[i], key, e->request,
+                           singleResponse(r, i, static_cast<int>(queues_.size())));
           }
         }
       }

@@ -184,7 +184,8 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   WaitPolicy policy = peers_->policy;
   policy.yield = spin;
   auto woken = [&] { return wakeups_.load(std::memory_order_acquire) != wakeupsSeen_; };
-  auto ready = [&] { return woken() || anyInbound(); };
+  // A round another rank published on the agreement board ends the wait like a message.
+  auto ready = [&] { return woken() || anyInbound() || peers_->boardMoved(); };
   auto failed = [&] { return peersGone(); };
   for (;;) {
     for (Inbound& in : inbound_) readAvailable(in, out);
@@ -192,7 +193,7 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
       wakeupsSeen_ = wakeups_.load(std::memory_order_acquire);
       return;
     }
-    if (out.size() > before) return;
+    if (out.size() > before || peers_->boardMoved()) return;
     if (!forever) {
       const auto now = Clock::now();
       if (now >= deadline) return;

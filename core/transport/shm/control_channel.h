@@ -8,7 +8,8 @@
 // frame larger than the free space goes in pieces as the reader frees room; the reader keeps a
 // partial frame until the rest arrives. Writers ring the reader's doorbell after each piece;
 // poll() waits on this rank's doorbell (wait.h: pause, yield for `spin`, then futex) until an
-// inbound ring has bytes, wakeup() was called, or the timeout passes. send() waiting for room keeps
+// inbound ring has bytes, wakeup() was called, another rank published on the agreement board
+// (agreement_board.h), or the timeout passes. send() waiting for room keeps
 // draining the inbound rings into a stash (rank 0 and a rank both sending big messages never wait
 // on each other), fails with TimeoutError when nothing moves for the op timeout, and with IoError
 // as soon as the peer is gone. A peer whose channel closed or whose process exited makes poll()

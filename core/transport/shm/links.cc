@@ -74,6 +74,14 @@ std::string ShmPeers::othersGone(int peer) const {
   return out.empty() ? "" : out + " too";
 }
 
+uint64_t ShmPeers::othersRounds() const {
+  uint64_t sum = 0;
+  for (int r = 0; r < worldSize; ++r) {
+    if (r != worldRank) sum += segment.rank(r).agreement.round.load(std::memory_order_acquire);
+  }
+  return sum;
+}
+
 void ShmPeers::markFailed(const std::string& why) {
   if (failure.empty()) failure = why;
   if (!segment.mapped()) return;

@@ -42,6 +42,10 @@ struct ShmPeers {
   // A ShmControlChannel uses the segment: markFailed() leaves it mapped, since the channel still
   // carries this rank's last messages (its failure's reason); it goes with the last owner.
   bool controlInUse = false;
+  // An agreement board on the segment is in use (agreement_board.h): the control channel's waits
+  // also end when another rank publishes a round after boardSeen was taken (board.looked()).
+  bool boardInUse = false;
+  uint64_t boardSeen = 0;
   collectives::ScratchBuffers scratch;
 
   // The rank messages name for segment rank r.
@@ -54,6 +58,10 @@ struct ShmPeers {
   // group in turn, so the peer a rank waits on may be gone only because another rank died first.
   std::string othersGone(int peer) const;
   Doorbell& doorbell(int worldRank) const { return segment.rank(worldRank).doorbell; }
+  // The sum of the agreement rounds the other ranks published: it grows with each one.
+  uint64_t othersRounds() const;
+  // Whether another rank published an agreement round since boardSeen was taken.
+  bool boardMoved() const { return boardInUse && othersRounds() != boardSeen; }
   void markFailed(const std::string& why);
 };
 

@@ -30,6 +30,9 @@ struct alignas(kLine) Header {
   throw IoError(std::string("shared memory: ") + what + " failed: " + std::strerror(errno));
 }
 
+// The size the layout comment (segment.h) and the README promise.
+static_assert(sizeof(RankBlock) == 1024, "a rank's block is 1024 bytes");
+
 size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
 size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }
 

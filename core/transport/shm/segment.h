@@ -8,14 +8,15 @@
 // fails unmaps it at once.
 //
 // Layout (all cache-line aligned, nothing shared between writers on one line):
-//   header | per rank: identity line, doorbell line, two small-payload lines, window line |
+//   header | per rank: identity line, doorbell line, two small-payload lines, window line,
+//   agreement line and two agreement rounds |
 //   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
 //   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data |
 //   per rank: window (two halves)
 // The data rings belong to the collectives; the control rings carry only negotiation messages
 // (control_channel.h), so a collective never reads one by mistake. A rank's window holds the
 // data of an allreduce that its peers reduce in place (window_allreduce.h). The size is fixed when
-// the job starts: 64 B + 320 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
+// the job starts: 64 B + 1024 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
 // kControlRingBytes) per rank other than 0 + windowBytes per rank, whatever the tensors the job
 // later moves.
 //
@@ -25,6 +26,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/transport/agreement_board.h"
 
 namespace hora {
 namespace shm {
@@ -61,12 +64,24 @@ struct alignas(kLine) SpareLine {
 struct alignas(kLine) WindowLine {
   std::atomic<uint32_t> step;
 };
+// The rank's rounds of local agreement (core/transport/agreement_board.h): round is written
+// (release) after rounds[round & 1].
+struct alignas(kLine) AgreementLine {
+  std::atomic<uint32_t> round;
+};
+struct alignas(kLine) AgreementRound {
+  uint64_t applied;
+  uint64_t ready[AgreementBoard::kWords];
+  uint64_t handedOver[AgreementBoard::kWords];
+};
 struct RankBlock {
   RankLine identity;
   Doorbell doorbell;
   PayloadLine line;  // parity 0 payload and the sequence number
   SpareLine spare;   // parity 1 payload
   WindowLine window;
+  AgreementLine agreement;
+  AgreementRound rounds[2];
 };
 // A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
 // bytes consumed (by the receiver); both only grow. writerWaiting (control rings only) is set by

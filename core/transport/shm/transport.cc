@@ -4,6 +4,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/transport/shm/agreement_board.h"
 #include "core/transport/shm/communicator.h"
 #include "core/transport/shm/control_channel.h"
 #include "core/transport/shm/setup.h"
@@ -27,10 +28,11 @@ size_t ringBytesOf(const ConnectOptions& o) {
 // Moves negotiation onto the segment when it runs on this job's TCP control connections (another
 // controller, such as MPI, stays) and every rank allows it. The TCP connections close: nothing
 // would read them any more, and a local peer's exit is seen through the segment (pidfd, gone flag).
-// Returns true when it moved.
+// The agreement board comes with it. Returns true when it moved.
 bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
   if (!a.control || dynamic_cast<tcp::TcpControlChannel*>(c.control.get()) == nullptr) return false;
   c.control = std::make_unique<ShmControlChannel>(a.peers, o.opTimeout);
+  c.board = std::make_unique<ShmAgreementBoard>(a.peers);
   return true;
 }
 

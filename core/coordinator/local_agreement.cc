@@ -1,0 +1,154 @@
+#include "core/coordinator/local_agreement.h"
+
+#include <algorithm>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace {
+
+constexpr size_t kWords = AgreementBoard::kWords;
+
+bool bitSet(const uint64_t* words, int slot) { return (words[slot / 64] >> (slot % 64)) & 1u; }
+void setBit(uint64_t* words, int slot) { words[slot / 64] |= uint64_t{1} << (slot % 64); }
+
+}  // namespace
+
+LocalAgreement::LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter)
+    : board_(std::move(board)),
+      handOverAfter_(handOverAfter),
+      rounds_(static_cast<size_t>(board_->size())) {}
+
+void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point now) {
+  HORA_CHECK(accepts(slot) && held_.count(slot) == 0, "slot held twice for local agreement");
+  held_[slot] = Held{key, now, false};
+}
+
+bool LocalAgreement::othersAhead() const {
+  for (int r = 0; r < board_->size(); ++r) {
+    if (r != board_->rank() && board_->published(r) > round_) return true;
+  }
+  return false;
+}
+
+bool LocalAgreement::resolvable() const {
+  if (!open_) return false;
+  for (int r = 0; r < board_->size(); ++r) {
+    if (board_->published(r) < round_) return false;
+  }
+  return true;
+}
+
+LocalAgreement::Outcome LocalAgreement::resolve() {
+  HORA_CHECK(resolvable(), "resolving an agreement round not every rank published");
+  Outcome out;
+  open_ = false;
+  for (int r = 0; r < board_->size(); ++r) board_->read(r, round_, &rounds_[r]);
+  uint64_t ready[kWords], handedOver[kWords];
+  bool sameBatches = true;
+  for (size_t w = 0; w < kWords; ++w) {
+    ready[w] = ~uint64_t{0};
+    handedOver[w] = 0;
+    for (const auto& round : rounds_) {
+      ready[w] &= round.ready[w];
+      handedOver[w] |= round.handedOver[w];
+    }
+  }
+  for (const auto& round : rounds_)
+    sameBatches = sameBatches && round.applied == rounds_[0].applied;
+  if (sameBatches) {
+    out.ready.emplace_back();
+    for (size_t w = 0; w < kWords; ++w) {
+      for (uint64_t bits = ready[w]; bits != 0; bits &= bits - 1) {
+        int slot = static_cast<int>(w * 64) + __builtin_ctzll(bits);
+        // This rank published the bit, and no batch it applied since could have taken it back.
+        HORA_CHECK(held_.count(slot) == 1, "an agreed slot this rank no longer holds");
+        out.ready.back().push_back(slot);
+        held_.erase(slot);
+      }
+    }
+  }
+  if (!out.ready.empty() && out.ready.back().empty()) out.ready.pop_back();
+  for (auto it = held_.begin(); it != held_.end();) {
+    auto next = std::next(it);
+    if (bitSet(handedOver, it->first)) handOver(it, out);
+    it = next;
+  }
+  return out;
+}
+
+void LocalAgreement::handOver(std::map<int, Held>::iterator it, Outcome& out) {
+  out.handOver.push_back(it->first);
+  handedOver_[it->first] = it->second.key;
+  handOverNews_ = true;
+  held_.erase(it);
+}
+
+LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point now,
+                                             Millis cycle) {
+  board_->looked();
+  Outcome out;
+  if (resolvable()) out = resolve();
+  if (open_) return out;
+  for (auto it = held_.begin(); it != held_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.since >= handOverAfter_) handOver(it, out);
+    it = next;
+  }
+  bool fresh = false, waiting = false;
+  for (const auto& kv : held_) (kv.second.published ? waiting : fresh) = true;
+  bool news = fresh && (!waiting || now - lastPublish_ >= cycle);
+  bool batchesMoved = !held_.empty() && applied != publishedApplied_;
+  if (!(news || batchesMoved || handOverNews_ || othersAhead())) return out;
+  publish(applied, now);
+  // Every other rank may have published this round already: then no wake-up would come for it.
+  if (resolvable()) {
+    Outcome more = resolve();
+    out.ready.insert(out.ready.end(), more.ready.begin(), more.ready.end());  // a round apart
+    out.handOver.insert(out.handOver.end(), more.handOver.begin(), more.handOver.end());
+  }
+  return out;
+}
+
+void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
+  AgreementBoard::Round mine;
+  mine.applied = applied;
+  for (auto& kv : held_) {
+    setBit(mine.ready, kv.first);
+    kv.second.published = true;
+  }
+  for (const auto& kv : handedOver_) setBit(mine.handedOver, kv.first);
+  board_->publish(++round_, mine);
+  open_ = true;
+  publishedApplied_ = applied;
+  handOverNews_ = false;
+  lastPublish_ = now;
+}
+
+void LocalAgreement::evicted(int slot) {
+  held_.erase(slot);
+  handedOver_.erase(slot);
+}
+
+void LocalAgreement::finished(const std::string& key) {
+  for (auto it = handedOver_.begin(); it != handedOver_.end(); ++it) {
+    if (it->second == key) {
+      handedOver_.erase(it);
+      return;
+    }
+  }
+}
+
+Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
+  if (open_ || held_.empty()) return Millis(-1);
+  Clock::time_point due = Clock::time_point::max();
+  bool fresh = false, waiting = false;
+  for (const auto& kv : held_) {
+    due = std::min(due, kv.second.since + handOverAfter_);
+    (kv.second.published ? waiting : fresh) = true;
+  }
+  if (fresh && waiting) due = std::min(due, lastPublish_ + cycle);
+  return due <= now ? Millis(0) : std::chrono::ceil<Millis>(due - now);
+}
+
+}  // namespace hora

@@ -1,0 +1,95 @@
+#pragma once
+// LocalAgreement: cached tensors of the global process set agreed on by every rank for itself, with
+// no round trip to the coordinator, when the transport offers an agreement board
+// (core/transport/agreement_board.h; ranks on one host).
+//
+// A rank holds the cache slots it has ready and publishes them in rounds. Once every rank has
+// published round k, each rank reads all of round k and runs, in slot order, the slots every rank
+// holds, provided every rank had applied the same number of response batches (the same batches
+// give every rank the same cache, so a slot names the same tensor on all). All ranks read the same
+// round, so all decide the same. A rank publishes a round when it holds new slots (at once when
+// it held nothing published, else at most once per cycle, so a burst fuses), when another rank
+// started one, or when its batch count or hand-overs changed while it holds slots.
+//
+// Ordering against the coordinator's batches, which must interleave the same way on every rank:
+// - world rank 0 builds no batch while its own round is open (published, not yet resolved);
+// - a rank about to apply a batch first resolves its open round when every rank published it. If
+//   some rank has not, the round can run nothing: rank 0 built that batch before publishing the
+//   round (the rule above), so rank 0 will publish a larger batch count than this rank did.
+//
+// A slot held for handOverAfter, or that another rank handed over, goes to the coordinator
+// instead (its stall inspector, deadlock check and join handling see only what reaches it), and
+// the rank publishes it as handed over until that tensor completes, so that the others send
+// theirs too. A slot is never both held and sent: a hand-over happens only outside an open round.
+//
+// Background thread only.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/time.h"
+#include "core/transport/agreement_board.h"
+
+namespace hora {
+
+class LocalAgreement {
+ public:
+  // handOverAfter: how long a held slot waits for the other ranks before it goes to the
+  // coordinator (Settings::agreementHandOverMs).
+  LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter);
+
+  // Whether a tensor of the global set cached in `slot` can be agreed on here.
+  static bool accepts(int slot) { return slot >= 0 && slot < int(AgreementBoard::kSlots); }
+  void hold(int slot, const std::string& key, Clock::time_point now);
+
+  struct Outcome {
+    // Per round resolved, the slots every rank held: run them now, in this order. Each round is
+    // fused on its own, as every other rank fuses it.
+    std::vector<std::vector<int>> ready;
+    std::vector<int> handOver;  // slots to send to the coordinator now
+  };
+  // One look at the board: resolves the open round if every rank published it, hands over what
+  // waited too long, and publishes the next round when due. applied: batches applied so far.
+  Outcome step(uint64_t applied, Clock::time_point now, Millis cycle);
+  // Published and not yet resolved: rank 0 builds no batch meanwhile.
+  bool open() const { return open_; }
+  // Open, and every rank published it (then resolve() before applying a batch).
+  bool resolvable() const;
+  Outcome resolve();
+
+  // The coordinator evicted the slot: what was held there is resent in full, by the participant.
+  void evicted(int slot);
+  // The tensor completed (or failed): it is no longer handed over.
+  void finished(const std::string& key);
+  // Slots held (the participant counts them as sent; the coordinator does not know them).
+  size_t held() const { return held_.size(); }
+  // How long until step() has something to do by itself (hand over, or publish delayed news);
+  // negative when nothing but another rank's round can give it work.
+  Millis untilDue(Clock::time_point now, Millis cycle) const;
+
+ private:
+  struct Held {
+    std::string key;
+    Clock::time_point since;
+    bool published = false;
+  };
+
+  void publish(uint64_t applied, Clock::time_point now);
+  void handOver(std::map<int, Held>::iterator it, Outcome& out);
+  bool othersAhead() const;
+
+  std::unique_ptr<AgreementBoard> board_;
+  Millis handOverAfter_;
+  std::map<int, Held> held_;               // by slot
+  std::map<int, std::string> handedOver_;  // slot -> key, until that tensor completes
+  uint32_t round_ = 0;                     // the last round this rank published
+  bool open_ = false;
+  uint64_t publishedApplied_ = 0;
+  bool handOverNews_ = false;  // hand-overs not yet published
+  Clock::time_point lastPublish_{};
+  std::vector<AgreementBoard::Round> rounds_;  // scratch: every rank's round being resolved
+};
+
+}  // namespace hora

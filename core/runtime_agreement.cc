@@ -1,0 +1,96 @@
+// The background thread's side of local agreement (core/coordinator/local_agreement.h): which
+// cache hits it holds instead of sending them, running what every rank agreed on, and handing the
+// rest to the coordinator.
+#include "core/fusion/fusion_planner.h"
+#include "core/runtime_impl.h"
+
+namespace hora {
+
+size_t RuntimeImpl::awaitingCoordinator() const {
+  return participant_.outstanding() - (agreement_ ? agreement_->held() : 0);
+}
+
+void RuntimeImpl::finishedKey(const std::string& key) {
+  participant_.finished(key);
+  if (agreement_) agreement_->finished(key);
+}
+
+// Cache hits of the global set stay here to be agreed on; the rest of the batch goes on.
+void RuntimeImpl::holdAgreeable(RequestBatch& batch, Clock::time_point now) {
+  for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
+    for (uint64_t bits = batch.cacheBits[word]; bits != 0; bits &= bits - 1) {
+      int slot = static_cast<int>(word * 64) + __builtin_ctzll(bits);
+      const Response& cached = participant_.cachedResponse(slot);
+      if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) continue;
+      agreement_->hold(slot, participant_.cachedKey(slot), now);
+      batch.cacheBits[word] &= ~(uint64_t{1} << (slot % 64));
+      if (coordinator_ && timeline_.enabled()) {
+        timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));
+        timeline_.rankReady(0, cached.names.front(), 0);
+      }
+    }
+  }
+  while (!batch.cacheBits.empty() && batch.cacheBits.back() == 0) batch.cacheBits.pop_back();
+}
+
+void RuntimeImpl::agreeLocally(Clock::time_point now) {
+  auto cycle = std::chrono::duration<double, std::milli>(cycleTimeMs_);
+  takeAgreed(
+      agreement_->step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycle)));
+}
+
+void RuntimeImpl::takeAgreed(const LocalAgreement::Outcome& outcome) {
+  handOver(outcome.handOver);
+  if (stopped_) return;
+  for (const auto& round : outcome.ready) runAgreed(round);
+}
+
+// What every rank holds runs as the coordinator would have answered it: the cached responses, in
+// slot order, fused under rank 0's threshold.
+void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
+  if (slots.empty()) return;
+  std::vector<Response> singles;
+  for (int slot : slots) {
+    singles.push_back(participant_.cachedResponse(slot));
+    singles.back().cacheSlots = {slot};
+    if (coordinator_ && timeline_.enabled()) {
+      const std::string& name = singles.back().names.front();
+      for (int r = 1; r < topology_.size; ++r) timeline_.rankReady(0, name, r);
+      timeline_.negotiateEnd(0, name);
+    }
+  }
+  auto begin = Clock::now();
+  for (const Response& r : planFusion(std::move(singles), agreedFusionThreshold_,
+                                      [this](int) { return topology_.size; })) {
+    runData(r);
+  }
+  // No control message was read while the collectives ran: that time is nobody's silence.
+  liveness_.paused(Clock::now() - begin);
+}
+
+// Slots that waited too long, or that another rank handed over, go to the coordinator as the
+// cache bits they would have been.
+void RuntimeImpl::handOver(const std::vector<int>& slots) {
+  if (slots.empty()) return;
+  RequestBatch batch;
+  batch.appliedBatches = participant_.appliedBatches();
+  for (int slot : slots) {
+    size_t word = static_cast<size_t>(slot) / 64;
+    if (batch.cacheBits.size() <= word) batch.cacheBits.resize(word + 1, 0);
+    batch.cacheBits[word] |= uint64_t{1} << (slot % 64);
+    if (coordinator_ && timeline_.enabled()) {
+      timeline_.negotiateEnd(0, participant_.cachedResponse(slot).names.front());
+    }
+  }
+  batch.waiting = waitingNow_;
+  reportedWaiting_ = waitingNow_;
+  reportedApplied_ = batch.appliedBatches;
+  lastSend_ = Clock::now();
+  if (coordinator_) {
+    coordinator_->ingest(topology_.rank, batch);
+  } else {
+    sendToCoordinator(batch);
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,44 @@
+#pragma once
+// AgreementBoard: where the ranks of a job publish, round by round, which cached tensors they have
+// ready, so that each rank decides by itself which of them run (core/coordinator/
+// local_agreement.h), with no message to or from the coordinator. Only a transport whose ranks
+// share memory offers one (shm/agreement_board.h).
+//
+// Round k of a rank: how many response batches it had applied, the cache slots it holds ready,
+// and the slots it handed to the coordinator instead. A rank publishes round k + 1 only after it
+// has read every rank's round k, so no rank is ever more than one round ahead of another and two
+// buffers per rank (k & 1) suffice: a round is rewritten only once every rank has read it.
+//
+// Threads: the background thread of each rank.
+#include <cstddef>
+#include <cstdint>
+
+namespace hora {
+
+class AgreementBoard {
+ public:
+  // Cache slots the board carries: tensors cached in higher slots always go to the coordinator.
+  static constexpr size_t kSlots = 1024;
+  static constexpr size_t kWords = kSlots / 64;
+
+  struct Round {
+    uint64_t applied = 0;              // response batches the rank had applied
+    uint64_t ready[kWords] = {};       // slots the rank holds ready
+    uint64_t handedOver[kWords] = {};  // slots the rank sent to the coordinator, not yet done
+  };
+
+  virtual ~AgreementBoard() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Publishes this rank's round `round` (one more than its last) and wakes the other ranks.
+  virtual void publish(uint32_t round, const Round& mine) = 0;
+  // The last round rank r published; 0 before its first.
+  virtual uint32_t published(int r) const = 0;
+  // Rank r's round `round`, which r has published and not yet been able to overwrite.
+  virtual void read(int r, uint32_t round, Round* out) const = 0;
+  // Called before the board is looked at: the transport's waits for control messages also end
+  // when another rank publishes after this call.
+  virtual void looked() = 0;
+};
+
+}  // namespace hora

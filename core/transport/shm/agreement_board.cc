@@ -1,0 +1,43 @@
+#include "core/transport/shm/agreement_board.h"
+
+#include <cstring>
+
+#include "core/common/errors.h"
+
+namespace hora {
+namespace shm {
+
+ShmAgreementBoard::ShmAgreementBoard(std::shared_ptr<ShmPeers> peers) : peers_(std::move(peers)) {
+  HORA_CHECK(peers_->controlInUse, "an agreement board needs the shared-memory control channel");
+  peers_->boardInUse = true;
+}
+
+ShmAgreementBoard::~ShmAgreementBoard() { peers_->boardInUse = false; }
+
+void ShmAgreementBoard::publish(uint32_t round, const Round& mine) {
+  RankBlock& me = peers_->segment.rank(peers_->worldRank);
+  HORA_CHECK(round == me.agreement.round.load(std::memory_order_relaxed) + 1,
+             "agreement rounds are published in order");
+  AgreementRound& buffer = me.rounds[round & 1];
+  buffer.applied = mine.applied;
+  std::memcpy(buffer.ready, mine.ready, sizeof(buffer.ready));
+  std::memcpy(buffer.handedOver, mine.handedOver, sizeof(buffer.handedOver));
+  me.agreement.round.store(round, std::memory_order_release);
+  for (int r = 0; r < peers_->worldSize; ++r) {
+    if (r != peers_->worldRank) ring(peers_->doorbell(r));
+  }
+}
+
+uint32_t ShmAgreementBoard::published(int r) const {
+  return peers_->segment.rank(r).agreement.round.load(std::memory_order_acquire);
+}
+
+void ShmAgreementBoard::read(int r, uint32_t round, Round* out) const {
+  const AgreementRound& buffer = peers_->segment.rank(r).rounds[round & 1];
+  out->applied = buffer.applied;
+  std::memcpy(out->ready, buffer.ready, sizeof(out->ready));
+  std::memcpy(out->handedOver, buffer.handedOver, sizeof(out->handedOver));
+}
+
+}  // namespace shm
+}  // namespace hora
