@@ -11,8 +11,7 @@
 
 #include "core/common/errors.h"
 #include "core/runtime.h"
-#include "core/store/tcp_store.h"
-#include "tests/cpp/spawn.h"
+#include "tests/cpp/runtime_job.h"
 
 namespace hora {
 namespace {
@@ -182,30 +181,7 @@ TEST(LocalAgreementRounds, AnEvictedSlotIsDropped) {
 }
 
 // End to end: ranks as threads of one process, so they share memory.
-constexpr char kSecret[] = "agreement-test-secret";
-
-void runJob(int n, const std::function<void(Runtime&, int)>& body,
-            const std::function<void(RuntimeOptions&)>& tweak = nullptr) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
-  test::spawnRanks(n, [&](int rank) {
-    RuntimeOptions o;
-    o.topology.rank = rank;
-    o.topology.size = n;
-    o.topology.localRank = rank;
-    o.topology.localSize = n;
-    o.storeHost = "127.0.0.1";
-    o.storePort = server.port();
-    o.secret = kSecret;
-    o.listenHost = "127.0.0.1";
-    o.settings.startTimeoutSeconds = 30;
-    o.settings.timeoutSeconds = 30;
-    if (tweak) tweak(o);
-    auto rt = Runtime::start(o);
-    ASSERT_EQ(rt->transportName(), "tcp+shm");
-    body(*rt, rank);
-    rt->shutdown();
-  });
-}
+using test::runJob;
 
 OpRequest allreduceOf(std::vector<float>& v, const std::string& name, int processSetId = 0) {
   OpRequest r;
@@ -273,6 +249,7 @@ void cachedStepsMessages(const std::function<void(RuntimeOptions&)>& tweak, bool
   runJob(
       n,
       [&](Runtime& rt, int rank) {
+        ASSERT_EQ(rt.transportName(), "tcp+shm");
         step(rt, rank, n, 0);
         step(rt, rank, n, 1);
         uint64_t before = rt.counters().controlMessagesSent;

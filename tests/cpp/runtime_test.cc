@@ -13,6 +13,7 @@
 #include "core/common/logging.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
+#include "tests/cpp/runtime_job.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -20,27 +21,7 @@ namespace {
 
 constexpr char kSecret[] = "runtime-test-secret";
 
-void runJob(int n, const std::function<void(Runtime&, int)>& body,
-            const std::function<void(RuntimeOptions&)>& tweak = nullptr) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
-  test::spawnRanks(n, [&](int rank) {
-    RuntimeOptions o;
-    o.topology.rank = rank;
-    o.topology.size = n;
-    o.topology.localRank = rank;
-    o.topology.localSize = n;
-    o.storeHost = "127.0.0.1";
-    o.storePort = server.port();
-    o.secret = kSecret;
-    o.listenHost = "127.0.0.1";
-    o.settings.startTimeoutSeconds = 20;
-    o.settings.timeoutSeconds = 20;
-    if (tweak) tweak(o);
-    auto rt = Runtime::start(o);
-    body(*rt, rank);
-    rt->shutdown();
-  });
-}
+using test::runJob;
 
 OpRequest allreduceOf(std::vector<float>& v, const std::string& name, ReduceOp op = ReduceOp::Sum) {
   OpRequest r;
