@@ -33,10 +33,12 @@ void RuntimeImpl::holdAgreeable(RequestBatch& batch, Clock::time_point now) {
   while (!batch.cacheBits.empty() && batch.cacheBits.back() == 0) batch.cacheBits.pop_back();
 }
 
-void RuntimeImpl::agreeLocally(Clock::time_point now) {
+bool RuntimeImpl::agreeLocally(Clock::time_point now) {
   auto cycle = std::chrono::duration<double, std::milli>(cycleTimeMs_);
-  takeAgreed(
-      agreement_->step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycle)));
+  LocalAgreement::Outcome outcome =
+      agreement_->step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycle));
+  takeAgreed(outcome);
+  return !outcome.handOver.empty();
 }
 
 void RuntimeImpl::takeAgreed(const LocalAgreement::Outcome& outcome) {

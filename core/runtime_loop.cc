@@ -103,14 +103,14 @@ void RuntimeImpl::cycle() {
 
   reportWaiting();
   if (stopped_) return;
-  if (agreement_) {
-    agreeLocally(now);
-    if (stopped_) return;
-    Millis due = agreement_->untilDue(now, std::chrono::ceil<Millis>(cycleTime));
-    if (due.count() >= 0) wait = wait.count() < 0 ? due : std::min(wait, due);
-  }
 
-  // While its agreement round is open, rank 0 builds no batch (local_agreement.h).
+  // While its agreement round is open, rank 0 builds no batch (local_agreement.h). It closes the
+  // round it can and builds before it joins another, so that rounds back to back never hold up
+  // what only the coordinator can answer.
+  if (coordinator_ && agreement_ && agreement_->resolvable()) {
+    takeAgreed(agreement_->resolve());
+    if (stopped_) return;
+  }
   if (coordinator_ && !(agreement_ && agreement_->open())) {
     if (now >= deadlockCheckAt_) {
       coordinator_->failDeadlocks(now);
@@ -123,6 +123,13 @@ void RuntimeImpl::cycle() {
       applyBatch(batch);
       return;  // more may be ready: look again before blocking
     }
+  }
+  if (agreement_) {
+    // Rank 0's own hand-overs may be ready at the coordinator: look again before blocking.
+    if (agreeLocally(now) && coordinator_) return;
+    if (stopped_) return;
+    Millis due = agreement_->untilDue(now, std::chrono::ceil<Millis>(cycleTime));
+    if (due.count() >= 0) wait = wait.count() < 0 ? due : std::min(wait, due);
   }
 
   checkLiveness(now);
@@ -304,7 +311,12 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   }
   auto begin = Clock::now();
   if (agreement_) {
-    for (int32_t slot : batch.evictedSlots) agreement_->evicted(slot);
+    for (int32_t slot : batch.evictedSlots) {
+      // The coordinator opens the span again when the tensor reaches it in full.
+      if (agreement_->evicted(slot) && coordinator_ && timeline_.enabled()) {
+        timeline_.negotiateEnd(0, participant_.cachedResponse(slot).names.front());
+      }
+    }
   }
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);

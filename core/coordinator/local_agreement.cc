@@ -125,9 +125,9 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   lastPublish_ = now;
 }
 
-void LocalAgreement::evicted(int slot) {
-  held_.erase(slot);
+bool LocalAgreement::evicted(int slot) {
   handedOver_.erase(slot);
+  return held_.erase(slot) > 0;
 }
 
 void LocalAgreement::finished(const std::string& key) {

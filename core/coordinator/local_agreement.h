@@ -60,7 +60,8 @@ class LocalAgreement {
   Outcome resolve();
 
   // The coordinator evicted the slot: what was held there is resent in full, by the participant.
-  void evicted(int slot);
+  // True when a held tensor was dropped.
+  bool evicted(int slot);
   // The tensor completed (or failed): it is no longer handed over.
   void finished(const std::string& key);
   // Slots held (the participant counts them as sent; the coordinator does not know them).
