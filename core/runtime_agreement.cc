@@ -15,8 +15,12 @@ void RuntimeImpl::finishedKey(const std::string& key) {
   if (agreement_) agreement_->finished(key);
 }
 
-// Cache hits of the global set stay here to be agreed on; the rest of the batch goes on.
+// Cache hits of the global set stay here to be agreed on; the rest of the batch goes on. A join
+// going out is published too: the other ranks then stop holding what this rank will not submit.
 void RuntimeImpl::holdAgreeable(RequestBatch& batch, Clock::time_point now) {
+  for (const Request& r : batch.requests) {
+    if (r.kind == OpKind::Join) agreement_->setJoined(true);
+  }
   for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
     for (uint64_t bits = batch.cacheBits[word]; bits != 0; bits &= bits - 1) {
       int slot = static_cast<int>(word * 64) + __builtin_ctzll(bits);

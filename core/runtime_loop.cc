@@ -361,6 +361,7 @@ void RuntimeImpl::applyControl(const Response& r) {
                            : std::make_exception_ptr(MismatchError(r.errorMessage)));
       return;
     case OpKind::Join: {
+      if (agreement_) agreement_->setJoined(false);
       // Join requests live in the world set: the coordinator only answers once every rank joined.
       if (TensorEntry* e = queue_.find(tensorKey(0, r.names.front()))) {
         e->handle->lastJoinedRank = r.lastJoinedRank;

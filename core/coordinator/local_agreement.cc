@@ -54,8 +54,11 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
       handedOver[w] |= round.handedOver[w];
     }
   }
-  for (const auto& round : rounds_)
+  othersJoined_ = false;
+  for (const auto& round : rounds_) {
     sameBatches = sameBatches && round.applied == rounds_[0].applied;
+    othersJoined_ = othersJoined_ || round.joined != 0;
+  }
   if (sameBatches) {
     out.ready.emplace_back();
     for (size_t w = 0; w < kWords; ++w) {
@@ -71,7 +74,7 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
   if (!out.ready.empty() && out.ready.back().empty()) out.ready.pop_back();
   for (auto it = held_.begin(); it != held_.end();) {
     auto next = std::next(it);
-    if (bitSet(handedOver, it->first)) handOver(it, out);
+    if (othersJoined_ || bitSet(handedOver, it->first)) handOver(it, out);
     it = next;
   }
   return out;
@@ -92,14 +95,14 @@ LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point
   if (open_) return out;
   for (auto it = held_.begin(); it != held_.end();) {
     auto next = std::next(it);
-    if (now - it->second.since >= handOverAfter_) handOver(it, out);
+    if (othersJoined_ || now - it->second.since >= handOverAfter_) handOver(it, out);
     it = next;
   }
   bool fresh = false, waiting = false;
   for (const auto& kv : held_) (kv.second.published ? waiting : fresh) = true;
   bool news = fresh && (!waiting || now - lastPublish_ >= cycle);
   bool batchesMoved = !held_.empty() && applied != publishedApplied_;
-  if (!(news || batchesMoved || handOverNews_ || othersAhead())) return out;
+  if (!(news || batchesMoved || handOverNews_ || joinNews_ || othersAhead())) return out;
   publish(applied, now);
   // Every other rank may have published this round already: then no wake-up would come for it.
   if (resolvable()) {
@@ -113,6 +116,7 @@ LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point
 void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   AgreementBoard::Round mine;
   mine.applied = applied;
+  mine.joined = joined_ ? 1 : 0;
   for (auto& kv : held_) {
     setBit(mine.ready, kv.first);
     kv.second.published = true;
@@ -122,7 +126,14 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   open_ = true;
   publishedApplied_ = applied;
   handOverNews_ = false;
+  joinNews_ = false;
   lastPublish_ = now;
+}
+
+void LocalAgreement::setJoined(bool joined) {
+  if (joined == joined_) return;
+  joined_ = joined;
+  joinNews_ = true;
 }
 
 bool LocalAgreement::evicted(int slot) {

@@ -17,6 +17,8 @@
 //   some rank has not, the round can run nothing: rank 0 built that batch before publishing the
 //   round (the rule above), so rank 0 will publish a larger batch count than this rank did.
 //
+// A rank that joined (hvd.join()) holds nothing more and says so in its rounds: while one has, the
+// others hand every slot over at once, since only the coordinator runs a collective without it.
 // A slot held for handOverAfter, or that another rank handed over, goes to the coordinator
 // instead (its stall inspector, deadlock check and join handling see only what reaches it), and
 // the rank publishes it as handed over until that tensor completes, so that the others send
@@ -59,6 +61,8 @@ class LocalAgreement {
   bool resolvable() const;
   Outcome resolve();
 
+  // This rank entered (true) or left (false) a join; published with the next round.
+  void setJoined(bool joined);
   // The coordinator evicted the slot: what was held there is resent in full, by the participant.
   // True when a held tensor was dropped.
   bool evicted(int slot);
@@ -89,6 +93,9 @@ class LocalAgreement {
   bool open_ = false;
   uint64_t publishedApplied_ = 0;
   bool handOverNews_ = false;  // hand-overs not yet published
+  bool joined_ = false;
+  bool joinNews_ = false;      // a change of joined_ not yet published
+  bool othersJoined_ = false;  // some rank had joined in the last round resolved
   Clock::time_point lastPublish_{};
   std::vector<AgreementBoard::Round> rounds_;  // scratch: every rank's round being resolved
 };

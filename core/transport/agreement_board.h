@@ -5,9 +5,10 @@
 // share memory offers one (shm/agreement_board.h).
 //
 // Round k of a rank: how many response batches it had applied, the cache slots it holds ready,
-// and the slots it handed to the coordinator instead. A rank publishes round k + 1 only after it
-// has read every rank's round k, so no rank is ever more than one round ahead of another and two
-// buffers per rank (k & 1) suffice: a round is rewritten only once every rank has read it.
+// the slots it handed to the coordinator instead, and whether it has joined (hvd.join()). A rank
+// publishes round k + 1 only after it has read every rank's round k, so no rank is ever more than
+// one round ahead of another and two buffers per rank (k & 1) suffice: a round is rewritten only
+// once every rank has read it.
 //
 // Threads: the background thread of each rank.
 #include <cstddef>
@@ -23,6 +24,7 @@ class AgreementBoard {
 
   struct Round {
     uint64_t applied = 0;              // response batches the rank had applied
+    uint64_t joined = 0;               // 1 while the rank waits in a join
     uint64_t ready[kWords] = {};       // slots the rank holds ready
     uint64_t handedOver[kWords] = {};  // slots the rank sent to the coordinator, not yet done
   };

@@ -280,24 +280,35 @@ TEST(LocalAgreementJob, AutotuneTurnsItOff) {
   cachedStepsMessages([](RuntimeOptions& o) { o.settings.autotune = true; }, false);
 }
 
-// A rank that joined holds nothing: the others' cached allreduce goes to rank 0 after the
-// hand-over time and runs with the joined rank's zeros, as without agreement.
-TEST(LocalAgreementJob, AJoinedRankLeavesCachedTensorsToTheCoordinator) {
+// A rank that joined holds nothing, and says so on the board: the others hand their cached
+// allreduce to rank 0 at once (the hand-over time is a minute here), where it runs with the joined
+// rank's zeros, as without agreement.
+TEST(LocalAgreementJob, AJoinedRankSendsTheOthersCachedTensorsToTheCoordinator) {
   const int n = 3;
-  runJob(n, [&](Runtime& rt, int rank) {
-    std::vector<float> v(4, 1.0f);
-    waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));
-    waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));  // now cached everywhere
-    if (rank != 2) {
-      std::vector<float> w(4, static_cast<float>(rank + 1));
-      waitAll(rt, rt.enqueue({allreduceOf(w, "x")}));
-      for (float x : w) EXPECT_EQ(x, 3.0f) << "rank " << rank;  // 1 + 2 + rank 2's zeros
-    }
-    OpRequest j;
-    j.request.kind = OpKind::Join;
-    j.request.name = "join.noname";
-    waitAll(rt, rt.enqueue({j}));
-  });
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        std::vector<float> v(4, 1.0f);
+        waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));
+        waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));  // now cached everywhere
+        if (rank != 2) {
+          for (int s = 0; s < 3; ++s) {
+            std::vector<float> w(4, static_cast<float>(rank + 1));
+            waitAll(rt, rt.enqueue({allreduceOf(w, "x")}));
+            for (float x : w) EXPECT_EQ(x, 3.0f) << "rank " << rank;  // 1 + 2 + rank 2's zeros
+          }
+        }
+        OpRequest j;
+        j.request.kind = OpKind::Join;
+        j.request.name = "join.noname";
+        waitAll(rt, rt.enqueue({j}));
+        // Once every rank has left the join, cached tensors are agreed on locally again.
+        uint64_t before = rt.counters().controlMessagesSent;
+        waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));
+        waitAll(rt, rt.enqueue({allreduceOf(v, "x")}));
+        EXPECT_EQ(rt.counters().controlMessagesSent, before) << "rank " << rank;
+      },
+      [](RuntimeOptions& o) { o.settings.agreementHandOverMs = 60000; });
 }
 
 // A rank that comes late: the others hand their tensors to rank 0 after the hand-over time, and

@@ -20,6 +20,7 @@ void ShmAgreementBoard::publish(uint32_t round, const Round& mine) {
              "agreement rounds are published in order");
   AgreementRound& buffer = me.rounds[round & 1];
   buffer.applied = mine.applied;
+  buffer.joined = mine.joined;
   std::memcpy(buffer.ready, mine.ready, sizeof(buffer.ready));
   std::memcpy(buffer.handedOver, mine.handedOver, sizeof(buffer.handedOver));
   me.agreement.round.store(round, std::memory_order_release);
@@ -35,6 +36,7 @@ uint32_t ShmAgreementBoard::published(int r) const {
 void ShmAgreementBoard::read(int r, uint32_t round, Round* out) const {
   const AgreementRound& buffer = peers_->segment.rank(r).rounds[round & 1];
   out->applied = buffer.applied;
+  out->joined = buffer.joined;
   std::memcpy(out->ready, buffer.ready, sizeof(out->ready));
   std::memcpy(out->handedOver, buffer.handedOver, sizeof(out->handedOver));
 }

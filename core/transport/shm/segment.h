@@ -71,6 +71,7 @@ struct alignas(kLine) AgreementLine {
 };
 struct alignas(kLine) AgreementRound {
   uint64_t applied;
+  uint64_t joined;
   uint64_t ready[AgreementBoard::kWords];
   uint64_t handedOver[AgreementBoard::kWords];
 };
