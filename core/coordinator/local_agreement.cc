@@ -54,11 +54,14 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
       handedOver[w] |= round.handedOver[w];
     }
   }
-  othersJoined_ = false;
+  bool joined = false;
   for (const auto& round : rounds_) {
     sameBatches = sameBatches && round.applied == rounds_[0].applied;
-    othersJoined_ = othersJoined_ || round.joined != 0;
+    joined = joined || round.joined != 0;
   }
+  // A join ends with a batch that every rank applies: a round whose ranks had applied different
+  // batches may still show a join that is over.
+  if (sameBatches) othersJoined_ = joined;
   if (sameBatches) {
     out.ready.emplace_back();
     for (size_t w = 0; w < kWords; ++w) {
@@ -131,6 +134,8 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
 }
 
 void LocalAgreement::setJoined(bool joined) {
+  // A join ends for every rank at once (when the last rank joins), so nobody is joined any more.
+  if (!joined) othersJoined_ = false;
   if (joined == joined_) return;
   joined_ = joined;
   joinNews_ = true;

@@ -61,7 +61,8 @@ class LocalAgreement {
   bool resolvable() const;
   Outcome resolve();
 
-  // This rank entered (true) or left (false) a join; published with the next round.
+  // This rank entered a join (true), or every rank left it (false: the join's response, which
+  // ends it on every rank at once); published with the next round.
   void setJoined(bool joined);
   // The coordinator evicted the slot: what was held there is resent in full, by the participant.
   // True when a held tensor was dropped.
