@@ -105,7 +105,8 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   if (conn.board && trueOnEveryRank(*world_, settings_.shmLocalAgreement && !settings_.autotune)) {
     agreedFusionThreshold_ = rankZeroValue(*world_, settings_.fusionThreshold);
     agreement_ = std::make_unique<LocalAgreement>(std::move(conn.board),
-                                                  Millis(settings_.agreementHandOverMs));
+                                                  Millis(settings_.agreementHandOverMs),
+                                                  secondsToMillis(settings_.timeoutSeconds));
   }
 }
 

@@ -71,7 +71,9 @@ void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
     runData(r);
   }
   // No control message was read while the collectives ran: that time is nobody's silence.
-  liveness_.paused(Clock::now() - begin);
+  auto spent = Clock::now() - begin;
+  liveness_.paused(spent);
+  agreement_->paused(spent);
 }
 
 // Slots that waited too long, or that another rank handed over, go to the coordinator as the

@@ -128,6 +128,7 @@ void RuntimeImpl::cycle() {
     // Rank 0's own hand-overs may be ready at the coordinator: look again before blocking.
     if (agreeLocally(now) && coordinator_) return;
     if (stopped_) return;
+    agreement_->failIfStalled(now);
     Millis due = agreement_->untilDue(now, std::chrono::ceil<Millis>(cycleTime));
     if (due.count() >= 0) wait = wait.count() < 0 ? due : std::min(wait, due);
   }
@@ -321,7 +322,11 @@ void RuntimeImpl::applyBatch(const ResponseBatch& batch) {
   participant_.applyEvictions(batch.evictedSlots);
   for (const auto& r : batch.responses) applyResponse(r);
   // No control message was read while the collectives ran: that time is nobody's silence.
-  if (!batch.responses.empty()) liveness_.paused(Clock::now() - begin);
+  if (!batch.responses.empty()) {
+    auto spent = Clock::now() - begin;
+    liveness_.paused(spent);
+    if (agreement_) agreement_->paused(spent);
+  }
   participant_.batchApplied();
   if (batch.cycleTimeMs >= 0 || batch.fusionThreshold >= 0) {
     if (batch.cycleTimeMs >= 0) cycleTimeMs_ = batch.cycleTimeMs;

@@ -14,9 +14,11 @@ void setBit(uint64_t* words, int slot) { words[slot / 64] |= uint64_t{1} << (slo
 
 }  // namespace
 
-LocalAgreement::LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter)
+LocalAgreement::LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter,
+                               Millis openBound)
     : board_(std::move(board)),
       handOverAfter_(handOverAfter),
+      openBound_(openBound),
       rounds_(static_cast<size_t>(board_->size())) {}
 
 void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point now) {
@@ -127,6 +129,7 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   for (const auto& kv : handedOver_) setBit(mine.handedOver, kv.first);
   board_->publish(++round_, mine);
   open_ = true;
+  openedAt_ = now;
   publishedApplied_ = applied;
   handOverNews_ = false;
   joinNews_ = false;
@@ -156,7 +159,11 @@ void LocalAgreement::finished(const std::string& key) {
 }
 
 Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
-  if (open_ || held_.empty()) return Millis(-1);
+  auto until = [now](Clock::time_point t) {
+    return t <= now ? Millis(0) : std::chrono::ceil<Millis>(t - now);
+  };
+  if (open_) return until(openedAt_ + openBound_);
+  if (held_.empty()) return Millis(-1);
   Clock::time_point due = Clock::time_point::max();
   bool fresh = false, waiting = false;
   for (const auto& kv : held_) {
@@ -164,7 +171,19 @@ Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
     (kv.second.published ? waiting : fresh) = true;
   }
   if (fresh && waiting) due = std::min(due, lastPublish_ + cycle);
-  return due <= now ? Millis(0) : std::chrono::ceil<Millis>(due - now);
+  return until(due);
+}
+
+void LocalAgreement::failIfStalled(Clock::time_point now) const {
+  if (!open_ || now - openedAt_ < openBound_) return;
+  std::string behind;
+  for (int r = 0; r < board_->size(); ++r) {
+    if (board_->published(r) < round_) behind += (behind.empty() ? "" : ", ") + std::to_string(r);
+  }
+  throw TimeoutError("rank " + std::to_string(board_->rank()) + ": ranks [" + behind +
+                     "] published no agreement round for " + std::to_string(openBound_.count()) +
+                     " ms while this rank waited for them to agree on cached tensors (stopped, "
+                     "hung or unreachable; HORA_TIMEOUT_SECONDS bounds this)");
 }
 
 }  // namespace hora

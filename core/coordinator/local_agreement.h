@@ -19,6 +19,9 @@
 //
 // A rank that joined (hvd.join()) holds nothing more and says so in its rounds: while one has, the
 // others hand every slot over at once, since only the coordinator runs a collective without it.
+// A round that stays open for openBound (HORA_TIMEOUT_SECONDS) fails the rank with TimeoutError
+// naming the ranks that never published it: a stopped or hung peer cannot block it for ever.
+//
 // A slot held for handOverAfter, or that another rank handed over, goes to the coordinator
 // instead (its stall inspector, deadlock check and join handling see only what reaches it), and
 // the rank publishes it as handed over until that tensor completes, so that the others send
@@ -39,8 +42,8 @@ namespace hora {
 class LocalAgreement {
  public:
   // handOverAfter: how long a held slot waits for the other ranks before it goes to the
-  // coordinator (Settings::agreementHandOverMs).
-  LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter);
+  // coordinator (Settings::agreementHandOverMs); openBound: how long a round may stay open.
+  LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter, Millis openBound);
 
   // Whether a tensor of the global set cached in `slot` can be agreed on here.
   static bool accepts(int slot) { return slot >= 0 && slot < int(AgreementBoard::kSlots); }
@@ -71,9 +74,15 @@ class LocalAgreement {
   void finished(const std::string& key);
   // Slots held (the participant counts them as sent; the coordinator does not know them).
   size_t held() const { return held_.size(); }
-  // How long until step() has something to do by itself (hand over, or publish delayed news);
-  // negative when nothing but another rank's round can give it work.
+  // How long until step() has something to do by itself (hand over, publish delayed news, or fail
+  // an open round); negative when nothing but another rank's round can give it work.
   Millis untilDue(Clock::time_point now, Millis cycle) const;
+  // Throws TimeoutError when the open round has waited openBound for the ranks it names.
+  void failIfStalled(Clock::time_point now) const;
+  // This rank ran collectives for `d` (the peers were busy with the same): not waiting time.
+  void paused(Clock::duration d) {
+    if (open_) openedAt_ += d;
+  }
 
  private:
   struct Held {
@@ -88,6 +97,8 @@ class LocalAgreement {
 
   std::unique_ptr<AgreementBoard> board_;
   Millis handOverAfter_;
+  Millis openBound_;
+  Clock::time_point openedAt_{};
   std::map<int, Held> held_;               // by slot
   std::map<int, std::string> handedOver_;  // slot -> key, until that tensor completes
   uint32_t round_ = 0;                     // the last round this rank published

@@ -52,12 +52,13 @@ using Rounds = std::vector<std::vector<int>>;
 
 constexpr Millis kCycle{1};
 constexpr Millis kHandOver{10};
+constexpr Millis kOpenBound{1000};
 
 struct Ranks {
   explicit Ranks(int n) : shared(n) {
     for (int r = 0; r < n; ++r) {
-      agreements.push_back(
-          std::make_unique<LocalAgreement>(std::make_unique<MemoryBoard>(shared, r), kHandOver));
+      agreements.push_back(std::make_unique<LocalAgreement>(
+          std::make_unique<MemoryBoard>(shared, r), kHandOver, kOpenBound));
     }
   }
   LocalAgreement& operator[](int r) { return *agreements[r]; }
@@ -169,6 +170,24 @@ TEST(LocalAgreementRounds, TwoRoundsResolvedInOneStepStayApart) {
   ranks[0].hold(2, "b", at(1));
   EXPECT_EQ(ranks[0].step(0, at(1), kCycle).ready, (Rounds{{1}, {2}}));
   EXPECT_EQ(ranks[1].step(0, at(1), kCycle).ready, (Rounds{{2}}));
+}
+
+// A peer that never publishes (stopped, hung) fails the open round after the bound, naming it.
+TEST(LocalAgreementRounds, ARoundOpenPastItsBoundFailsNamingTheSilentRanks) {
+  Ranks ranks(3);
+  ranks[0].hold(1, "a", at(0));
+  ranks[0].step(0, at(0), kCycle);
+  ranks[1].step(0, at(0), kCycle);  // joins; rank 2 never does
+  EXPECT_EQ(ranks[0].untilDue(at(400), kCycle), Millis(600));
+  EXPECT_NO_THROW(ranks[0].failIfStalled(at(999)));
+  try {
+    ranks[0].failIfStalled(at(1000));
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks [2] published no agreement round for 1000 ms"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LocalAgreementRounds, AnEvictedSlotIsDropped) {
