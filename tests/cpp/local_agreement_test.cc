@@ -190,6 +190,16 @@ TEST(LocalAgreementRounds, ARoundOpenPastItsBoundFailsNamingTheSilentRanks) {
   }
 }
 
+// Time this rank spent running collectives is not time spent waiting for the others.
+TEST(LocalAgreementRounds, ItsOwnCollectivesDoNotCountTowardsTheBound) {
+  Ranks ranks(2);
+  ranks[0].hold(1, "a", at(0));
+  ranks[0].step(0, at(0), kCycle);
+  ranks[0].paused(Millis(500));
+  EXPECT_NO_THROW(ranks[0].failIfStalled(at(1400)));
+  EXPECT_THROW(ranks[0].failIfStalled(at(1500)), TimeoutError);
+}
+
 TEST(LocalAgreementRounds, AnEvictedSlotIsDropped) {
   Ranks ranks(2);
   ranks[0].hold(6, "a", at(0));
