@@ -12,13 +12,15 @@
 // started one, or when its batch count or hand-overs changed while it holds slots.
 //
 // Ordering against the coordinator's batches, which must interleave the same way on every rank:
-// - world rank 0 builds no batch while its own round is open (published, not yet resolved);
+// - world rank 0 builds no batch while its own round is open (published, not yet resolved), and
+//   builds what it can before it joins another round, so back-to-back rounds never hold it up;
 // - a rank about to apply a batch first resolves its open round when every rank published it. If
 //   some rank has not, the round can run nothing: rank 0 built that batch before publishing the
 //   round (the rule above), so rank 0 will publish a larger batch count than this rank did.
 //
 // A rank that joined (hvd.join()) holds nothing more and says so in its rounds: while one has, the
 // others hand every slot over at once, since only the coordinator runs a collective without it.
+//
 // A round that stays open for openBound (HORA_TIMEOUT_SECONDS) fails the rank with TimeoutError
 // naming the ranks that never published it: a stopped or hung peer cannot block it for ever.
 //
