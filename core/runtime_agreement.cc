@@ -1,6 +1,7 @@
 // The background thread's side of local agreement (core/coordinator/local_agreement.h): which
 // cache hits it holds instead of sending them, running what every rank agreed on, and handing the
 // rest to the coordinator.
+#include "core/common/bits.h"
 #include "core/fusion/fusion_planner.h"
 #include "core/runtime_impl.h"
 
@@ -21,26 +22,22 @@ void RuntimeImpl::holdAgreeable(RequestBatch& batch, Clock::time_point now) {
   for (const Request& r : batch.requests) {
     if (r.kind == OpKind::Join) agreement_->setJoined(true);
   }
-  for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
-    for (uint64_t bits = batch.cacheBits[word]; bits != 0; bits &= bits - 1) {
-      int slot = static_cast<int>(word * 64) + __builtin_ctzll(bits);
-      const Response& cached = participant_.cachedResponse(slot);
-      if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) continue;
-      agreement_->hold(slot, participant_.cachedKey(slot), now);
-      batch.cacheBits[word] &= ~(uint64_t{1} << (slot % 64));
-      if (coordinator_ && timeline_.enabled()) {
-        timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));
-        timeline_.rankReady(0, cached.names.front(), 0);
-      }
+  forEachSetBit(batch.cacheBits.data(), batch.cacheBits.size(), [&](size_t bit) {
+    int slot = static_cast<int>(bit);
+    const Response& cached = participant_.cachedResponse(slot);
+    if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) return;
+    agreement_->hold(slot, participant_.cachedKey(slot), now);
+    batch.cacheBits[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+    if (coordinator_ && timeline_.enabled()) {
+      timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));
+      timeline_.rankReady(0, cached.names.front(), 0);
     }
-  }
+  });
   while (!batch.cacheBits.empty() && batch.cacheBits.back() == 0) batch.cacheBits.pop_back();
 }
 
-bool RuntimeImpl::agreeLocally(Clock::time_point now) {
-  auto cycle = std::chrono::duration<double, std::milli>(cycleTimeMs_);
-  LocalAgreement::Outcome outcome =
-      agreement_->step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycle));
+bool RuntimeImpl::agreeLocally(Clock::time_point now, Millis cycle) {
+  LocalAgreement::Outcome outcome = agreement_->step(participant_.appliedBatches(), now, cycle);
   takeAgreed(outcome);
   return !outcome.handOver.empty();
 }
@@ -57,8 +54,7 @@ void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
   if (slots.empty()) return;
   std::vector<Response> singles;
   for (int slot : slots) {
-    singles.push_back(participant_.cachedResponse(slot));
-    singles.back().cacheSlots = {slot};
+    singles.push_back(participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
     if (coordinator_ && timeline_.enabled()) {
       const std::string& name = singles.back().names.front();
       for (int r = 1; r < topology_.size; ++r) timeline_.rankReady(0, name, r);
@@ -83,9 +79,7 @@ void RuntimeImpl::handOver(const std::vector<int>& slots) {
   RequestBatch batch;
   batch.appliedBatches = participant_.appliedBatches();
   for (int slot : slots) {
-    size_t word = static_cast<size_t>(slot) / 64;
-    if (batch.cacheBits.size() <= word) batch.cacheBits.resize(word + 1, 0);
-    batch.cacheBits[word] |= uint64_t{1} << (slot % 64);
+    setBit(batch.cacheBits, static_cast<size_t>(slot));
     if (coordinator_ && timeline_.enabled()) {
       timeline_.negotiateEnd(0, participant_.cachedResponse(slot).names.front());
     }

@@ -88,7 +88,8 @@ class RuntimeImpl final : public Runtime {
   void inspectStalls(Clock::time_point now);
   // Local agreement (core/coordinator/local_agreement.h), when agreement_ is set.
   void holdAgreeable(RequestBatch& batch, Clock::time_point now);
-  bool agreeLocally(Clock::time_point now);  // true when it handed tensors to the coordinator
+  // True when it handed tensors to the coordinator.
+  bool agreeLocally(Clock::time_point now, Millis cycle);
   void takeAgreed(const LocalAgreement::Outcome& outcome);
   void runAgreed(const std::vector<int>& slots);
   void handOver(const std::vector<int>& slots);

@@ -125,11 +125,12 @@ void RuntimeImpl::cycle() {
     }
   }
   if (agreement_) {
+    const Millis cycle = std::chrono::ceil<Millis>(cycleTime);
     // Rank 0's own hand-overs may be ready at the coordinator: look again before blocking.
-    if (agreeLocally(now) && coordinator_) return;
+    if (agreeLocally(now, cycle) && coordinator_) return;
     if (stopped_) return;
     agreement_->failIfStalled(now);
-    Millis due = agreement_->untilDue(now, std::chrono::ceil<Millis>(cycleTime));
+    Millis due = agreement_->untilDue(now, cycle);
     if (due.count() >= 0) wait = wait.count() < 0 ? due : std::min(wait, due);
   }
 
@@ -233,9 +234,7 @@ Millis RuntimeImpl::pollTimeout(Millis forSending, Clock::time_point now) {
   if (gpu_ && gpu_->busy()) {
     forSending = forSending.count() < 0 ? kGpuPollInterval : std::min(forSending, kGpuPollInterval);
   }
-  auto until = [now](Clock::time_point t) {
-    return t <= now ? Millis(0) : std::chrono::ceil<Millis>(t - now);
-  };
+  auto until = [now](Clock::time_point t) { return millisUntil(t, now); };
   Millis alive = liveness_.untilNextCheck(now);
   if (alive.count() >= 0) {
     alive = std::max(alive, until(livenessCheckAt_));

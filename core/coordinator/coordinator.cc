@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/common/bits.h"
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/coordinator/deadlock.h"
@@ -51,14 +52,9 @@ void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
   ++changes_;
   waiting_[fromRank] = batch.waiting;
   waitReportedAt_[fromRank] = batch.appliedBatches;
-  for (size_t word = 0; word < batch.cacheBits.size(); ++word) {
-    uint64_t bits = batch.cacheBits[word];
-    while (bits != 0) {
-      int bit = __builtin_ctzll(bits);
-      bits &= bits - 1;
-      addHit(fromRank, static_cast<int>(word * 64 + bit), batch.appliedBatches);
-    }
-  }
+  forEachSetBit(batch.cacheBits.data(), batch.cacheBits.size(), [&](size_t slot) {
+    addHit(fromRank, static_cast<int>(slot), batch.appliedBatches);
+  });
   for (const auto& r : batch.requests) {
     if (r.kind == OpKind::Join) {
       addJoin(fromRank, r);

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 
+#include "core/common/bits.h"
 #include "core/common/errors.h"
 
 namespace hora {
 namespace {
 
 constexpr size_t kWords = AgreementBoard::kWords;
-
-bool bitSet(const uint64_t* words, int slot) { return (words[slot / 64] >> (slot % 64)) & 1u; }
-void setBit(uint64_t* words, int slot) { words[slot / 64] |= uint64_t{1} << (slot % 64); }
 
 }  // namespace
 
@@ -61,25 +59,23 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
     sameBatches = sameBatches && round.applied == rounds_[0].applied;
     joined = joined || round.joined != 0;
   }
-  // A join ends with a batch that every rank applies: a round whose ranks had applied different
-  // batches may still show a join that is over.
-  if (sameBatches) othersJoined_ = joined;
   if (sameBatches) {
-    out.ready.emplace_back();
-    for (size_t w = 0; w < kWords; ++w) {
-      for (uint64_t bits = ready[w]; bits != 0; bits &= bits - 1) {
-        int slot = static_cast<int>(w * 64) + __builtin_ctzll(bits);
-        // This rank published the bit, and no batch it applied since could have taken it back.
-        HORA_CHECK(held_.count(slot) == 1, "an agreed slot this rank no longer holds");
-        out.ready.back().push_back(slot);
-        held_.erase(slot);
-      }
-    }
+    // A join ends with a batch that every rank applies: a round whose ranks had applied
+    // different batches may still show a join that is over.
+    othersJoined_ = joined;
+    std::vector<int> agreed;
+    forEachSetBit(ready, kWords, [&](size_t bit) {
+      int slot = static_cast<int>(bit);
+      // This rank published the bit, and no batch it applied since could have taken it back.
+      HORA_CHECK(held_.count(slot) == 1, "an agreed slot this rank no longer holds");
+      agreed.push_back(slot);
+      held_.erase(slot);
+    });
+    if (!agreed.empty()) out.ready.push_back(std::move(agreed));
   }
-  if (!out.ready.empty() && out.ready.back().empty()) out.ready.pop_back();
   for (auto it = held_.begin(); it != held_.end();) {
     auto next = std::next(it);
-    if (othersJoined_ || bitSet(handedOver, it->first)) handOver(it, out);
+    if (othersJoined_ || bitSet(handedOver, static_cast<size_t>(it->first))) handOver(it, out);
     it = next;
   }
   return out;
@@ -123,10 +119,10 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   mine.applied = applied;
   mine.joined = joined_ ? 1 : 0;
   for (auto& kv : held_) {
-    setBit(mine.ready, kv.first);
+    setBit(mine.ready, static_cast<size_t>(kv.first));
     kv.second.published = true;
   }
-  for (const auto& kv : handedOver_) setBit(mine.handedOver, kv.first);
+  for (const auto& kv : handedOver_) setBit(mine.handedOver, static_cast<size_t>(kv.first));
   board_->publish(++round_, mine);
   open_ = true;
   openedAt_ = now;
@@ -159,10 +155,7 @@ void LocalAgreement::finished(const std::string& key) {
 }
 
 Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
-  auto until = [now](Clock::time_point t) {
-    return t <= now ? Millis(0) : std::chrono::ceil<Millis>(t - now);
-  };
-  if (open_) return until(openedAt_ + openBound_);
+  if (open_) return millisUntil(openedAt_ + openBound_, now);
   if (held_.empty()) return Millis(-1);
   Clock::time_point due = Clock::time_point::max();
   bool fresh = false, waiting = false;
@@ -171,7 +164,7 @@ Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
     (kv.second.published ? waiting : fresh) = true;
   }
   if (fresh && waiting) due = std::min(due, lastPublish_ + cycle);
-  return until(due);
+  return millisUntil(due, now);
 }
 
 void LocalAgreement::failIfStalled(Clock::time_point now) const {

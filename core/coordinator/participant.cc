@@ -1,5 +1,7 @@
 #include "core/coordinator/participant.h"
 
+#include "core/common/bits.h"
+
 namespace hora {
 
 RequestBatch Participant::collect(TensorQueue& queue, const std::vector<std::string>& fresh) {
@@ -17,9 +19,7 @@ RequestBatch Participant::collect(TensorQueue& queue, const std::vector<std::str
       batch.requests.push_back(e->request);
       continue;
     }
-    size_t word = static_cast<size_t>(slot) / 64;
-    if (batch.cacheBits.size() <= word) batch.cacheBits.resize(word + 1, 0);
-    batch.cacheBits[word] |= uint64_t{1} << (slot % 64);
+    setBit(batch.cacheBits, static_cast<size_t>(slot));
     sentAsSlot_[key] = slot;
   }
   return batch;
