@@ -5,7 +5,8 @@
 The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
 default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``; with
 ``--rings`` again over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``, and with
-``--via-rank0`` with every tensor negotiated by rank 0, ``HORA_SHM_LOCAL_AGREEMENT=0``), once
+``--via-rank0`` with every tensor negotiated by rank 0, ``HORA_SHM_LOCAL_AGREEMENT=0``; with
+``--arena`` again with every tensor in the shared arena, where the other ranks read it in place), once
 through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
 once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
 installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
@@ -36,6 +37,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STEP_TENSORS = 200
 STEP_TENSOR_BYTES = 16 * 1024
@@ -110,13 +115,29 @@ def median_time(fn: Callable[[], None], warmup: int, timed: int) -> dict[str, fl
 # Workers
 
 
+def float_buffer(count: int) -> np.ndarray:
+    """count zeroed float32s: in the shared arena under ``--arena`` (BENCH_IN_ARENA=1, where
+    the other ranks read them in place), else in private memory."""
+    import numpy as np
+    from hora import _core
+
+    if os.environ.get("BENCH_IN_ARENA") != "1":
+        return np.zeros(count, dtype=np.float32)
+    block = _core.shared_block(count * 4)
+    if block is None:
+        raise RuntimeError("no shared arena on this job (HORA_SHM_ARENA_BYTES, windows?)")
+    return np.frombuffer(block, dtype=np.float32)
+
+
 def hora_step() -> Callable[[], None]:
     """Hora's 200-tensor step: every tensor submitted asynchronously, then every one waited for
     (the shape of a backward pass). bench/wait_cpu.py runs the same step."""
     import hora
-    import numpy as np
 
-    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
+    count = STEP_TENSOR_BYTES // 4
+    # One run of memory in submission order, as DistributedOptimizer lays out shared gradients.
+    flat = float_buffer(count * STEP_TENSORS)
+    bufs = [flat[i * count:(i + 1) * count] for i in range(STEP_TENSORS)]
 
     def step() -> None:
         handles = [
@@ -131,12 +152,11 @@ def hora_step() -> Callable[[], None]:
 def hora_worker(sizes: list[int], iters: int, out: str) -> None:
     """Runs under horarun: in-place Sum allreduce per size, then the 200-tensor step."""
     import hora
-    import numpy as np
 
     hora.init()
     results = []
     for nbytes in sizes:
-        buf = np.zeros(nbytes // 4, dtype=np.float32)
+        buf = float_buffer(nbytes // 4)
         name = f"bench.{nbytes}"
         hora.barrier()
         stats = median_time(
@@ -446,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         "ones included (HORA_SHM_LOCAL_AGREEMENT=0), as before local agreement existed",
     )
     parser.add_argument(
+        "--arena",
+        action="store_true",
+        help="also run Hora over shared memory with every tensor in the shared arena, where the "
+        "other ranks read it in place (as DistributedOptimizer's shared gradients)",
+    )
+    parser.add_argument(
         "--hierarchical",
         action="store_true",
         help="also run Hora with the ranks on two host names (localhost, 127.0.0.1) that do not "
@@ -483,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
                 args, sizes, os.path.join(tmp, "via_rank0.json"),
                 {"HORA_SHM_LOCAL_AGREEMENT": "0"}, "hora shm via rank 0",
             )
+        arena_res = None
+        if args.arena:
+            arena_res = run_hora(
+                args, sizes, os.path.join(tmp, "arena.json"), {"BENCH_IN_ARENA": "1"},
+                "hora shm arena",
+            )
         tcp_res = None
         if not args.no_tcp:
             tcp_res = run_hora(
@@ -513,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             if mpi_res:
                 mpi_res["impl"] = "mpi4py"
     print_report(hora_res, peer_res, args.np)
-    runs = (hora_res, rings_res, via_rank0_res, tcp_res, *hier_res, peer_res, mpi_res)
+    runs = (hora_res, rings_res, via_rank0_res, arena_res, tcp_res, *hier_res, peer_res, mpi_res)
     print_side_by_side([r for r in runs if r], args.np)
     return 0 if hora_res is not None else 1
 

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
   hora::bindings::registerDeviceTensor(m);
   hora::bindings::registerRuntime(m);
   hora::bindings::registerStore(m);
+  hora::bindings::registerShared(m);
 }

@@ -10,5 +10,6 @@ void registerHandle(pybind11::module_& m);        // register_handle.cc: class H
 void registerDeviceTensor(pybind11::module_& m);  // device_tensor.cc: GPU results
 void registerRuntime(pybind11::module_& m);  // register_runtime.cc: init, enqueue, process sets...
 void registerStore(pybind11::module_& m);    // register_store.cc: StoreServer, StoreClient
+void registerShared(pybind11::module_& m);   // register_shared.cc: blocks of the shared arena
 
 }  // namespace hora::bindings

@@ -84,6 +84,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   co.mpiComm = options.mpiComm;
   co.shmRingBytes = static_cast<size_t>(settings_.shmRingBytes);
   co.shmWindowBytes = static_cast<size_t>(settings_.shmWindowBytes);
+  co.shmArenaBytes = static_cast<size_t>(settings_.shmArenaBytes);
   if (settings_.shmHostByName) co.shmHostName = envString("HOSTNAME");
   co.shmControl = settings_.shmControl;
   std::string generation = openStore(options, uses("tcp"), uses("mpi"), co);
@@ -98,6 +99,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   connectOptions_ = co;
   world_ = std::move(conn.world);
   dataCapabilities_ = world_->capabilities();
+  sharedPool_ = world_->sharedPool();
   control_ = std::move(conn.control);
   // Cached tensors agreed on among the ranks (local_agreement.h), where every rank allows it and
   // autotune (which learns from what reaches the coordinator) is off. Fusion then follows rank

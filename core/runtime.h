@@ -23,6 +23,7 @@
 #include "core/coordinator/handle.h"
 #include "core/coordinator/messages.h"
 #include "core/store/store.h"
+#include "core/transport/shared_pool.h"
 
 namespace hora {
 
@@ -106,6 +107,11 @@ class Runtime {
 
   // Totals since start; safe from any thread.
   virtual EngineCounters counters() const = 0;
+
+  // Memory that the other ranks read in place when an allreduce's input lies there (the shared
+  // arena, core/transport/shared_pool.h), or null when the job's transport has none. Safe from
+  // any thread; blocks allocated from it stay valid after shutdown.
+  virtual std::shared_ptr<SharedPool> sharedPool() const = 0;
 };
 
 }  // namespace hora

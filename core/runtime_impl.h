@@ -54,6 +54,7 @@ class RuntimeImpl final : public Runtime {
   void startTimeline(const std::string& path, bool markCycles) override;
   void stopTimeline() override { timeline_.stop(); }
   EngineCounters counters() const override;
+  std::shared_ptr<SharedPool> sharedPool() const override { return sharedPool_; }
 
  private:
   // runtime.cc
@@ -108,7 +109,8 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<Store> baseStore_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Communicator> world_;
-  Capabilities dataCapabilities_;  // world_'s, read by enqueue() on the caller's thread
+  std::shared_ptr<SharedPool> sharedPool_;  // world_'s, kept from connect() on
+  Capabilities dataCapabilities_;           // world_'s, read by enqueue() on the caller's thread
   std::unique_ptr<ControlChannel> control_;
   ProcessSetTable sets_;
   TensorQueue queue_;

@@ -63,6 +63,12 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "bytes of each rank's window in the shared segment, where allreduces over the whole job "
        "are reduced in place by the ranks together (0: none, every allreduce goes through the "
        "rings)"},
+      {"SHM_ARENA_BYTES", "1073741824",
+       "bytes of each rank's arena in the shared segment (virtual until used), where "
+       "DistributedOptimizer places gradients that the other ranks read in place (0: none)"},
+      {"SHARED_GRADIENTS", "1",
+       "0 keeps DistributedOptimizer's gradients in private memory; by default, where the "
+       "shared arena exists, each gradient is a view into it and zero_grad() zeroes it in place"},
       {"SHM_HOST_BY_NAME", "0",
        "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
        "horarun places on two names of one machine share memory only with their own host"},
@@ -162,6 +168,7 @@ Settings Settings::fromEnvironment() {
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");
   s.shmWindowBytes = envInt("SHM_WINDOW_BYTES");
+  s.shmArenaBytes = envInt("SHM_ARENA_BYTES");
   s.shmHostByName = envBool("SHM_HOST_BY_NAME");
   s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
   s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
@@ -194,6 +201,9 @@ Settings Settings::fromEnvironment() {
   }
   if (s.shmWindowBytes < 0 || s.shmWindowBytes > (1ll << 30) || s.shmWindowBytes % 128 != 0) {
     throw InvalidArgument("HORA_SHM_WINDOW_BYTES must be a multiple of 128 from 0 to 1 GiB");
+  }
+  if (s.shmArenaBytes < 0 || s.shmArenaBytes > (1ll << 36) || s.shmArenaBytes % 4096 != 0) {
+    throw InvalidArgument("HORA_SHM_ARENA_BYTES must be a multiple of 4096 from 0 to 64 GiB");
   }
   return s;
 }

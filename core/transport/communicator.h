@@ -23,6 +23,7 @@
 
 #include "core/common/dtype.h"
 #include "core/transport/capabilities.h"
+#include "core/transport/shared_pool.h"
 
 namespace hora {
 
@@ -80,6 +81,10 @@ class Communicator {
   // ascending), sharing its connections. Called by members only. Collectives on the subset and on
   // this communicator must not overlap in time (the single background thread guarantees it).
   virtual std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) = 0;
+
+  // Memory of this rank that the other members read in place when a collective's input lies
+  // there (shared_pool.h), or null when the backend has none.
+  virtual std::shared_ptr<SharedPool> sharedPool() const { return nullptr; }
 
  protected:
   [[noreturn]] void notSupported(const char* op) const;

@@ -26,6 +26,7 @@ struct ConnectOptions {
   Micros spin{0};              // waits for data poll this long before sleeping (spin.h)
   size_t shmRingBytes = 0;     // shm: bytes of each rank-pair ring; 0 = the default
   size_t shmWindowBytes = 0;   // shm: bytes of each rank's window; 0 = none
+  size_t shmArenaBytes = 0;    // shm: bytes of each rank's arena area (with a window); 0 = none
   std::string shmHostName;     // shm: added to the host identity when set (a testing aid:
                                //      HORA_SHM_HOST_BY_NAME, see setup.h)
   bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)

@@ -96,8 +96,9 @@ def test_kill_9_mid_collective_leaves_nothing(tmp_path: Path, victim: int) -> No
     log = transcript(procs, outputs)
     assert not hung, f"ranks {hung} hung for {HANG_SECONDS:.0f} s:\n{log}"
     for r in range(NP):
-        # The segment is mapped once and has no descriptor or name while the job runs.
-        assert f"READY rank={r} transport=tcp+shm mappings=1 fds=0" in outputs[r], log
+        # The segment is mapped once, its arena once beside it (arena.h), and neither has a
+        # descriptor or a name while the job runs.
+        assert f"READY rank={r} transport=tcp+shm mappings=2 fds=0" in outputs[r], log
     assert procs[victim].returncode == -9, log
     for r in range(NP):
         if r == victim:

@@ -50,6 +50,11 @@ void ShmCommunicator::allreducePieces(const std::vector<BufferPiece>& pieces, si
       [&] { windowAllreduce(links_, pieces, count, dtype, op, rankOrder(dtype, op)); });
 }
 
+std::shared_ptr<SharedPool> ShmCommunicator::sharedPool() const {
+  if (!windows()) return nullptr;
+  return peers_->segment.arena();
+}
+
 bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) {
   switch (algorithm(count, dtype, op)) {
     case collectives::AllreduceAlgorithm::SharedLine:

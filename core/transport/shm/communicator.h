@@ -35,6 +35,8 @@ class ShmCommunicator : public LinksCommunicator {
   bool reducesPieces(size_t count, DataType dtype, ReduceOp op) const override;
   void allreducePieces(const std::vector<BufferPiece>& pieces, size_t count, DataType dtype,
                        ReduceOp op) override;
+  // The segment's arena, read by the window allreduces (so only where they run).
+  std::shared_ptr<SharedPool> sharedPool() const override;
 
  protected:
   collectives::Links& links() override { return links_; }

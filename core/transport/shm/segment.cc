@@ -24,6 +24,7 @@ struct alignas(kLine) Header {
   uint64_t totalBytes;
   uint64_t controlRingBytes;
   uint64_t windowBytes;
+  uint64_t arenaBytes;
 };
 
 [[noreturn]] void sysFail(const char* what) {
@@ -32,6 +33,13 @@ struct alignas(kLine) Header {
 
 // The size the layout comment (segment.h) and the README promise.
 static_assert(sizeof(RankBlock) == 1024, "a rank's block is 1024 bytes");
+
+size_t pageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
+
+// Where the arena starts in the file: the first page after the fixed part.
+size_t arenaOffset(size_t fixedBytes) {
+  return (fixedBytes + pageBytes() - 1) / pageBytes() * pageBytes();
+}
 
 size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
 size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }
@@ -65,16 +73,18 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     ranks_ = o.ranks_;
     ringBytes_ = o.ringBytes_;
     windowBytes_ = o.windowBytes_;
+    arenaBytes_ = o.arenaBytes_;
+    arena_ = std::move(o.arena_);
     o.base_ = nullptr;
     o.fd_ = -1;
   }
   return *this;
 }
 
-Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes) {
-  HORA_CHECK(
-      ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0 && windowBytes % (2 * kLine) == 0,
-      "bad segment shape");
+Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes, size_t arenaBytes) {
+  HORA_CHECK(ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0 &&
+                 windowBytes % (2 * kLine) == 0 && arenaBytes % pageBytes() == 0,
+             "bad segment shape");
   Segment s;
   s.bytes_ = bytesFor(ranks, ringBytes, windowBytes);
   s.fd_ = ::memfd_create("hora-shm", MFD_CLOEXEC);
@@ -82,16 +92,23 @@ Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes) {
   // fallocate reserves every page now: a full tmpfs fails here (ENOSPC) rather than with SIGBUS
   // on first touch in the middle of a collective.
   if (::fallocate(s.fd_, 0, 0, static_cast<off_t>(s.bytes_)) != 0) sysFail("fallocate");
+  // The arena's areas stay holes: their pages are reserved block by block (arena.h).
+  if (arenaBytes > 0 &&
+      ::ftruncate(s.fd_, static_cast<off_t>(arenaOffset(s.bytes_) + arenaBytes * ranks)) != 0) {
+    sysFail("ftruncate");
+  }
   void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd_, 0);
   if (p == MAP_FAILED) sysFail("mmap");
   s.base_ = static_cast<uint8_t*>(p);
   s.ranks_ = ranks;
   s.ringBytes_ = ringBytes;
   s.windowBytes_ = windowBytes;
+  s.arenaBytes_ = arenaBytes;
   auto* h = reinterpret_cast<Header*>(s.base_);
   h->ranks = static_cast<uint64_t>(ranks);
   h->ringBytes = ringBytes;
   h->windowBytes = windowBytes;
+  h->arenaBytes = arenaBytes;
   h->totalBytes = s.bytes_;
   h->controlRingBytes = kControlRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
@@ -105,22 +122,33 @@ Segment Segment::attach(int fd) {
   if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
     throw IoError("shared memory: the segment received from rank 0 is too small");
   }
-  Segment s;
-  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) sysFail("mmap");
-  s.base_ = static_cast<uint8_t*>(p);
-  s.bytes_ = static_cast<size_t>(st.st_size);
-  const auto* h = reinterpret_cast<const Header*>(s.base_);
-  if (h->magic != kMagic || h->ranks < 1 || h->ranks > (1u << 16) ||
-      h->controlRingBytes != kControlRingBytes || h->windowBytes % (2 * kLine) != 0 ||
-      bytesFor(static_cast<int>(h->ranks), h->ringBytes, h->windowBytes) != s.bytes_) {
+  // The header says how much of the file is the fixed part (the rest is the arena, mapped apart).
+  Header h;
+  if (::pread(fd, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) sysFail("pread");
+  const size_t fixed = h.totalBytes;
+  if (h.magic != kMagic || h.ranks < 1 || h.ranks > (1u << 16) ||
+      h.controlRingBytes != kControlRingBytes || h.windowBytes % (2 * kLine) != 0 ||
+      h.arenaBytes % pageBytes() != 0 ||
+      bytesFor(static_cast<int>(h.ranks), h.ringBytes, h.windowBytes) != fixed ||
+      static_cast<size_t>(st.st_size) !=
+          (h.arenaBytes > 0 ? arenaOffset(fixed) + h.arenaBytes * h.ranks : fixed)) {
     throw IoError("shared memory: the segment received from rank 0 has an unknown layout");
   }
-  s.ranks_ = static_cast<int>(h->ranks);
-  s.ringBytes_ = h->ringBytes;
-  s.windowBytes_ = h->windowBytes;
+  Segment s;
+  void* p = ::mmap(nullptr, fixed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) sysFail("mmap");
+  s.base_ = static_cast<uint8_t*>(p);
+  s.bytes_ = fixed;
+  s.ranks_ = static_cast<int>(h.ranks);
+  s.ringBytes_ = h.ringBytes;
+  s.windowBytes_ = h.windowBytes;
+  s.arenaBytes_ = h.arenaBytes;
   return s;
+}
+
+void Segment::mapArena(int fd, int me) {
+  if (arenaBytes_ == 0 || arena_) return;
+  arena_ = SharedArena::map(fd, arenaOffset(bytes_), ranks_, me, arenaBytes_);
 }
 
 void Segment::closeFd() {
@@ -131,6 +159,7 @@ void Segment::closeFd() {
 void Segment::release() {
   if (base_) ::munmap(base_, bytes_);
   base_ = nullptr;
+  arena_.reset();
   closeFd();
 }
 

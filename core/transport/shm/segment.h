@@ -12,13 +12,15 @@
 //   agreement line and two agreement rounds |
 //   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
 //   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data |
-//   per rank: window (two halves)
+//   per rank: window (two halves) |
+//   (page-aligned, in the same file but mapped on its own: arena.h) per rank: arena area
 // The data rings belong to the collectives; the control rings carry only negotiation messages
 // (control_channel.h), so a collective never reads one by mistake. A rank's window holds the
 // data of an allreduce that its peers reduce in place (window_allreduce.h). The size is fixed when
 // the job starts: 64 B + 1024 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
 // kControlRingBytes) per rank other than 0 + windowBytes per rank, whatever the tensors the job
-// later moves.
+// later moves. The arena's areas (arenaBytes per rank) are holes in the file until a rank
+// allocates a block there.
 //
 // Thread safety: the fields are atomics (or bytes published by an atomic release store), so any
 // thread of any rank may read them; each is written only by the rank the comment names.
@@ -28,6 +30,7 @@
 #include <string>
 
 #include "core/transport/agreement_board.h"
+#include "core/transport/shm/arena.h"
 
 namespace hora {
 namespace shm {
@@ -60,9 +63,11 @@ struct alignas(kLine) SpareLine {
   uint8_t payload[kLine];
 };
 // The rank's progress through window allreduces (window_allreduce.h): 2k - 1 once it staged part
-// k in its window, 2k once it reduced its slice of part k there.
+// k in its window (or published where in its arena area part k lies: source[k & 1] is that
+// offset + 1, 0 when the part is in the window), 2k once it reduced its slice of part k there.
 struct alignas(kLine) WindowLine {
   std::atomic<uint32_t> step;
+  std::atomic<uint64_t> source[2];
 };
 // The rank's rounds of local agreement (core/transport/agreement_board.h): round is written
 // (release) after rounds[round & 1].
@@ -101,9 +106,10 @@ void copyOutOfRing(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, 
 class Segment {
  public:
   // Creates and maps a zeroed region for `ranks` ranks (memfd_create, fallocate, prefaulted).
-  // windowBytes: each rank's window, 0 or a multiple of 128. Throws IoError saying which system
-  // call failed (no memfd, no memory, ...).
-  static Segment create(int ranks, size_t ringBytes, size_t windowBytes = 0);
+  // windowBytes: each rank's window, 0 or a multiple of 128; arenaBytes: each rank's arena area,
+  // 0 (none) or a multiple of the page size. Throws IoError saying which system call failed (no
+  // memfd, no memory, ...).
+  static Segment create(int ranks, size_t ringBytes, size_t windowBytes = 0, size_t arenaBytes = 0);
   // Maps the region behind fd (received from rank 0) and checks its header. Does not take fd.
   static Segment attach(int fd);
   static size_t bytesFor(int ranks, size_t ringBytes, size_t windowBytes = 0);
@@ -115,6 +121,11 @@ class Segment {
 
   bool mapped() const { return base_ != nullptr; }
   int fd() const { return fd_; }
+  // Maps the arena (when the segment has one) from fd, the segment's descriptor, with area `me`
+  // as this rank's.
+  void mapArena(int fd, int me);
+  // The arena, or null. It stays mapped after release() while blocks of it are in use.
+  const std::shared_ptr<SharedArena>& arena() const { return arena_; }
   void closeFd();  // the mapping stays
   void release();  // unmaps and closes
 
@@ -142,6 +153,8 @@ class Segment {
   int ranks_ = 0;
   size_t ringBytes_ = 0;
   size_t windowBytes_ = 0;
+  size_t arenaBytes_ = 0;
+  std::shared_ptr<SharedArena> arena_;
 };
 
 }  // namespace shm

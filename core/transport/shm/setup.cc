@@ -165,6 +165,7 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
     int fd = recvFd(s.fd(), deadline);
     try {
       Segment seg = Segment::attach(fd);
+      seg.mapArena(fd, o.rank);
       ::close(fd);
       return seg;
     } catch (...) {
@@ -188,7 +189,7 @@ std::string hostIdentity(const std::string& extra) {
 }
 
 Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes,
-                     size_t windowBytes) {
+                     size_t windowBytes, size_t arenaBytes) {
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
   const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
@@ -214,7 +215,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   if (o.rank == 0) {
     net::Socket listener;
     try {
-      seg = Segment::create(o.size, ringBytes, windowBytes);
+      seg = Segment::create(o.size, ringBytes, windowBytes, arenaBytes);
+      seg.mapArena(seg.fd(), 0);
       seg.rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
       std::string name = "hora-shm-" + toHex(net::randomBytes(12));
       listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));

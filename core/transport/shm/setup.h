@@ -29,9 +29,9 @@ struct Attachment {
 };
 
 // disabled: this rank's HORA_SHM_DISABLE. ringBytes: bytes of each rank-pair ring; windowBytes:
-// of each rank's window (0: none).
+// of each rank's window (0: none); arenaBytes: of each rank's arena area (0: none).
 Attachment attachJob(const ConnectOptions& options, Store& store, bool disabled, size_t ringBytes,
-                     size_t windowBytes = 0);
+                     size_t windowBytes = 0, size_t arenaBytes = 0);
 
 // Host identity: ranks with equal identities can share memory. extra (the launcher's host name
 // under HORA_SHM_HOST_BY_NAME, a testing aid) is appended, so ranks that horarun places on two

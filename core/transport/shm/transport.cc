@@ -25,6 +25,9 @@ size_t ringBytesOf(const ConnectOptions& o) {
   return o.shmRingBytes > 0 ? o.shmRingBytes : kDefaultRingBytes;
 }
 
+// The arena is read only by window allreduces: without a window it would go unused.
+size_t arenaBytesOf(const ConnectOptions& o) { return o.shmWindowBytes > 0 ? o.shmArenaBytes : 0; }
+
 // Moves negotiation onto the segment when it runs on this job's TCP control connections (another
 // controller, such as MPI, stays) and every rank allows it. The TCP connections close: nothing
 // would read them any more, and a local peer's exit is seen through the segment (pidfd, gone flag).
@@ -40,7 +43,8 @@ bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
 
 Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
   Connection c = tcp::TcpTransport().connect(options, store);
-  Attachment a = attachJob(options, store, false, ringBytesOf(options), options.shmWindowBytes);
+  Attachment a = attachJob(options, store, false, ringBytesOf(options), options.shmWindowBytes,
+                           arenaBytesOf(options));
   if (!a.peers) throw NotSupported("shm transport: cannot use shared memory: " + a.whyNot);
   moveControl(c, a, options);
   c.world = worldOver(std::move(a.peers), options.rank, options.size);
@@ -49,7 +53,8 @@ Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
 
 bool preferSharedMemory(Connection& connection, const ConnectOptions& options, Store& store,
                         bool disabled) {
-  Attachment a = attachJob(options, store, disabled, ringBytesOf(options), options.shmWindowBytes);
+  Attachment a = attachJob(options, store, disabled, ringBytesOf(options), options.shmWindowBytes,
+                           arenaBytesOf(options));
   if (!a.peers) {
     if (options.rank == 0) {
       HORA_LOG(Info, "collectives stay on " << connection.world->backendName()

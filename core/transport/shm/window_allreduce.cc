@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "core/collectives/ring.h"
+#include "core/common/errors.h"
 #include "core/common/reduce.h"
 #include "core/transport/shm/window_steps.h"
 
@@ -38,6 +40,20 @@ class Pieces {
     });
   }
 
+  // Where bytes [from, from + n) lie when they are one run of memory, else null.
+  const uint8_t* contiguous(size_t from, size_t n) const {
+    const uint8_t* start = nullptr;
+    const uint8_t* next = nullptr;
+    bool broken = false;
+    walk(from, n, [&](const BufferPiece& p, size_t at, size_t, size_t len) {
+      const auto* data = static_cast<const uint8_t*>(p.data);
+      if (data == nullptr || (start != nullptr && data + at != next)) broken = true;
+      if (start == nullptr) start = data + at;
+      next = data + at + len;
+    });
+    return broken ? nullptr : start;
+  }
+
   // Copies n bytes of src over bytes [from, from + n); a piece without data keeps nothing.
   void scatter(size_t from, const uint8_t* src, size_t n) const {
     walk(from, n, [&](const BufferPiece& p, size_t at, size_t done, size_t len) {
@@ -67,7 +83,13 @@ class Pieces {
 class WindowRun {
  public:
   WindowRun(ShmLinks& links, DataType dtype, ReduceOp op, bool rankOrder)
-      : steps_(links), dtype_(dtype), op_(op), rankOrder_(rankOrder), es_(dtypeSize(dtype)) {}
+      : steps_(links),
+        dtype_(dtype),
+        op_(op),
+        rankOrder_(rankOrder),
+        es_(dtypeSize(dtype)),
+        arena_(links.peers().segment.arena().get()),
+        sources_(steps_.size()) {}
 
   size_t elementsPerPart() const { return steps_.halfBytes() / es_; }
 
@@ -75,8 +97,9 @@ class WindowRun {
   void part(const Pieces& pieces, size_t first, size_t elements) {
     const uint32_t k = steps_.nextPart();
     const int me = steps_.me();
-    pieces.gather(first * es_, steps_.half(me, k), elements * es_);
+    stage(pieces, k, first * es_, elements * es_);
     steps_.publishAndWait(2 * k - 1, "stage its part in its window");
+    for (int r = 0; r < steps_.size(); ++r) sources_[r] = source(r, k, elements * es_);
 
     std::vector<size_t> offsets, sizes;
     collectives::splitEvenly(elements, steps_.size(), es_, &offsets, &sizes);
@@ -91,10 +114,36 @@ class WindowRun {
   }
 
  private:
-  // Reduces bytes [off, off + len) of every rank's half into this rank's half.
+  // Publishes where this rank's part k is: in its arena area when the part is one run there,
+  // else copied into its half.
+  void stage(const Pieces& pieces, uint32_t k, size_t from, size_t bytes) {
+    const uint8_t* run = arena_ != nullptr ? pieces.contiguous(from, bytes) : nullptr;
+    const int64_t at = run != nullptr ? arena_->offsetOf(run, bytes) : -1;
+    WindowLine& line = steps_.links().peers().segment.rank(steps_.me()).window;
+    line.source[k & 1].store(at >= 0 ? static_cast<uint64_t>(at) + 1 : 0,
+                             std::memory_order_relaxed);
+    if (at < 0) pieces.gather(from, steps_.half(steps_.me(), k), bytes);
+    if (arena_ != nullptr) arena_->countPart(at >= 0);
+  }
+
+  // Where rank r's part k is (read after r published step 2k - 1).
+  const uint8_t* source(int r, uint32_t k, size_t bytes) {
+    const Segment& s = steps_.links().peers().segment;
+    const uint64_t at = s.rank(r).window.source[k & 1].load(std::memory_order_relaxed);
+    if (at == 0) return steps_.half(r, k);
+    const uint8_t* p = arena_ != nullptr ? arena_->at(at - 1, bytes) : nullptr;
+    if (p == nullptr) {
+      throw IoError("rank " + std::to_string(steps_.links().peers().jobRank(r)) +
+                    " published a window part outside the shared arena");
+    }
+    return p;
+  }
+
+  // Reduces bytes [off, off + len) of every rank's part into this rank's half.
   void foldSlice(uint32_t k, size_t off, size_t len) {
     const int me = steps_.me();
     uint8_t* mine = steps_.half(me, k) + off;
+    const uint8_t* own = sources_[me] + off;  // this rank's data: its half, or its arena area
     // Rank 0's data first: in place when it is this rank's own (or the order does not matter),
     // else through a chunk of scratch that starts as rank 0's.
     const bool inPlace = me == 0 || !rankOrder_;
@@ -105,14 +154,15 @@ class WindowRun {
       const size_t bytes = std::min(chunk, len - at);
       const size_t count = bytes / es_;
       if (inPlace) {
+        if (own != mine) std::memcpy(mine + at, own + at, bytes);
         for (int r : steps_.others()) {
-          reduceInto(mine + at, steps_.half(r, k) + off + at, count, dtype_, op_);
+          reduceInto(mine + at, sources_[r] + off + at, count, dtype_, op_);
         }
         continue;
       }
-      std::memcpy(scratch, steps_.half(0, k) + off + at, bytes);
+      std::memcpy(scratch, sources_[0] + off + at, bytes);
       for (int r = 1; r < steps_.size(); ++r) {
-        reduceInto(scratch, steps_.half(r, k) + off + at, count, dtype_, op_);
+        reduceInto(scratch, sources_[r] + off + at, count, dtype_, op_);
       }
       std::memcpy(mine + at, scratch, bytes);
     }
@@ -123,6 +173,8 @@ class WindowRun {
   ReduceOp op_;
   bool rankOrder_;
   size_t es_;
+  SharedArena* arena_;                   // the job's arena, or null
+  std::vector<const uint8_t*> sources_;  // by rank: where its current part is
 };
 
 }  // namespace

@@ -5,7 +5,9 @@
 // Every rank owns a window of the segment, in two halves. The data goes through in parts of at
 // most one half (the steps of window_steps.h); for part k:
 //   1. each rank copies its part of the pieces into its half (the fusion copy, made once) and
-//      publishes step 2k - 1;
+//      publishes step 2k - 1. A rank whose part lies in one run of its arena area (arena.h:
+//      gradients placed there by the frontend) copies nothing: it publishes where the part is,
+//      and the others read it there;
 //   2. once every rank did, each reduces its own slice of the part (an even split, as the ring's)
 //      from every rank's half into its own half, then publishes step 2k;
 //   3. once every rank did, each copies every slice from the half of the rank that reduced it

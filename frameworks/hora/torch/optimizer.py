@@ -39,6 +39,7 @@ from hora.torch._optimizer_utils import (
     check_groups,
     make_hook,
 )
+from hora.torch._shared_grads import SharedGradients, arena_available, enabled_by_environment
 from hora.torch.compression import Compression, Compressor
 
 
@@ -47,6 +48,8 @@ class _DistributedMixin(HookedOptimizer):
 
     # Set by DistributedOptimizer(comm_hook=...): buckets then go through the hook.
     _comm_runner: HookRunner | None = None
+    # Set by DistributedOptimizer(shared_gradients=True) where the shared arena exists.
+    _shared: SharedGradients | None = None
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class _DistributedMixin(HookedOptimizer):
         self._groups: list[tuple[torch.Tensor, ...]] = []
         self._group_of: dict[torch.Tensor, int] = {}
         self._arrived: dict[int, set[int]] = {}
+        self._launch_order: list[torch.Tensor] = []  # this step's, for shared gradients
         if groups is not None:
             self._build_groups(groups)
         self._register_hooks()
@@ -143,7 +147,12 @@ class _DistributedMixin(HookedOptimizer):
             grad = grad.to_dense()
         return grad
 
+    def _note_launch(self, p: torch.Tensor) -> None:
+        if self._shared is not None:
+            self._launch_order.append(p)
+
     def _launch(self, p: torch.Tensor) -> tuple[Any, Any]:
+        self._note_launch(p)
         if self._comm_runner is not None:
             return self._comm_runner.start([p], [self._prepare(p, True)], single=True), None
         grad = self._prepare(p, force_dense=False)
@@ -170,6 +179,7 @@ class _DistributedMixin(HookedOptimizer):
         group = self._groups[index]
         tensors, ctxs = [], []
         for p in group:
+            self._note_launch(p)
             tensor, ctx = self._compression.compress(self._prepare(p, force_dense=True))
             tensors.append(tensor if tensor.is_contiguous() else tensor.contiguous())
             ctxs.append(ctx)
@@ -243,9 +253,12 @@ class _DistributedMixin(HookedOptimizer):
                 continue
             for p, out, c in zip(self._groups[index], outputs, ctxs):
                 self._store_grad(p, self._compression.decompress(out, c))
+        launched = self._launch_order
         self._reset_pending()
         if first_error is not None:
             raise first_error
+        if self._shared is not None:
+            self._shared.after_step(launched)
         self._synchronized = True
 
     @staticmethod
@@ -262,6 +275,7 @@ class _DistributedMixin(HookedOptimizer):
             grad.set_(value.reshape(grad.shape))  # type: ignore[call-overload]
 
     def _reset_pending(self) -> None:
+        self._launch_order = []
         self._handles.clear()
         self._group_handles.clear()
         for p in self._delay:
@@ -336,6 +350,7 @@ def DistributedOptimizer(
     process_set: ProcessSet = global_process_set,
     comm_hook: Callable[[Any], Any] | None = None,
     step_in_backward: bool = False,
+    shared_gradients: bool = True,
 ) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
@@ -360,6 +375,12 @@ def DistributedOptimizer(
         step_in_backward: update each parameter inside backward as soon as its reduced gradient
             is ready, then free the gradient; ``step()`` only waits (SGD, Adam, AdamW, Adagrad;
             see ``hora.torch._step_in_backward``).
+        shared_gradients: after the first step, keep the gradients in the shared arena, where
+            the other ranks read them in place (``hora.torch._shared_grads``). Only where it
+            applies:
+            every rank on this host over shared memory, the global process set, no compression,
+            no ``comm_hook``, not ``step_in_backward``. ``False`` or ``HORA_SHARED_GRADIENTS=0``
+            turns it off.
 
     Raises:
         ValueError: invalid names (not tuples, duplicates, unnamed parameters), invalid groups,
@@ -417,11 +438,20 @@ def DistributedOptimizer(
         if comm_hook is not None:
             wrapped._comm_runner = HookRunner(comm_hook, wrapped._ordered,
                                               wrapped._parameter_names, process_set)
+        elif shared_gradients and _shares_gradients(compression, process_set):
+            wrapped._shared = SharedGradients()
         return wrapped
     if process_set is not global_process_set and process_set.process_set_id != 0:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     cls = _combine(_DistributedAdasumMixin, optimizer)
     return cls(optimizer, named_parameters, compression, backward_passes_per_step)
+
+
+def _shares_gradients(compression: type[Compressor], process_set: ProcessSet) -> bool:
+    """Whether gradients can live in the shared arena: the engine reads them in place only in
+    allreduces of the whole job, and only the uncompressed gradient itself is what it reduces."""
+    return (compression is Compression.none and process_set.process_set_id == 0 and size() > 1
+            and enabled_by_environment() and arena_available())
 
 
 def _step_in_backward_optimizer(optimizer: torch.optim.Optimizer, *args: Any) -> Any:
