@@ -67,8 +67,9 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "bytes of each rank's arena in the shared segment (virtual until used), where "
        "DistributedOptimizer places gradients that the other ranks read in place (0: none)"},
       {"SHARED_GRADIENTS", "1",
-       "0 keeps DistributedOptimizer's gradients in private memory; by default, where the "
-       "shared arena exists, each gradient is a view into it and zero_grad() zeroes it in place"},
+       "0 keeps tensors out of the shared arena; by default, where it exists, torch "
+       "DistributedOptimizer's gradients that stay from one step to the next move into it, and "
+       "TensorFlow's private copies are made there"},
       {"SHM_HOST_BY_NAME", "0",
        "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
        "horarun places on two names of one machine share memory only with their own host"},

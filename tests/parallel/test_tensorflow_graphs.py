@@ -248,6 +248,34 @@ def test_private_pool_reuses_only_free_buffers() -> None:
     np.testing.assert_array_equal(other, np.zeros(3, np.int64))
 
 
+def test_private_copies_are_one_block_of_the_shared_arena() -> None:
+    """Every rank on this host: a node's private copies lie in the shared arena, back to back
+    (64-byte multiples), so the other ranks read the fused allreduce of them in place."""
+    from hora import _core
+    from hora.tensorflow._host import PrivatePool
+
+    assert _core.shared_pool_info() is not None
+    copies = PrivatePool().copies([np.zeros(1024, np.float32), np.ones(16, np.float32)])
+    assert all(_core.in_shared_pool(c.ctypes.data, c.nbytes) for c in copies)
+    assert copies[1].ctypes.data == copies[0].ctypes.data + copies[0].nbytes
+    del copies
+
+    xs = [tf.Variable(np.full([256, 64], float(rank() + k), np.float32)) for k in range(3)]
+
+    @tf.function(autograph=False)
+    def fn() -> list[tf.Tensor]:
+        return hvd.grouped_allreduce([x.read_value() for x in xs], op=hvd.Sum,
+                                     name="graph_arena")
+
+    before = _core.shared_pool_info()["parts_read_in_place"]
+    for _ in range(3):
+        outs = bounded(fn)
+        for k, out in enumerate(outs):
+            want = sum(float(r + k) for r in range(size()))
+            np.testing.assert_array_equal(out.numpy(), np.full([256, 64], want, np.float32))
+    assert _core.shared_pool_info()["parts_read_in_place"] - before >= 3
+
+
 def test_function_results_held_across_steps_stay_intact() -> None:
     """Allreduce results of earlier calls of a tf.function (and of a Session), still held,
     keep their values when the same nodes run again."""

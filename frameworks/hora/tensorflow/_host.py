@@ -5,7 +5,9 @@ the engine must write.
   ``__dlpack__``), or a NumPy array it can export.
 - ``private(x)``: a 64-byte aligned, writable copy for in-place operations (allreduce,
   broadcast), since TensorFlow tensors are immutable. A graph node keeps a ``PrivatePool``
-  so that each run reuses the buffers of its earlier runs that nothing holds any more.
+  so that each run reuses the buffers of its earlier runs that nothing holds any more. Over
+  shared memory the pool takes a node's buffers from the shared arena, one block per node, so
+  the other ranks read them in place (``hora.common.shared_arrays``).
 - ``to_tensor(array, dtype)``: an eager tensor over ``array``'s memory through DLPack when the
   array is contiguous and 64-byte aligned (TensorFlow's kernels assume that alignment; the
   engine's outputs and ``private`` buffers are), otherwise a copy. DLPack is also the faster
@@ -24,6 +26,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
+
+from hora.common import shared_arrays
 
 ALIGNMENT = 64
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -93,13 +97,38 @@ class PrivatePool:
     without a copy, and TensorFlow keeps a reference for as long as any tensor uses that
     memory (so does the engine while it works on it). Each source keeps up to two buffers, so
     a step may start while the previous step's results are still held.
+
+    Where the job has a shared arena, a run's buffers are instead one block of it (a slab), laid
+    out in source order, 64-byte aligned: a fused part that spans them is one run of memory when
+    their sizes are multiples of 64 bytes, which the other ranks then read in place. Up to two
+    slabs are kept, reused on the same terms.
     """
 
-    __slots__ = ("_lock", "_slots")
+    __slots__ = ("_lock", "_shared", "_slabs", "_slots")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: list[list[np.ndarray]] = []
+        self._slabs: list[tuple[object, list[np.ndarray]]] = []
+        self._shared: bool | None = None  # decided on the first run, once the job is running
+
+    def _take_slab(self, layout: list[tuple[tuple, np.dtype]]) -> list[np.ndarray] | None:
+        for k in range(len(self._slabs)):
+            arrays = self._slabs[k][1]
+            # Free: each array referred to by the slab's list only, and the owner of their
+            # memory by those arrays and the slab only (each count includes getrefcount's own
+            # argument; indexing, not loop variables, so that no extra name refers to them).
+            if ([(a.shape, a.dtype) for a in arrays] == layout
+                    and all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays)))
+                    and sys.getrefcount(self._slabs[k][0]) == len(arrays) + 2):
+                return arrays
+        made = shared_arrays.slab(layout, ALIGNMENT)
+        if made is None:
+            return None
+        if len(self._slabs) >= 2:
+            self._slabs.pop(0)
+        self._slabs.append(made)
+        return made[1]
 
     def _take(self, index: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         while len(self._slots) <= index:
@@ -119,14 +148,18 @@ class PrivatePool:
 
     def copies(self, sources: list) -> list[np.ndarray]:
         """A private copy of each of ``sources`` (the i-th in the i-th source's buffers)."""
-        out = []
         with self._lock:
-            for index, x in enumerate(sources):
-                view = host_view(x)
-                buf = self._take(index, view.shape, view.dtype)
+            views = [host_view(x) for x in sources]
+            if self._shared is None:
+                self._shared = shared_arrays.enabled()
+            out = None
+            if self._shared:
+                out = self._take_slab([(v.shape, v.dtype) for v in views])
+            if out is None:
+                out = [self._take(i, v.shape, v.dtype) for i, v in enumerate(views)]
+            for buf, view in zip(out, views):
                 np.copyto(buf, view)
-                out.append(buf)
-        return out
+        return list(out)
 
 
 def as_numpy_dtype(array: np.ndarray, dtype: tf.DType) -> np.ndarray:

@@ -24,16 +24,6 @@ import torch
 from hora import _core
 
 
-def enabled_by_environment() -> bool:
-    """HORA_SHARED_GRADIENTS (HOROVOD_ alias): anything but 0 lets the optimizer use the arena."""
-    return (_core.lookup_env("SHARED_GRADIENTS") or "1").strip() != "0"
-
-
-def arena_available() -> bool:
-    """Whether this job has a shared arena (every rank on this host, over shared memory)."""
-    return _core.shared_pool_info() is not None
-
-
 def _placeable(p: torch.Tensor) -> bool:
     grad = p.grad
     return (grad is not None and grad.device.type == "cpu" and grad.layout == torch.strided
@@ -79,8 +69,3 @@ class SharedGradients:
                 view.copy_(p.grad)
                 p.grad = view
                 self._views[p] = view
-
-    def is_view(self, p: torch.Tensor) -> bool:
-        """Whether ``p.grad`` is its view into the arena."""
-        view = self._views.get(p)
-        return view is not None and p.grad is view

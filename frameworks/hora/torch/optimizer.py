@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from hora.common import shared_arrays
 from hora.common.basics import size
 from hora.common.ops import split_evenly
 from hora.common.process_sets import ProcessSet, global_process_set
@@ -39,7 +40,7 @@ from hora.torch._optimizer_utils import (
     check_groups,
     make_hook,
 )
-from hora.torch._shared_grads import SharedGradients, arena_available, enabled_by_environment
+from hora.torch._shared_grads import SharedGradients
 from hora.torch.compression import Compression, Compressor
 
 
@@ -451,7 +452,7 @@ def _shares_gradients(compression: type[Compressor], process_set: ProcessSet) ->
     """Whether gradients can live in the shared arena: the engine reads them in place only in
     allreduces of the whole job, and only the uncompressed gradient itself is what it reduces."""
     return (compression is Compression.none and process_set.process_set_id == 0 and size() > 1
-            and enabled_by_environment() and arena_available())
+            and shared_arrays.enabled())
 
 
 def _step_in_backward_optimizer(optimizer: torch.optim.Optimizer, *args: Any) -> Any:
