@@ -326,6 +326,10 @@ bool Coordinator::runsWhileJoined(const PendingTensor& p) const {
   return kind == OpKind::Allreduce || kind == OpKind::Barrier;
 }
 
+void Coordinator::ranLocally(int slot) {
+  if (cache_.occupied(slot)) cache_.touch(slot);
+}
+
 Response Coordinator::respond(const std::string& key, PendingTensor& p) {
   if (!sets_.contains(p.processSetId)) {
     return errorResponse(p.name, p.processSetId, ResponseError::InvalidArgument,

@@ -65,6 +65,9 @@ class Coordinator {
   bool watchingDeadlocks() const { return !disabledDeadlocks_ && !pending_.empty(); }
   // The next batch, or false when there is nothing to tell the ranks.
   bool buildBatch(ResponseBatch* out);
+  // The ranks ran the cached response in `slot` without asking (local_agreement.h): it counts
+  // as used now, so that the choice of a slot to evict passes it over.
+  void ranLocally(int slot);
 
   const std::unordered_map<std::string, PendingTensor>& pending() const { return pending_; }
   // World ranks that some pending tensor still misses, ascending (control-channel liveness).

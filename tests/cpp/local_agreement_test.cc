@@ -389,6 +389,41 @@ TEST(LocalAgreementJob, EvictionsWhileHeldKeepEveryValueRight) {
 
 // Every step mixes cached tensors (agreed on locally) with a new name (negotiated by rank 0), in
 // a different order on every rank: the two kinds of decisions interleave the same way everywhere.
+// A tensor the ranks run among themselves counts as used at rank 0 too: when new names fill the
+// cache, rank 0 evicts the older new names, not it. Were it evicted, each rank would send its
+// request again: one message more than the new name alone costs.
+TEST(LocalAgreementJob, ATensorRunLocallyIsNotTheOneEvicted) {
+  const int n = 2;
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        std::vector<float> hot(4), cold(4);
+        // Waits not marked blocked: a rank reports a marked wait to rank 0 (one message more).
+        auto run = [&](const std::string& name, std::vector<float>& v) {
+          auto handle = rt.enqueue({allreduceOf(v, name)}).front();
+          ASSERT_TRUE(handle->wait(Millis(30000)));
+          handle->rethrowIfFailed();
+        };
+        run("hot", hot);
+        run("hot", hot);  // cached: from now on run locally
+        uint64_t before = rt.counters().controlMessagesSent;
+        for (int s = 0; s < 6; ++s) {
+          run("hot", hot);
+          run("cold" + std::to_string(s), cold);
+        }
+        const uint64_t withHot = rt.counters().controlMessagesSent - before;
+        before = rt.counters().controlMessagesSent;
+        for (int s = 6; s < 12; ++s) run("cold" + std::to_string(s), cold);
+        const uint64_t coldOnly = rt.counters().controlMessagesSent - before;
+        run("cold0", cold);  // no rank shuts down before every rank has counted
+        if (rank != 0) EXPECT_EQ(withHot, coldOnly) << "the cached tensor was renegotiated";
+      },
+      [](RuntimeOptions& o) {
+        o.settings.cacheCapacity = 3;
+        o.settings.agreementHandOverMs = 60000;  // only an eviction can send it to rank 0
+      });
+}
+
 TEST(LocalAgreementJob, NewTensorsBesideCachedOnesInEveryOrder) {
   const int n = 3;
   runJob(n, [&](Runtime& rt, int rank) {

@@ -101,6 +101,17 @@ def test_views_are_let_go_once_replaced() -> None:
     assert _core.shared_pool_info()["bytes_free"] == free  # the block went back to the arena
 
 
+def test_a_full_arena_keeps_them_private(monkeypatch) -> None:
+    """No room in the arena (shared_block gives None): the gradients stay where they are."""
+    monkeypatch.setattr(_core, "shared_block", lambda nbytes: None)
+    private, model = _model(), _model()
+    _train(private, _optimizer(private, shared_gradients=False), set_to_none=False)
+    _train(model, _optimizer(model), set_to_none=False)
+    assert not any(_in_arena(p) for p in model.parameters())
+    for a, b in zip(private.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_flag_environment_and_compression_keep_them_private(monkeypatch) -> None:
     for kwargs in ({"shared_gradients": False}, {"compression": hvd.Compression.fp16}):
         model = _model()
