@@ -46,7 +46,9 @@ std::shared_ptr<SharedArena> SharedArena::map(int fd, size_t fileOffset, int ran
   void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                    static_cast<off_t>(fileOffset));
   if (p == MAP_FAILED) {
-    throw IoError(std::string("shared memory: mmap of the arena failed: ") + std::strerror(errno));
+    throw IoError(std::string("shared memory: mmap of the arena failed (HORA_SHM_ARENA_BYTES=0 "
+                              "goes without it): ") +
+                  std::strerror(errno));
   }
   return std::shared_ptr<SharedArena>(
       new SharedArena(static_cast<uint8_t*>(p), ranks, me, areaBytes));
