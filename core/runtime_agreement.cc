@@ -55,8 +55,9 @@ void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
   std::vector<Response> singles;
   for (int slot : slots) {
     singles.push_back(participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
-    if (coordinator_) coordinator_->ranLocally(slot);
-    if (coordinator_ && timeline_.enabled()) {
+    if (!coordinator_) continue;
+    coordinator_->ranLocally(slot);
+    if (timeline_.enabled()) {
       const std::string& name = singles.back().names.front();
       for (int r = 1; r < topology_.size; ++r) timeline_.rankReady(0, name, r);
       timeline_.negotiateEnd(0, name);

@@ -12,7 +12,6 @@
 
 namespace hora {
 namespace shm {
-namespace {
 
 size_t pageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
@@ -20,6 +19,8 @@ size_t roundUpToPage(size_t n) {
   const size_t page = pageBytes();
   return (n + page - 1) / page * page;
 }
+
+namespace {
 
 // Reserves the pages of [p, p + n) now. Older kernels lack MADV_POPULATE_WRITE: touching every
 // page instead reserves them too, with a SIGBUS rather than an error when memory is short.

@@ -19,6 +19,11 @@
 namespace hora {
 namespace shm {
 
+// The system's page size, and n rounded up to a whole number of pages: the arena's unit, and
+// where it starts in the segment's file.
+size_t pageBytes();
+size_t roundUpToPage(size_t n);
+
 class SharedArena : public SharedPool, public std::enable_shared_from_this<SharedArena> {
  public:
   // Maps `ranks` areas of areaBytes (a multiple of the page size) at file offset fileOffset of

@@ -34,12 +34,8 @@ struct alignas(kLine) Header {
 // The size the layout comment (segment.h) and the README promise.
 static_assert(sizeof(RankBlock) == 1024, "a rank's block is 1024 bytes");
 
-size_t pageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
-
 // Where the arena starts in the file: the first page after the fixed part.
-size_t arenaOffset(size_t fixedBytes) {
-  return (fixedBytes + pageBytes() - 1) / pageBytes() * pageBytes();
-}
+size_t arenaOffset(size_t fixedBytes) { return roundUpToPage(fixedBytes); }
 
 size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
 size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }

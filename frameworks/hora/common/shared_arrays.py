@@ -24,6 +24,18 @@ def enabled() -> bool:
     return _core.shared_pool_info() is not None
 
 
+def reserve(sizes: list[int], alignment: int) -> tuple[_core.SharedBlock, list[int]] | None:
+    """One block of the arena holding runs of ``sizes`` bytes back to back, in order, each
+    starting on an ``alignment`` boundary: the block and each run's offset, or None when the
+    arena has no room."""
+    offsets, at = [], 0
+    for nbytes in sizes:
+        offsets.append(at)
+        at += (nbytes + alignment - 1) // alignment * alignment
+    block = _core.shared_block(max(at, 1))
+    return None if block is None else (block, offsets)
+
+
 def slab(layout: list[tuple[tuple, np.dtype]], alignment: int) -> tuple[object, list] | None:
     """One block of the arena holding an array per ``(shape, dtype)`` of ``layout``, in order,
     each starting on an ``alignment`` boundary; None when the arena has no room.
@@ -32,17 +44,12 @@ def slab(layout: list[tuple[tuple, np.dtype]], alignment: int) -> tuple[object, 
     and every view of one, has the owner as its ``base``: the block lives as long as any of them,
     and ``sys.getrefcount(owner)`` counts them.
     """
-    offsets, at = [], 0
-    for shape, dtype in layout:
-        offsets.append(at)
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        at += (nbytes + alignment - 1) // alignment * alignment
-    block = _core.shared_block(max(at, 1))
-    if block is None:
+    sizes = [math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layout]
+    reserved = reserve(sizes, alignment)
+    if reserved is None:
         return None
+    block, offsets = reserved
     flat = np.frombuffer(memoryview(block), dtype=np.uint8)
-    arrays = []
-    for (shape, dtype), offset in zip(layout, offsets):
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        arrays.append(flat[offset:offset + nbytes].view(dtype).reshape(shape))
+    arrays = [flat[at:at + nbytes].view(dtype).reshape(shape)
+              for (shape, dtype), at, nbytes in zip(layout, offsets, sizes)]
     return flat, arrays

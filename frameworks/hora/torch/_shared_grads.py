@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from hora import _core
+from hora.common import shared_arrays
 
 
 def _placeable(p: torch.Tensor) -> bool:
@@ -56,15 +56,15 @@ class SharedGradients:
         for p in params:
             by_dtype.setdefault(p.dtype, []).append(p)
         for dtype, group in by_dtype.items():
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            block = _core.shared_block(sum(p.numel() for p in group) * itemsize)
-            if block is None:  # no room left: these stay private
+            # Packed: a multiple of the element size needs no padding between them.
+            sizes = [p.numel() * p.element_size() for p in group]
+            reserved = shared_arrays.reserve(sizes, group[0].element_size())
+            if reserved is None:  # no room left: these stay private
                 continue
-            flat = torch.frombuffer(block, dtype=torch.uint8).view(dtype)
-            at = 0
-            for p in group:
-                view = flat[at:at + p.numel()].view(p.shape)
-                at += p.numel()
+            block, offsets = reserved
+            flat = torch.frombuffer(block, dtype=torch.uint8)
+            for p, at, nbytes in zip(group, offsets, sizes):
+                view = flat[at:at + nbytes].view(dtype).view(p.shape)
                 assert p.grad is not None
                 view.copy_(p.grad)
                 p.grad = view
