@@ -51,8 +51,12 @@ for _ in range(2):
 print(f"READY rank={rank}", flush=True)
 before = [p.detach().clone() for p in model.parameters()]
 if rank == victim:
-    backward()  # its hooks submit the gradient allreduces; some may start moving data
-    os._exit(1)
+    # It dies inside its backward pass, once the later layers' hooks have submitted their
+    # gradients (some may start moving data) but before the first layer's weight gradient exists:
+    # had it lived to the end of backward, its engine could finish every allreduce of the step.
+    model[0].weight.register_hook(lambda grad: os._exit(1))
+    backward()
+    os._exit(2)  # not reached
 try:
     # The victim's death may surface in the backward pass (a hook submitting to a stopped engine)
     # or in step(); either way the step must not change a parameter.
