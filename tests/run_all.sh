@@ -16,7 +16,9 @@
 #      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
-#   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x)
+#   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
+#      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
+#      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, a job without a launcher
 #      whose rank 0 (serving the store) exits while another rank waits in the rendezvous, and
 #      randomized fault scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default
@@ -336,19 +338,28 @@ fi
 # ------------------------------------------------------------------------------------------------
 # gpu. The GPU path through the CPU emulation of CUDA and NCCL (no GPU is needed or used)
 
-if wants gpu; then
-  EMULATION=$ROOT/build/gpu-emulation/libhora_gpu_emulation.so
-  NVIDIA_SITE=$ROOT/build/gpu-wheels
+EMULATION=$ROOT/build/gpu-emulation/libhora_gpu_emulation.so
+GPU_ENV="HORA_NCCL_LIBRARY=$EMULATION HORA_CUDA_LIBRARY=$EMULATION HORA_FUSION_THRESHOLD=65536"
+GPU_ENV="$GPU_ENV HORA_DYNAMIC_PROCESS_SETS=1"
+# build_emulation: builds the emulation library once per run, for the gpu stage and for the
+# frameworks' GPU tests.
+EMULATION_BUILT=0
+build_emulation() {
+  [ "$EMULATION_BUILT" = 1 ] && return 0
+  EMULATION_BUILT=1
   run "gpu: build the CUDA/NCCL emulation" bash -c \
     "cmake -S tests/gpu_emulation -B build/gpu-emulation -G Ninja >/dev/null &&
      cmake --build build/gpu-emulation -j $JOBS"
+}
+
+if wants gpu; then
+  NVIDIA_SITE=$ROOT/build/gpu-wheels
+  build_emulation
   if [ ! -f "$NVIDIA_SITE/nvidia/nccl/lib/libnccl.so.2" ] ||
      [ ! -d "$NVIDIA_SITE/nvidia/cuda_runtime/lib" ]; then
     run "gpu: pip install nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 (into build/gpu-wheels)" \
       "$PY" -m pip install -q --no-deps -t "$NVIDIA_SITE" nvidia-nccl-cu12 nvidia-cuda-runtime-cu12
   fi
-  GPU_ENV="HORA_NCCL_LIBRARY=$EMULATION HORA_CUDA_LIBRARY=$EMULATION HORA_FUSION_THRESHOLD=65536"
-  GPU_ENV="$GPU_ENV HORA_DYNAMIC_PROCESS_SETS=1"
   for np in $NPS; do
     [ "$np" -lt 2 ] && continue
     # shellcheck disable=SC2086
@@ -436,6 +447,17 @@ framework_imports() {
     "import hora.$1, $1; print('$1', $1.__version__, 'hora', hora.__version__)"
 }
 
+# framework_gpu_tests NAME FILE: FILE in build/venv-NAME through the GPU emulation, at 2 and 4 ranks.
+framework_gpu_tests() {
+  local python=$ROOT/build/venv-$1/bin/python np
+  build_emulation
+  for np in 2 4; do
+    # shellcheck disable=SC2086
+    run "$1 np=$np GPU tensors (emulated)" env $GPU_ENV timeout -k 20 "$RUN_TIMEOUT" \
+      "$python" -m hora.runner -np "$np" "$python" -m pytest -q -p no:cacheprovider "$2"
+  done
+}
+
 if wants mxnet; then
   framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4
   framework_imports mxnet
@@ -446,6 +468,8 @@ if wants mxnet; then
         "$ROOT/build/venv-mxnet/bin/python" -m pytest -q -p no:cacheprovider "$f"
     done
   done
+  # GPU NDArrays through the emulation (stand-ins: a CPU build of MXNet makes no GPU arrays).
+  framework_gpu_tests mxnet tests/gpu/test_mxnet_gpu.py
 fi
 
 if wants tensorflow; then
@@ -460,6 +484,8 @@ if wants tensorflow; then
         "$ROOT/build/venv-tensorflow/bin/python" -m pytest -q -p no:cacheprovider "$f"
     done
   done
+  # Eager GPU tensors through the emulation (a stand-in plays TensorFlow's GPU).
+  framework_gpu_tests tensorflow tests/gpu/test_tensorflow_gpu.py
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -140,6 +140,35 @@ class EmuTensor:
         return _capsule_new(address, _NAME, None)
 
 
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_set_name = ctypes.pythonapi.PyCapsule_SetName
+_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_CAPSULE_DTYPES = {(0, 8): np.int8, (0, 32): np.int32, (0, 64): np.int64, (1, 8): np.uint8,
+                   (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
+                   (4, 16): ml_dtypes.bfloat16}
+
+
+def read_capsule(capsule: Any) -> tuple[np.ndarray, int] | None:
+    """Consume a CUDA DLPack capsule (as a framework's ``from_dlpack`` does): its values and
+    device ordinal, the capsule marked used and its deleter called. None for a CPU capsule,
+    which is left untouched."""
+    address = _get_pointer(capsule, _NAME)
+    managed = DLManagedTensor.from_address(address)
+    t = managed.dl_tensor
+    if t.device.device_type != KDL_CUDA:
+        return None
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    dtype = np.dtype(_CAPSULE_DTYPES[(t.dtype.code, t.dtype.bits)])
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = ctypes.string_at(t.data + t.byte_offset, nbytes) if nbytes else b""
+    values = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    _set_name(capsule, b"used_dltensor")
+    managed.deleter(address)
+    return values, int(t.device.device_id)
+
+
 def device_values(out: Any, dtype: Any) -> np.ndarray:
     """The values of an engine GPU result (``_core.DeviceTensor``), complete once waited."""
     raw = ctypes.string_at(out.data_ptr, out.nbytes) if out.nbytes else b""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ _WHEEL_LIBRARIES = (
                       "nvidia/cuda_runtime/lib/libcudart.so.12")),
 )
 _loaded = False
+_path_on: bool | None = None
 
 
 def _in_process(name: str) -> bool:
@@ -69,6 +71,23 @@ def info() -> dict[str, Any]:
     ``nccl_version``, ``nccl_library``, ``cuda_library`` and ``devices``."""
     ensure_loaded()
     return dict(_core.gpu_info())
+
+
+def path_on() -> bool:
+    """Whether CUDA tensors can go through NCCL in this process. The engine opens the libraries
+    once per process, so the answer is asked once and kept."""
+    global _path_on
+    if _path_on is None:
+        _path_on = bool(info()["available"])
+    return _path_on
+
+
+def nccl_runs(request: Mapping[str, Any]) -> bool:
+    """Whether NCCL can run a collective with these enqueue arguments: the engine refuses Adasum
+    and scale factors other than 1 for GPU tensors. Frontends whose GPU tensors used to go
+    through host memory keep that path for such requests."""
+    return (request.get("op") != int(_core.ReduceOp.ADASUM)
+            and request.get("prescale", 1.0) == 1.0 and request.get("postscale", 1.0) == 1.0)
 
 
 def is_cuda(tensor: Any) -> bool:

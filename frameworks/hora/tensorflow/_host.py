@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from hora.common import shared_arrays
+from hora.tensorflow import _device
 
 ALIGNMENT = 64
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -172,8 +173,11 @@ def as_numpy_dtype(array: np.ndarray, dtype: tf.DType) -> np.ndarray:
     return array.astype(wanted)
 
 
-def to_tensor(array: np.ndarray, dtype: tf.DType) -> tf.Tensor:
-    """An eager tensor holding ``array`` (sharing its memory when that is safe)."""
+def to_tensor(array: Any, dtype: tf.DType) -> tf.Tensor:
+    """An eager tensor holding ``array`` (sharing its memory when that is safe), or the tensor
+    of a GPU result (``_device``)."""
+    if _device.is_result(array):
+        return _device.to_tensor(array)
     array = as_numpy_dtype(np.asarray(array), dtype)
     if array.flags.c_contiguous and _address(array) % ALIGNMENT == 0:
         try:

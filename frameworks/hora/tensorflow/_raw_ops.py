@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from hora.common import ops as _ops
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
-from hora.tensorflow import _submit_wait
+from hora.tensorflow import _device, _submit_wait
 from hora.tensorflow._host import (
     PrivatePool,
     as_numpy_dtype,
@@ -72,12 +72,19 @@ def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
 def _start(collective: str, names: Sequence[str], **request: Any) -> _submit_wait.Start:
     """What submits ``collective`` on its sources as one group; in-place collectives work on
     private copies (a graph node reuses its buffers of earlier runs once nothing else holds
-    them). The sources stay referenced until the returned ``finish`` ran."""
+    them), on the device for eager GPU tensors that NCCL takes (``_device``). The sources stay
+    referenced until the returned ``finish`` ran."""
     names = list(names)
     pool = PrivatePool() if _ops.OPS[collective].in_place else None
 
     def start(sources: list) -> Finish:
-        bufs = pool.copies(sources) if pool is not None else [readable(x) for x in sources]
+        if _device.takes(sources, request):
+            bufs = [_device.writable(x) if pool is not None else _device.readable(x)
+                    for x in sources]
+        elif pool is not None:
+            bufs = pool.copies(sources)
+        else:
+            bufs = [readable(x) for x in sources]
         handles = _ops.enqueue(collective, bufs, names=names, **request)
 
         def finish() -> list:
@@ -180,7 +187,8 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
     inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
 
     def start(sources: list) -> Finish:
-        buf = readable(sources[0])
+        buf = (_device.readable(sources[0]) if _device.takes(sources[:1], {})
+               else readable(sources[0]))
         split_values = None if len(sources) == 1 else np.asarray(host_view(sources[1]),
                                                                  dtype=np.int32)
         handle = _ops.enqueue("alltoall", [buf], names=[name], splits=split_values,
