@@ -5,10 +5,12 @@
 
 Runs examples/pytorch/synthetic_benchmark.py under horarun, then the same model, batch and timed
 step (zero_grad, forward, cross-entropy, backward, SGD step) under torch DistributedDataParallel
-with the gloo backend, started here with torch.multiprocessing. Both use the same number of torch
-threads per rank. With ``--repeats N`` the two jobs alternate N times and each keeps its best
-run, which damps the effect of other load on the machine. Prints a table with both throughputs
-and their ratio.
+with the gloo backend, started here with torch.multiprocessing, and a third time with every rank
+training alone, with no communication at all: no data-parallel run on this host can beat that
+throughput, so it bounds what any runtime can reach. All use the same number of torch threads per
+rank. With ``--repeats N`` the three jobs alternate N times and each keeps its best run, which
+damps the effect of other load on the machine. Prints a table with the throughputs and their
+ratios to DDP.
 """
 
 from __future__ import annotations
@@ -105,8 +107,10 @@ def _free_port() -> int:
 
 
 def _ddp_worker(
-    rank: int, world: int, port: int, flags: list[str], fp16: bool, results: Any
+    rank: int, world: int, port: int, flags: list[str], fp16: bool, results: Any,
+    communicate: bool = True,
 ) -> None:
+    """One rank of the DDP job; with ``communicate=False``, the same model trained alone."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -114,14 +118,15 @@ def _ddp_worker(
 
     bench = _load_benchmark()
     args = bench.parse_args(flags)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if communicate:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(bench.threads_per_rank(args.threads, world))
     torch.manual_seed(1234)
-    model = DistributedDataParallel(
-        bench.build_model(args.model, args.image_size, args.num_classes)
-    )
-    if fp16:
+    model = bench.build_model(args.model, args.image_size, args.num_classes)
+    if communicate:
+        model = DistributedDataParallel(model)
+    if fp16 and communicate:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -136,7 +141,7 @@ def _ddp_worker(
 
     def log(line: str) -> None:
         if rank == 0:
-            print("  ddp " + line, flush=True)
+            print(("  ddp " if communicate else "  alone ") + line, flush=True)
 
     rates = bench.time_steps(
         step,
@@ -151,39 +156,46 @@ def _ddp_worker(
         for line in bench.summary_lines(rates, world, "CPU"):
             log(line)
         results.put(rates)
-    dist.barrier()
-    dist.destroy_process_group()
+    if communicate:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
-def run_ddp(args: argparse.Namespace) -> tuple[float, float]:
-    """Run the same benchmark under torch DDP (gloo); returns (img/sec per rank, 1.96 sigma)."""
+def run_ddp(args: argparse.Namespace, communicate: bool = True) -> tuple[float, float]:
+    """Run the same benchmark under torch DDP (gloo), or with every rank training alone
+    (``communicate=False``); returns (img/sec per rank, 1.96 sigma)."""
     import numpy as np
     import torch.multiprocessing as mp
 
-    print(f"ddp: torch.multiprocessing, {args.np} ranks, gloo", flush=True)
+    how = "gloo" if communicate else "each training alone"
+    print(f"{'ddp' if communicate else 'alone'}: torch.multiprocessing, {args.np} ranks, {how}",
+          flush=True)
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     mp.start_processes(
         _ddp_worker,
         nprocs=args.np,
         start_method="spawn",
-        args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce, results),
+        args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce, results,
+              communicate),
     )
     rates = results.get()
     return float(np.mean(rates)), 1.96 * float(np.std(rates))
 
 
 def main() -> None:
-    """Run both jobs (alternating, best of --repeats) and print the comparison table."""
+    """Run the three jobs (alternating, best of --repeats) and print the comparison table."""
     args = parse_args()
     bench = _load_benchmark()
     image = args.image_size or bench.default_image_size(args.model)
-    hora_runs, ddp_runs = [], []
+    hora_runs, ddp_runs, alone_runs = [], [], []
     for _ in range(max(1, args.repeats)):
         hora_runs.append(run_hora(args))
         ddp_runs.append(run_ddp(args))
+        alone_runs.append(run_ddp(args, communicate=False))
     hora_rate, hora_conf = max(hora_runs)
     ddp_rate, ddp_conf = max(ddp_runs)
+    alone_rate, alone_conf = max(alone_runs)
     n = args.np
     print()
     print(
@@ -196,11 +208,13 @@ def main() -> None:
     for label, rate, conf in (
         ("hora.torch", hora_rate, hora_conf),
         ("torch DDP (gloo)", ddp_rate, ddp_conf),
+        ("no communication", alone_rate, alone_conf),
     ):
         print(
             f"| {label:<18} | {rate:>10.1f} +-{conf:>5.1f} | {n * rate:>13.1f} | "
             f"{rate / ddp_rate:>5.2f}x |"
         )
+    print("no communication: every rank trains alone, the bound for any data-parallel run here")
 
 
 if __name__ == "__main__":
