@@ -115,9 +115,9 @@ def _zero_copy(tensor: Any, request: dict[str, Any]) -> bool:
 def _like(result: Any, template: Any) -> Any:
     """An NDArray holding ``result`` (a NumPy array, or the engine's GPU result) on the context
     (and array family) of ``template``."""
-    if isinstance(result, _core.DeviceTensor):
-        out = mx.nd.from_dlpack(result.__dlpack__())  # on the GPU the engine used, no copy
-    elif result.dtype in _ZERO_COPY_DTYPES and result.size > 0 and result.flags.c_contiguous:
+    # A GPU result stays on the GPU the engine used; neither crossing copies.
+    if isinstance(result, _core.DeviceTensor) or (
+            result.dtype in _ZERO_COPY_DTYPES and result.size > 0 and result.flags.c_contiguous):
         out = mx.nd.from_dlpack(result.__dlpack__())
     else:
         out = mx.nd.array(result, ctx=mx.cpu(), dtype=result.dtype)
@@ -190,7 +190,8 @@ def _with_output(collective: str, tensors: Sequence[Any], names: Sequence[str], 
     for tensor in tensors:
         _check_tensor(tensor, what)
     inputs = [
-        _NDArrayView(t, write=False) if _zero_copy(t, kwargs) else np.ascontiguousarray(t.asnumpy())
+        _NDArrayView(t, write=False) if _zero_copy(t, kwargs)
+        else np.ascontiguousarray(t.asnumpy())
         for t in tensors
     ]
     handles = ops.enqueue(collective, inputs, names=names, **kwargs)
