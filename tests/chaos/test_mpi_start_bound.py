@@ -1,6 +1,7 @@
 """Under mpirun, a rank that never calls hora.init() does not leave the others blocked in MPI's
 start-up collectives: past HORA_START_TIMEOUT they abort the MPI job (exit code 124, as a timed-out
-collective does), saying which wait passed its bound, and mpirun ends every process."""
+collective does), saying which wait passed its bound, and mpirun ends every process. The same holds
+for ``hora.init(comm=[ranks])`` when a listed rank never joins that list."""
 
 from __future__ import annotations
 
@@ -25,19 +26,45 @@ print("INIT-RETURNED", flush=True)
 """
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None or not hora.mpi_built(),
-                    reason="needs mpirun and a Hora built with MPI")
-def test_rank_missing_at_start_aborts_the_mpi_job() -> None:
+# Rank 0 lists ranks 0 and 1; rank 1 starts a job of its own, so it never joins rank 0's list.
+SUBSET_WORKER = """
+import os
+import hora
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+hora.init(comm=[0, 1] if rank == 0 else [1])
+print("INIT-RETURNED", rank, flush=True)
+hora.shutdown()
+"""
+
+needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None or not hora.mpi_built(),
+                               reason="needs mpirun and a Hora built with MPI")
+
+
+def run_mpi(worker: str) -> tuple[subprocess.CompletedProcess, str]:
     env = dict(os.environ, HORA_START_TIMEOUT=str(START_TIMEOUT_SECONDS),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     env.pop("HORA_CONTROLLER", None)
     env.pop("HORA_CPU_OPERATIONS", None)
-    cmd = ["mpirun", "--bind-to", "none", "-np", "2", sys.executable, "-c", WORKER]
+    cmd = ["mpirun", "--bind-to", "none", "-np", "2", sys.executable, "-c", worker]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120)
-    output = proc.stdout + proc.stderr
+    return proc, proc.stdout + proc.stderr
+
+
+@needs_mpi
+def test_rank_missing_at_start_aborts_the_mpi_job() -> None:
+    proc, output = run_mpi(WORKER)
     assert proc.returncode == 124, output
     assert "INIT-RETURNED" not in output, output
     assert "within HORA_START_TIMEOUT" in output, output
     assert "not every rank of the MPI job called hora.init()" in output, \
         output
+
+
+@needs_mpi
+def test_listed_rank_missing_from_init_comm_ends_the_process() -> None:
+    proc, output = run_mpi(SUBSET_WORKER)
+    assert proc.returncode == 124, output
+    assert "INIT-RETURNED 0" not in output, output
+    assert "MPI_Comm_create_group over comm=[0, 1] did not return within HORA_START_TIMEOUT" \
+        in output, output

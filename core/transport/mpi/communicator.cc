@@ -410,7 +410,19 @@ std::unique_ptr<Communicator> MpiCommunicator::subset(const std::vector<int>& ra
     int rc = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &group);
     MPI_Group_free(&all);
     check(rc, "subset", "MPI_Group_incl");
-    rc = MPI_Comm_create_group(comm_, group, groupTag(ranks), &sub);
+    {
+      // No non-blocking form: every member agreed to the subset before this call, but one that
+      // dies or stops before making it would hold the others for ever.
+      std::string listed;
+      for (int r : ranks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
+      ExitWatchdog watchdog(timeout_, prefix("subset") + "MPI_Comm_create_group over ranks [" +
+                                          listed +
+                                          "] did not return within HORA_TIMEOUT_SECONDS (" +
+                                          std::to_string(timeout_.count() / 1000) +
+                                          " s): a member is stuck, stopped or dead, so this "
+                                          "process exits");
+      rc = MPI_Comm_create_group(comm_, group, groupTag(ranks), &sub);
+    }
     MPI_Group_free(&group);
     check(rc, "subset", "MPI_Comm_create_group");
   });

@@ -142,7 +142,7 @@ MPI_Op MpiContext::ownOp(DataType dtype, ReduceOp op) const {
   return ops_[d][i];
 }
 
-MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks) {
+MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks, Millis startTimeout) {
   std::lock_guard<std::mutex> lock(contextMutex());
   std::string listed;
   for (int r : worldRanks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
@@ -168,7 +168,17 @@ MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks) {
   MPI_Group_free(&world);
   checkMpi(rc, "mpi: MPI_Group_incl");
   MPI_Comm comm = MPI_COMM_NULL;
-  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, groupTag(worldRanks), &comm);
+  {
+    // Collective over the listed ranks, with no non-blocking form: a listed rank that never
+    // comes (dead, hung, or given another list) would hold this one for ever.
+    ExitWatchdog watchdog(startTimeout,
+                          "mpi: MPI_Comm_create_group over comm=[" + listed +
+                              "] did not return within HORA_START_TIMEOUT (" +
+                              std::to_string(startTimeout.count() / 1000) +
+                              " s): a listed rank did not call hora.init(comm=...) with the same "
+                              "list (dead, hung, or on another path), so this process exits");
+    rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, groupTag(worldRanks), &comm);
+  }
   MPI_Group_free(&group);
   checkMpi(rc, "mpi: MPI_Comm_create_group over comm=[" + listed + "]");
   subsets_[worldRanks] = comm;
@@ -213,7 +223,7 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
   if (!worldRanks.empty()) {
     if (commF >= 0)
       throw InvalidArgument("mpi: give either a communicator or a list of ranks, not both");
-    comm = context.worldSubset(worldRanks);
+    comm = context.worldSubset(worldRanks, startTimeout);
   } else if (commF >= 0) {
     if (commF > std::numeric_limits<MPI_Fint>::max()) {
       throw InvalidArgument("mpi: " + std::to_string(commF) + " is not an MPI communicator handle");

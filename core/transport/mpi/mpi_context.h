@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/common/dtype.h"
+#include "core/common/time.h"
 #include "core/transport/backends.h"
 
 namespace hora {
@@ -71,8 +72,9 @@ class MpiContext {
   // A communicator over the given MPI_COMM_WORLD ranks (in that order), made with
   // MPI_Comm_create_group: collective over those ranks only. Cached, so that every init with
   // the same list reuses one communicator; freed at finalisation. Throws InvalidArgument when
-  // this process is not listed.
-  MPI_Comm worldSubset(const std::vector<int>& worldRanks);
+  // this process is not listed; ends the process (kTimeoutAbortCode) when a listed rank has not
+  // joined within startTimeout.
+  MPI_Comm worldSubset(const std::vector<int>& worldRanks, Millis startTimeout);
 
   // Takes a communicator Hora no longer uses; it is freed only at finalisation. Freeing it now
   // would let MPI reuse its context id for a later communicator (a re-init), and messages the
