@@ -69,6 +69,7 @@ void Timeline::start(const TimelineOptions& options) {
   stopping_ = false;
   truncated_ = false;
   pids_.clear();
+  openSpans_.clear();
   firstTensor_.clear();
   step_ = -1;
   recordingStep_ = true;
@@ -111,7 +112,17 @@ void Timeline::push(char phase, std::string row, std::string name, std::string a
   int64_t ts = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!recordingStep_ && phase != 'S') return;
+    if (phase == 'E') {
+      // Only the end of a recorded begin: a span that began before start() or in a step left
+      // out by sampling has none, and a span begun in a recorded step still closes.
+      auto open = openSpans_.find(row);
+      if (open == openSpans_.end()) return;
+      if (--open->second == 0) openSpans_.erase(open);
+    } else if (!recordingStep_ && phase != 'S') {
+      return;
+    } else if (phase == 'B') {
+      ++openSpans_[row];
+    }
     if (phase == 'S') phase = 'i';
     queue_.push_back(Event{phase, std::move(row), std::move(name), std::move(args), ts});
   }

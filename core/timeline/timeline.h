@@ -10,6 +10,8 @@
 // - Bounded: recording stops cleanly (with a TIMELINE_TRUNCATED marker) once the file reaches
 //   the size cap, and only every Nth step window is recorded when sampling is on. A step begins
 //   each time the first tensor name ever negotiated is negotiated again.
+// - Every recorded end has its begin: an end whose begin was not recorded (it came before
+//   start(), or in a step left out by sampling) is dropped.
 // - Cheap when off: every call returns after one atomic load. When on, callers only append to an
 //   in-memory queue; a writer thread formats and writes.
 //
@@ -87,6 +89,8 @@ class Timeline {
   std::string firstTensor_;
   int64_t step_ = -1;
   bool recordingStep_ = true;
+  // Begins recorded and not yet ended, per row: an end is recorded only against one.
+  std::unordered_map<std::string, int> openSpans_;
   // Writer-thread state.
   int fd_ = -1;
   int64_t endOffset_ = 0;  // position of the closing "]"

@@ -5,12 +5,15 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <type_traits>
 
 #include "core/common/errors.h"
 #include "core/runtime.h"
 #include "core/store/tcp_store.h"
+#include "core/timeline/timeline.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -75,6 +78,63 @@ TEST(Timeline, RecordsNegotiationAndActivitiesAndStaysValid) {
                            "\"dtype\":\"float32\"", "\"shape\":\"[8]\"", "\"STEP\""}) {
     EXPECT_NE(t.find(want), std::string::npos) << want;
   }
+  ::unlink(path.c_str());
+}
+
+// Per trace row (pid), how many begins ("B") stay open at the end; -1 when an end ("E") came
+// with no begin open before it.
+std::map<int, int> openSpansPerRow(const std::string& trace) {
+  std::map<int, int> open;
+  std::regex record(R"re(\{"ph":"([BE])"[^\n]*"pid":([0-9]+))re");
+  for (std::sregex_iterator it(trace.begin(), trace.end(), record), end; it != end; ++it) {
+    int pid = std::stoi((*it)[2]);
+    if ((*it)[1] == "B") {
+      ++open[pid];
+    } else if (open[pid]-- == 0) {
+      open[pid] = -1;
+      break;
+    }
+  }
+  return open;
+}
+
+TEST(Timeline, RecordsAnEndOnlyAgainstARecordedBegin) {
+  std::string path = "/tmp/hora_timeline_spans_" + std::to_string(getpid()) + ".json";
+  Timeline timeline;
+  TimelineOptions options;
+  options.path = path;
+  options.sampleEvery = 2;
+  timeline.start(options);
+  // Negotiation that began before the timeline did: its end has no begin.
+  timeline.negotiateEnd(0, "early");
+  // Step 0 (recorded) begins "step" and an op of "long"; step 1 (left out) ends that op and
+  // runs another whole op of "long"; step 2 (recorded) runs it again.
+  timeline.negotiateStart(0, "step", "ALLREDUCE");
+  timeline.negotiateEnd(0, "step");
+  timeline.opStart(0, "long", "ALLREDUCE");
+  timeline.activityStart(0, "long", "QUEUE");
+  timeline.negotiateStart(0, "step", "ALLREDUCE");  // step 1
+  timeline.activityEnd(0, "long");
+  timeline.opEnd(0, "long", "float32", "[1]");
+  timeline.opStart(0, "long", "ALLREDUCE");
+  timeline.opEnd(0, "long", "float32", "[1]");
+  timeline.negotiateStart(0, "step", "ALLREDUCE");  // step 2
+  timeline.negotiateEnd(0, "step");
+  timeline.opStart(0, "long", "ALLREDUCE");
+  timeline.opEnd(0, "long", "float32", "[1]");
+  timeline.stop();
+  std::string trace = readFile(path);
+  EXPECT_EQ(trace.find("\"early\""), std::string::npos) << trace;
+  std::map<int, int> open = openSpansPerRow(trace);
+  ASSERT_EQ(open.size(), 2u) << trace;  // "step" and "long"
+  for (const auto& [pid, count] : open) EXPECT_EQ(count, 0) << "row " << pid << "\n" << trace;
+  // The op begun in step 0 is closed in step 1: two op begins and two op ends with the shape.
+  size_t ends = 0;
+  for (size_t at = trace.find("\"shape\""); at != std::string::npos;
+       at = trace.find("\"shape\"", at + 1)) {
+    ++ends;
+  }
+  EXPECT_EQ(ends, 2u) << trace;
   ::unlink(path.c_str());
 }
 

@@ -370,7 +370,8 @@ def test_step_errors(trace_path, tmp_path, capsys):
 
 def test_sampled_trace(tmp_path):
     """HORA_TIMELINE_SAMPLE_EVERY=2: step 1 is not recorded (its STEP marker is), and the
-    allgather of step 0 was still running when step 1 began, so its end is missing."""
+    allgather of step 0 lacks its end (the engine now writes it; a trace cut short or from an
+    older writer does not): the summary counts it as incomplete."""
     events = []
     for ev in make_events():
         ts = ev[0]
