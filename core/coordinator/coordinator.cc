@@ -405,7 +405,12 @@ void Coordinator::finishProcessSetResponse(Response& r) {
           "a process set with these ranks already exists (id " + std::to_string(existing) + ")");
       return;
     }
-    r.processSet.id = nextProcessSetId_++;
+    if (freedProcessSetIds_.empty()) {
+      r.processSet.id = nextProcessSetId_++;
+    } else {
+      r.processSet.id = freedProcessSetIds_.front();
+      freedProcessSetIds_.pop_front();
+    }
     return;
   }
   int id = r.processSet.id;
@@ -414,7 +419,11 @@ void Coordinator::finishProcessSetResponse(Response& r) {
         name, 0, ResponseError::InvalidArgument,
         "cannot remove process set " + std::to_string(id) +
             (id == 0 ? ": the global process set cannot be removed" : ": no such process set"));
+    return;
   }
+  // Every rank applies this removal before any response built after it, so the id can name
+  // the next set added.
+  freedProcessSetIds_.push_back(id);
 }
 
 bool Coordinator::buildBatch(ResponseBatch* out) {

@@ -24,6 +24,7 @@
 //
 // Pure logic, no I/O; owned and driven by the background thread of rank 0.
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -111,6 +112,7 @@ class Coordinator {
   int lastJoined_ = -1;
   std::string joinName_;
   int nextProcessSetId_;
+  std::deque<int> freedProcessSetIds_;  // reused first, oldest first, as Horovod does
   Autotuner autotuner_;
   std::string firstKey_;             // the first tensor ever negotiated: a new step when it recurs
   double newCycleTimeMs_ = -1;       // to announce in the next batch

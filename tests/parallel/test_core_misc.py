@@ -304,12 +304,21 @@ def test_dynamic_process_sets() -> None:
         _exercise_set(ps, members, f"ps.dyn{i}")
         _check_nonmember_raises(ps, members, f"ps.dyn{i}")
     check_next_op_works("dynamic-sets")
-    for ps in sets:
+    for ps, members in zip(sets, groups):
         assert hora.remove_process_set(ps) is True
-    # A set with the same ranks can be added again after removal, and used.
+        assert ps.process_set_id is None and ps.ranks == members
+    # A set with the same ranks can be added again after removal, and used; as in Horovod, the
+    # ids of removed sets are reused, oldest first, and a removed object keeps its ranks.
     if groups:
         again = hora.add_process_set(groups[0])
+        assert again.process_set_id == ids[0]
         _exercise_set(again, groups[0], "ps.dyn.again")
+        if len(sets) > 1:
+            assert hora.add_process_set(sets[1]) is sets[1]
+            assert sets[1].process_set_id == ids[1]
+            assert str(sets[1]) == (f"ProcessSet(process_set_id={ids[1]}, ranks={groups[1]}, "
+                                    "mpi_comm=None)")
+            assert hora.remove_process_set(sets[1]) is True
         assert hora.remove_process_set(again) is True
     check_next_op_works("dynamic-sets-removed")
 

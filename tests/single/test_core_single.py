@@ -231,6 +231,8 @@ def test_process_sets_static_and_duplicates():
     assert world.included()
     same(hora.allreduce(np.ones(2), op=hora.Sum, process_set=world), np.ones(2))
     assert hora.remove_process_set(hora.global_process_set) is False
+    # Horovod's text, which scripts (and Horovod's own tests) compare.
+    assert str(world) == "ProcessSet(process_set_id=0, ranks=[0], mpi_comm=None)"
 
 
 # --------------------------------------------------------------------------------- errors

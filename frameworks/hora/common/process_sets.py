@@ -67,15 +67,16 @@ class ProcessSet:
         return _global_rank() in self.ranks
 
     def invalidate(self) -> None:
-        """Forget the registration (after removal)."""
+        """Forget the registration (after removal); the ranks stay, as in Horovod, so the same
+        object can be added again."""
         self.process_set_id = None
-        self.ranks = None
-        self.mpi_comm = None
 
-    def __repr__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+    def __str__(self) -> str:
+        # Horovod's text exactly, which scripts and Horovod's own tests compare.
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
 
-    __str__ = __repr__
+    __repr__ = __str__
 
 
 global_process_set = ProcessSet([])
