@@ -105,13 +105,16 @@ def static_sets_for_init(
         ValueError: a rank outside the job, an empty set, or the same set twice.
     """
     objects = [_as_process_set(ps) for ps in process_sets]
+    # Every communicator's allgather first, in list order, before any check can raise: a rank
+    # that raised half way would leave the others' allgathers unmatched.
+    for ps in objects:
+        if ps is not global_process_set and ps.ranks is None and ps.mpi_comm is not None:
+            ps.ranks = sorted(int(r) for r in ps.mpi_comm.allgather(rank))
     to_register: list[list[int]] = []
     seen: set[tuple[int, ...]] = set()
     for ps in objects:
         if ps is global_process_set:
             continue
-        if ps.ranks is None and ps.mpi_comm is not None:
-            ps.ranks = sorted(int(r) for r in ps.mpi_comm.allgather(rank))
         ranks = ps.ranks or []
         if not ranks:
             raise ValueError("a process set needs at least one rank")
