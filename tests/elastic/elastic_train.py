@@ -13,8 +13,9 @@ only a correct sync replaces by worker 0's) and the parameters after N committed
 - ``ELASTIC_OUT``: directory for ``pid.<worker>`` (at start), ``progress`` (latest step and size
   per worker) and ``final.<worker>.json`` (at the end).
 - ``ELASTIC_STEP_SECONDS``: sleep per step (default 0.05), so the tests can act between steps.
-- ``ELASTIC_HOLD``: ``step:size``; at that step the job commits (without training) every 0.1 s
-  until it has ``size`` workers, so a test can wait for growth at a known point.
+- ``ELASTIC_HOLD``: ``step:size`` items, comma-separated; at that step the job commits (without
+  training) every 0.1 s until it has exactly ``size`` workers, so a test can wait for growth or
+  shrinking at a known point.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def main() -> None:
     write_pid()
     my_kills = kills()
     collective_steps = all_kill_steps("collective")
-    hold_step, hold_size = (int(v) for v in os.environ.get("ELASTIC_HOLD", "-1:0").split(":"))
+    holds = {int(step): int(size) for step, size in
+             (item.split(":") for item in os.environ.get("ELASTIC_HOLD", "").split(",") if item)}
     model, optimizer = make_model(WORKER)  # before init(): the first optimizer takes seconds to build
     hvd.init()
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
@@ -111,7 +113,7 @@ def main() -> None:
     def train(state: hvd.elastic.TorchState) -> None:
         while state.step < STEPS:
             step = state.step
-            if step == hold_step and hvd.size() < hold_size:
+            if step in holds and hvd.size() != holds[step]:
                 time.sleep(0.1)
                 state.commit()
                 continue

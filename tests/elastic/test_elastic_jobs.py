@@ -124,9 +124,10 @@ def test_kills_during_negotiation_collective_and_commit_and_hosts_back_after_coo
 def test_grows_from_2_to_4_and_shrinks_when_a_host_disappears(tmp_path):
     """Discovery adds a host with 2 slots (127.0.0.1 is this machine under another name); the job
     holds at step 10 until it has 4 workers. Then the host disappears: its workers are stopped
-    and the job finishes with the 2 others."""
+    and the job finishes with the 2 others. It holds at step 20 until it has 2 workers again, so
+    that it cannot finish with 4 before the driver's next discovery sees the host gone."""
     job = Job(tmp_path, "localhost:2\n", ["--min-np", "2", "--max-np", "4"],
-              {"ELASTIC_STEPS": "30", "ELASTIC_HOLD": "10:4"})
+              {"ELASTIC_STEPS": "30", "ELASTIC_HOLD": "10:4,20:2"})
     job.wait_for_step(4)
     job.hosts_file.write_text("localhost:2\n127.0.0.1:2\n")
     job.wait_for_step(13)
