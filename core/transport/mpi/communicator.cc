@@ -7,6 +7,7 @@
 #include "core/common/logging.h"
 #include "core/transport/mpi/mpi_datatypes.h"
 #include "core/transport/mpi/mpi_wait.h"
+#include "core/transport/rendezvous_store.h"
 
 namespace hora {
 namespace mpi {
@@ -413,10 +414,8 @@ std::unique_ptr<Communicator> MpiCommunicator::subset(const std::vector<int>& ra
     {
       // No non-blocking form: every member agreed to the subset before this call, but one that
       // dies or stops before making it would hold the others for ever.
-      std::string listed;
-      for (int r : ranks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
       ExitWatchdog watchdog(timeout_, prefix("subset") + "MPI_Comm_create_group over ranks [" +
-                                          listed +
+                                          rankList(ranks) +
                                           "] did not return within HORA_TIMEOUT_SECONDS (" +
                                           std::to_string(timeout_.count() / 1000) +
                                           " s): a member is stuck, stopped or dead, so this "

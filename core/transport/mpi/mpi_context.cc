@@ -13,6 +13,7 @@
 #include "core/common/settings.h"
 #include "core/transport/mpi/mpi_datatypes.h"
 #include "core/transport/mpi/mpi_wait.h"
+#include "core/transport/rendezvous_store.h"
 
 namespace hora {
 namespace mpi {
@@ -144,8 +145,7 @@ MPI_Op MpiContext::ownOp(DataType dtype, ReduceOp op) const {
 
 MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks, Millis startTimeout) {
   std::lock_guard<std::mutex> lock(contextMutex());
-  std::string listed;
-  for (int r : worldRanks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
+  std::string listed = rankList(worldRanks);
   std::vector<int> sorted = worldRanks;
   std::sort(sorted.begin(), sorted.end());
   bool valid = !sorted.empty() && sorted.front() >= 0 && sorted.back() < worldSize_ &&
