@@ -1,5 +1,6 @@
 """horarun: the environment each rank sees beyond Hora's own variables: horovodrun's
-HOROVOD_* topology names and the default OMP_NUM_THREADS. Only loopback addresses are used."""
+HOROVOD_* topology names, the default OMP_NUM_THREADS and the binding of local ranks to CPUs.
+Only loopback addresses are used."""
 
 import os
 import shlex
@@ -72,8 +73,15 @@ def test_omp_threads_default_is_cores_per_local_rank():
     assert env.usable_cores() >= 1
 
 
+def _cores():
+    return sorted(os.sched_getaffinity(0))
+
+
 def test_omp_threads_in_rank_specs():
-    expected = str(max(1, env.usable_cores() // 2))
+    shares = env.core_shares(_cores(), 2)
+    expected = str(len(shares[0]) if shares else max(1, env.usable_cores() // 2))
+    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [str(max(1, env.usable_cores() // 2))] * 2
     specs = _specs(["-np", "2"], [], {"PATH": "/bin"})
     assert [s.env["OMP_NUM_THREADS"] for s in specs] == [expected, expected]
     specs = _specs(["-np", "2"], [], {"PATH": "/bin", "OMP_NUM_THREADS": "5"})
@@ -90,7 +98,7 @@ SHOW = """
 
 
 def test_ranks_see_horovod_names_and_omp_threads():
-    result = _horarun(["-np", "2"], SHOW.format(names=list(TOPOLOGY)))
+    result = _horarun(["-np", "2", "--bind-to", "none"], SHOW.format(names=list(TOPOLOGY)))
     assert result.returncode == 0, result.stderr
     threads = max(1, env.usable_cores() // 2)
     for rank in range(2):
@@ -110,3 +118,50 @@ def test_one_local_rank_gets_every_core_silently():
     assert result.returncode == 0, result.stderr
     assert f"<stdout>:0 {env.usable_cores()}\n" in result.stdout
     assert "OMP_NUM_THREADS" not in result.stderr
+
+
+def test_core_shares_split_the_cpus_evenly_in_order():
+    assert env.core_shares([0, 1], 2) == [[0], [1]]
+    assert env.core_shares(range(8), 3) == [[0, 1], [2, 3, 4], [5, 6, 7]]
+    assert env.core_shares([3, 1, 2, 0], 2) == [[0, 1], [2, 3]]
+    assert env.core_shares([0, 1], 3) is None  # more ranks than CPUs: nobody is bound
+    assert env.core_shares(range(8), 1) is None
+    assert env.cpu_list([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"
+
+
+def test_rank_specs_bind_every_local_rank_of_every_local_host_name():
+    """Two host names of this machine count together: no two ranks share a CPU."""
+    shares = env.core_shares(_cores(), 2)
+    specs = _specs(["-H", "localhost:1,127.0.0.1:1"], [], {"PATH": "/bin"})
+    assert [s.cpus for s in specs] == (shares or [None, None])
+    specs = _specs(["-np", "3", "-H", "localhost:2,node2:1"], ["node2"], {"PATH": "/bin"})
+    assert [s.cpus for s in specs] == [*(env.core_shares(_cores(), 2) or [None, None]), None]
+    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
+    assert [s.cpus for s in specs] == [None, None]
+
+
+AFFINITY = """
+    import os
+    print(sorted(os.sched_getaffinity(0)), os.environ["OMP_NUM_THREADS"])
+"""
+
+
+def test_local_ranks_run_on_their_own_share_of_the_cpus():
+    cores = _cores()
+    shares = env.core_shares(cores, 2)
+    result = _horarun(["-np", "2"], AFFINITY)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        cpus = shares[rank] if shares else cores
+        threads = len(cpus) if shares else max(1, len(cores) // 2)
+        assert f"[{rank}]<stdout>:{cpus} {threads}\n" in result.stdout
+    assert ("binding each of the 2 ranks on this machine" in result.stderr) == bool(shares)
+
+
+def test_unbound_with_bind_to_none_and_with_more_ranks_than_cpus():
+    cores = _cores()
+    for args in (["--bind-to", "none", "-np", "2"], ["-np", str(len(cores) + 1)]):
+        result = _horarun(args, AFFINITY)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count(f"{cores} ") == int(args[-1])
+        assert "binding" not in result.stderr

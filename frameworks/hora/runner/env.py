@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hora.runner.slots import SlotInfo
@@ -185,6 +185,32 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def core_shares(cores: Sequence[int], ranks: int) -> list[list[int]] | None:
+    """Each of ``ranks`` processes on this machine gets its own contiguous share of ``cores``
+    (the CPUs the launcher may use), as even as can be; None when there are fewer cores than
+    ranks (oversubscribed: binding would only pin ranks onto each other) or a single rank.
+
+    A rank's threads then stay on its cores: its background thread hands work to the calling
+    thread within one core's caches, and two ranks never trade cores between steps.
+    """
+    ordered = sorted(cores)
+    if ranks <= 1 or len(ordered) < ranks:
+        return None
+    return [ordered[i * len(ordered) // ranks:(i + 1) * len(ordered) // ranks]
+            for i in range(ranks)]
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """``0-3,6``: CPUs as ``taskset -c`` writes them."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def omp_threads_env(environ: Mapping[str, str], local_size: int,

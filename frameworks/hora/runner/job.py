@@ -98,8 +98,11 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
         settings.setdefault("NCCL_SOCKET_IFNAME", args.network_interface)
     grace = max(1, int(GRACE_SECONDS) - 2)
     private = envs.private_env(secret)
+    local_slots = [slot for slot in plan if slot.hostname not in remote]
+    shares = _core_shares(args, len(local_slots))
+    cpus_of = {slot.rank: share for slot, share in zip(local_slots, shares or [])}
     specs = []
-    omp_default: str | None = None
+    omp_defaults: set[str] = set()
     for slot in plan:
         if slot.hostname in remote:
             env = envs.exported_env(base_env)
@@ -115,19 +118,42 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
         else:
             env = envs.without_secrets(base_env)
             env.update(exports)
-            threads = envs.omp_threads_env(env, slot.local_size)
+            cpus = cpus_of.get(slot.rank)
+            # A bound rank gets one thread per CPU of its share.
+            threads = envs.omp_threads_env(env, 1 if cpus else slot.local_size,
+                                           len(cpus) if cpus else None)
             env.update(threads)
-            if threads and slot.local_size > 1:
-                omp_default = threads["OMP_NUM_THREADS"]
+            if threads and (cpus or slot.local_size > 1):
+                omp_defaults.add(threads["OMP_NUM_THREADS"])
             env.update(_rank_env(slot, settings, rendezvous, port,
                                  interface_flag or rendezvous.local_interface))
             env.update(private)
             env.setdefault("PYTHONUNBUFFERED", "1")  # rank output appears line by line
-            specs.append(RankSpec(slot.rank, slot.hostname, list(command), env))
-    if omp_default is not None:
-        _say(f"setting OMP_NUM_THREADS={omp_default} for each rank on this host (cores / local "
-             "ranks), so ranks do not fight for the cores; set OMP_NUM_THREADS to choose")
+            specs.append(RankSpec(slot.rank, slot.hostname, list(command), env, cpus=cpus))
+    if omp_defaults:
+        value = " or ".join(sorted(omp_defaults, key=int))
+        basis = "the CPUs it is bound to" if shares else "cores / local ranks"
+        _say(f"setting OMP_NUM_THREADS={value} for each rank on this host ({basis}), so ranks "
+             "do not fight for the cores; set OMP_NUM_THREADS to choose")
     return specs
+
+
+def _core_shares(args: argparse.Namespace, ranks: int) -> list[list[int]] | None:
+    """With ``--bind-to core``, each of the ``ranks`` started on this machine (all host names
+    of this machine count together) gets its own share of the CPUs horarun may use, when there
+    are at least as many CPUs as ranks."""
+    if getattr(args, "bind_to", "core") != "core":
+        return None
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    shares = envs.core_shares(cores, ranks)
+    if shares is not None:
+        each = " or ".join(str(n) for n in sorted({len(share) for share in shares}))
+        _say(f"binding each of the {ranks} ranks on this machine to {each} CPU(s) of its own "
+             f"(of CPUs {envs.cpu_list(cores)}); --bind-to none leaves them unbound")
+    return shares
 
 
 def _describe(specs: Sequence[RankSpec], plan: Sequence[SlotInfo], rendezvous: Rendezvous,

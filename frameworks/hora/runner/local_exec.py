@@ -41,7 +41,8 @@ class RankSpec:
     """How to start one rank's child process.
 
     ``stdin`` None: the child reads /dev/null and is stopped with SIGTERM. Bytes: written to the
-    child's stdin, which then stays open until the rank is to stop (ssh ranks).
+    child's stdin, which then stays open until the rank is to stop (ssh ranks). ``cpus``: the
+    CPUs a local child is bound to (None: not bound).
     """
 
     rank: int
@@ -50,6 +51,7 @@ class RankSpec:
     env: dict[str, str]
     stdin: bytes | None = None
     remote: bool = False
+    cpus: list[int] | None = None
 
 
 class _Child:
@@ -63,6 +65,13 @@ class _Child:
             stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
+        if spec.cpus:
+            # Popen returns once the child has exec'd, long before its interpreter starts a
+            # thread (NumPy's, the framework's), so every thread of the rank inherits this.
+            try:
+                os.sched_setaffinity(self.process.pid, spec.cpus)
+            except OSError as exc:
+                _say(f"could not bind rank {spec.rank} to CPUs {spec.cpus}: {exc.strerror}")
         self.threads: list[threading.Thread] = []
         for source, stream in ((self.process.stdout, "stdout"), (self.process.stderr, "stderr")):
             self.threads.append(_start(_pump, source, spec.rank, stream, sink,
