@@ -59,7 +59,7 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
       {"SHM_RING_BYTES", "524288",
        "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
-      {"SHM_WINDOW_BYTES", "4194304",
+      {"SHM_WINDOW_BYTES", "524288",
        "bytes of each rank's window in the shared segment, where allreduces over the whole job "
        "are reduced in place by the ranks together (0: none, every allreduce goes through the "
        "rings)"},

@@ -37,7 +37,7 @@ struct Settings {
   double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
   bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host
   int64_t shmRingBytes = 512 << 10;         // SHM_RING_BYTES: each rank-pair ring
-  int64_t shmWindowBytes = 4 << 20;         // SHM_WINDOW_BYTES: each rank's window (0: none)
+  int64_t shmWindowBytes = 512 << 10;       // SHM_WINDOW_BYTES: each rank's window (0: none)
   int64_t shmArenaBytes = 1ll << 30;        // SHM_ARENA_BYTES: each rank's arena (0: none)
   bool shmHostByName = false;               // SHM_HOST_BY_NAME (testing aid, see setup.h)
   bool hierarchicalAllreduce = false;       // HIERARCHICAL_ALLREDUCE: local + cross allreduce

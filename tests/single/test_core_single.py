@@ -115,7 +115,7 @@ def test_env_table_and_lookup(monkeypatch):
 @pytest.mark.parametrize("value", ["100", "-128", "2147483648"])
 def test_bad_shm_window_size_is_refused_at_init(monkeypatch, value):
     """HORA_SHM_WINDOW_BYTES must be a multiple of 128 from 0 to 1 GiB (README's table)."""
-    assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_WINDOW_BYTES"] == "4194304"
+    assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_WINDOW_BYTES"] == "524288"
     monkeypatch.setenv("HORA_SHM_WINDOW_BYTES", value)
     with pytest.raises(ValueError, match="HORA_SHM_WINDOW_BYTES must be a multiple of 128"):
         hora.init()
