@@ -11,4 +11,6 @@ PYBIND11_MODULE(_core, m) {
   hora::bindings::registerRuntime(m);
   hora::bindings::registerStore(m);
   hora::bindings::registerShared(m);
+  hora::bindings::registerCallSite(m);
+  hora::bindings::registerSubmit(m);
 }

@@ -47,6 +47,8 @@ void sweepDeferredReleases();
 
 // The running Runtime, or null (register_runtime.cc). GIL held or not.
 std::shared_ptr<Runtime> currentRuntime();
+// The running Runtime; ValueError (InvalidArgument) "not initialized" without one.
+std::shared_ptr<Runtime> requireRuntime();
 
 // Marks the calling thread as blocked in a wait (Runtime::waitBegin/waitEnd) for its lifetime.
 class BlockedScope {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings/dlpack.h"
+#include "bindings/enqueue.h"
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
@@ -60,13 +61,13 @@ std::shared_ptr<Runtime> current() {
 
 std::shared_ptr<Runtime> currentRuntime() { return current(); }
 
-namespace {
-
 std::shared_ptr<Runtime> requireRuntime() {
   auto rt = current();
   if (!rt) throw InvalidArgument(kNotInitialized);
   return rt;
 }
+
+namespace {
 
 void setCurrent(std::shared_ptr<Runtime> rt) {
   std::lock_guard<std::mutex> lock(state().mu);
@@ -173,45 +174,44 @@ std::vector<int32_t> toSplits(const py::object& splits) {
   return out;
 }
 
-// names and callSite are taken by value: pybind11 moves its converted arguments in, so the
-// strings reach the requests without another copy.
-py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string> names,
-                 int processSetId, int reduceOp, double prescale, double postscale, int rootRank,
-                 const py::object& splits, std::string callSite,
-                 const std::optional<std::vector<std::optional<std::string>>>& dtypeOverrides) {
+}  // namespace
+
+py::list enqueueTensors(EnqueueArgs args) {
   sweepDeferredReleases();
   auto rt = requireRuntime();
+  const int kind = args.kind;
   if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) {
     throw InvalidArgument("unknown operation kind " + std::to_string(kind));
   }
-  if (reduceOp < 0 || reduceOp > static_cast<int>(ReduceOp::Product)) {
-    throw InvalidArgument("unknown reduce op " + std::to_string(reduceOp));
+  if (args.reduceOp < 0 || args.reduceOp > static_cast<int>(ReduceOp::Product)) {
+    throw InvalidArgument("unknown reduce op " + std::to_string(args.reduceOp));
   }
   const auto opKind = static_cast<OpKind>(kind);
   const bool noTensor = opKind == OpKind::Join || opKind == OpKind::Barrier;
-  const size_t n = noTensor ? 1 : py::len(tensors);
-  if (noTensor && py::len(tensors) != 0) {
+  const size_t n = noTensor ? 1 : args.tensors.size();
+  if (noTensor && !args.tensors.empty()) {
     throw InvalidArgument(std::string(opKindName(opKind)) + " takes no tensors");
   }
   if (n == 0) throw InvalidArgument("enqueue needs at least one tensor");
-  if (names.size() != n) {
-    throw InvalidArgument("got " + std::to_string(names.size()) + " names for " +
+  if (args.names.size() != n) {
+    throw InvalidArgument("got " + std::to_string(args.names.size()) + " names for " +
                           std::to_string(n) + " requests");
   }
-  if (dtypeOverrides && !noTensor && dtypeOverrides->size() != n) {
+  const auto& overrides = args.dtypeOverrides;
+  if (!overrides.empty() && !noTensor && overrides.size() != n) {
     throw InvalidArgument("dtype_overrides must have one entry per tensor");
   }
 
   OpRequest base;
   Request& q = base.request;
   q.kind = opKind;
-  q.processSetId = processSetId;
-  q.reduceOp = static_cast<ReduceOp>(reduceOp);
-  q.prescale = prescale;
-  q.postscale = postscale;
-  q.rootRank = rootRank;
-  q.splits = toSplits(splits);
-  q.callSite = std::move(callSite);
+  q.processSetId = args.processSetId;
+  q.reduceOp = static_cast<ReduceOp>(args.reduceOp);
+  q.prescale = args.prescale;
+  q.postscale = args.postscale;
+  q.rootRank = args.rootRank;
+  q.splits = toSplits(args.splits);
+  q.callSite = std::move(args.callSite);
 
   std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
   std::vector<OpRequest> requests;
@@ -219,12 +219,9 @@ py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string>
   for (size_t i = 0; i < n; ++i) {
     // The last request takes `base` itself (the only one for a single tensor): one copy fewer.
     requests.push_back(i + 1 < n ? base : std::move(base));
-    requests[i].request.name = std::move(names[i]);
+    requests[i].request.name = std::move(args.names[i]);
     if (noTensor) continue;  // empty view: no data, no shape
-    std::optional<std::string> override;
-    if (dtypeOverrides) override = (*dtypeOverrides)[i];
-    py::object tensor = tensors[i];
-    inputs[i] = importTensor(tensor, override);
+    inputs[i] = importTensor(args.tensors[i], overrides.empty() ? std::nullopt : overrides[i]);
     requests[i].tensor = inputs[i]->view();
   }
 
@@ -232,12 +229,36 @@ py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string>
   std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
-  py::list result;
+  py::list result(n);
   for (size_t i = 0; i < n; ++i) {
     auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
-    result.append(py::cast(wrapper, py::return_value_policy::take_ownership));
+    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
+                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
   }
   return result;
+}
+
+namespace {
+
+py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string> names,
+                 int processSetId, int reduceOp, double prescale, double postscale, int rootRank,
+                 const py::object& splits, std::string callSite,
+                 const std::optional<std::vector<std::optional<std::string>>>& dtypeOverrides) {
+  EnqueueArgs args;
+  args.kind = kind;
+  args.names = std::move(names);
+  args.processSetId = processSetId;
+  args.reduceOp = reduceOp;
+  args.prescale = prescale;
+  args.postscale = postscale;
+  args.rootRank = rootRank;
+  args.splits = splits;
+  args.callSite = std::move(callSite);
+  const size_t n = py::len(tensors);
+  args.tensors.reserve(n);
+  for (size_t i = 0; i < n; ++i) args.tensors.push_back(tensors[i]);
+  if (dtypeOverrides) args.dtypeOverrides = *dtypeOverrides;
+  return enqueueTensors(std::move(args));
 }
 
 // Process-set changes wait for every rank's matching call, bounded by HORA_TIMEOUT_SECONDS and

@@ -1,6 +1,8 @@
 #include "core/coordinator/tensor_queue.h"
 
+#include <algorithm>
 #include <unordered_set>
+#include <utility>
 
 #include "core/common/errors.h"
 
@@ -10,35 +12,58 @@ std::string tensorKey(int processSetId, const std::string& name) {
   return std::to_string(processSetId) + ":" + name;
 }
 
+namespace {
+
+// Room fresh_ starts each cycle with: a burst of submissions rarely needs to grow it.
+constexpr size_t kFreshRoom = 64;
+
+InvalidArgument repeatedName(const TensorEntry& e) {
+  return InvalidArgument("Requested to " + std::string(opKindName(e.request.kind)) +
+                         " a tensor with the same name as another tensor that is currently "
+                         "being processed: '" +
+                         e.request.name + "'. Give each in-flight tensor a unique name.");
+}
+
+}  // namespace
+
 void TensorQueue::push(std::vector<TensorEntry> group) {
-  // Keys are built before taking the lock, once each; a group of one (most submissions) needs no
-  // set to find repeats within it.
-  std::vector<std::string> keys;
-  keys.reserve(group.size());
-  for (const auto& e : group) keys.push_back(tensorKey(e.request.processSetId, e.request.name));
-  std::unordered_set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) throw ShutdownError(closedReason_);
-  for (size_t i = 0; i < group.size(); ++i) {
-    bool repeated = group.size() > 1 && !seen.insert(keys[i]).second;
-    if (repeated || inFlight_.count(keys[i]) > 0) {
-      const TensorEntry& e = group[i];
-      throw InvalidArgument("Requested to " + std::string(opKindName(e.request.kind)) +
-                            " a tensor with the same name as another tensor that is currently "
-                            "being processed: '" +
-                            e.request.name + "'. Give each in-flight tensor a unique name.");
+  // Keys and entries are made before taking the lock: the background thread takes it every
+  // cycle, and a frontend thread that held it through malloc made it wait. A group of one (most
+  // submissions) needs no set to find repeats within it.
+  std::vector<std::pair<std::string, std::unique_ptr<TensorEntry>>> staged;
+  staged.reserve(group.size());
+  for (auto& e : group) {
+    std::string key = tensorKey(e.request.processSetId, e.request.name);
+    staged.emplace_back(std::move(key), std::make_unique<TensorEntry>(std::move(e)));
+  }
+  if (staged.size() > 1) {
+    std::unordered_set<std::string> seen;
+    for (const auto& [key, entry] : staged) {
+      if (!seen.insert(key).second) throw repeatedName(*entry);
     }
   }
-  for (size_t i = 0; i < group.size(); ++i) {
-    inFlight_.emplace(keys[i], std::make_unique<TensorEntry>(std::move(group[i])));
-    fresh_.push_back(std::move(keys[i]));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) throw ShutdownError(closedReason_);
+  for (const auto& [key, entry] : staged) {
+    if (inFlight_.count(key) > 0) throw repeatedName(*entry);
+  }
+  for (auto& [key, entry] : staged) {
+    fresh_.push_back(key);
+    inFlight_.emplace(std::move(key), std::move(entry));
   }
 }
 
 std::vector<std::string> TensorQueue::takeNew() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // fresh_ keeps room for as many keys as the last take had, allocated outside the lock.
+  std::vector<std::string> room;
+  room.reserve(std::max<size_t>(kFreshRoom, lastTaken_));
   std::vector<std::string> out;
-  out.swap(fresh_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.swap(fresh_);
+    fresh_.swap(room);
+  }
+  lastTaken_ = out.size();
   return out;
 }
 

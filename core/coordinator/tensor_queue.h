@@ -45,6 +45,7 @@ class TensorQueue {
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> inFlight_;
   std::vector<std::string> fresh_;
+  size_t lastTaken_ = 0;  // background thread: keys the last takeNew() returned
   bool closed_ = false;
   std::string closedReason_;
 };

@@ -5,7 +5,7 @@ what the package calls.
 """
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,6 +114,27 @@ def enqueue(
     call_site: str = "",
     dtype_overrides: Sequence[str | None] | None = None,
 ) -> list[Handle]: ...
+def submit(
+    kind: int,
+    tensors: list[Any],
+    names: list[str],
+    op: int,
+    prescale: float,
+    postscale: float,
+    root_rank: int,
+    splits: Sequence[int] | None,
+    process_set: Any,
+    process_set_id: int,
+    skip: int,
+) -> list[Handle]: ...
+def set_submit_helpers(
+    prepare: Callable[[Any], tuple[Any, str | None]],
+    exporters: dict[type, Callable[[Any], Any]],
+    ndarray: type,
+    kind_names: dict[int, str],
+) -> None: ...
+def call_site(skip: int = 0) -> str: ...
+def set_call_site_classifier(classifier: Callable[[str], int]) -> None: ...
 def add_process_set(ranks: Sequence[int], call_site: str = "") -> int: ...
 def remove_process_set(id: int, call_site: str = "") -> None: ...
 def process_set_ranks(id: int) -> list[int]: ...

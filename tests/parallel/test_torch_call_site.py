@@ -22,17 +22,17 @@ HERE = os.path.basename(__file__)
 
 @pytest.fixture
 def recorded_sites(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ``call_site`` of every request this rank enqueues while the test runs."""
+    """The call site of every call this rank submits while the test runs: what ``_core.submit``
+    finds from its caller's frame with the ``skip`` it was given (its last argument), found here
+    one frame deeper."""
     sites: list[str] = []
-    enqueue = ops._core.enqueue
+    submit = ops._core.submit
 
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        # The pipeline passes the arguments by position; call_site is the tenth (kind, tensors,
-        # names, process_set_id, reduce_op, prescale, postscale, root_rank, splits, call_site).
-        sites.append(kwargs["call_site"] if "call_site" in kwargs else args[9])
-        return enqueue(*args, **kwargs)
+    def recording(*args: Any) -> Any:
+        sites.append(ops._core.call_site(args[-1] + 1))
+        return submit(*args)
 
-    monkeypatch.setattr(ops._core, "enqueue", recording)
+    monkeypatch.setattr(ops._core, "submit", recording)
     return sites
 
 

@@ -32,16 +32,17 @@ def started():
 
 @pytest.fixture
 def recorded_sites(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ``call_site`` of every request enqueued while the test runs."""
+    """The call site of every call submitted while the test runs: what ``_core.submit`` finds
+    from its caller's frame with the ``skip`` it was given (its last argument), found here one
+    frame deeper."""
     sites: list[str] = []
-    enqueue = ops._core.enqueue
+    submit = ops._core.submit
 
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        # call_site is the tenth positional argument of _core.enqueue.
-        sites.append(kwargs["call_site"] if "call_site" in kwargs else args[9])
-        return enqueue(*args, **kwargs)
+    def recording(*args: Any) -> Any:
+        sites.append(ops._core.call_site(args[-1] + 1))
+        return submit(*args)
 
-    monkeypatch.setattr(ops._core, "enqueue", recording)
+    monkeypatch.setattr(ops._core, "submit", recording)
     return sites
 
 

@@ -112,23 +112,24 @@ def test_overridden_dtypes_come_back(count) -> None:
 def test_engine_arguments(count, monkeypatch) -> None:
     """What reaches the engine, argument by argument (they are passed by position)."""
     calls = []
-    real = ops._core.enqueue
+    real = ops._core.submit
 
     def spy(*args):
-        calls.append(args)
+        # The call site _core.submit finds from its caller's frame, found one frame deeper.
+        calls.append((*args, ops._core.call_site(args[-1] + 1)))
         return real(*args)
 
-    monkeypatch.setattr(ops._core, "enqueue", spy)
+    monkeypatch.setattr(ops._core, "submit", spy)
     submit = functools.partial(ops.enqueue, "allreduce", arrays(count), name="args",
                                grouped=count > 1, op=hora.Max, prescale=2.0, postscale=3.0)
     line = sys._getframe().f_lineno + 1
     handles = submit()
     ops.wait_all(handles)
-    (kind, _, names, set_id, op, prescale, postscale, root, splits, site, overrides), = calls
+    (kind, _, names, op, prescale, postscale, root, splits, process_set, set_id, _, site), = calls
     base = "allreduce.args" if count == 1 else "grouped_allreduce.args"
     expected = [base] if count == 1 else [f"{base}_{i + 1}of{count}" for i in range(count)]
-    assert (kind, names, set_id, op, prescale, postscale, root, splits, overrides) == (
-        ops.ALLREDUCE, expected, 0, hora.Max, 2.0, 3.0, 0, None, None)
+    assert (kind, names, op, prescale, postscale, root, splits, process_set, set_id) == (
+        ops.ALLREDUCE, expected, hora.Max, 2.0, 3.0, 0, None, hora.global_process_set, 0)
     assert site == f"test_submit_paths.py:{line}"
 
 

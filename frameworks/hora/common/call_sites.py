@@ -3,10 +3,10 @@ reports."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from types import FrameType
+
+from hora import _core
 
 _HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,9 +25,8 @@ def _framework_dirs() -> list[str]:
     return dirs
 
 
-@functools.lru_cache(maxsize=1024)
 def _frame_owner(filename: str) -> int:
-    """0 for a user's file, 1 for a framework's, 2 for Hora's (cached per file name).
+    """0 for a user's file, 1 for a framework's, 2 for Hora's (the engine keeps each answer).
 
     A framework's file can only be on the stack once that framework is imported, so the
     directories loaded when a file is first seen decide it for good.
@@ -40,31 +39,12 @@ def _frame_owner(filename: str) -> int:
     return 0
 
 
-@functools.lru_cache(maxsize=1024)
-def _base_name(filename: str) -> str:
-    return os.path.basename(filename)
+_core.set_call_site_classifier(_frame_owner)
 
-
-def call_site(skip: int = 0) -> str:
-    """``file.py:123`` of the caller's frame: the first one outside Hora and the frameworks
-    (for a differentiable op the frame below Hora's is autograd's), else the first outside
-    Hora.
-
-    ``skip``: how many frames above the caller's are certainly Hora's own (the pipeline's
-    functions that called it); the search starts above them without looking at them. Every
-    frame looked at costs a Python frame object and a lookup, about 0.15 us each.
-    """
-    try:
-        frame: FrameType | None = sys._getframe(1 + skip)
-    except ValueError:  # fewer frames than announced: look at every one
-        frame = sys._getframe(1)
-    fallback = ""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        owner = _frame_owner(filename)
-        if owner == 0:
-            return f"{_base_name(filename)}:{frame.f_lineno}"
-        if owner == 1 and not fallback:
-            fallback = f"{_base_name(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return fallback
+# call_site(skip=0) -> str: ``file.py:123`` of the caller's frame, the first one outside Hora and
+# the frameworks (for a differentiable op the frame below Hora's is autograd's), else the first
+# outside Hora. ``skip``: how many frames above the caller's are certainly Hora's own (the
+# pipeline's functions that called it); the search starts above them without looking at them.
+# The walk runs in the engine, which asks _frame_owner once per file (in Python it cost most of a
+# microsecond per call).
+call_site = _core.call_site

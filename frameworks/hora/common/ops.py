@@ -19,7 +19,6 @@ import numpy as np
 
 from hora import _core
 from hora.common import basics, gpu
-from hora.common.call_sites import call_site
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import HoraError, HoraTimeoutError, InternalError, InvalidCollectiveError
 
@@ -51,15 +50,14 @@ class OpSpec:
 
     ``prefix`` starts its automatic names (``allreduce.noname.0``); ``in_place`` says whether the
     engine writes the result into the submitted buffer (else it allocates the output);
-    ``reduce_ops`` lists the ops it takes (empty when it takes none) and ``op_error`` is the
-    message for any other.
+    ``reduce_ops`` lists the ops it takes (empty when it takes none; the engine's
+    ``_core.submit`` refuses the others with Horovod's message).
     """
 
     kind: int
     prefix: str
     in_place: bool
     reduce_ops: frozenset = frozenset()
-    op_error: str = ""
 
     @property
     def grouped_prefix(self) -> str:
@@ -72,13 +70,10 @@ OPS: dict[str, OpSpec] = {
     "allgather": OpSpec(ALLGATHER, "allgather", False),
     "broadcast": OpSpec(BROADCAST, "broadcast", True),
     "alltoall": OpSpec(ALLTOALL, "alltoall", False),
-    "reducescatter": OpSpec(REDUCESCATTER, "reducescatter", False, frozenset((Average, Sum)),
-                            "Reducescatter currently only supports AVERAGE and SUM."),
+    "reducescatter": OpSpec(REDUCESCATTER, "reducescatter", False, frozenset((Average, Sum))),
     "join": OpSpec(JOIN, "join", True),
     "barrier": OpSpec(BARRIER, "barrier", True),
 }
-_SPEC_BY_KIND = {spec.kind: spec for spec in OPS.values()}
-_SPEC_BY_KIND[ADASUM] = OPS["allreduce"]
 
 _BFLOAT16 = "bfloat16"
 
@@ -222,6 +217,11 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
     )
 
 
+# What _core.submit borrows: the exporter table is read on every call, so frontends that
+# register later count.
+_core.set_submit_helpers(_prepare, _capsule_exporters, np.ndarray, KIND_NAMES)
+
+
 def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     array = np.asarray(splits)
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
@@ -242,51 +242,17 @@ def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
     return values
 
 
-def _what(kind: int) -> str:
-    """The operation's name in error messages."""
-    return KIND_NAMES.get(kind, str(kind))
-
-
-# The kinds whose tensors need at least one dimension (and whose check reads their shapes).
-_SHAPED_KINDS = frozenset((ALLGATHER, ALLTOALL, REDUCESCATTER))
-
-
 def _shape(tensor: Any) -> tuple[int, ...] | None:
     shape = getattr(tensor, "shape", None)
     return None if shape is None else tuple(int(d) for d in shape)
 
 
-def _check_request(kind: int, tensors: Sequence[Any], op: int, root_rank: int, splits: Any,
-                   process_set: ProcessSet) -> list[int] | None:
-    """Horovod's enqueue-time checks; returns the splits to pass on."""
+def _alltoall_splits(tensors: Sequence[Any], splits: Any, process_set: ProcessSet) -> list[int] | None:
+    """The rows an alltoall sends to each member, checked as Horovod checks them (None: even
+    splits). The other checks of every call are the engine's (``_core.submit``); an unregistered
+    set is left to them, which name it."""
     members = process_set.ranks
-    if process_set.process_set_id is None or members is None:
-        raise ValueError(
-            f"{_what(kind)}: the process set {process_set} is not registered; pass it to "
-            "hora.init(process_sets=[...]) or hora.add_process_set() first"
-        )
-    me = basics.rank()
-    if me not in members:
-        raise ValueError(f"{_what(kind)}: Rank {me} is not a member of the provided process set.")
-    if op not in REDUCE_OPS:
-        raise ValueError(f"{_what(kind)}: unknown reduce op {op}")
-    spec = _SPEC_BY_KIND.get(kind)
-    if spec is not None and spec.reduce_ops and op not in spec.reduce_ops:
-        # Horovod raises HorovodInternalError (a RuntimeError) here; ValueError stays true too.
-        raise InvalidCollectiveError(spec.op_error)
-    if kind == BROADCAST and root_rank not in members:
-        raise ValueError(
-            f"broadcast received invalid root rank {root_rank} for provided process set"
-        )
-    if kind not in _SHAPED_KINDS:
-        return None
-    for tensor in tensors:
-        shape = _shape(tensor)
-        if shape is not None and len(shape) == 0:
-            raise ValueError(
-                f"{_what(kind)} needs a tensor of at least one dimension; reshape the scalar to [1]"
-            )
-    if kind != ALLTOALL:
+    if members is None:
         return None
     first = _shape(tensors[0]) if tensors else None
     dim0 = first[0] if first else None
@@ -341,35 +307,15 @@ def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float
             set_id: int, hora_callers: int) -> list:
     """``submit`` on lists it may keep (names already strings; ``set_id`` the set's id;
     ``hora_callers`` the frames above this one that are certainly Hora's, which the call
-    site's search skips: ``submit`` or ``enqueue_call`` and what they were told).
+    site's search skips: ``submit`` and what it was told).
 
-    Every call of every frontend passes here, so it is kept lean: one tensor (the common case)
-    builds no per-tensor lists, and the engine is called with positional arguments (keyword
-    parsing in the binding costs most of a microsecond).
+    The checks, the DLPack export, the call site and the enqueue are one call into the engine
+    (``_core.submit``, with positional arguments: keyword parsing in the binding costs most of
+    a microsecond); only an alltoall's splits are checked here first.
     """
-    checked_splits = _check_request(kind, tensors, op, root_rank, splits, process_set)
-    overrides: list | None = None
-    if len(tensors) == 1:
-        buffer, override = _prepare(tensors[0])
-        buffers = [buffer]
-        if override is not None:
-            overrides = [override]
-    else:
-        prepared = [_prepare(t) for t in tensors]
-        buffers = [t for t, _ in prepared]
-        if any(o is not None for _, o in prepared):
-            overrides = [o for _, o in prepared]
-    # The order of _core.enqueue's parameters: process_set_id, reduce_op, prescale, postscale,
-    # root_rank, splits, call_site, dtype_overrides.
-    handles = _core.enqueue(
-        kind, buffers, names, set_id, int(op), float(prescale),
-        float(postscale), int(root_rank), checked_splits, call_site(1 + hora_callers), overrides,
-    )
-    if overrides is not None:
-        for handle, override in zip(handles, overrides):
-            if override == _BFLOAT16:
-                handle._hora_dtype = _BFLOAT16  # type: ignore[attr-defined]
-    return handles
+    checked_splits = _alltoall_splits(tensors, splits, process_set) if kind == ALLTOALL else None
+    return _core.submit(kind, tensors, names, int(op), float(prescale), float(postscale),
+                        int(root_rank), checked_splits, process_set, set_id, 1 + hora_callers)
 
 
 def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
@@ -425,8 +371,10 @@ def enqueue_call(collective: str, buffers: list, name: str | None,
         op = Sum
     if not buffers and kind not in (JOIN, BARRIER):
         return []
-    return _submit(kind, buffers, names, op, prescale, postscale, root_rank, splits, process_set,
-                   set_id, 1 + hora_callers)
+    # _submit's two steps inline: every frontend call passes here, and a frame costs.
+    checked_splits = _alltoall_splits(buffers, splits, process_set) if kind == ALLTOALL else None
+    return _core.submit(kind, buffers, names, op, float(prescale), float(postscale),
+                        int(root_rank), checked_splits, process_set, set_id, 1 + hora_callers)
 
 
 def engine_error(exc: BaseException) -> BaseException:

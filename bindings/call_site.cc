@@ -1,0 +1,135 @@
+// hora._core.call_site: the user's `file.py:line` that submitted an operation, found by walking
+// the Python stack in C++. Every submission asks for it, and the same walk in Python cost most of
+// a microsecond (a frame object, a cache lookup and a formatted string per frame looked at).
+// Which files are the user's stays decided in Python (hora.common.call_sites, the one place that
+// knows Hora's and the frameworks' directories); this keeps its answers per file.
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "bindings/call_site.h"
+#include "bindings/register.h"
+
+namespace py = pybind11;
+
+namespace hora::bindings {
+namespace {
+
+// What the classifier says of one file: 0 a user's, 1 a framework's, 2 Hora's.
+constexpr int kUserFile = 0;
+constexpr int kFrameworkFile = 1;
+// Bounds the cache (as the Python classifier's own cache): a process that runs more files than
+// this starts over.
+constexpr size_t kMaxFiles = 4096;
+
+struct FileFacts {
+  int owner;
+  std::string baseName;
+};
+
+// Keyed by the code objects' filename strings, each held by a reference so that its address
+// cannot be reused by another string while it is a key. Touched only with the GIL held.
+struct FileCache {
+  py::object classifier;  // callable(filename) -> int, set by hora.common.call_sites
+  std::unordered_map<PyObject*, FileFacts> files;
+
+  void clear() {
+    for (auto& kv : files) Py_DECREF(kv.first);
+    files.clear();
+  }
+};
+
+FileCache& cache() {
+  // Never destroyed: Python may be finalizing when static destructors run.
+  static auto* c = new FileCache();
+  return *c;
+}
+
+std::string baseNameOf(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+const FileFacts& factsOf(PyObject* filename) {
+  FileCache& c = cache();
+  auto it = c.files.find(filename);
+  if (it != c.files.end()) return it->second;
+  if (c.classifier.is_none() || !c.classifier) {
+    throw std::runtime_error("hora._core.call_site: no file classifier was set");
+  }
+  py::handle name(filename);
+  int owner = c.classifier(name).cast<int>();
+  if (c.files.size() >= kMaxFiles) c.clear();
+  Py_INCREF(filename);
+  auto& facts = c.files[filename];
+  facts.owner = owner;
+  facts.baseName = baseNameOf(name.cast<std::string>());
+  return facts;
+}
+
+// A new reference to `frame`'s caller (null at the bottom of the stack); drops `frame`.
+PyFrameObject* callerOf(PyFrameObject* frame) {
+  PyFrameObject* back = PyFrame_GetBack(frame);
+  Py_DECREF(frame);
+  return back;
+}
+
+std::string siteOf(const FileFacts& facts, PyFrameObject* frame) {
+  return facts.baseName + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+}
+
+}  // namespace
+
+std::string callSite(int skip) {
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed: the frame that called call_site
+  if (frame == nullptr) return "";
+  Py_INCREF(frame);
+  PyFrameObject* start = frame;
+  Py_INCREF(start);
+  for (int i = 0; i < skip && frame != nullptr; ++i) frame = callerOf(frame);
+  if (frame == nullptr) {
+    frame = start;  // fewer frames than announced: look at every one
+  } else {
+    Py_DECREF(start);
+  }
+  std::string fallback;
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const FileFacts* facts = nullptr;
+    try {
+      facts = &factsOf(code->co_filename);
+    } catch (...) {
+      Py_DECREF(code);
+      Py_DECREF(frame);
+      throw;
+    }
+    Py_DECREF(code);
+    if (facts->owner == kUserFile) {
+      std::string site = siteOf(*facts, frame);
+      Py_DECREF(frame);
+      return site;
+    }
+    if (facts->owner == kFrameworkFile && fallback.empty()) fallback = siteOf(*facts, frame);
+    frame = callerOf(frame);
+  }
+  return fallback;
+}
+
+void registerCallSite(py::module_& m) {
+  m.def(
+      "set_call_site_classifier",
+      [](py::object classifier) {
+        cache().clear();
+        cache().classifier = std::move(classifier);
+      },
+      py::arg("classifier"),
+      "Sets the function call_site asks, once per file name, whose file it is: 0 the user's, 1 "
+      "a framework's, 2 Hora's (hora.common.call_sites sets it on import).");
+  m.def("call_site", &callSite, py::arg("skip") = 0,
+        "`file.py:line` of the caller's frame, or of the first frame above it outside Hora and "
+        "the frameworks (else the first outside Hora, else \"\"); `skip`: frames above the "
+        "caller's that are certainly Hora's, not looked at.");
+}
+
+}  // namespace hora::bindings
