@@ -124,7 +124,8 @@ def test_core_shares_split_the_cpus_evenly_in_order():
     assert env.core_shares([0, 1], 2) == [[0], [1]]
     assert env.core_shares(range(8), 3) == [[0, 1], [2, 3, 4], [5, 6, 7]]
     assert env.core_shares([3, 1, 2, 0], 2) == [[0, 1], [2, 3]]
-    assert env.core_shares([0, 1], 3) is None  # more ranks than CPUs: nobody is bound
+    assert env.core_shares([0, 1], 4) == [[0], [1], [0], [1]]  # 2 ranks per CPU, round robin
+    assert env.core_shares([0, 1], 3) is None  # one CPU would carry more ranks: nobody is bound
     assert env.core_shares(range(8), 1) is None
     assert env.cpu_list([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"
 
@@ -158,7 +159,16 @@ def test_local_ranks_run_on_their_own_share_of_the_cpus():
     assert ("binding each of the 2 ranks on this machine" in result.stderr) == bool(shares)
 
 
-def test_unbound_with_bind_to_none_and_with_more_ranks_than_cpus():
+def test_oversubscribed_ranks_share_cpus_round_robin():
+    cores = _cores()
+    result = _horarun(["-np", str(2 * len(cores))], AFFINITY)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2 * len(cores)):
+        assert f"[{rank}]<stdout>:[{cores[rank % len(cores)]}] 1\n" in result.stdout
+    assert f"binding the {2 * len(cores)} ranks on this machine 2 to a CPU" in result.stderr
+
+
+def test_unbound_with_bind_to_none_and_with_uneven_ranks_per_cpu():
     cores = _cores()
     for args in (["--bind-to", "none", "-np", "2"], ["-np", str(len(cores) + 1)]):
         result = _horarun(args, AFFINITY)

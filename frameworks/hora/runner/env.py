@@ -188,18 +188,24 @@ def usable_cores() -> int:
 
 
 def core_shares(cores: Sequence[int], ranks: int) -> list[list[int]] | None:
-    """Each of ``ranks`` processes on this machine gets its own contiguous share of ``cores``
-    (the CPUs the launcher may use), as even as can be; None when there are fewer cores than
-    ranks (oversubscribed: binding would only pin ranks onto each other) or a single rank.
+    """The CPUs each of ``ranks`` processes on this machine is bound to, from ``cores`` (the
+    CPUs the launcher may use): with at least as many CPUs as ranks, each rank its own
+    contiguous share, as even as can be; with a whole multiple of ranks per CPU, one CPU each,
+    round robin (rank i on CPU i mod n). None otherwise (some CPU would carry more ranks than
+    another, and the slowest rank sets the pace) and for a single rank.
 
-    A rank's threads then stay on its cores: its background thread hands work to the calling
-    thread within one core's caches, and two ranks never trade cores between steps.
+    A rank's threads then stay on its CPUs: its background thread hands work to the calling
+    thread within one core's caches, and ranks never trade cores between steps.
     """
     ordered = sorted(cores)
-    if ranks <= 1 or len(ordered) < ranks:
+    n = len(ordered)
+    if ranks <= 1 or n == 0:
         return None
-    return [ordered[i * len(ordered) // ranks:(i + 1) * len(ordered) // ranks]
-            for i in range(ranks)]
+    if n >= ranks:
+        return [ordered[i * n // ranks:(i + 1) * n // ranks] for i in range(ranks)]
+    if ranks % n == 0:
+        return [[ordered[i % n]] for i in range(ranks)]
+    return None
 
 
 def cpu_list(cpus: Sequence[int]) -> str:

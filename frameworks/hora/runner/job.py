@@ -139,9 +139,8 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
 
 
 def _core_shares(args: argparse.Namespace, ranks: int) -> list[list[int]] | None:
-    """With ``--bind-to core``, each of the ``ranks`` started on this machine (all host names
-    of this machine count together) gets its own share of the CPUs horarun may use, when there
-    are at least as many CPUs as ranks."""
+    """With ``--bind-to core``, the CPUs of each of the ``ranks`` started on this machine (all
+    host names of this machine count together; see ``env.core_shares``)."""
     if getattr(args, "bind_to", "core") != "core":
         return None
     try:
@@ -149,10 +148,14 @@ def _core_shares(args: argparse.Namespace, ranks: int) -> list[list[int]] | None
     except (AttributeError, OSError):
         return None
     shares = envs.core_shares(cores, ranks)
-    if shares is not None:
+    if shares is None:
+        return None
+    if ranks <= len(cores):
         each = " or ".join(str(n) for n in sorted({len(share) for share in shares}))
-        _say(f"binding each of the {ranks} ranks on this machine to {each} CPU(s) of its own "
-             f"(of CPUs {envs.cpu_list(cores)}); --bind-to none leaves them unbound")
+        how = f"each of the {ranks} ranks on this machine to {each} CPU(s) of its own"
+    else:
+        how = f"the {ranks} ranks on this machine {ranks // len(cores)} to a CPU, round robin,"
+    _say(f"binding {how} (of CPUs {envs.cpu_list(cores)}); --bind-to none leaves them unbound")
     return shares
 
 
