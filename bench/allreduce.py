@@ -13,7 +13,9 @@ installed. With ``--hierarchical``, three more with the ranks on two host names 
 (``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
 segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
 within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
-tables.
+tables. Every implementation's ranks run with the same CPU binding: horarun's (``--bind-to core``,
+its default), which the gloo and mpi4py ranks apply to themselves (mpirun ``--bind-to none``);
+``--bind-to none`` runs them all unbound.
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
 algorithm bandwidth (bytes / time) and the bus bandwidth (algbw * 2(n-1)/n), as nccl-tests define
@@ -173,8 +175,13 @@ def hora_worker(sizes: list[int], iters: int, out: str) -> None:
     hora.shutdown()
 
 
-def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int, out: str) -> None:
+def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int, out: str,
+                 bind: bool) -> None:
     """One torch.distributed (gloo) process, started by torch.multiprocessing.spawn."""
+    if bind:
+        from hora.runner.env import bind_like_horarun
+
+        bind_like_horarun(rank, world)
     import torch
     import torch.distributed as dist
 
@@ -202,12 +209,16 @@ def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
     dist.destroy_process_group()
 
 
-def mpi4py_worker(sizes: list[int], iters: int, out: str) -> None:
+def mpi4py_worker(sizes: list[int], iters: int, out: str, bind: bool) -> None:
     """Runs under mpirun: mpi4py's in-place Allreduce per size, then 200 Iallreduce + Waitall."""
     import numpy as np
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if bind:
+        from hora.runner.env import bind_like_horarun
+
+        bind_like_horarun(comm.Get_rank(), comm.Get_size())
     results = []
     for nbytes in sizes:
         buf = np.zeros(nbytes // 4, dtype=np.float32)
@@ -275,6 +286,8 @@ def worker_args(args: argparse.Namespace, sizes: list[int], worker: str, out: st
         str(args.iters),
         "--sizes",
         ",".join(str(s) for s in sizes),
+        "--bind-to",
+        args.bind_to,
     ]
 
 
@@ -288,7 +301,9 @@ def run_mpi4py(args: argparse.Namespace, sizes: list[int], out: str) -> dict | N
     if mpirun is None:
         print("mpirun is not on PATH: no Open MPI figures")
         return None
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(args.np)]
+    # The workers bind themselves as horarun binds its ranks (--bind-to).
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+           str(args.np)]
     cmd += worker_args(args, sizes, "mpi4py", out)
     print(f"running mpi4py: {' '.join(cmd)}", flush=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
@@ -312,6 +327,8 @@ def run_hora(
         *horarun_command(),
         "-np",
         str(args.np),
+        "--bind-to",
+        args.bind_to,
         *(["-H", hosts] if hosts else []),
         *worker_args(args, sizes, "hora", out),
     ]
@@ -334,7 +351,7 @@ def run_torch(args: argparse.Namespace, sizes: list[int], out: str) -> dict | No
     print("running torch.distributed (gloo) through torch.multiprocessing", flush=True)
     mp.spawn(
         torch_worker,
-        args=(args.np, free_port(), sizes, args.iters, out),
+        args=(args.np, free_port(), sizes, args.iters, out, args.bind_to == "core"),
         nprocs=args.np,
         join=True,
     )
@@ -478,6 +495,13 @@ def main(argv: list[str] | None = None) -> int:
         "share one segment (HORA_SHM_HOST_BY_NAME=1): flat, hierarchical, hierarchical on TCP "
         "alone (even --np)",
     )
+    parser.add_argument(
+        "--bind-to",
+        choices=("core", "none"),
+        default="core",
+        help="CPU binding of every implementation's ranks: horarun's default (core), which the "
+        "gloo and mpi4py ranks apply to themselves too, or none for all",
+    )
     parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -492,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         hora_worker(sizes, args.iters, args.out)
         return 0
     if args.worker == "mpi4py":
-        mpi4py_worker(sizes, args.iters, args.out)
+        mpi4py_worker(sizes, args.iters, args.out, args.bind_to == "core")
         return 0
 
     with tempfile.TemporaryDirectory(prefix="hora-bench-") as tmp:

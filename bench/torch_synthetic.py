@@ -8,7 +8,9 @@ step (zero_grad, forward, cross-entropy, backward, SGD step) under torch Distrib
 with the gloo backend, started here with torch.multiprocessing, and a third time with every rank
 training alone, with no communication at all: no data-parallel run on this host can beat that
 throughput, so it bounds what any runtime can reach. All use the same number of torch threads per
-rank. With ``--repeats N`` the three jobs alternate N times and each keeps its best run, which
+rank, and the same CPU binding: horarun binds its ranks (``--bind-to core``, its default), and the
+DDP and solo workers bind themselves to the same shares of the CPUs; ``--bind-to none`` runs all
+three unbound. With ``--repeats N`` the three jobs alternate N times and each keeps its best run, which
 damps the effect of other load on the machine. Prints a table with the throughputs and their
 ratios to DDP.
 """
@@ -53,6 +55,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each job")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument("--bind-to", choices=("core", "none"), default="core",
+                        help="CPU binding of every job's ranks, as horarun's flag")
     return parser.parse_args()
 
 
@@ -75,17 +79,16 @@ def benchmark_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def launcher(np_: int) -> list[str]:
+def launcher(np_: int, bind_to: str) -> list[str]:
     """horarun if it is on PATH, else the launcher module of the installed package."""
     found = shutil.which("horarun")
-    if found:
-        return [found, "-np", str(np_)]
-    return [sys.executable, "-m", "hora.runner", "-np", str(np_)]
+    command = [found] if found else [sys.executable, "-m", "hora.runner"]
+    return command + ["-np", str(np_), "--bind-to", bind_to]
 
 
 def run_hora(args: argparse.Namespace) -> tuple[float, float]:
     """Run the benchmark with hora.torch; returns (img/sec per rank, 1.96 sigma)."""
-    cmd = launcher(args.np) + [sys.executable, str(BENCHMARK)] + benchmark_flags(args)
+    cmd = launcher(args.np, args.bind_to) + [sys.executable, str(BENCHMARK)] + benchmark_flags(args)
     if args.fp16_allreduce:
         cmd.append("--fp16-allreduce")
     print("hora:", " ".join(cmd), flush=True)
@@ -108,9 +111,13 @@ def _free_port() -> int:
 
 def _ddp_worker(
     rank: int, world: int, port: int, flags: list[str], fp16: bool, results: Any,
-    communicate: bool = True,
+    communicate: bool = True, bind: bool = True,
 ) -> None:
     """One rank of the DDP job; with ``communicate=False``, the same model trained alone."""
+    if bind:
+        from hora.runner.env import bind_like_horarun
+
+        bind_like_horarun(rank, world)
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -177,7 +184,7 @@ def run_ddp(args: argparse.Namespace, communicate: bool = True) -> tuple[float, 
         nprocs=args.np,
         start_method="spawn",
         args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce, results,
-              communicate),
+              communicate, args.bind_to == "core"),
     )
     rates = results.get()
     return float(np.mean(rates)), 1.96 * float(np.std(rates))
@@ -200,7 +207,8 @@ def main() -> None:
     print()
     print(
         f"model {args.model}, {image}x{image} images, batch {args.batch_size} per rank, "
-        f"{n} ranks on {os.cpu_count()} cores, best of {len(hora_runs)} alternating runs"
+        f"{n} ranks on {os.cpu_count()} cores ({'bound' if args.bind_to == 'core' else 'unbound'}), "
+        f"best of {len(hora_runs)} alternating runs"
         + (", fp16 gradients" if args.fp16_allreduce else "")
     )
     print(f"| {'runtime':<18} | {'img/sec per rank':>18} | {'total img/sec':>13} | {'vs DDP':>6} |")

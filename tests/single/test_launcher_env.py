@@ -175,3 +175,32 @@ def test_unbound_with_bind_to_none_and_with_uneven_ranks_per_cpu():
         assert result.returncode == 0, result.stderr
         assert result.stdout.count(f"{cores} ") == int(args[-1])
         assert "binding" not in result.stderr
+
+
+def test_elastic_workers_are_not_bound():
+    """An elastic job's ranks come and go, so no share of the CPUs stays a rank's: unbound."""
+    from hora.runner.elastic import workers
+
+    info = workers.LaunchInfo(["python", "t.py"], {"PATH": "/bin"}, "s3cret", "127.0.0.1", 4242,
+                              None, frozenset(), "/w")
+    assert [workers.worker_spec(info, i, "localhost", 2).cpus for i in range(2)] == [None, None]
+
+
+def test_bind_like_horarun_binds_every_thread_of_the_process():
+    """What the benchmarks' peers use to run with horarun's binding."""
+    script = """
+        import os, threading
+        from hora.runner.env import bind_like_horarun, core_shares
+        cores = sorted(os.sched_getaffinity(0))
+        ready = threading.Event()
+        threading.Thread(target=ready.wait, daemon=True).start()  # started before the binding
+        got = bind_like_horarun(1, 2)
+        share = core_shares(cores, 2)
+        masks = {tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")}
+        ready.set()
+        print(got == (share[1] if share else None), masks == {tuple(share[1] if share else cores)})
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=_child_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True True\n"

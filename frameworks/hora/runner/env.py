@@ -208,6 +208,19 @@ def core_shares(cores: Sequence[int], ranks: int) -> list[list[int]] | None:
     return None
 
 
+def bind_like_horarun(local_rank: int, local_size: int) -> list[int] | None:
+    """Binds every thread of this process to the CPUs ``horarun --bind-to core`` gives local
+    rank ``local_rank`` of ``local_size`` (threads started later inherit them), for processes
+    another launcher started (the peers in the benchmarks). Returns the CPUs, or None when
+    horarun would leave the rank unbound."""
+    shares = core_shares(sorted(os.sched_getaffinity(0)), local_size)
+    if shares is None:
+        return None
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), shares[local_rank])
+    return shares[local_rank]
+
+
 def cpu_list(cpus: Sequence[int]) -> str:
     """``0-3,6``: CPUs as ``taskset -c`` writes them."""
     runs: list[list[int]] = []
