@@ -13,9 +13,9 @@ installed. With ``--hierarchical``, three more with the ranks on two host names 
 (``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
 segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
 within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
-tables. Every implementation's ranks run with the same CPU binding: horarun's (``--bind-to core``,
-its default), which the gloo and mpi4py ranks apply to themselves (mpirun ``--bind-to none``);
-``--bind-to none`` runs them all unbound.
+tables. Every implementation's ranks run with the same CPU binding: by default horarun's
+``--bind-to core``, which the gloo and mpi4py ranks apply to themselves (mpirun ``--bind-to
+none``); ``--bind-to none`` runs them all unbound.
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
 algorithm bandwidth (bytes / time) and the bus bandwidth (algbw * 2(n-1)/n), as nccl-tests define
@@ -499,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         "--bind-to",
         choices=("core", "none"),
         default="core",
-        help="CPU binding of every implementation's ranks: horarun's default (core), which the "
-        "gloo and mpi4py ranks apply to themselves too, or none for all",
+        help="CPU binding of every implementation's ranks: core (default) as horarun --bind-to "
+        "core, which the gloo and mpi4py ranks apply to themselves too, or none for all",
     )
     parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

@@ -8,7 +8,7 @@ step (zero_grad, forward, cross-entropy, backward, SGD step) under torch Distrib
 with the gloo backend, started here with torch.multiprocessing, and a third time with every rank
 training alone, with no communication at all: no data-parallel run on this host can beat that
 throughput, so it bounds what any runtime can reach. All use the same number of torch threads per
-rank, and the same CPU binding: horarun binds its ranks (``--bind-to core``, its default), and the
+rank, and the same CPU binding: by default horarun binds its ranks (``--bind-to core``) and the
 DDP and solo workers bind themselves to the same shares of the CPUs; ``--bind-to none`` runs all
 three unbound. With ``--repeats N`` the three jobs alternate N times and each keeps its best run, which
 damps the effect of other load on the machine. Prints a table with the throughputs and their

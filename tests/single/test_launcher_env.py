@@ -80,9 +80,9 @@ def _cores():
 def test_omp_threads_in_rank_specs():
     shares = env.core_shares(_cores(), 2)
     expected = str(len(shares[0]) if shares else max(1, env.usable_cores() // 2))
-    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
-    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [str(max(1, env.usable_cores() // 2))] * 2
     specs = _specs(["-np", "2"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [str(max(1, env.usable_cores() // 2))] * 2
+    specs = _specs(["-np", "2", "--bind-to", "core"], [], {"PATH": "/bin"})
     assert [s.env["OMP_NUM_THREADS"] for s in specs] == [expected, expected]
     specs = _specs(["-np", "2"], [], {"PATH": "/bin", "OMP_NUM_THREADS": "5"})
     assert [s.env["OMP_NUM_THREADS"] for s in specs] == ["5", "5"]
@@ -98,7 +98,7 @@ SHOW = """
 
 
 def test_ranks_see_horovod_names_and_omp_threads():
-    result = _horarun(["-np", "2", "--bind-to", "none"], SHOW.format(names=list(TOPOLOGY)))
+    result = _horarun(["-np", "2"], SHOW.format(names=list(TOPOLOGY)))
     assert result.returncode == 0, result.stderr
     threads = max(1, env.usable_cores() // 2)
     for rank in range(2):
@@ -133,11 +133,12 @@ def test_core_shares_split_the_cpus_evenly_in_order():
 def test_rank_specs_bind_every_local_rank_of_every_local_host_name():
     """Two host names of this machine count together: no two ranks share a CPU."""
     shares = env.core_shares(_cores(), 2)
-    specs = _specs(["-H", "localhost:1,127.0.0.1:1"], [], {"PATH": "/bin"})
+    specs = _specs(["-H", "localhost:1,127.0.0.1:1", "--bind-to", "core"], [], {"PATH": "/bin"})
     assert [s.cpus for s in specs] == (shares or [None, None])
-    specs = _specs(["-np", "3", "-H", "localhost:2,node2:1"], ["node2"], {"PATH": "/bin"})
+    specs = _specs(["-np", "3", "-H", "localhost:2,node2:1", "--bind-to", "core"], ["node2"],
+                   {"PATH": "/bin"})
     assert [s.cpus for s in specs] == [*(env.core_shares(_cores(), 2) or [None, None]), None]
-    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
+    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})  # unbound by default
     assert [s.cpus for s in specs] == [None, None]
 
 
@@ -150,7 +151,7 @@ AFFINITY = """
 def test_local_ranks_run_on_their_own_share_of_the_cpus():
     cores = _cores()
     shares = env.core_shares(cores, 2)
-    result = _horarun(["-np", "2"], AFFINITY)
+    result = _horarun(["-np", "2", "--bind-to", "core"], AFFINITY)
     assert result.returncode == 0, result.stderr
     for rank in range(2):
         cpus = shares[rank] if shares else cores
@@ -161,16 +162,17 @@ def test_local_ranks_run_on_their_own_share_of_the_cpus():
 
 def test_oversubscribed_ranks_share_cpus_round_robin():
     cores = _cores()
-    result = _horarun(["-np", str(2 * len(cores))], AFFINITY)
+    result = _horarun(["--bind-to", "core", "-np", str(2 * len(cores))], AFFINITY)
     assert result.returncode == 0, result.stderr
     for rank in range(2 * len(cores)):
         assert f"[{rank}]<stdout>:[{cores[rank % len(cores)]}] 1\n" in result.stdout
     assert f"binding the {2 * len(cores)} ranks on this machine 2 to a CPU" in result.stderr
 
 
-def test_unbound_with_bind_to_none_and_with_uneven_ranks_per_cpu():
+def test_unbound_by_default_with_bind_to_none_and_with_uneven_ranks_per_cpu():
     cores = _cores()
-    for args in (["--bind-to", "none", "-np", "2"], ["-np", str(len(cores) + 1)]):
+    for args in (["-np", "2"], ["--bind-to", "none", "-np", "2"],
+                 ["--bind-to", "core", "-np", str(len(cores) + 1)]):
         result = _horarun(args, AFFINITY)
         assert result.returncode == 0, result.stderr
         assert result.stdout.count(f"{cores} ") == int(args[-1])

@@ -141,7 +141,7 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
 def _core_shares(args: argparse.Namespace, ranks: int) -> list[list[int]] | None:
     """With ``--bind-to core``, the CPUs of each of the ``ranks`` started on this machine (all
     host names of this machine count together; see ``env.core_shares``)."""
-    if getattr(args, "bind_to", "core") != "core":
+    if getattr(args, "bind_to", "none") != "core":
         return None
     try:
         cores = sorted(os.sched_getaffinity(0))
