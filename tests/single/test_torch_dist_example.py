@@ -41,16 +41,25 @@ def test_example_under_horarun() -> None:
     assert "epoch 1: mean loss" in out
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port_pair() -> int:
+    """A port that is free with the next one free too (torchrun's store, then Hora's)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s, \
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
 def test_example_under_torchrun() -> None:
     # Hora's own store listens on MASTER_PORT + 1 under torchrun.
     out = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), EXAMPLE,
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port_pair()), EXAMPLE,
                "--epochs", "1"])
     assert DONE in out
 
