@@ -318,12 +318,13 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
 
 def _names(error: str, victim: int) -> bool:
     """Whether a survivor's error names the victim among the ranks it lost or waited for ("rank 1",
-    "rank(s) 0, 1", "missing ranks [1]"). A rank whose rendezvous store failed names the store's
-    owner ("served by rank 0": the victim, when rank 0 died) and the ranks it was waiting for."""
+    "rank(s) 0, 1", "missing ranks [1]", "ranks [1] published no agreement round"). A rank whose
+    rendezvous store failed names the store's owner ("served by rank 0": the victim, when rank 0
+    died) and the ranks it was waiting for."""
     for m in re.finditer(r"\brank(?:\(s\)|s)? (\d+(?:, \d+)*)", error):
         if victim in (int(r) for r in m.group(1).split(", ")):
             return True
-    return re.search(rf"missing ranks \[[^\]]*\b{victim}\b", error) is not None
+    return re.search(rf"\branks \[[^\]]*\b{victim}\b", error) is not None
 
 
 def _check_outcome(s: Scenario, procs: list[subprocess.Popen], outputs: list[str],
