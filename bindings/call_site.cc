@@ -19,8 +19,7 @@ namespace {
 // What the classifier says of one file: 0 a user's, 1 a framework's, 2 Hora's.
 constexpr int kUserFile = 0;
 constexpr int kFrameworkFile = 1;
-// Bounds the cache (as the Python classifier's own cache): a process that runs more files than
-// this starts over.
+// Bounds the cache: a process that runs more files than this starts over.
 constexpr size_t kMaxFiles = 4096;
 
 struct FileFacts {

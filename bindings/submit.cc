@@ -6,6 +6,8 @@
 // and a backward pass makes hundreds of calls.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cctype>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,10 +28,9 @@ constexpr const char* kBfloat16 = "bfloat16";
 
 // What the Python pipeline lends this file (set once by hora.common.ops on import).
 struct Helpers {
-  py::object prepare;    // _prepare(tensor) -> (object for the engine, dtype override or None)
-  py::dict exporters;    // type -> export(tensor) -> capsule or None (frontends' own exporters)
-  py::object ndarray;    // numpy.ndarray
-  py::object kindNames;  // {kind: "allreduce", ...}, the operation's name in messages
+  py::object prepare;  // _prepare(tensor) -> (object for the engine, dtype override or None)
+  py::dict exporters;  // type -> export(tensor) -> capsule or None (frontends' own exporters)
+  py::object ndarray;  // numpy.ndarray
 };
 
 Helpers& helpers() {
@@ -38,9 +39,13 @@ Helpers& helpers() {
   return *h;
 }
 
+// The operation's name in messages: "allreduce" (the Python enum name, lowercase).
 std::string what(int kind) {
-  py::object name = helpers().kindNames.attr("get")(kind);
-  return name.is_none() ? std::to_string(kind) : name.cast<std::string>();
+  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) return std::to_string(kind);
+  std::string name = opKindName(static_cast<OpKind>(kind));
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name;
 }
 
 bool isMember(const py::object& members, int rank) {
@@ -169,16 +174,15 @@ py::list submit(int kind, const py::list& tensors, const py::list& names, int op
 void registerSubmit(py::module_& m) {
   m.def(
       "set_submit_helpers",
-      [](py::object prepare, py::dict exporters, py::object ndarray, py::object kindNames) {
+      [](py::object prepare, py::dict exporters, py::object ndarray) {
         Helpers& h = helpers();
         h.prepare = std::move(prepare);
         h.exporters = std::move(exporters);
         h.ndarray = std::move(ndarray);
-        h.kindNames = std::move(kindNames);
       },
-      py::arg("prepare"), py::arg("exporters"), py::arg("ndarray"), py::arg("kind_names"),
+      py::arg("prepare"), py::arg("exporters"), py::arg("ndarray"),
       "What submit borrows from hora.common.ops: its _prepare, its exporter table (read on "
-      "every call, so later registrations count), numpy.ndarray and the operations' names.");
+      "every call, so later registrations count) and numpy.ndarray.");
   m.def("submit", &submit, py::arg("kind"), py::arg("tensors"), py::arg("names"), py::arg("op"),
         py::arg("prescale"), py::arg("postscale"), py::arg("root_rank"), py::arg("splits"),
         py::arg("process_set"), py::arg("process_set_id"), py::arg("skip"),

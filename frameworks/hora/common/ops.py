@@ -41,8 +41,6 @@ Product = int(_core.ReduceOp.PRODUCT)
 
 REDUCE_OPS = frozenset((Average, Sum, Adasum, Min, Max, Product))
 
-KIND_NAMES = {int(v): k.lower() for k, v in _core.OpKind.__members__.items()}
-
 
 @dataclass(frozen=True)
 class OpSpec:
@@ -219,7 +217,7 @@ def _prepare(tensor: Any) -> tuple[Any, str | None]:
 
 # What _core.submit borrows: the exporter table is read on every call, so frontends that
 # register later count.
-_core.set_submit_helpers(_prepare, _capsule_exporters, np.ndarray, KIND_NAMES)
+_core.set_submit_helpers(_prepare, _capsule_exporters, np.ndarray)
 
 
 def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
