@@ -1,9 +1,12 @@
 """The gradient of every collective, written once at the level of engine buffers.
 
 Each rule takes the output gradients as buffers the engine accepts (NumPy arrays or any
-``__dlpack__`` tensor, private to the rule: in-place rules write into them), runs the
-collectives the gradient needs, waits, and returns the input gradients. A frontend's autodiff
-adapter only converts its tensors to buffers and the results back. Horovod's conventions:
+``__dlpack__`` tensor, private to the rule: in-place rules write into them), submits the
+collectives the gradient needs and returns a ``finish()`` that waits and returns the input
+gradients. A graph frontend submits in one node and waits in another, so that ranks running
+gradient nodes in different orders never hold each other's threads; an eager one calls
+``rule(...)()``. A frontend's autodiff adapter only converts its tensors to buffers and the
+results back. Horovod's conventions:
 
 - allreduce: the allreduce of the gradient with the same op and scale factors;
 - allgather: this rank's rows of the Average-allreduce of the gradient;
@@ -28,6 +31,9 @@ from hora.common import basics, ops
 from hora.common.process_sets import ProcessSet
 
 DIFFERENTIABLE_REDUCE_OPS = (ops.Average, ops.Sum)
+
+# What a rule returns: waits for its collectives, then gives the input gradients.
+Finish = Callable[[], Any]
 
 
 def check_differentiable(op: int, what: str) -> None:
@@ -64,54 +70,73 @@ def _grouped(names: Sequence[str] | None, count: int) -> bool:
 
 
 def allreduce_grad(grads: Sequence[Any], op: int, prescale: float, postscale: float,
-                   process_set: ProcessSet, names: Sequence[str] | None = None) -> list:
-    """Gradient of (grouped) allreduce, reduced in place into ``grads``; returns them."""
+                   process_set: ProcessSet, names: Sequence[str] | None = None) -> Finish:
+    """Gradient of (grouped) allreduce, reduced in place into ``grads``; finish returns them."""
     grads = list(grads)
-    ops.wait_all(ops.enqueue("allreduce", grads, names=names, grouped=_grouped(names, len(grads)),
-                             op=op, prescale=prescale, postscale=postscale,
-                             process_set=process_set))
-    return grads
+    handles = ops.enqueue("allreduce", grads, names=names, grouped=_grouped(names, len(grads)),
+                          op=op, prescale=prescale, postscale=postscale, process_set=process_set)
+
+    def finish() -> list:
+        ops.wait_all(handles)
+        return grads
+
+    return finish
 
 
 def allgather_grad(grads: Sequence[Any], dims: Sequence[int], process_set: ProcessSet,
-                   names: Sequence[str] | None = None, dims_name: str | None = None) -> list:
-    """Gradient of (grouped) allgather: ``dims`` are this rank's dim 0 of each input; returns
-    this rank's rows of each averaged gradient (views of ``grads``)."""
+                   names: Sequence[str] | None = None, dims_name: str | None = None) -> Finish:
+    """Gradient of (grouped) allgather: ``dims`` are this rank's dim 0 of each input; finish
+    returns this rank's rows of each averaged gradient (views of ``grads``)."""
     grads = list(grads)
-    table = np.asarray(dims, dtype=np.int64).reshape(1, len(grads))
+    table = np.array(dims, dtype=np.int64).reshape(1, len(grads))
     handles = ops.enqueue("allreduce", grads, names=names, grouped=_grouped(names, len(grads)),
                           op=ops.Average, process_set=process_set)
     dims_handles = ops.enqueue("allgather", [table], process_set=process_set,
                                names=None if dims_name is None else [dims_name])
-    ops.wait_all(handles + dims_handles)
-    gathered = ops.allocated_output(dims_handles[0]).reshape(_members(process_set), len(grads))
-    starts = np.concatenate([np.zeros((1, len(grads)), np.int64), np.cumsum(gathered, axis=0)])
-    me = process_set.rank() or 0
-    return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts[me], gathered[me])]
+
+    def finish() -> list:
+        ops.wait_all(handles + dims_handles)
+        gathered = ops.allocated_output(dims_handles[0]).reshape(_members(process_set),
+                                                                 len(grads))
+        starts = np.concatenate([np.zeros((1, len(grads)), np.int64),
+                                 np.cumsum(gathered, axis=0)])
+        me = process_set.rank() or 0
+        return [g[int(s):int(s) + int(n)] for g, s, n in zip(grads, starts[me], gathered[me])]
+
+    return finish
 
 
 def broadcast_grad(grads: Sequence[Any], root_rank: int, process_set: ProcessSet,
-                   names: Sequence[str] | None = None) -> list:
+                   names: Sequence[str] | None = None) -> Finish:
     """Gradient of broadcast, in place into ``grads``: averaged on the root, zero elsewhere."""
-    grads = allreduce_grad(grads, ops.Average, 1.0, 1.0, process_set, names)
-    if basics.rank() != root_rank:
-        for g in grads:
-            g[...] = 0
-    return grads
+    reduced = allreduce_grad(grads, ops.Average, 1.0, 1.0, process_set, names)
+
+    def finish() -> list:
+        out = reduced()
+        if basics.rank() != root_rank:
+            for g in out:
+                g[...] = 0
+        return out
+
+    return finish
 
 
 def alltoall_grad(grad: Any, received_splits: Sequence[int], dim0: int,
-                  process_set: ProcessSet, name: str | None = None) -> np.ndarray:
-    """Gradient of alltoall: the gradient's rows sent back where they came from, padded with
-    zero rows up to the input's ``dim0`` (rows beyond the splits were never sent)."""
+                  process_set: ProcessSet, name: str | None = None) -> Finish:
+    """Gradient of alltoall: finish returns the gradient's rows sent back where they came from,
+    padded with zero rows up to the input's ``dim0`` (rows beyond the splits were never sent)."""
     handles = ops.enqueue("alltoall", [grad], names=None if name is None else [name],
                           splits=[int(s) for s in received_splits], process_set=process_set)
-    ops.wait_all(handles)
-    back = ops.allocated_output(handles[0])
-    if back.shape[0] < dim0:
-        unsent = np.zeros((dim0 - back.shape[0], *back.shape[1:]), dtype=back.dtype)
-        back = np.concatenate([back, unsent])
-    return back
+
+    def finish() -> np.ndarray:
+        ops.wait_all(handles)
+        back = ops.allocated_output(handles[0])
+        if back.shape[0] < dim0:
+            unsent = np.zeros((dim0 - back.shape[0], *back.shape[1:]), dtype=back.dtype)
+            back = np.concatenate([back, unsent])
+        return back
+
+    return finish
 
 
 def reducescatter_grad_factors(op: int, prescale: float, postscale: float,
@@ -125,17 +150,21 @@ def reducescatter_grad_factors(op: int, prescale: float, postscale: float,
 def reducescatter_grad(grads: Sequence[Any], op: int, prescale: float, postscale: float,
                        process_set: ProcessSet, names: Sequence[str] | None = None,
                        wrap: Callable[[np.ndarray, Any], Any] = lambda array, grad: array,
-                       scale: Callable[[Any, float], Any] = scale_array) -> list:
-    """Gradient of (grouped) reducescatter: the allgathered gradients, scaled as Horovod does.
-
-    ``wrap(array, grad)`` turns each gathered array into the frontend's form before ``scale``.
+                       scale: Callable[[Any, float], Any] = scale_array) -> Finish:
+    """Gradient of (grouped) reducescatter: finish returns the allgathered gradients, scaled as
+    Horovod does. ``wrap(array, grad)`` turns each gathered array into the frontend's form
+    before ``scale``.
     """
     grads = list(grads)
     handles = ops.enqueue("allgather", grads, names=names, grouped=_grouped(names, len(grads)),
                           process_set=process_set)
-    ops.wait_all(handles)
-    factors = reducescatter_grad_factors(op, prescale, postscale, _members(process_set))
-    outs = [wrap(ops.allocated_output(h), g) for h, g in zip(handles, grads)]
-    for factor in factors:
-        outs = [scale(o, factor) for o in outs]
-    return outs
+
+    def finish() -> list:
+        ops.wait_all(handles)
+        factors = reducescatter_grad_factors(op, prescale, postscale, _members(process_set))
+        outs = [wrap(ops.allocated_output(h), g) for h, g in zip(handles, grads)]
+        for factor in factors:
+            outs = [scale(o, factor) for o in outs]
+        return outs
+
+    return finish

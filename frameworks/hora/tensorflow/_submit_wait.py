@@ -23,8 +23,9 @@ threads and whatever order TensorFlow picks for ready nodes:
   before s and so before w, against the choice of w.
 
 The ranks must build the same graph and run the same fetches (they already must, to agree on
-the names). Nodes that block in one piece (join, barrier, gradient nodes) are outside this
-argument; inside a ``tf.function`` TensorFlow keeps them in program order.
+the names). Nodes that block in one piece (join, barrier) are outside this argument; inside a
+``tf.function`` TensorFlow keeps them in program order. Gradient nodes are submit and wait
+nodes too (``hora.tensorflow.mpi_ops``).
 
 Inside a ``tf.function``, TensorFlow would serialize stateful nodes in program order, which
 would keep gradient reductions from starting as soon as each gradient exists: both nodes are

@@ -29,6 +29,7 @@ from hora.common import ops as _ops
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
 from hora.tensorflow import _raw_ops as _raw
+from hora.tensorflow import _submit_wait
 from hora.tensorflow._host import host_view, private
 from hora.tensorflow.compression import Compression, Compressor
 from hora.tensorflow.util import (
@@ -83,18 +84,20 @@ def _or_zeros(dy: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
     return tf.zeros_like(like) if dy is None else tf.convert_to_tensor(dy)
 
 
-def _grad_node(rule: Callable[..., list], dys: list[tf.Tensor], xs: Sequence[tf.Tensor],
-               op_name: str, *extra: tf.Tensor) -> list[tf.Tensor]:
-    """One node running a gradient rule of ``hora.common.gradients``: ``rule(buffers, *extra)``
-    gets private copies of the output gradients and the host values of ``extra``; the results
-    take the dtypes and static shapes of the inputs ``xs``."""
+def _grad_node(rule: Callable[..., gradients.Finish], dys: list[tf.Tensor],
+               xs: Sequence[tf.Tensor], op_name: str, *extra: tf.Tensor) -> list[tf.Tensor]:
+    """A gradient rule of ``hora.common.gradients`` as a submit node and a wait node (so that
+    ranks running gradient nodes in different orders never deadlock; see ``_submit_wait``):
+    ``rule(buffers, *extra)`` gets private copies of the output gradients and the host values
+    of ``extra`` and returns its ``finish``, whose list of results take the dtypes and static
+    shapes of the inputs ``xs``."""
     count = len(dys)
 
-    def fn(sources: list) -> list:
+    def start(sources: list) -> gradients.Finish:
         return rule([private(x) for x in sources[:count]],
                     *[host_view(x) for x in sources[count:]])
 
-    outs = _raw.run(fn, [*dys, *extra], [x.dtype for x in xs], op_name)
+    outs = _submit_wait.run(start, [*dys, *extra], [x.dtype for x in xs], op_name)
     for out, x in zip(outs, xs):
         out.set_shape(x.shape)
     return outs
@@ -386,9 +389,14 @@ def alltoall(tensor: tf.Tensor, splits: SplitsLike = None, name: str | None = No
         def grad(dy: tf.Tensor) -> tf.Tensor:
             dy = _or_zeros(dy, out)
             grad_name = default_name("alltoall", "HorovodAlltoallGrad", dy, None)
-            return _grad_node(lambda bufs, splits, dim0: [gradients.alltoall_grad(
-                bufs[0], splits.tolist(), int(dim0), process_set, grad_name)], [dy], [x],
-                "HorovodAlltoallGrad", received, tf.shape(x)[0])[0]
+
+            def rule(bufs: list, splits: np.ndarray, dim0: np.ndarray) -> gradients.Finish:
+                finish = gradients.alltoall_grad(bufs[0], splits.tolist(), int(dim0),
+                                                 process_set, grad_name)
+                return lambda: [finish()]
+
+            return _grad_node(rule, [dy], [x], "HorovodAlltoallGrad", received,
+                              tf.shape(x)[0])[0]
 
         return out, grad
 

@@ -45,19 +45,19 @@ class CollectiveFunction(torch.autograd.Function):
         bufs = [prepare(g, f"{collective} gradient") for g in grads]
         if collective == "allreduce":
             out = gradients.allreduce_grad(bufs, args["op"], args["prescale"], args["postscale"],
-                                           ps)
+                                           ps)()
         elif collective == "allgather":
-            out = gradients.allgather_grad(bufs, ctx.dims, ps)
+            out = gradients.allgather_grad(bufs, ctx.dims, ps)()
         elif collective == "broadcast":
-            out = gradients.broadcast_grad(bufs, args["root_rank"], ps)
+            out = gradients.broadcast_grad(bufs, args["root_rank"], ps)()
         elif collective == "alltoall":
-            back = gradients.alltoall_grad(bufs[0], ctx.received, ctx.dim0, ps)
+            back = gradients.alltoall_grad(bufs[0], ctx.received, ctx.dim0, ps)()
             out = [_a.from_engine(back, bufs[0].dtype, list(bufs[0].shape))]
         else:
             out = gradients.reducescatter_grad(
                 bufs, args["op"], args["prescale"], args["postscale"], ps,
                 wrap=lambda array, g: _a.from_engine(array, g.dtype, list(g.shape)),
-                scale=lambda t, factor: t * factor)
+                scale=lambda t, factor: t * factor)()
         return (None, None, None, *out)
 
 
