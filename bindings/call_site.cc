@@ -74,6 +74,10 @@ PyFrameObject* callerOf(PyFrameObject* frame) {
   return back;
 }
 
+// Set while a graph node runs what was built elsewhere: the stack then holds only the
+// framework's executor, and the user's line is where the node was built.
+thread_local std::string givenSite;
+
 std::string siteOf(const FileFacts& facts, PyFrameObject* frame) {
   return facts.baseName + ":" + std::to_string(PyFrame_GetLineNumber(frame));
 }
@@ -81,6 +85,7 @@ std::string siteOf(const FileFacts& facts, PyFrameObject* frame) {
 }  // namespace
 
 std::string callSite(int skip) {
+  if (!givenSite.empty()) return givenSite;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed: the frame that called call_site
   if (frame == nullptr) return "";
   Py_INCREF(frame);
@@ -125,10 +130,20 @@ void registerCallSite(py::module_& m) {
       py::arg("classifier"),
       "Sets the function call_site asks, once per file name, whose file it is: 0 the user's, 1 "
       "a framework's, 2 Hora's (hora.common.call_sites sets it on import).");
+  m.def(
+      "give_call_site",
+      [](std::string site) {
+        std::swap(site, givenSite);
+        return site;
+      },
+      py::arg("site"),
+      "Makes `site` this thread's call site until it is given another (\"\" looks at the stack "
+      "again); returns the one it replaces. A graph node submits with the site that built it.");
   m.def("call_site", &callSite, py::arg("skip") = 0,
-        "`file.py:line` of the caller's frame, or of the first frame above it outside Hora and "
-        "the frameworks (else the first outside Hora, else \"\"); `skip`: frames above the "
-        "caller's that are certainly Hora's, not looked at.");
+        "The site this thread was given, else `file.py:line` of the caller's frame, or of the "
+        "first frame above it outside Hora and the frameworks (else the first outside Hora, "
+        "else \"\"); `skip`: frames above the caller's that are certainly Hora's, not looked "
+        "at.");
 }
 
 }  // namespace hora::bindings

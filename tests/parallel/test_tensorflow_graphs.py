@@ -227,6 +227,46 @@ def test_function_gradients_of_many_collectives() -> None:
         np.testing.assert_array_equal(np.asarray(grad), np.full([3], float(size()), np.float32))
 
 
+def test_graph_collectives_name_the_lines_that_built_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collective in a tf.function runs on TensorFlow's executor, with no line of the user's on
+    the stack: the call site that stall and deadlock reports name is the line that built it
+    (submit nodes and nodes that submit and wait in one piece alike), and for its gradient the
+    line that asked for the gradient."""
+    from hora import _core
+    from hora.common import ops
+
+    sites: dict[str, str] = {}
+    submit = ops._core.submit
+
+    def recording(*args: Any) -> Any:
+        sites[args[2][0]] = _core.call_site(args[-1] + 1)  # by the first tensor's name
+        return submit(*args)
+
+    monkeypatch.setattr(ops._core, "submit", recording)
+    x = tf.Variable(np.full([3], float(rank()), np.float32))
+
+    lines: dict[str, int] = {}  # filled while the function is traced
+
+    @tf.function(autograph=False)
+    def fn() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            y = hvd.allreduce(x, op=hvd.Sum, name="graph_site")
+            lines["built"] = sys._getframe().f_lineno - 1
+        grad = tape.gradient(y, x)
+        lines["asked"] = sys._getframe().f_lineno - 1
+        with tf.control_dependencies([grad]):
+            done = hvd.barrier()  # a node that submits and waits in one piece
+            lines["barrier"] = sys._getframe().f_lineno - 1
+        return grad, done
+
+    grad, _ = bounded(fn)
+    np.testing.assert_array_equal(grad, np.full([3], float(size()), np.float32))
+    here = os.path.basename(__file__)
+    assert sites.pop("graph_site") == f"{here}:{lines['built']}"
+    assert sites.pop("barrier.noname") == f"{here}:{lines['barrier']}"
+    assert list(sites.values()) == [f"{here}:{lines['asked']}"], sites
+
+
 def test_private_pool_reuses_only_free_buffers() -> None:
     """A node's private copies are reused on its next run only when nothing else refers to
     them or to their memory (a result still held, or a view of it, forces a fresh buffer)."""

@@ -147,3 +147,28 @@ def test_call_site_from_a_shallow_stack_falls_back_to_looking_at_every_frame() -
 
     line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
     assert call_site(10_000) == f"{HERE}:{line}"
+
+
+def test_a_given_call_site_holds_for_its_thread_until_replaced(recorded_sites: list[str]) -> None:
+    """What a graph node submits names the site given to its thread (the line that built the
+    node); other threads, and this one once the site is taken back, look at the stack."""
+    import threading
+
+    from hora.common.call_sites import call_site, give_call_site, run_as_if_from
+
+    assert give_call_site("model.py:7") == ""
+    try:
+        assert call_site() == "model.py:7"
+        elsewhere: list[str] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(call_site()))
+        thread.start()
+        thread.join()
+        assert elsewhere[0] != "model.py:7"
+    finally:
+        assert give_call_site("") == "model.py:7"
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    assert call_site() == f"{HERE}:{line}"
+
+    ops.wait_all(run_as_if_from("train.py:3", lambda: ops.enqueue("allreduce", [_array()])))
+    assert recorded_sites == ["train.py:3"]
+    assert call_site() == f"{HERE}:{inspect.currentframe().f_lineno}"  # type: ignore[union-attr]

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Callable, TypeVar
 
 from hora import _core
+
+T = TypeVar("T")
 
 _HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,3 +51,17 @@ _core.set_call_site_classifier(_frame_owner)
 # The walk runs in the engine, which asks _frame_owner once per file (in Python it cost most of a
 # microsecond per call).
 call_site = _core.call_site
+
+# give_call_site(site) -> str: ``site`` becomes this thread's call site until another is given
+# ("" looks at the stack again); returns the one it replaced. A graph node runs on the
+# framework's executor, with no user frame on the stack: it submits with the site that built it.
+give_call_site = _core.give_call_site
+
+
+def run_as_if_from(site: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with ``site`` as the call site of what it submits."""
+    outer = give_call_site(site)
+    try:
+        return fn(*args)
+    finally:
+        give_call_site(outer)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from hora.common import call_sites
 from hora.common import ops as _ops
 from hora.common.process_sets import ProcessSet, global_process_set, process_set_by_id
 from hora.tensorflow import _device, _submit_wait
@@ -46,8 +47,10 @@ def run(fn: NumpyFn, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType]
         outs = fn(inputs)
         return [to_tensor(o, d) for o, d in zip(outs, out_dtypes)]
 
+    built_at = call_sites.call_site()  # what stall and deadlock reports name
+
     def node(*arrays: np.ndarray) -> list:
-        outs = fn([np.asarray(a) for a in arrays])
+        outs = call_sites.run_as_if_from(built_at, fn, [np.asarray(a) for a in arrays])
         return [as_numpy_dtype(np.asarray(o), d) for o, d in zip(outs, out_dtypes)]
 
     outs = tf.numpy_function(node, inputs, out_dtypes, stateful=True, name=op_name)

@@ -53,6 +53,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from hora.common import call_sites
 from hora.errors import InvalidCollectiveError, MismatchError
 from hora.tensorflow._host import as_numpy_dtype, to_tensor
 
@@ -220,12 +221,14 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     # A function's placeholders are its arguments, always fed.
     feeds = frozenset() if graph.building_function else _feeds(gates, inputs)
     last_token: list[int | None] = [None]
+    built_at = call_sites.call_site()  # what stall and deadlock reports name
 
     def submit_node(*arrays: np.ndarray) -> np.ndarray:
         previous = last_token[0]
         if previous is not None:
             _drain(previous)
-        token = _register(_converting(begin([np.asarray(a) for a in arrays])))
+        finish = call_sites.run_as_if_from(built_at, begin, [np.asarray(a) for a in arrays])
+        token = _register(_converting(finish))
         last_token[0] = token
         return np.array(token, dtype=np.int64)
 
