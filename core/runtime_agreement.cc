@@ -53,6 +53,7 @@ void RuntimeImpl::takeAgreed(const LocalAgreement::Outcome& outcome) {
 void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
   if (slots.empty()) return;
   std::vector<Response> singles;
+  singles.reserve(slots.size());
   for (int slot : slots) {
     singles.push_back(participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
     if (!coordinator_) continue;

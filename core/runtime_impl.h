@@ -125,6 +125,7 @@ class RuntimeImpl final : public Runtime {
   int64_t agreedFusionThreshold_ = 0;          // rank 0's, for what agreement_ runs
 
   std::vector<std::string> fresh_;  // enqueued, not yet sent
+  Response cachedScratch_;          // runData: a tensor's single response, before it is cached
   Clock::time_point lastSend_{};
   bool waitingNow_ = false;       // background thread: read at the start of each cycle
   bool reportedWaiting_ = false;  // the wait state last sent to the coordinator

@@ -403,6 +403,8 @@ void RuntimeImpl::runData(const Response& r) {
   // can reuse the name at once.
   std::vector<std::unique_ptr<TensorEntry>> owned;
   std::vector<TensorEntry*> entries;
+  owned.reserve(r.names.size());
+  entries.reserve(r.names.size());
   for (size_t i = 0; i < r.names.size(); ++i) {
     auto key = tensorKey(r.processSetId, r.names[i]);
     auto e = queue_.remove(key);
@@ -411,8 +413,8 @@ void RuntimeImpl::runData(const Response& r) {
                "response for tensor '" + r.names[i] + "' this rank never enqueued");
     entries.push_back(e.get());
     if (e && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
-      participant_.recordCached(r.cacheSlots[i], key, e->request,
-                                singleResponse(r, i, sets_.size(r.processSetId)));
+      singleResponseInto(r, i, sets_.size(r.processSetId), &cachedScratch_);
+      participant_.recordCached(r.cacheSlots[i], key, e->request, cachedScratch_);
     }
     owned.push_back(std::move(e));
   }

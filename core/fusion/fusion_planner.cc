@@ -26,10 +26,14 @@ void append(Response& group, const Response& r) {
 
 }  // namespace
 
-Response singleResponse(const Response& fused, size_t i, int setSize) {
-  if (fused.names.size() == 1) return fused;
-  // Field by field: copying the fused response whole would copy every tensor's entries per tensor.
-  Response r;
+void singleResponseInto(const Response& fused, size_t i, int setSize, Response* out) {
+  if (fused.names.size() == 1) {
+    *out = fused;
+    return;
+  }
+  // Field by field: copying the fused response whole would copy every tensor's entries per
+  // tensor. Assigning reuses what `out` already holds.
+  Response& r = *out;
   r.kind = fused.kind;
   r.processSetId = fused.processSetId;
   r.dtype = fused.dtype;
@@ -39,16 +43,29 @@ Response singleResponse(const Response& fused, size_t i, int setSize) {
   r.postscale = fused.postscale;
   r.rootRank = fused.rootRank;
   r.withJoinedRanks = fused.withJoinedRanks;
-  auto one = [i](const auto& all, size_t per) {
-    using Vector = std::decay_t<decltype(all)>;
-    if (all.empty()) return Vector();
-    return Vector(all.begin() + i * per, all.begin() + (i + 1) * per);
+  auto one = [i](auto& to, const auto& all, size_t per) {
+    if (all.empty()) {
+      to.clear();
+    } else {
+      to.assign(all.begin() + i * per, all.begin() + (i + 1) * per);
+    }
   };
-  r.names = {fused.names[i]};
-  r.elementCounts = one(fused.elementCounts, 1);
-  r.rowElements = one(fused.rowElements, 1);
-  r.gatheredRows = one(fused.gatheredRows, static_cast<size_t>(setSize));
-  r.cacheSlots = one(fused.cacheSlots, 1);
+  one(r.names, fused.names, 1);
+  one(r.elementCounts, fused.elementCounts, 1);
+  one(r.rowElements, fused.rowElements, 1);
+  one(r.gatheredRows, fused.gatheredRows, static_cast<size_t>(setSize));
+  one(r.cacheSlots, fused.cacheSlots, 1);
+  // Never part of a fused response.
+  r.splitsMatrix.clear();
+  r.processSet = ProcessSetChange();
+  r.lastJoinedRank = -1;
+  r.errorCode = ResponseError::None;
+  r.errorMessage.clear();
+}
+
+Response singleResponse(const Response& fused, size_t i, int setSize) {
+  Response r;
+  singleResponseInto(fused, i, setSize, &r);
   return r;
 }
 

@@ -19,6 +19,8 @@ int64_t fusionBytes(const Response& r, int setSize);
 
 // Tensor i of a (possibly fused) response, as the single response it was planned from.
 Response singleResponse(const Response& fused, size_t i, int setSize);
+// The same, written into *out (whose storage it reuses: no allocation once it is large enough).
+void singleResponseInto(const Response& fused, size_t i, int setSize, Response* out);
 
 std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize);

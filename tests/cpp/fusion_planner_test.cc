@@ -77,5 +77,38 @@ TEST(FusionPlanner, AllgatherBytesCountEveryRank) {
   EXPECT_EQ(out[0].rowElements, (std::vector<int64_t>{2, 2}));
 }
 
+TEST(FusionPlanner, SingleResponseIntoAReusedResponseEqualsAFreshOne) {
+  Response g;
+  g.kind = OpKind::Allgather;
+  g.names = {"g", "h"};
+  g.dtype = DataType::Int64;
+  g.gatheredRows = {3, 5, 7, 9};
+  g.rowElements = {2, 4};
+  g.cacheSlots = {6, 8};
+  Response reused = allreduce("a much longer name than either of the others", 99);
+  reused.splitsMatrix = {1, 2, 3, 4};
+  reused.processSet.ranks = {0, 1};
+  reused.lastJoinedRank = 1;
+  reused.errorCode = ResponseError::Mismatch;
+  reused.errorMessage = "stale";
+  singleResponseInto(g, 1, 2, &reused);
+  Response fresh = singleResponse(g, 1, 2);
+  EXPECT_EQ(reused.kind, OpKind::Allgather);
+  EXPECT_EQ(reused.names, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(reused.dtype, DataType::Int64);
+  EXPECT_EQ(reused.gatheredRows, (std::vector<int64_t>{7, 9}));
+  EXPECT_EQ(reused.rowElements, (std::vector<int64_t>{4}));
+  EXPECT_EQ(reused.cacheSlots, (std::vector<int32_t>{8}));
+  EXPECT_TRUE(reused.elementCounts.empty());
+  EXPECT_TRUE(reused.splitsMatrix.empty());
+  EXPECT_EQ(reused.processSet, ProcessSetChange());
+  EXPECT_EQ(reused.lastJoinedRank, -1);
+  EXPECT_EQ(reused.errorCode, ResponseError::None);
+  EXPECT_TRUE(reused.errorMessage.empty());
+  EXPECT_EQ(fresh.names, reused.names);
+  EXPECT_EQ(fresh.gatheredRows, reused.gatheredRows);
+  EXPECT_EQ(fresh.cacheSlots, reused.cacheSlots);
+}
+
 }  // namespace
 }  // namespace hora

@@ -51,6 +51,25 @@ TEST(ResponseCache, PutMovesAKeyToItsNewSlot) {
   EXPECT_EQ(c.slotOf("k"), 2);
 }
 
+TEST(ResponseCache, PutAgainInTheSameSlotReplacesAndRefreshes) {
+  ResponseCache c(2);
+  auto any = [](int) { return true; };
+  c.put(0, "a", req({1}), Response());
+  c.put(1, "b", req({1}), Response());
+  Response longer;
+  longer.names = {"a"};
+  longer.elementCounts = {7};
+  c.put(0, "a", req({7}), longer);  // renegotiated with another shape, same slot
+  EXPECT_EQ(c.slotOf("a"), 0);
+  EXPECT_EQ(c.lookup("a", req({1})), -1);
+  EXPECT_EQ(c.lookup("a", req({7})), 0);
+  EXPECT_EQ(c.response(0).elementCounts, std::vector<int64_t>{7});
+  EXPECT_EQ(c.chooseSlot(any), 1);  // "a" is now the most recently used
+  c.evict(0);
+  EXPECT_EQ(c.slotOf("a"), -1);
+  EXPECT_EQ(c.chooseSlot(any), 0);
+}
+
 TEST(ResponseCache, DisabledWithZeroCapacity) {
   ResponseCache c(0);
   EXPECT_FALSE(c.enabled());
