@@ -1,6 +1,7 @@
 // The background thread: batch newly enqueued tensors, negotiate them with the coordinator,
 // execute response batches in sequence order, and tear everything down on shutdown or failure.
 #include <algorithm>
+#include <iterator>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
@@ -59,7 +60,12 @@ void RuntimeImpl::cycle() {
   waitWatched_.store(true, std::memory_order_seq_cst);
   waitingNow_ = waiters_.load(std::memory_order_seq_cst) > 0;
   auto fresh = queue_.takeNew();
-  fresh_.insert(fresh_.end(), fresh.begin(), fresh.end());
+  if (fresh_.empty()) {
+    fresh_ = std::move(fresh);
+  } else {
+    fresh_.insert(fresh_.end(), std::make_move_iterator(fresh.begin()),
+                  std::make_move_iterator(fresh.end()));
+  }
   auto now = Clock::now();
 
   if (shutdownRequested_ && !shutdownSent_) {
@@ -287,8 +293,8 @@ void RuntimeImpl::reportWaiting() {
 }
 
 void RuntimeImpl::sendRequests(Clock::time_point now) {
-  RequestBatch batch = participant_.collect(queue_, fresh_);
-  fresh_.clear();
+  RequestBatch batch = participant_.collect(queue_, std::move(fresh_));
+  fresh_.clear();  // moved from
   if (agreement_) holdAgreeable(batch, now);
   if (batch.requests.empty() && batch.cacheBits.empty()) return;
   lastSend_ = now;

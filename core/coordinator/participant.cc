@@ -1,26 +1,26 @@
 #include "core/coordinator/participant.h"
 
+#include <iterator>
+#include <utility>
+
 #include "core/common/bits.h"
 
 namespace hora {
 
-RequestBatch Participant::collect(TensorQueue& queue, const std::vector<std::string>& fresh) {
+RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string> fresh) {
   RequestBatch batch;
   batch.appliedBatches = applied_;
-  std::vector<std::string> keys;
-  keys.swap(resend_);
-  keys.insert(keys.end(), fresh.begin(), fresh.end());
-  for (const auto& key : keys) {
+  std::vector<std::string> keys = std::move(fresh);
+  keys.insert(keys.begin(), std::make_move_iterator(resend_.begin()),
+              std::make_move_iterator(resend_.end()));
+  resend_.clear();
+  for (auto& key : keys) {
     TensorEntry* e = queue.find(key);
     if (e == nullptr) continue;
-    outstanding_.insert(key);
     int slot = cache_.enabled() ? cache_.lookup(key, e->request) : -1;
-    if (slot < 0) {
-      batch.requests.push_back(e->request);
-      continue;
-    }
-    setBit(batch.cacheBits, static_cast<size_t>(slot));
-    sentAsSlot_[key] = slot;
+    if (slot < 0) batch.requests.push_back(e->request);
+    if (slot >= 0) setBit(batch.cacheBits, static_cast<size_t>(slot));
+    outstanding_[std::move(key)] = slot < 0 ? kSentInFull : slot;
   }
   return batch;
 }
@@ -28,13 +28,10 @@ RequestBatch Participant::collect(TensorQueue& queue, const std::vector<std::str
 void Participant::applyEvictions(const std::vector<int32_t>& slots) {
   for (int32_t slot : slots) {
     cache_.evict(slot);
-    for (auto it = sentAsSlot_.begin(); it != sentAsSlot_.end();) {
-      if (it->second == slot) {
-        resend_.push_back(it->first);
-        it = sentAsSlot_.erase(it);
-      } else {
-        ++it;
-      }
+    for (auto& [key, sentAs] : outstanding_) {
+      if (sentAs != slot) continue;
+      resend_.push_back(key);
+      sentAs = kSentInFull;  // until it is resent
     }
   }
 }

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/coordinator/codec.h"
@@ -27,7 +26,7 @@ class Participant {
   // True when tensors wait to be (re)sent.
   bool hasResends() const { return !resend_.empty(); }
   // Builds the batch for `fresh` keys plus pending resends; entries no longer queued are skipped.
-  RequestBatch collect(TensorQueue& queue, const std::vector<std::string>& fresh);
+  RequestBatch collect(TensorQueue& queue, std::vector<std::string> fresh);
 
   // Applying a response batch, in this order: evictions, then cache puts of its responses.
   void applyEvictions(const std::vector<int32_t>& slots);
@@ -37,10 +36,7 @@ class Participant {
   // The slot's key and single-tensor response (the slot is occupied).
   const std::string& cachedKey(int slot) const { return cache_.key(slot); }
   const Response& cachedResponse(int slot) const { return cache_.response(slot); }
-  void finished(const std::string& key) {
-    sentAsSlot_.erase(key);
-    outstanding_.erase(key);
-  }
+  void finished(const std::string& key) { outstanding_.erase(key); }
   // Tensors sent and not yet answered.
   size_t outstanding() const { return outstanding_.size(); }
   void batchApplied() { ++applied_; }
@@ -48,8 +44,9 @@ class Participant {
 
  private:
   ResponseCache cache_;
-  std::unordered_map<std::string, int> sentAsSlot_;
-  std::unordered_set<std::string> outstanding_;
+  // Sent and not yet answered: the cache slot each was sent as, or kSentInFull.
+  std::unordered_map<std::string, int> outstanding_;
+  static constexpr int kSentInFull = -1;
   std::vector<std::string> resend_;
   uint64_t applied_ = 0;
 };
