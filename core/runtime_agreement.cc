@@ -52,21 +52,22 @@ void RuntimeImpl::takeAgreed(const LocalAgreement::Outcome& outcome) {
 // slot order, fused under rank 0's threshold.
 void RuntimeImpl::runAgreed(const std::vector<int>& slots) {
   if (slots.empty()) return;
-  std::vector<Response> singles;
+  // Planned in place: runData() below writes these slots again, only after the plan is made.
+  std::vector<const Response*> singles;
   singles.reserve(slots.size());
   for (int slot : slots) {
-    singles.push_back(participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
+    singles.push_back(&participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
     if (!coordinator_) continue;
     coordinator_->ranLocally(slot);
     if (timeline_.enabled()) {
-      const std::string& name = singles.back().names.front();
+      const std::string& name = singles.back()->names.front();
       for (int r = 1; r < topology_.size; ++r) timeline_.rankReady(0, name, r);
       timeline_.negotiateEnd(0, name);
     }
   }
   auto begin = Clock::now();
-  for (const Response& r : planFusion(std::move(singles), agreedFusionThreshold_,
-                                      [this](int) { return topology_.size; })) {
+  for (const Response& r :
+       planFusion(singles, agreedFusionThreshold_, [this](int) { return topology_.size; })) {
     runData(r);
   }
   // No control message was read while the collectives ran: that time is nobody's silence.

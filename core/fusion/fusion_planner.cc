@@ -87,23 +87,28 @@ int64_t fusionBytes(const Response& r, int setSize) {
   return elements * static_cast<int64_t>(dtypeSize(r.dtype));
 }
 
-std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
+namespace {
+
+// Greedy, in order: each response not yet placed starts a group and takes every later compatible
+// one that still fits under the threshold. at(i) reads single i; take(i) gives it as a group's
+// start (moved or copied).
+template <typename At, typename Take>
+std::vector<Response> planGroups(size_t count, At at, Take take, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize) {
-  if (threshold <= 0) return singles;
   std::vector<Response> out;
-  std::vector<bool> used(singles.size(), false);
-  for (size_t i = 0; i < singles.size(); ++i) {
+  std::vector<bool> used(count, false);
+  for (size_t i = 0; i < count; ++i) {
     if (used[i]) continue;
     used[i] = true;
-    Response group = std::move(singles[i]);
+    Response group = take(i);
     if (fusible(group.kind)) {
       int n = setSize(group.processSetId);
       int64_t bytes = fusionBytes(group, n);
-      for (size_t j = i + 1; j < singles.size() && bytes < threshold; ++j) {
-        if (used[j] || !compatible(group, singles[j])) continue;
-        int64_t more = fusionBytes(singles[j], n);
+      for (size_t j = i + 1; j < count && bytes < threshold; ++j) {
+        if (used[j] || !compatible(group, at(j))) continue;
+        int64_t more = fusionBytes(at(j), n);
         if (bytes + more > threshold) continue;
-        append(group, singles[j]);
+        append(group, at(j));
         bytes += more;
         used[j] = true;
       }
@@ -111,6 +116,29 @@ std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshol
     out.push_back(std::move(group));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
+                                 const std::function<int(int processSetId)>& setSize) {
+  if (threshold <= 0) return singles;
+  return planGroups(
+      singles.size(), [&](size_t i) -> const Response& { return singles[i]; },
+      [&](size_t i) { return std::move(singles[i]); }, threshold, setSize);
+}
+
+std::vector<Response> planFusion(const std::vector<const Response*>& singles, int64_t threshold,
+                                 const std::function<int(int processSetId)>& setSize) {
+  auto at = [&](size_t i) -> const Response& { return *singles[i]; };
+  if (threshold <= 0) {
+    std::vector<Response> out;
+    out.reserve(singles.size());
+    for (const Response* r : singles) out.push_back(*r);
+    return out;
+  }
+  return planGroups(
+      singles.size(), at, [&](size_t i) { return *singles[i]; }, threshold, setSize);
 }
 
 }  // namespace hora

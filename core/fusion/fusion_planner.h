@@ -24,5 +24,8 @@ void singleResponseInto(const Response& fused, size_t i, int setSize, Response* 
 
 std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize);
+// The same plan for responses that stay where they are (cached ones): only the groups are new.
+std::vector<Response> planFusion(const std::vector<const Response*>& singles, int64_t threshold,
+                                 const std::function<int(int processSetId)>& setSize);
 
 }  // namespace hora

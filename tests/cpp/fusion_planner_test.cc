@@ -49,6 +49,27 @@ TEST(FusionPlanner, NeverMixesDtypeOpScaleOrSet) {
   EXPECT_EQ(out[4].names, (std::vector<std::string>{"e"}));
 }
 
+TEST(FusionPlanner, PlansInPlaceResponsesAsItPlansCopies) {
+  Response b = allreduce("b", 1, DataType::Float64);
+  Response big = allreduce("big", 1000);
+  std::vector<Response> in = {allreduce("a", 10), b, big, allreduce("c", 10), allreduce("d", 20)};
+  std::vector<const Response*> pointers;
+  for (const Response& r : in) pointers.push_back(&r);
+  for (int64_t threshold : {0, 80, 1 << 20}) {
+    auto copied = planFusion(in, threshold, oneSet);
+    auto inPlace = planFusion(pointers, threshold, oneSet);
+    ASSERT_EQ(inPlace.size(), copied.size()) << threshold;
+    for (size_t i = 0; i < copied.size(); ++i) {
+      EXPECT_EQ(inPlace[i].names, copied[i].names) << threshold;
+      EXPECT_EQ(inPlace[i].elementCounts, copied[i].elementCounts) << threshold;
+      EXPECT_EQ(inPlace[i].cacheSlots, copied[i].cacheSlots) << threshold;
+      EXPECT_EQ(inPlace[i].dtype, copied[i].dtype) << threshold;
+    }
+  }
+  EXPECT_EQ(in[0].names, (std::vector<std::string>{"a"}));  // the singles are left as they were
+  EXPECT_EQ(planFusion(pointers, 80, oneSet)[0].names, (std::vector<std::string>{"a", "c"}));
+}
+
 TEST(FusionPlanner, LargeTensorRunsAloneAndBroadcastNeverFuses) {
   Response big = allreduce("big", 1000);
   Response b1;
