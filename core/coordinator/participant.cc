@@ -18,8 +18,11 @@ RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string> f
     TensorEntry* e = queue.find(key);
     if (e == nullptr) continue;
     int slot = cache_.enabled() ? cache_.lookup(key, e->request) : -1;
-    if (slot < 0) batch.requests.push_back(e->request);
-    if (slot >= 0) setBit(batch.cacheBits, static_cast<size_t>(slot));
+    if (slot < 0) {
+      batch.requests.push_back(e->request);
+    } else {
+      setBit(batch.cacheBits, static_cast<size_t>(slot));
+    }
     outstanding_[std::move(key)] = slot < 0 ? kSentInFull : slot;
   }
   return batch;
