@@ -1,15 +1,18 @@
 """Where a rank's CPU goes while collective calls wait: CPU time per call of each thread.
 
-    python bench/wait_cpu.py [--np 2] [--calls 4000] [--steps 40]
+    python bench/wait_cpu.py [--np 2] [--calls 4000] [--steps 40] [--bind-to core|none]
 
-Runs itself under ``horarun -np N`` (Hora over shared memory). Every rank times, one case after
+Runs itself under ``horarun -np N --bind-to core`` (Hora over shared memory; ``--bind-to none``
+leaves the ranks unbound). Every rank times, one case after
 the other: ``--calls`` blocking 4 B and 4 KiB in-place Sum allreduces, then ``--steps`` steps of
 200 asynchronous 16 KiB allreduces. For each case it reads each of its threads' CPU time from
 ``/proc/self/task/<tid>/schedstat`` (nanoseconds on the CPU, so other load on the machine does not
-count) and its context switches from ``/proc/self/task/<tid>/status`` before and after, and prints
-per rank and case: wall time per call (median of 5 slices), CPU per call of the calling (Python)
-thread and of the other threads together (the background thread), and voluntary context switches
-(sleeps) per call. CPU time, unlike wall time, stays meaningful on a busy machine.
+count), the time slices it ran (the same file) and its voluntary context switches from
+``/proc/self/task/<tid>/status`` before and after, and prints per rank and case: wall time per
+call (median of 5 slices), CPU per call of the calling (Python) thread and of the other threads
+together (the background thread), time slices per call (each a turn on a CPU: a yield or a sleep
+ends one) and voluntary context switches (sleeps) per call. CPU time, unlike wall time, stays
+meaningful on a busy machine.
 """
 
 from __future__ import annotations
@@ -29,18 +32,19 @@ from allreduce import hora_step  # this directory: run as python bench/wait_cpu.
 SLICES = 5
 
 
-def thread_stats() -> dict[int, tuple[int, int]]:
-    """tid -> (ns on the CPU, voluntary context switches) for every thread of this process."""
+def thread_stats() -> dict[int, tuple[int, int, int]]:
+    """tid -> (ns on the CPU, time slices, voluntary context switches) for every thread of this
+    process."""
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
-                ns = int(f.read().split()[0])
+                fields = f.read().split()
             with open(f"/proc/self/task/{tid}/status") as f:
                 vol = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt"))
         except (OSError, StopIteration):
             continue
-        out[int(tid)] = (ns, vol)
+        out[int(tid)] = (int(fields[0]), int(fields[2]), vol)
     return out
 
 
@@ -58,11 +62,13 @@ def measure(fn, count: int) -> dict[str, float]:
     after = thread_stats()
     calls = per * SLICES
     res = {"wall_us": statistics.median(walls) * 1e6, "main_cpu_us": 0.0, "bg_cpu_us": 0.0}
-    res.update({"main_sleeps": 0.0, "bg_sleeps": 0.0, "threads": len(after)})
-    for tid, (ns, vol) in after.items():
-        ns0, vol0 = before.get(tid, (0, 0))
+    res.update({"main_slices": 0.0, "bg_slices": 0.0, "main_sleeps": 0.0, "bg_sleeps": 0.0,
+                "threads": len(after)})
+    for tid, (ns, slices, vol) in after.items():
+        ns0, slices0, vol0 = before.get(tid, (0, 0, 0))
         who = "main" if tid == main else "bg"
         res[f"{who}_cpu_us"] += (ns - ns0) / 1e3 / calls
+        res[f"{who}_slices"] += (slices - slices0) / calls
         res[f"{who}_sleeps"] += (vol - vol0) / calls
     return res
 
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=4000, help="blocking calls per size (4000)")
     parser.add_argument("--steps", type=int, default=40, help="200-tensor steps (40)")
     parser.add_argument("--cases", default="4,4096,step", help="blocking sizes and/or step")
+    parser.add_argument("--bind-to", choices=("core", "none"), default="core",
+                        help="horarun's CPU binding of the ranks (core)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -109,22 +117,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "res")
-        launch = [sys.executable, "-m", "hora.runner.launch", "-np", str(args.np)]
+        launch = [sys.executable, "-m", "hora.runner.launch", "-np", str(args.np),
+                  "--bind-to", args.bind_to]
         here = [sys.executable, os.path.abspath(__file__)]
         flags = ["--calls", str(args.calls), "--steps", str(args.steps), "--cases", args.cases]
         flags += ["--worker", out]
         subprocess.run([*launch, *here, *flags], check=True)
-        print(f"| rank | case | wall/call us | py CPU us | bg CPU us | total CPU us | py sleeps "
-              f"| bg sleeps | threads |  (np {args.np})")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"| rank | case | wall/call us | py CPU us | bg CPU us | total CPU us | py slices "
+              f"| bg slices | py sleeps | bg sleeps | threads |  (np {args.np}, "
+              f"--bind-to {args.bind_to})")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in range(args.np):
             res = json.loads(Path(f"{out}.{r}").read_text())
             counters = res.pop("counters")
             for case, v in res.items():
                 total = v["main_cpu_us"] + v["bg_cpu_us"]
                 print(f"| {r} | {case} | {v['wall_us']:.1f} | {v['main_cpu_us']:.1f} | "
-                      f"{v['bg_cpu_us']:.1f} | {total:.1f} | {v['main_sleeps']:.2f} | "
-                      f"{v['bg_sleeps']:.2f} | {v['threads']} |")
+                      f"{v['bg_cpu_us']:.1f} | {total:.1f} | {v['main_slices']:.2f} | "
+                      f"{v['bg_slices']:.2f} | {v['main_sleeps']:.2f} | {v['bg_sleeps']:.2f} | "
+                      f"{v['threads']} |")
             print(f"| {r} | counters | {counters} |")
     return 0
 
