@@ -41,12 +41,12 @@ class Pieces {
   }
 
   // Where bytes [from, from + n) lie when they are one run of memory, else null.
-  const uint8_t* contiguous(size_t from, size_t n) const {
-    const uint8_t* start = nullptr;
-    const uint8_t* next = nullptr;
+  uint8_t* contiguous(size_t from, size_t n) const {
+    uint8_t* start = nullptr;
+    uint8_t* next = nullptr;
     bool broken = false;
     walk(from, n, [&](const BufferPiece& p, size_t at, size_t, size_t len) {
-      const auto* data = static_cast<const uint8_t*>(p.data);
+      auto* data = static_cast<uint8_t*>(p.data);
       if (data == nullptr || (start != nullptr && data + at != next)) broken = true;
       if (start == nullptr) start = data + at;
       next = data + at + len;
@@ -97,32 +97,44 @@ class WindowRun {
   void part(const Pieces& pieces, size_t first, size_t elements) {
     const uint32_t k = steps_.nextPart();
     const int me = steps_.me();
-    stage(pieces, k, first * es_, elements * es_);
+    const size_t from = first * es_;
+    std::vector<size_t> offsets, sizes;
+    collectives::splitEvenly(elements, steps_.size(), es_, &offsets, &sizes);
+    // This rank's own slice is reduced where it lies when it is one run of its pieces: it then
+    // needs no copy into the window and none back.
+    uint8_t* own = pieces.contiguous(from + offsets[me], sizes[me]);
+    stage(pieces, k, from, elements * es_, own != nullptr ? offsets[me] : 0,
+          own != nullptr ? sizes[me] : 0);
     steps_.publishAndWait(2 * k - 1, "stage its part in its window");
     for (int r = 0; r < steps_.size(); ++r) sources_[r] = source(r, k, elements * es_);
 
-    std::vector<size_t> offsets, sizes;
-    collectives::splitEvenly(elements, steps_.size(), es_, &offsets, &sizes);
-    foldSlice(k, offsets[me], sizes[me]);
+    foldSlice(k, own, offsets[me], sizes[me]);
     steps_.publishAndWait(2 * k, "reduce its slice in its window");
 
     for (int r = 0; r < steps_.size(); ++r) {
-      if (sizes[r] > 0) {
-        pieces.scatter(first * es_ + offsets[r], steps_.half(r, k) + offsets[r], sizes[r]);
+      if (sizes[r] > 0 && !(r == me && own != nullptr)) {
+        pieces.scatter(from + offsets[r], steps_.half(r, k) + offsets[r], sizes[r]);
       }
     }
   }
 
  private:
   // Publishes where this rank's part k is: in its arena area when the part is one run there,
-  // else copied into its half.
-  void stage(const Pieces& pieces, uint32_t k, size_t from, size_t bytes) {
+  // else copied into its half, all but bytes [skipFrom, skipFrom + skip) of the part (the slice
+  // this rank folds where it lies, which no other rank reads).
+  void stage(const Pieces& pieces, uint32_t k, size_t from, size_t bytes, size_t skipFrom,
+             size_t skip) {
     const uint8_t* run = arena_ != nullptr ? pieces.contiguous(from, bytes) : nullptr;
     const int64_t at = run != nullptr ? arena_->offsetOf(run, bytes) : -1;
     WindowLine& line = steps_.links().peers().segment.rank(steps_.me()).window;
     line.source[k & 1].store(at >= 0 ? static_cast<uint64_t>(at) + 1 : 0,
                              std::memory_order_relaxed);
-    if (at < 0) pieces.gather(from, steps_.half(steps_.me(), k), bytes);
+    if (at < 0) {
+      uint8_t* half = steps_.half(steps_.me(), k);
+      pieces.gather(from, half, skipFrom);
+      const size_t rest = skipFrom + skip;
+      pieces.gather(from + rest, half + rest, bytes - rest);
+    }
     if (arena_ != nullptr) arena_->countPart(at >= 0);
   }
 
@@ -139,14 +151,19 @@ class WindowRun {
     return p;
   }
 
-  // Reduces bytes [off, off + len) of every rank's part into this rank's half.
-  void foldSlice(uint32_t k, size_t off, size_t len) {
+  // Reduces bytes [off, off + len) of every rank's part into this rank's half, for the others to
+  // copy out. `own`, when given, is this rank's slice where it lies in its pieces (not staged):
+  // the fold reads this rank's data there and leaves the result there too.
+  void foldSlice(uint32_t k, uint8_t* own, size_t off, size_t len) {
     const int me = steps_.me();
     uint8_t* mine = steps_.half(me, k) + off;
-    const uint8_t* own = sources_[me] + off;  // this rank's data: its half, or its arena area
+    auto data = [&](int r) -> const uint8_t* {
+      return r == me && own != nullptr ? own : sources_[r] + off;
+    };
     // Rank 0's data first: in place when it is this rank's own (or the order does not matter),
     // else through a chunk of scratch that starts as rank 0's.
     const bool inPlace = me == 0 || !rankOrder_;
+    uint8_t* into = own != nullptr ? own : mine;  // where an in-place fold runs
     uint8_t* scratch =
         inPlace ? nullptr : steps_.links().scratch(collectives::kScratchRecv, kFoldChunkBytes);
     const size_t chunk = kFoldChunkBytes / es_ * es_;
@@ -154,17 +171,17 @@ class WindowRun {
       const size_t bytes = std::min(chunk, len - at);
       const size_t count = bytes / es_;
       if (inPlace) {
-        if (own != mine) std::memcpy(mine + at, own + at, bytes);
-        for (int r : steps_.others()) {
-          reduceInto(mine + at, sources_[r] + off + at, count, dtype_, op_);
-        }
+        if (data(me) != into) std::memcpy(into + at, data(me) + at, bytes);
+        for (int r : steps_.others()) reduceInto(into + at, data(r) + at, count, dtype_, op_);
+        if (into != mine) std::memcpy(mine + at, into + at, bytes);
         continue;
       }
-      std::memcpy(scratch, sources_[0] + off + at, bytes);
+      std::memcpy(scratch, data(0) + at, bytes);
       for (int r = 1; r < steps_.size(); ++r) {
-        reduceInto(scratch, sources_[r] + off + at, count, dtype_, op_);
+        reduceInto(scratch, data(r) + at, count, dtype_, op_);
       }
       std::memcpy(mine + at, scratch, bytes);
+      if (own != nullptr) std::memcpy(own + at, scratch, bytes);
     }
   }
 

@@ -7,11 +7,13 @@
 //   1. each rank copies its part of the pieces into its half (the fusion copy, made once) and
 //      publishes step 2k - 1. A rank whose part lies in one run of its arena area (arena.h:
 //      gradients placed there by the frontend) copies nothing: it publishes where the part is,
-//      and the others read it there;
+//      and the others read it there. Nor does any rank copy its own slice (below) when that lies
+//      in one run of its pieces: only it reads that slice;
 //   2. once every rank did, each reduces its own slice of the part (an even split, as the ring's)
-//      from every rank's half into its own half, then publishes step 2k;
-//   3. once every rank did, each copies every slice from the half of the rank that reduced it
-//      straight into its pieces.
+//      from every rank's half into its own half, then publishes step 2k. An own slice that was
+//      not copied is read where it lies, and the result is written there too;
+//   3. once every rank did, each copies every other slice from the half of the rank that reduced
+//      it straight into its pieces.
 // Every byte crosses memory a bounded number of times and no rank waits for a pipe to drain. Where
 // the order of a floating-point fold matters (needsRankOrder), each slice is folded in rank order,
 // so results are bit-identical to the rank-ordered algorithm and to the same tensors unfused.
