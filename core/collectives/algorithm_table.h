@@ -64,9 +64,10 @@ inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
 // folds in rank order, so it also serves the cases that need rank order. window: the ranks also
 // have windows in their segment (core/transport/shm/window_allreduce.h); every larger message
 // then goes there, reduced in place by all ranks at once, its slices folded in rank order where
-// that matters. Measured on 2 cores against the rings: at 2 ranks faster at every size from 64 B
-// to 64 MiB (1 MiB in 122 us against 217 us, 64 MiB in 8.2 ms against 13.1 ms); at 3 and 4 ranks
-// (oversubscribed, so noisy) faster from 256 KiB up by 1.2-2.6x, and within the noise below.
+// that matters. Measured on 2 cores against the rings (bench/allreduce.py --rings, ranks bound):
+// at 2 ranks on a par from 4 B to 64 KiB and faster above (1 MiB in 123-139 us against 140 us,
+// 64 MiB in 10.8-11.1 ms against 14.5 ms, the 200 x 16 KiB step 1.2-1.3 ms against 1.8 ms); at 4
+// ranks on a par at 4 B and faster above (1.2x at 4 KiB, 1.5-1.7x from 1 MiB).
 // Without windows, larger shared-memory messages take the same algorithms as TCP, staged through
 // the bounded rings (chunked staging).
 inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
