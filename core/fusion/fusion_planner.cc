@@ -1,7 +1,5 @@
 #include "core/fusion/fusion_planner.h"
 
-#include <type_traits>
-
 namespace hora {
 namespace {
 
@@ -130,15 +128,10 @@ std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshol
 
 std::vector<Response> planFusion(const std::vector<const Response*>& singles, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize) {
-  auto at = [&](size_t i) -> const Response& { return *singles[i]; };
-  if (threshold <= 0) {
-    std::vector<Response> out;
-    out.reserve(singles.size());
-    for (const Response* r : singles) out.push_back(*r);
-    return out;
-  }
+  // A threshold of 0 or less lets no group take a second response: each runs alone.
   return planGroups(
-      singles.size(), at, [&](size_t i) { return *singles[i]; }, threshold, setSize);
+      singles.size(), [&](size_t i) -> const Response& { return *singles[i]; },
+      [&](size_t i) { return *singles[i]; }, threshold, setSize);
 }
 
 }  // namespace hora

@@ -295,14 +295,18 @@ def test_private_pool_reuses_only_free_buffers() -> None:
 
 def test_private_copies_are_one_block_of_the_shared_arena() -> None:
     """Every rank on this host: a node's private copies lie in the shared arena, back to back
-    (64-byte multiples), so the other ranks read the fused allreduce of them in place."""
+    (64-byte multiples), so the other ranks read the fused allreduce of them in place. A job of
+    one rank has no arena: its copies are plain memory."""
     from hora import _core
     from hora.tensorflow._host import PrivatePool
 
-    if size() == 1:
-        pytest.skip("one rank has no peers to share memory with")
-    assert _core.shared_pool_info() is not None
     copies = PrivatePool().copies([np.zeros(1024, np.float32), np.ones(16, np.float32)])
+    if size() == 1:
+        # One rank has no peers to share memory with: no arena, and plain private copies.
+        assert _core.shared_pool_info() is None
+        assert not any(_core.in_shared_pool(c.ctypes.data, c.nbytes) for c in copies)
+        return
+    assert _core.shared_pool_info() is not None
     assert all(_core.in_shared_pool(c.ctypes.data, c.nbytes) for c in copies)
     assert copies[1].ctypes.data == copies[0].ctypes.data + copies[0].nbytes
     del copies
