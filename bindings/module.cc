@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   hora::bindings::registerShared(m);
   hora::bindings::registerCallSite(m);
   hora::bindings::registerSubmit(m);
+  hora::bindings::registerP2p(m);
 }

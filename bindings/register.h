@@ -13,5 +13,6 @@ void registerStore(pybind11::module_& m);     // register_store.cc: StoreServer,
 void registerShared(pybind11::module_& m);    // register_shared.cc: blocks of the shared arena
 void registerCallSite(pybind11::module_& m);  // call_site.cc: the user's file:line of a call
 void registerSubmit(pybind11::module_& m);    // submit.cc: the frontends' submission
+void registerP2p(pybind11::module_& m);       // register_p2p.cc: PointToPoint
 
 }  // namespace hora::bindings

@@ -16,6 +16,7 @@
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
+#include "core/common/host_identity.h"
 #include "core/common/settings.h"
 #include "core/common/time.h"
 #include "core/config.h"
@@ -450,6 +451,10 @@ void registerRuntime(py::module_& m) {
       "nccl_library, cuda_library, devices.");
   m.def(
       "tcp_built", [] { return true; }, "The TCP transport is always built.");
+  m.def(
+      "host_identity", [] { return hostIdentity(); },
+      "This machine and network namespace (boot id, host name, namespace): processes with equal "
+      "identities share shared memory and the loopback interface.");
   m.def("env_vars", &envVars, "(name, default, description) of every HORA_* variable.");
   m.def("lookup_env", &lookupEnvVar, py::arg("name"),
         "Value of HORA_<name>, else HOROVOD_<name>, else None.");

@@ -51,6 +51,10 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"RENDEZVOUS_PORT", "", "port of the rendezvous store"},
       {"SECRET", "", "job secret every connection proves it knows (set by horarun)"},
       {"SECRET_FILE", "", "file holding the job secret (read when HORA_SECRET is unset)"},
+      {"SECRET_THROUGH_STORE", "0",
+       "1: in a job another program started with a store for its ranks (torch.distributed's, "
+       "under Lightning, Ray Train, DeepSpeed, ...) and no secret set, rank 0 makes a random one "
+       "and hands it out through that store (as safe as the store)"},
       {"INSECURE", "0",
        "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
       {"IFACE", "", "network interface whose address ranks listen on (and only there)"},

@@ -76,6 +76,7 @@ const char* peerKindName(PeerKind kind) {
     case PeerKind::Store: return "store";
     case PeerKind::Data: return "data";
     case PeerKind::Control: return "control";
+    case PeerKind::P2p: return "point-to-point";
   }
   return "unknown";
 }
@@ -190,7 +191,7 @@ void Handshake::onMessage() {
                     helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
         status = kBadProof;
         why = "authentication failed: the peer's proof of the job secret is wrong";
-      } else if (kindByte < 1 || kindByte > 3) {
+      } else if (kindByte < 1 || kindByte > static_cast<uint8_t>(PeerKind::P2p)) {
         status = kRefused;
         why = "unknown connection kind " + std::to_string(kindByte);
       } else {

@@ -23,7 +23,7 @@
 namespace hora {
 namespace net {
 
-enum class PeerKind : uint8_t { Store = 1, Data = 2, Control = 3 };
+enum class PeerKind : uint8_t { Store = 1, Data = 2, Control = 3, P2p = 4 };
 const char* peerKindName(PeerKind kind);
 
 // Why a handshake failed, for callers that treat the cases differently (a rejection is worth a

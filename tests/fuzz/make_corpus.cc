@@ -11,6 +11,7 @@
 
 #include "core/coordinator/codec.h"
 #include "core/net/frame.h"
+#include "core/p2p/message_header.h"
 #include "core/store/tcp_store_protocol.h"
 
 namespace {
@@ -107,6 +108,20 @@ std::string handshakeFrame(uint16_t type, const std::string& payload) {
   return net::buildFrame(net::kHandshakeMagic, type, payload);
 }
 
+std::string p2pHeader(int64_t tag, uint64_t length) {
+  hora::p2p::MessageHeader h;
+  h.tag = tag;
+  h.length = length;
+  std::string out(hora::p2p::kMessageHeaderBytes, '\0');
+  hora::p2p::encodeMessageHeader(h, reinterpret_cast<uint8_t*>(&out[0]));
+  return out;
+}
+
+// A receive posted before the stream (see fuzz_p2p_stream.cc): tag byte, then u16 size.
+std::string early(uint8_t tagByte, uint16_t bytes) {
+  return std::string(1, static_cast<char>(tagByte)) + WireWriter().u16(bytes).take();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,6 +203,21 @@ int main(int argc, char** argv) {
   // WireReader: a count byte, that many operation bytes, then the payload.
   write("wire", "strings", std::string("\x04\x07\x07\x08\x09", 5) + keys({"ab", "cde"}));
   write("wire", "ints", std::string("\x06\x00\x01\x02\x03\x04\x06", 7) + std::string(40, '\x11'));
+
+  // Point-to-point stream: mode byte, piece-size byte, early receives, then the stream.
+  std::string three = p2pHeader(1, 3) + "abc" + p2pHeader(2, 0) + p2pHeader(1, 5) + "defgh";
+  write("p2p_stream", "messages", std::string("\x00\x07", 2) + three);
+  write("p2p_stream", "posted_first",
+        std::string("\x02\x05", 2) + early(1, 3) + early(0x82, 0) + three);
+  write("p2p_stream", "size_mismatch",
+        std::string("\x01\x03", 2) + early(1, 4) + p2pHeader(1, 3) + "abc" + p2pHeader(1, 4) +
+            "wxyz");
+  write("p2p_stream", "withdrawn_half",
+        std::string("\x0d\x02", 2) + early(3, 10) + p2pHeader(3, 10) + "01234");
+  write("p2p_stream", "bad_magic",
+        std::string("\x08\x10", 2) + p2pHeader(1, 2) + "ok" + std::string(24, 'Z'));
+  write("p2p_stream", "huge_length",
+        std::string("\x00\x00", 2) + p2pHeader(0, uint64_t(1) << 40) + std::string(100, 'h'));
 
   write("address", "ipv4", "127.0.0.1:29500");
   write("address", "name", "node-3.cluster:1");

@@ -99,6 +99,11 @@ def assert_same_training(groups: dict[str, Any], reference_kwargs: dict[str, Any
         torch.testing.assert_close(got, want, rtol=0, atol=tolerance)
 
 
+def test_ddp_logging_data_names_the_backend(groups: dict[str, Any]) -> None:
+    ddp = DDP(make_model(), process_group=groups["hora"])
+    assert ddp._get_ddp_logging_data().get("backend_name") == "hora"
+
+
 @pytest.mark.parametrize("bucket_cap_mb", [25.0, 0.001])
 def test_ddp_without_hook(groups: dict[str, Any], bucket_cap_mb: float) -> None:
     assert_same_training(groups, bucket_cap_mb=bucket_cap_mb)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import ml_dtypes
 import numpy as np
 import torch
-from conftest import make_input, size
+import torch.distributed as dist
+from conftest import FLOAT_DTYPES, assert_close, assert_same, make_input, size
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
@@ -60,3 +61,23 @@ def all_arrays(
 def float_input(rank_: int, shape: Sequence[int], *key: object) -> torch.Tensor:
     """Standard-normal float64 input for gradient tests."""
     return to_torch(make_input(rank_, shape, "float64", *key, kind="normal"))
+
+
+DIST_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "average": dist.ReduceOp.AVG,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "product": dist.ReduceOp.PRODUCT,
+}
+"""torch.distributed's reductions by the names of conftest's references."""
+
+
+def check_reduction(actual: torch.Tensor, expected: np.ndarray, dtype: str,
+                    op: str = "sum") -> None:
+    """A reduction's result against its NumPy reference: exact, but within one rounding for a
+    floating-point average."""
+    if dtype in FLOAT_DTYPES and op == "average":
+        assert_close(to_numpy(actual), expected, dtype)
+    else:
+        assert_same(to_numpy(actual), expected, dtype)

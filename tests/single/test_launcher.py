@@ -684,7 +684,7 @@ def test_hora_run_returns_per_rank_results(capfd, monkeypatch):
         return result
 
     monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
-    results = hora.run(rank_info, args=(10,), kwargs={"scale": 2}, np=3)
+    results = hora.run(rank_info, args=(10,), kwargs={"scale": 2}, num_proc=3)
     assert results == [(0, 3, 66), (1, 3, 66), (2, 3, 66)]
     out = capfd.readouterr().out
     assert "[2]<stdout>:from rank 2" in out
@@ -702,7 +702,7 @@ def test_hora_run_raises_when_a_rank_fails(capfd, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="rank 1 failed with exit code 1"):
-        hora.run(fails_on_rank_one, np=2)
+        hora.run(fails_on_rank_one, num_proc=2)
     assert time.monotonic() - start < 20
     assert "ValueError: rank one refuses" in capfd.readouterr().err
 
@@ -711,9 +711,37 @@ def test_hora_run_rejects_mpi_and_bad_hosts():
     with pytest.raises(hora.NotSupportedError):
         hora.run(print, use_mpi=True)
     with pytest.raises(ValueError, match="cannot place 3"):
-        hora.run(print, np=3, hosts="localhost:2")
+        hora.run(print, num_proc=3, hosts="localhost:2")
     with pytest.raises(ValueError, match="cannot place 4"):
         hora.run(print, num_proc=4, hosts="localhost:2")
+
+
+def test_run_from_hora_runner_takes_horovod_s_arguments_in_horovod_s_order(monkeypatch):
+    import inspect
+
+    from hora.runner import run
+
+    horovod_order = ["func", "args", "kwargs", "num_proc", "min_num_proc", "max_num_proc",
+                     "slots", "reset_limit", "cooldown_range", "hosts", "hostfile",
+                     "start_timeout", "ssh_port", "ssh_identity_file", "disable_cache",
+                     "output_filename", "verbose", "use_gloo", "use_mpi", "mpi_args",
+                     "network_interface", "executable", "np", "min_np", "max_np"]
+    assert list(inspect.signature(run).parameters)[:len(horovod_order)] == horovod_order
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+    with pytest.warns(DeprecationWarning, match="np is deprecated, use num_proc instead"):
+        assert run(lambda: 1, np=2) == [1, 1]
+    assert run(lambda a, b=0: a + b, (1,), {"b": 2}, 2) == [3, 3]
+
+
+def test_run_refuses_elastic_jobs_and_contradictory_choices():
+    from hora.runner import run
+
+    with pytest.raises(hora.NotSupportedError, match="min_num_proc ask for an elastic job"):
+        run(print, num_proc=2, min_num_proc=1)
+    with pytest.raises(ValueError, match="hosts and hostfile"):
+        run(print, hosts="localhost:1", hostfile="hosts.txt")
+    with pytest.raises(ValueError, match="use_gloo and use_mpi"):
+        run(print, use_gloo=True, use_mpi=True)
 
 
 def test_task_codec():

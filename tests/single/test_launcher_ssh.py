@@ -192,7 +192,7 @@ def test_hora_run_over_ssh(monkeypatch, capfd):
 
     monkeypatch.setenv("HORARUN_FORCE_SSH", "127.0.0.1")
     monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
-    results = hora.run(where, args=(5,), np=2, hosts="localhost:1,127.0.0.1:1",
+    results = hora.run(where, args=(5,), num_proc=2, hosts="localhost:1,127.0.0.1:1",
                        ssh_identity_file=KEY)
     assert results == [(11, False), (11, True)]
     out = capfd.readouterr().out

@@ -8,11 +8,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <vector>
 
 #include "core/common/errors.h"
+#include "core/common/host_identity.h"
 #include "core/common/logging.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
@@ -176,17 +176,6 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
 }
 
 }  // namespace
-
-std::string hostIdentity(const std::string& extra) {
-  std::string boot, ns;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  char link[128] = {};
-  if (::readlink("/proc/self/ns/net", link, sizeof(link) - 1) < 0) link[0] = 0;
-  return boot + "|" + host + "|" + link + (extra.empty() ? "" : "|" + extra);
-}
 
 Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes,
                      size_t windowBytes, size_t arenaBytes) {

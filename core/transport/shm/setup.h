@@ -33,10 +33,5 @@ struct Attachment {
 Attachment attachJob(const ConnectOptions& options, Store& store, bool disabled, size_t ringBytes,
                      size_t windowBytes = 0, size_t arenaBytes = 0);
 
-// Host identity: ranks with equal identities can share memory. extra (the launcher's host name
-// under HORA_SHM_HOST_BY_NAME, a testing aid) is appended, so ranks that horarun places on two
-// names of one machine count as two hosts here too.
-std::string hostIdentity(const std::string& extra = "");
-
 }  // namespace shm
 }  // namespace hora

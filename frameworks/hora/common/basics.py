@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Callable, Union
 
 from hora import _core
-from hora.common import discovery
+from hora.common import discovery, store_world
 from hora.common import process_sets as _ps
 from hora.common.elastic import worker as elastic_worker
 from hora.errors import HoraError, NotSupportedError
@@ -28,6 +28,8 @@ _lock = threading.RLock()
 _topology: dict[str, int] | None = None
 _atexit_registered = False
 _shutdown_hooks: list[Callable[[], None]] = []
+_served_store: Any = None  # the rendezvous store this rank serves for init_with_store's job
+_listen = ""  # the address this rank's engine listens on ("" = the engine's default)
 
 ProcessSetsArg = Union[None, str, Sequence[Union[_ps.ProcessSet, Sequence[int]]]]
 
@@ -104,13 +106,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
     with _lock:
         if _core.is_initialized():
             return
-        requested: Sequence[Any] = []
-        if isinstance(process_sets, str):
-            if process_sets != "dynamic":
-                raise ValueError(f"process_sets must be a list or 'dynamic', got {process_sets!r}")
-            os.environ["HORA_DYNAMIC_PROCESS_SETS"] = "1"
-        elif process_sets is not None:
-            requested = list(process_sets)
+        requested = _requested_sets(process_sets)
         transports = discovery.select_transport(
             mpi_built=bool(_core.mpi_built()), comm_given=comm is not None
         )
@@ -133,10 +129,60 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         _start_engine(info, transports, requested, comm_handle)
 
 
+def _requested_sets(process_sets: ProcessSetsArg) -> Sequence[Any]:
+    """The static sets ``init`` registers; ``"dynamic"`` allows adding sets later instead."""
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError(f"process_sets must be a list or 'dynamic', got {process_sets!r}")
+        os.environ["HORA_DYNAMIC_PROCESS_SETS"] = "1"
+        return []
+    return [] if process_sets is None else list(process_sets)
+
+
+def init_with_store(store: store_world.KeyValue, rank: int, size: int, *, store_host: str = "",
+                    launcher: str | None = None, process_sets: ProcessSetsArg = None) -> None:
+    """Start Hora in a job that another program started, with the rank and size it gave this
+    process and the store it gave every rank (collective; see ``hora.common.store_world``).
+    Hora's own launcher variables are not read: the job is what the caller says. The engine runs
+    on the built-in TCP transport (shared memory among the ranks of one machine).
+
+    Calling it while initialized does nothing.
+
+    Raises:
+        ValueError: the job may not start (no secret for ranks on several machines), on every
+            rank alike; invalid process sets.
+        NotSupportedError: HORA_CONTROLLER or HORA_CPU_OPERATIONS ask for MPI, which only a job
+            that mpirun started can use.
+        HoraTimeoutError: not every rank arrived in time (HORA_START_TIMEOUT).
+    """
+    global _served_store
+    with _lock:
+        if _core.is_initialized():
+            return
+        requested = _requested_sets(process_sets)
+        asked = [_core.lookup_env(v) or "" for v in ("CONTROLLER", "CPU_OPERATIONS")]
+        if "mpi" in [a.strip().lower() for a in asked]:
+            raise NotSupportedError(
+                f"HORA_CONTROLLER / HORA_CPU_OPERATIONS ask for MPI, but "
+                f"{launcher or store_world.started_by()} started this job, not mpirun; unset "
+                "them (Hora then runs on TCP)")
+        world = store_world.rendezvous(store, rank, size, store_host=store_host,
+                                       launcher=launcher)
+        try:
+            _start_engine(world.info, discovery.Transports("tcp", "tcp"), requested, -1)
+        except BaseException:
+            if world.server is not None:
+                world.server.stop()
+            raise
+        _served_store = world.server
+
+
 def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
                   requested: Sequence[Any], comm_handle: int, generation: int = -1) -> None:
     global _topology, _atexit_registered
+    global _listen
     listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
+    _listen = listen
     secret = discovery.checked_secret(info, listen) if transports.uses_tcp else info.secret
     objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
     _core.init(
@@ -176,13 +222,22 @@ def _start_elastic(transports: discovery.Transports, requested: Sequence[Any]) -
 
 def shutdown() -> None:
     """Stop Hora on this process; pending operations fail with ShutdownError. Idempotent."""
-    global _topology
+    global _topology, _served_store
     with _lock:
         _core.shutdown()
+        if _served_store is not None:
+            _served_store.stop()
+            _served_store = None
         _topology = None
         _ps.reset_after_shutdown()
         for hook in _shutdown_hooks:
             hook()
+
+
+def listen_host() -> str:
+    """The address this rank's engine listens on for its peers ("" when the engine chose: no
+    store, or MPI alone); valid while Hora runs."""
+    return _listen
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

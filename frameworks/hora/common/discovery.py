@@ -163,13 +163,31 @@ def _flag(value: str | None) -> bool:
         return False
 
 
-def checked_secret(info: RankInfo, listen: str, environ: Mapping[str, str] | None = None) -> str:
+def env_secret(environ: Mapping[str, str] | None = None) -> str:
+    """The secret ``HORA_SECRET`` or ``HORA_SECRET_FILE`` gives, or "" (no launcher's names).
+
+    Raises:
+        ValueError: ``HORA_SECRET_FILE`` cannot be read or is empty.
+    """
+    return _secret(_Env(environ), from_launcher=False)
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``HORA_<name>`` (or ``HOROVOD_<name>``) is set to 1, true or yes."""
+    return _flag(_Env(environ).hora(name))
+
+
+def checked_secret(info: RankInfo, listen: str, environ: Mapping[str, str] | None = None,
+                   fix: str = "") -> str:
     """The secret this rank's TCP connections prove, after checking that the job may run with it.
 
     A job with a secret, a job of one rank, and a job that gets its store over MPI pass as they
     are. Without a secret, a job whose store is on the loopback and whose ranks listen there
     (``listen`` from ``listen_host``) runs unauthenticated: only this host can reach it. Otherwise
     ``HORA_INSECURE=1`` lets it run (rank 0 logs a warning), and without that it may not start.
+
+    ``fix`` is the one line that gives a secret in a job started as ``info.source`` says, when
+    that is not ``horarun``'s way (it leads the message).
 
     Raises:
         ValueError: no secret, a non-loopback address, and no ``HORA_INSECURE``; the message
@@ -188,10 +206,12 @@ def checked_secret(info: RankInfo, listen: str, environ: Mapping[str, str] | Non
                 info.store_host, info.store_port,
             )
         return ""
+    store = f"{info.store_host}:{info.store_port}" if info.store_port else info.store_host
     raise ValueError(
         f"{info.source}: rank {info.rank} would listen on the non-loopback address {where} "
-        f"(store {info.store_host}:{info.store_port}) without a job secret, so anyone on the "
-        "network could join the job. Set HORA_SECRET to the same random value on every rank "
+        f"(store {store}) without a job secret, so anyone on the network could join the job. "
+        + (f"To give it one: {fix}. Otherwise: " if fix else "")
+        + "Set HORA_SECRET to the same random value on every rank "
         "(for example the output of: python -c 'import secrets; print(secrets.token_hex(32))'), "
         "or HORA_SECRET_FILE to a file holding it; or start the job with horarun, which makes "
         "one; or, on a trusted cluster only, set HORA_INSECURE=1"

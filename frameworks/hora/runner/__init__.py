@@ -7,4 +7,10 @@ hosts, ``env`` builds every rank's environment, ``job`` runs a job on the built-
 ``output`` (prefixed lines or per-rank files); ``mpirun`` builds ``--mpi`` command lines,
 ``check_build`` prints ``-cb``, ``api`` is ``hora.run``, ``run_task`` its per-rank side and
 ``task`` how the two exchange the function and its results.
+
+``from hora.runner import run`` works as ``from horovod.runner import run`` does.
 """
+
+from hora.runner.api import run
+
+__all__ = ["run"]

@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,15 +60,18 @@ def _launcher_argv(np: int, hosts: str | None, hostfile: str | None,
 
 
 def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
-        np: int = 1, hosts: str | None = None, hostfile: str | None = None,
-        start_timeout: float | None = None, ssh_port: int | None = None,
-        ssh_identity_file: str | None = None, disable_cache: bool | None = None,
-        output_filename: str | None = None, verbose: bool | None = None,
-        use_gloo: bool | None = None, use_mpi: bool | None = None,
+        num_proc: int = 1, min_num_proc: int | None = None, max_num_proc: int | None = None,
+        slots: int | None = None, reset_limit: int | None = None,
+        cooldown_range: tuple[int, int] | None = None, hosts: str | None = None,
+        hostfile: str | None = None, start_timeout: float | None = None,
+        ssh_port: int | None = None, ssh_identity_file: str | None = None,
+        disable_cache: bool | None = None, output_filename: str | None = None,
+        verbose: bool | None = None, use_gloo: bool | None = None, use_mpi: bool | None = None,
         mpi_args: str | None = None, network_interface: str | None = None,
-        executable: str | None = None, env: Mapping[str, str] | None = None,
-        num_proc: int | None = None) -> list[Any]:
-    """Run ``func(*args, **kwargs)`` on ``np`` ranks and return the results, one per rank.
+        executable: str | None = None, np: int | None = None, min_np: int | None = None,
+        max_np: int | None = None, *, env: Mapping[str, str] | None = None) -> list[Any]:
+    """Run ``func(*args, **kwargs)`` on ``num_proc`` ranks and return the results, one per rank
+    (Horovod's ``horovod.runner.run``, with its parameters in its order).
 
     The function travels pickled with cloudpickle; each rank runs it in a fresh Python process
     (``executable``, default this interpreter) started like ``horarun`` starts ranks, so it may
@@ -77,22 +81,27 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     Args:
         func: the function; it and its result must be picklable by cloudpickle.
         args, kwargs: its arguments (the same on every rank).
-        np: number of ranks (``num_proc`` is accepted as another name for it).
-        hosts: ``"host1:2,host2:2"`` (default: ``np`` ranks on this host); or ``hostfile``.
+        num_proc: number of ranks. ``np`` is its deprecated name (a DeprecationWarning, as in
+            Horovod), used when ``num_proc`` is left at 1.
+        min_num_proc, max_num_proc, slots, reset_limit, cooldown_range (and the deprecated
+            ``min_np``, ``max_np``): elastic jobs, which ``run`` does not start (NotSupportedError;
+            start ``horarun --min-np ... --max-np ...`` instead).
+        hosts: ``"host1:2,host2:2"`` (default: ``num_proc`` ranks on this host); or ``hostfile``.
         start_timeout: seconds the ranks wait for each other at start.
         ssh_port, ssh_identity_file: for remote hosts.
         disable_cache, output_filename, verbose, network_interface: as horarun's flags.
         use_gloo: use the built-in TCP transport (the default anyway).
-        use_mpi, mpi_args: ``use_mpi=True`` is not supported by ``hora.run``.
+        use_mpi, mpi_args: ``use_mpi=True`` is not supported by ``run``.
         executable: the Python interpreter of the ranks.
-        env: the environment of the ranks in place of this process's (as in Horovod).
+        env: the environment of the ranks in place of this process's (keyword only).
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]``.
 
     Raises:
-        ValueError: bad arguments (hosts, slots).
-        NotSupportedError: ``use_mpi=True``.
+        ValueError: bad arguments (hosts, slots; both ``hosts`` and ``hostfile``; both
+            ``use_gloo`` and ``use_mpi``).
+        NotSupportedError: ``use_mpi=True``, or an elastic job.
         RuntimeError: a rank failed (its traceback is in its output) or returned nothing.
         KeyboardInterrupt: the job was interrupted with Ctrl-C.
     """
@@ -101,12 +110,26 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     from hora.errors import NotSupportedError
 
     del mpi_args  # only meaningful with use_mpi
-    if num_proc is not None:
-        np = num_proc
+    if np is not None:
+        warnings.warn("np is deprecated, use num_proc instead", DeprecationWarning, stacklevel=2)
+        if num_proc == 1:
+            num_proc = np
+    if hosts is not None and hostfile is not None:
+        raise ValueError("Argument hosts and hostfile only allow one provided.")
+    if use_gloo and use_mpi:
+        raise ValueError("Argument use_gloo and use_mpi only allow one set True.")
+    elastic = {"min_num_proc": min_num_proc, "max_num_proc": max_num_proc, "slots": slots,
+               "reset_limit": reset_limit, "cooldown_range": cooldown_range, "min_np": min_np,
+               "max_np": max_np}
+    asked = [name for name, value in elastic.items() if value is not None]
+    if asked:
+        raise NotSupportedError(
+            f"hora.run runs a fixed set of ranks; {', '.join(asked)} ask for an elastic job: "
+            "start it with horarun --min-np N --max-np M (with --host-discovery-script or -H)")
     if use_mpi:
         raise NotSupportedError("hora.run(use_mpi=True) is not supported; hora.run starts the "
                                 "ranks with Hora's built-in launcher (use_gloo)")
-    argv = _launcher_argv(np, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
+    argv = _launcher_argv(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
                           disable_cache, output_filename, verbose, use_gloo, network_interface)
     task_dir = tempfile.mkdtemp(prefix="hora-run-")
     command = [executable or sys.executable, "-m", "hora.runner.run_task", task_dir]

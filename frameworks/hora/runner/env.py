@@ -179,6 +179,26 @@ def topology_env(slot: SlotInfo) -> dict[str, str]:
     return env
 
 
+TORCH_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+               "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE")
+"""torchrun's coordinates of a rank, which horarun exports too (see :func:`torch_env`)."""
+
+
+def torch_env(slot: SlotInfo, host_index: int, hosts: int,
+              master: tuple[str, int] | None) -> dict[str, str]:
+    """The variables torchrun gives a rank, so that libraries reading them (torch's ``env://``
+    rendezvous, Lightning, Accelerate, DeepSpeed, Hugging Face) see the job horarun started:
+    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK / GROUP_WORLD_SIZE (the host's
+    index and the number of hosts), ROLE_RANK / ROLE_WORLD_SIZE, and MASTER_ADDR / MASTER_PORT
+    when ``master`` gives them (where rank 0 may serve torch's store)."""
+    values = (slot.rank, slot.size, slot.local_rank, slot.local_size, host_index, hosts,
+              slot.rank, slot.size)
+    env = {name: str(value) for name, value in zip(TORCH_NAMES, values)}
+    if master is not None:
+        env["MASTER_ADDR"], env["MASTER_PORT"] = master[0], str(master[1])
+    return env
+
+
 def usable_cores() -> int:
     """CPUs this process may run on (its affinity mask), at least 1."""
     try:

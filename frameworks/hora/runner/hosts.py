@@ -158,3 +158,11 @@ def route_to(hostname: str) -> tuple[str, str | None]:
         raise ValueError(f"no route to host {hostname!r} ({address}): {exc}") from None
     return source, interface_of(source)
 
+
+
+def free_port(bind_host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``bind_host`` now (the kernel's pick; another process may still take
+    it before the rank that is told of it binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((bind_host, 0))
+        return int(s.getsockname()[1])

@@ -77,10 +77,26 @@ def choose_rendezvous(remote: Sequence[str], interface: str | None) -> Rendezvou
     return Rendezvous("0.0.0.0", address, device)
 
 
+def torch_master(plan: Sequence[SlotInfo], remote: Sequence[str], rendezvous: Rendezvous,
+                 environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """MASTER_ADDR and MASTER_PORT for the ranks (where rank 0 may serve torch's store): the
+    user's when both are set; else, when rank 0 runs on this machine, its address as the other
+    ranks reach it and a port free here now; else None (a port free on a remote host cannot be
+    known from here: the user sets them, ``-x MASTER_ADDR=... -x MASTER_PORT=...``)."""
+    if environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):
+        return environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+    if plan[0].hostname in remote:
+        return None
+    address = rendezvous.address if remote else "127.0.0.1"
+    return address, hostlib.free_port(rendezvous.bind_host)
+
+
 def _rank_env(slot: SlotInfo, settings: Mapping[str, str], rendezvous: Rendezvous, port: int,
-              interface: str | None) -> dict[str, str]:
+              interface: str | None, hosts: Sequence[str],
+              master: tuple[str, int] | None) -> dict[str, str]:
     env = dict(settings)
     env.update(envs.topology_env(slot))
+    env.update(envs.torch_env(slot, hosts.index(slot.hostname), len(hosts), master))
     env.update(envs.rendezvous_env(rendezvous.address, port))
     env.update(envs.interface_env(interface))
     return env
@@ -99,6 +115,8 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
     grace = max(1, int(GRACE_SECONDS) - 2)
     private = envs.private_env(secret)
     local_slots = [slot for slot in plan if slot.hostname not in remote]
+    hosts = used_hosts(list(plan))
+    master = torch_master(plan, remote, rendezvous, {**base_env, **exports})
     shares = _core_shares(args, len(local_slots))
     cpus_of = {slot.rank: share for slot, share in zip(local_slots, shares or [])}
     specs = []
@@ -107,7 +125,8 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
         if slot.hostname in remote:
             env = envs.exported_env(base_env)
             env.update(exports)
-            env.update(_rank_env(slot, settings, rendezvous, port, interface_flag))
+            env.update(_rank_env(slot, settings, rendezvous, port, interface_flag, hosts,
+                                 master))
             env.setdefault("PYTHONUNBUFFERED", "1")
             argv = ssh_exec.ssh_command(slot.hostname, cwd or os.getcwd(), env, command, grace,
                                         args.ssh_port, args.ssh_identity_file,
@@ -126,7 +145,7 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
             if threads and (cpus or slot.local_size > 1):
                 omp_defaults.add(threads["OMP_NUM_THREADS"])
             env.update(_rank_env(slot, settings, rendezvous, port,
-                                 interface_flag or rendezvous.local_interface))
+                                 interface_flag or rendezvous.local_interface, hosts, master))
             env.update(private)
             env.setdefault("PYTHONUNBUFFERED", "1")  # rank output appears line by line
             specs.append(RankSpec(slot.rank, slot.hostname, list(command), env, cpus=cpus))

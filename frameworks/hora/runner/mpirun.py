@@ -21,7 +21,6 @@ import os
 import secrets
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -117,12 +116,6 @@ def exec_mpirun(argv: Sequence[str], env: Mapping[str, str]) -> None:
         raise MpiError(f"cannot start {argv[0]}: {exc.strerror}") from None
 
 
-def _free_local_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def rank_env(args: argparse.Namespace, hosts: Sequence[HostSlots],
              environ: Mapping[str, str]) -> dict[str, str]:
     """The variables an mpirun job carries to every rank: the launcher's HORA_/HOROVOD_/NCCL_
@@ -135,7 +128,7 @@ def rank_env(args: argparse.Namespace, hosts: Sequence[HostSlots],
     env.update(envs.settings_env(args))
     first = hosts[0].hostname
     if hostlib.is_local_host(first):
-        env.update(envs.rendezvous_env("127.0.0.1", _free_local_port()))
+        env.update(envs.rendezvous_env("127.0.0.1", hostlib.free_port()))
     else:
         env["HORA_RENDEZVOUS_ADDR"] = hostlib.address_part(first)
     env.update(envs.private_env(secrets.token_hex(32)))

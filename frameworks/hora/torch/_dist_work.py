@@ -54,7 +54,7 @@ class NameSequence:
     """Names for one process group's operations (see the module docstring)."""
 
     def __init__(self, prefix: str) -> None:
-        self._prefix = prefix
+        self.prefix = prefix
         self._counts: dict[str, int] = collections.defaultdict(int)
         self._lock = threading.Lock()
 
@@ -68,7 +68,7 @@ class NameSequence:
         with self._lock:
             count = self._counts[signature]
             self._counts[signature] = count + 1
-        return f"{self._prefix}.{signature}.{count}".replace(" ", "")
+        return f"{self.prefix}.{signature}.{count}".replace(" ", "")
 
 
 class HoraFuture(torch.futures.Future):
@@ -134,12 +134,16 @@ class HoraWork(dist.Work):
         self._error: BaseException | None = None
         self._outputs: list[torch.Tensor] = []
         self._future = HoraFuture(name)
+        self.source = -1  # a receive's sender (group rank), once it completed
 
     def _complete(self) -> None:
         """Wait for the engine and build the outputs (waiter thread)."""
         try:
             if self._result is not None:
-                self._result.wait(self._timeout.total_seconds())
+                try:
+                    self._result.wait(self._timeout.total_seconds())
+                except HoraTimeoutError:
+                    raise self._timed_out(self._timeout) from None
             self._outputs = self._finish()
         except BaseException as exc:  # noqa: BLE001 (the error belongs to whoever waits)
             self._error = exc
@@ -166,8 +170,16 @@ class HoraWork(dist.Work):
         return self._error
 
     def source_rank(self) -> int:
-        """Only meaningful for receive operations, which this backend does not have."""
-        raise RuntimeError("hora backend: source_rank() is only defined for recv works")
+        """The group rank a completed receive came from."""
+        self.wait()
+        if self.source < 0:
+            raise RuntimeError(f"hora backend: source_rank() is only defined for receives, and "
+                               f"{self.name} is not one")
+        return self.source
+
+    def _source_rank(self) -> int:
+        """``source_rank`` under the name torch's ``recv`` calls."""
+        return self.source_rank()
 
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         """Block until the operation finished; raise its error if it failed.
@@ -177,13 +189,17 @@ class HoraWork(dist.Work):
         """
         limit = timeout if timeout.total_seconds() > 0 else self._timeout
         if not self._done.wait(limit.total_seconds()):
-            raise HoraTimeoutError(
-                f"hora backend: operation {self.name} not finished after "
-                f"{limit.total_seconds():g} s"
-            )
+            raise self._timed_out(limit)
         if self._error is not None:
             raise self._error
         return True
+
+    def _timed_out(self, limit: datetime.timedelta) -> HoraTimeoutError:
+        """The error of a wait that ran out, in the words torch's callers match (as gloo's)."""
+        return HoraTimeoutError(
+            f"hora backend: operation {self.name} on rank {_rank()}: Timed out waiting "
+            f"{round(limit.total_seconds() * 1000)}ms for it to complete"
+        )
 
     def get_future(self) -> HoraFuture:
         """A future completed with the list of output tensors (or the operation's error)."""
@@ -262,17 +278,25 @@ def submit(name: str, result: AsyncResult | None, finish: Callable[[], list[torc
     """A work for the engine operation ``result``; ``finish`` builds the outputs once it is done
     (``result`` None: nothing to wait for)."""
     work = HoraWork(name, result, finish, timeout)
-    _threads.run(lambda: _finish(work))
+    _threads.run(lambda: complete(work))
     return work
 
 
 def completed(tensors: list[Any], name: str) -> HoraWork:
     """A work that is already complete (an operation with nothing to communicate)."""
     work = HoraWork(name, None, lambda: list(tensors), datetime.timedelta(seconds=1))
-    _threads.run(lambda: _finish(work))
+    _threads.run(lambda: complete(work))
     return work
 
 
-def _finish(work: HoraWork) -> None:
+def complete(work: HoraWork) -> None:
+    """Run ``work`` to its end on this thread: wait for the engine, build the outputs, complete
+    the future (its callbacks run here)."""
     work._complete()
     work._fire()
+
+
+def _rank() -> int | str:
+    import hora
+
+    return hora.rank() if hora.is_initialized() else "?"
