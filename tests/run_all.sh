@@ -8,6 +8,9 @@
 #      the hierarchical allreduce and allgather with ranks on two host names at -np 2 and 4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
+#   torchsuite: PyTorch's own backend conformance suite (distributed_test.py from the torch wheel)
+#      over the hora backend at 2 ranks: the subset in tests/torch_suite/ci_tests.txt, and the
+#      driver's own tests
 #   gpu: the GPU path (NCCL) through the CPU emulation of the CUDA runtime and NCCL
 #      (tests/gpu_emulation, built here): tests/gpu collectives and stream order under horarun
 #      -np 2..4, the hierarchical allreduce on two host names at -np 2 and 4, fault scenarios,
@@ -16,6 +19,11 @@
 #      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
 #      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
+#   clients: the training libraries that create the torch.distributed group themselves (Lightning
+#      with its own launcher, torchrun and horarun; Ray Train; Accelerate; DeepSpeed ZeRO 1 and 2;
+#      the Hugging Face Trainer), pinned in tests/clients/requirements.txt with torch held by
+#      tests/clients/constraints.txt, in their own virtual environment: each trains over hora and
+#      over gloo, with the same parameters (tests/clients/README.md)
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
@@ -43,8 +51,8 @@
 #                    environment (CI's throwaway machine; without it that stage refuses)
 #   --keep-going     run everything even after a failure
 #   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,gpu,mpi,mxnet,
-#                    tensorflow,chaos,elastic,fuzz,asan,tsan
+#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,torchsuite,gpu,
+#                    mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++).
@@ -58,7 +66,7 @@ JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 SYSTEM_INSTALL=0
 NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
+ONLY="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -198,7 +206,7 @@ WHEELHOUSE=$ROOT/build/wheelhouse
 if wants install; then
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    matplotlib pyyaml mpi4py torch==2.13.0 mypy
+    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \
@@ -336,6 +344,18 @@ if wants torch; then
 fi
 
 # ------------------------------------------------------------------------------------------------
+# torchsuite. PyTorch's backend conformance suite over hora (tests/torch_suite/README.md); every
+# test spawns its own 2 ranks, so the stage runs the CI subset, not the whole suite
+
+if wants torchsuite; then
+  run "torchsuite: the suite driver's own tests" \
+    "$PY" -m pytest -q -p no:cacheprovider tests/torch_suite/test_suite_driver.py
+  run "torchsuite: PyTorch's distributed_test.py over hora, np=2 (ci_tests.txt)" \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" tests/torch_suite/run_suite.py --backend hora \
+    --world-size 2 --tests-file tests/torch_suite/ci_tests.txt
+fi
+
+# ------------------------------------------------------------------------------------------------
 # gpu. The GPU path through the CPU emulation of CUDA and NCCL (no GPU is needed or used)
 
 EMULATION=$ROOT/build/gpu-emulation/libhora_gpu_emulation.so
@@ -457,6 +477,17 @@ framework_gpu_tests() {
       "$python" -m hora.runner -np "$np" "$python" -m pytest -q -p no:cacheprovider "$2"
   done
 }
+
+if wants clients; then
+  framework_venv clients -c "$ROOT/tests/clients/constraints.txt" \
+    -r "$ROOT/tests/clients/requirements.txt" numpy ml_dtypes
+  run "venv clients: hora.torch and the clients import" "$ROOT/build/venv-clients/bin/python" -c \
+    "import hora.torch, torch, lightning, ray, accelerate, transformers, deepspeed; \
+print('torch', torch.__version__, 'hora', hora.__version__)"
+  run "clients: Lightning, Ray Train, Accelerate, DeepSpeed, HF Trainer over hora and gloo" \
+    timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
+    -p no:cacheprovider tests/clients
+fi
 
 if wants mxnet; then
   framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4

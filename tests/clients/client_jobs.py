@@ -43,13 +43,12 @@ def free_port() -> int:
 def command(launcher: str, script: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command and environment that start ``script`` (a file of this folder) on 2 ranks.
 
-    ``own``: the script alone (the client starts its other ranks); ``torchrun``:
-    ``python -m torch.distributed.run``; ``horarun``: ``python -m hora.runner``.
+    ``own``: the script alone (the client starts its other ranks and picks their port);
+    ``torchrun``: ``python -m torch.distributed.run``; ``horarun``: ``python -m hora.runner``.
     """
     path = str(HERE / script)
     env = clean_env()
     if launcher == "own":
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return [sys.executable, path, *args], env
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS),

@@ -9,6 +9,9 @@ otherwise make one of gloo. Each rank trains on its own shard of the data set.
 
 from __future__ import annotations
 
+import argparse
+import gc
+
 import deepspeed
 import deepspeed.comm
 import torch
@@ -25,11 +28,8 @@ def zero_config(stage: int, batch_size: int) -> dict:
             "steps_per_print": 1_000_000, "wall_clock_breakdown": False}
 
 
-def main() -> None:
-    """Train, then write each rank's result."""
-    args = parse_args(__doc__.splitlines()[0],
-                      [("--stage", {"type": int, "choices": (1, 2), "default": 1})])
-    deepspeed.init_distributed(dist_backend=args.backend)
+def train(args: argparse.Namespace) -> None:
+    """Train over the default group, then write this rank's result."""
     model = build_model(args.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer,
@@ -51,7 +51,22 @@ def main() -> None:
     write_result(args.out, rank, world_size=seen["world_size"], backend=seen["backend"],
                  params=None if args.time else flat_parameters(engine.module),
                  step_ends=clock.ends if args.time else None)
-    dist.destroy_process_group()
+    engine.destroy()
+
+
+def main() -> None:
+    """Make the group, train, and release the engine before the group.
+
+    The engine and its ZeRO optimizer hold the process groups; once they are gone, the groups
+    are destroyed while the interpreter still runs (a gloo group left to the interpreter's exit
+    can abort the process there: "terminate called without an active exception").
+    """
+    args = parse_args(__doc__.splitlines()[0],
+                      [("--stage", {"type": int, "choices": (1, 2), "default": 1})])
+    deepspeed.init_distributed(dist_backend=args.backend)
+    train(args)
+    gc.collect()
+    deepspeed.comm.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Accelerate's state: training still runs over the existing hora group, but
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 
 import torch
@@ -63,7 +64,8 @@ class Observer(TrainerCallback):
         self.clock.tick()
 
 
-def training_arguments(backend: str, args: object, output_dir: str) -> TrainingArguments:
+def training_arguments(backend: str, args: argparse.Namespace,
+                       output_dir: str) -> TrainingArguments:
     """CPU, SGD, ``args.steps`` steps, nothing saved, logged or reported."""
     if backend == "hora":
         from hora.torch.accelerate import state
@@ -80,7 +82,7 @@ def training_arguments(backend: str, args: object, output_dir: str) -> TrainingA
 
 
 def main() -> None:
-    """Train, then write each rank's result."""
+    """Train, write each rank's result, destroy the group."""
     args = parse_args(__doc__.splitlines()[0])
     observer = Observer()
     with tempfile.TemporaryDirectory(prefix="hf_trainer_") as output_dir:
@@ -94,6 +96,7 @@ def main() -> None:
                  backend=observer.seen["backend"], client_backend=observer.seen["client_backend"],
                  params=None if args.time else flat_parameters(trainer.model.net),
                  step_ends=observer.clock.ends if args.time else None)
+    dist.destroy_process_group()  # the Trainer leaves the group to the interpreter's exit
 
 
 if __name__ == "__main__":

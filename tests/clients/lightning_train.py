@@ -1,11 +1,12 @@
-"""Lightning ``Trainer(devices=2, accelerator="cpu", strategy=DDPStrategy(process_group_backend=B))``.
+"""Lightning ``Trainer(devices=2, accelerator="cpu", strategy=DDPStrategy(...))`` on CPU.
 
     python lightning_train.py --backend hora --out DIR                 # Lightning starts rank 1
     python -m torch.distributed.run --nproc-per-node 2 lightning_train.py --backend hora --out DIR
     python -m hora.runner -np 2 python lightning_train.py --backend hora --out DIR
 
-Run alone, Lightning's own launcher starts the second process (it re-runs this script); under
-torchrun or horarun it finds the launcher's variables and starts none.
+The strategy is ``DDPStrategy(process_group_backend=B)``. Run alone, Lightning's own launcher
+starts the second process (it re-runs this script); under torchrun or horarun it finds the
+launcher's variables and starts none.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Classifier(L.LightningModule):
 
 
 def main() -> None:
-    """Train, then write each rank's result."""
+    """Train, write each rank's result, destroy the group."""
     args = parse_args(__doc__.splitlines()[0])
     data = make_dataset(args.model, samples_for(args.steps, args.batch_size))
     module = Classifier(args.model)
@@ -56,6 +57,7 @@ def main() -> None:
                  backend=module.seen["backend"],
                  params=None if args.time else flat_parameters(module.net),
                  step_ends=module.clock.ends if args.time else None)
+    dist.destroy_process_group()  # Lightning leaves the group to the interpreter's exit
 
 
 if __name__ == "__main__":

@@ -118,3 +118,14 @@ def test_the_hugging_face_trainer_trains_over_hora_as_over_gloo_and_says_which(
         tmp_path: Path) -> None:
     results = train_over_each_backend(tmp_path, "torchrun", "hf_trainer_train.py")
     assert_hora_trains_as_gloo(results, client_reports_backend=True)
+
+
+def test_accelerate_itself_refuses_hora_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why hora.torch.accelerate.state() exists: asked directly, Accelerate refuses the name
+    before it creates any group."""
+    from accelerate import PartialState
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="Your assigned backend hora is not available"):
+        PartialState(cpu=True, backend="hora")

@@ -1,6 +1,7 @@
 """Rank discovery from launcher, torchrun, mpirun and Slurm variables (no engine started)."""
 
 import logging
+import sys
 
 import pytest
 from hora.common import discovery
@@ -63,7 +64,8 @@ def test_inconsistent_launcher_variables(env, message):
 
 def torchrun_env(rank, **extra):
     env = {"RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(rank % 2),
-           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "29500"}
+           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "29500",
+           "TORCHELASTIC_RUN_ID": "job"}
     env.update(extra)
     return env
 
@@ -192,6 +194,24 @@ def test_no_secret_on_a_network_address_is_refused(env):
             discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": off})
     secured = discover({**env, "HORA_SECRET": "s"})
     assert discovery.checked_secret(secured, "10.1.1.2", environ=env) == "s"
+
+
+def test_torchrun_variables_set_by_a_trainer_name_it_and_its_fix(monkeypatch):
+    """Ray Train sets RANK, WORLD_SIZE and MASTER_ADDR (the node's address) on its workers; an
+    hvd.init() there names Ray Train, not torchrun, and the one line that gives a secret."""
+    import types
+
+    env = {k: v for k, v in torchrun_env(0).items() if k != "TORCHELASTIC_RUN_ID"}
+    assert discover(env).source == "torch.distributed"
+    monkeypatch.setitem(sys.modules, "ray.train", types.ModuleType("ray.train"))
+    info = discover(env)
+    assert info.source == "Ray Train"
+    with pytest.raises(ValueError) as caught:
+        discovery.checked_secret(info, "10.1.1.2", environ={},
+                                 fix=discovery.secret_fix(info.source, store=False))
+    assert str(caught.value).startswith("Ray Train: rank 0 would listen on the non-loopback")
+    assert ("To give it one: ray.init(runtime_env={'env_vars': {'HORA_SECRET': '<random hex>'}})"
+            in str(caught.value))
 
 
 def test_insecure_warns_on_rank_0_only(caplog):

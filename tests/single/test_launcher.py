@@ -733,6 +733,14 @@ def test_run_from_hora_runner_takes_horovod_s_arguments_in_horovod_s_order(monke
     assert run(lambda a, b=0: a + b, (1,), {"b": 2}, 2) == [3, 3]
 
 
+def test_run_commandline_is_horovod_s_name_for_the_launcher(capsys):
+    from hora.runner.launch import main, run_commandline
+
+    assert run_commandline is main
+    assert run_commandline(["-cb"]) == 0
+    assert "Available Frameworks" in capsys.readouterr().out
+
+
 def test_run_refuses_elastic_jobs_and_contradictory_choices():
     from hora.runner import run
 

@@ -164,7 +164,7 @@ def init_with_store(store: store_world.KeyValue, rank: int, size: int, *, store_
         if "mpi" in [a.strip().lower() for a in asked]:
             raise NotSupportedError(
                 f"HORA_CONTROLLER / HORA_CPU_OPERATIONS ask for MPI, but "
-                f"{launcher or store_world.started_by()} started this job, not mpirun; unset "
+                f"{launcher or discovery.started_by()} started this job, not mpirun; unset "
                 "them (Hora then runs on TCP)")
         world = store_world.rendezvous(store, rank, size, store_host=store_host,
                                        launcher=launcher)
@@ -183,7 +183,10 @@ def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
     global _listen
     listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
     _listen = listen
-    secret = discovery.checked_secret(info, listen) if transports.uses_tcp else info.secret
+    fix = "" if info.source in ("horarun", "mpirun", "slurm") else \
+        discovery.secret_fix(info.source, store=False)
+    secret = discovery.checked_secret(info, listen, fix=fix) if transports.uses_tcp else \
+        info.secret
     objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
     _core.init(
         info.rank, info.size, info.local_rank, info.local_size, info.cross_rank,

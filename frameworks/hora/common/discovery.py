@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import socket
+import sys
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -141,6 +142,36 @@ def _secret(env: _Env, from_launcher: bool) -> str:
     if not text:
         raise ValueError(f"HORA_SECRET_FILE={path} is empty; put the job secret in it")
     return text
+
+
+def started_by(environ: Mapping[str, str] | None = None) -> str:
+    """The program that most likely started this process with torchrun's variables or a
+    torch.distributed store, for messages: a trainer whose module is loaded, else torchrun when
+    its variables say so (``environ``: variables to read instead of the process's)."""
+    modules = sys.modules
+    if "ray.train" in modules:
+        return "Ray Train"
+    if "lightning" in modules or "pytorch_lightning" in modules:
+        return "Lightning"
+    if "deepspeed" in modules:
+        return "DeepSpeed"
+    if "accelerate" in modules:
+        return "Accelerate"
+    if _Env(environ).raw("TORCHELASTIC_RUN_ID"):
+        return "torchrun"
+    return "torch.distributed"
+
+
+def secret_fix(launcher: str, store: bool) -> str:
+    """The one line that gives a job started by ``launcher`` a secret; ``store``: the ranks
+    share a torch.distributed store (``init_process_group``), so the secret may travel there."""
+    how = "'HORA_SECRET_THROUGH_STORE': '1'" if store else "'HORA_SECRET': '<random hex>'"
+    if launcher == "Ray Train":
+        return f"ray.init(runtime_env={{'env_vars': {{{how}}}}})"
+    if store:
+        return "export HORA_SECRET_THROUGH_STORE=1 on every host before starting the job"
+    return ("export HORA_SECRET=<random hex> (the same on every host) before starting the job, "
+            "for example from: python -c 'import secrets; print(secrets.token_hex(32))'")
 
 
 def is_loopback(host: str) -> bool:
@@ -290,7 +321,8 @@ def _from_torchrun(env: _Env) -> RankInfo | None:
         port = _int(explicit_port, "HORA_RENDEZVOUS_PORT")
     else:
         port = _int(env.raw("MASTER_PORT"), "MASTER_PORT", DEFAULT_MASTER_PORT) + 1
-    return _self_served(env, "torchrun", rank, size, local_rank, local_size, cross, host, port)
+    return _self_served(env, started_by(env._mapping), rank, size, local_rank, local_size,
+                        cross, host, port)
 
 
 def _store_address(env: _Env, fallback_host: str | None) -> tuple[str, int]:

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import secrets
 import socket
-import sys
 import time
 from typing import Any, Protocol
 
@@ -62,31 +60,6 @@ class World:
 
     info: discovery.RankInfo
     server: Any = None  # rank 0: the hora._core.StoreServer to keep while the engine runs
-
-
-def started_by() -> str:
-    """The program that most likely started this process, for messages."""
-    modules = sys.modules
-    if "ray" in modules and os.environ.get("RAY_JOB_ID") is not None or "ray.train" in modules:
-        return "Ray Train"
-    if "lightning" in modules or "pytorch_lightning" in modules:
-        return "Lightning"
-    if "deepspeed" in modules:
-        return "DeepSpeed"
-    if "accelerate" in modules:
-        return "Accelerate"
-    if os.environ.get("TORCHELASTIC_RUN_ID"):
-        return "torchrun"
-    return "torch.distributed.init_process_group"
-
-
-def secret_fix(launcher: str) -> str:
-    """The one line that gives a job started by ``launcher`` a secret."""
-    if launcher == "Ray Train":
-        return ("ray.init(runtime_env={'env_vars': {'HORA_SECRET_THROUGH_STORE': '1'}}) (or "
-                "HORA_SECRET set there to a random value)")
-    return ("export HORA_SECRET_THROUGH_STORE=1 on every host before starting the job (or "
-            "HORA_SECRET set to the same random value on every host)")
 
 
 def _wait(store: KeyValue, keys: list[str], deadline: float, what: str) -> None:
@@ -143,7 +116,7 @@ def _decide(identities: list[str], names: list[str], store_host: str,
     info = discovery.RankInfo(0, len(identities), *coords[0], store_host=listen,
                               secret=secret or discovery.env_secret(), source=launcher)
     try:
-        discovery.checked_secret(info, listen, fix=secret_fix(launcher))
+        discovery.checked_secret(info, listen, fix=discovery.secret_fix(launcher, store=True))
     except ValueError as exc:
         return {"error": str(exc)}, None
     server = _core.StoreServer(listen, 0, info.secret)
@@ -161,7 +134,7 @@ def rendezvous(store: KeyValue, rank: int, size: int, *, store_host: str = "",
         rank, size: this rank and the job size, as the program that started the job says.
         store_host: the address ``store`` is served at, when known (ranks on several machines
             listen on the address that reaches it).
-        launcher: who started the job, for messages (default: ``started_by()``).
+        launcher: who started the job, for messages (default: ``discovery.started_by()``).
         timeout: seconds to wait for every rank (default: HORA_START_TIMEOUT).
 
     Raises:
@@ -169,7 +142,7 @@ def rendezvous(store: KeyValue, rank: int, size: int, *, store_host: str = "",
             message on every rank.
         HoraTimeoutError: not every rank arrived in time.
     """
-    launcher = launcher or started_by()
+    launcher = launcher or discovery.started_by()
     if size == 1:
         return World(discovery.RankInfo(hostname=socket.gethostname(), source=launcher))
     if timeout is None:

@@ -227,5 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
 
 
+run_commandline = main
+"""``horovod.runner.launch.run_commandline``'s name for ``main``."""
+
+
 if __name__ == "__main__":
     sys.exit(main())
