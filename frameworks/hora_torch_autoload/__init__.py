@@ -38,9 +38,9 @@ def _monitored_barrier_for_hora(original: Any) -> Any:
                           wait_all_ranks: bool = False) -> Any:
         if c10d._rank_not_in_group(group) or c10d.get_backend(group) != BACKEND_NAME:
             return original(group, timeout, wait_all_ranks)
-        pg = c10d._get_default_group() if group is None else group
+        pg: Any = c10d._get_default_group() if group is None else group
         if timeout is None:
-            timeout = c10d._get_default_timeout(BACKEND_NAME)
+            timeout = c10d._get_default_timeout(c10d.Backend(BACKEND_NAME))
         return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
     monitored_barrier.__hora_wrapped__ = original  # type: ignore[attr-defined]

@@ -127,7 +127,8 @@ def test_horarun_gives_each_rank_torchrun_s_variables() -> None:
 
 def test_a_gloo_script_reading_torchrun_s_variables_distributes_under_horarun() -> None:
     code = ("import torch, torch.distributed as dist; dist.init_process_group('gloo'); "
-            "t = torch.ones(1); dist.all_reduce(t); print('sum', t.item(), dist.get_rank())")
+            "t = torch.ones(1); dist.all_reduce(t); print('sum', t.item(), dist.get_rank()); "
+            "dist.destroy_process_group()")
     out = run([sys.executable, "-m", "hora.runner", "-np", "2", sys.executable, "-c", code])
     assert sorted(line.split("sum ", 1)[1] for line in out.splitlines() if "sum " in line) == [
         "2.0 0", "2.0 1"]
