@@ -16,6 +16,7 @@ import textwrap
 
 import hora
 import pytest
+from hora.runner.env import TORCH_NAMES
 
 pytest.importorskip("hora.mxnet", exc_type=ImportError)
 
@@ -38,9 +39,12 @@ SCRIPT = textwrap.dedent("""
 
 
 def _single_rank_env() -> dict[str, str]:
-    """This rank's environment without what makes a process join the running job."""
+    """This rank's environment without what makes a process join the running job (horarun's
+    variables, and torchrun's, which horarun exports too)."""
+    torchrun = {*TORCH_NAMES, "MASTER_ADDR", "MASTER_PORT"}
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("HORA_", "HOROVOD_", "OMPI_", "PMI_", "PMIX_"))}
+            if not k.startswith(("HORA_", "HOROVOD_", "OMPI_", "PMI_", "PMIX_"))
+            and k not in torchrun}
 
 
 def test_mxnet_imported_before_hora() -> None:
