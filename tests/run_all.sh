@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Sets up this machine and runs every Hora test:
+# Sets up this machine and runs Hora's tests, in one of two tiers:
+#   quick (the default): every component once, at 2 ranks, in about 10 minutes after the build:
+#      install, cpp, single, core (shared memory and TCP), torch, gpu, mpi, mxnet, tensorflow,
+#      chaos (the launcher tests and 20 random fault scenarios) and elastic
+#   --full (what CI runs): every stage below at 1-4 ranks, and the stages the quick tier leaves
+#      out: torchsuite, clients, fuzz, asan, tsan
+# The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
@@ -46,16 +52,21 @@
 # for it: one that does not is a failure, never a stage of skipped tests.
 #
 # Options:
+#   --full           the full tier (default: the quick tier)
+#   --plan           print the tier, stages, rank counts and chaos scenarios it would run, and exit
 #   --skip-install   do not pip install (use what is installed)
 #   --system-install let the install stage pip install into $PYTHON although it is not a virtual
 #                    environment (CI's throwaway machine; without it that stage refuses)
 #   --keep-going     run everything even after a failure
-#   --np "2 3"       rank counts for the multi-rank stages (default "1 2 3 4"; torch uses >= 2)
-#   --only LIST      comma-separated stages to run: install,cpp,single,core,torch,torchsuite,gpu,
-#                    mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan
+#   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
+#                    torch uses >= 2)
+#   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
+#                    gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan (default: the
+#                    tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
-#   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++).
+#   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++), HORA_CHAOS_COUNT
+#   (random fault scenarios, default 20, with --full 200), HORA_CHAOS_SEED.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -65,12 +76,19 @@ RUN_TIMEOUT=${HORA_RUN_TIMEOUT:-900}
 JOBS=${HORA_BUILD_JOBS:-$(nproc)}
 KEEP_GOING=0
 SYSTEM_INSTALL=0
-NPS="1 2 3 4"
-ONLY="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
+SKIP_INSTALL=0
+FULL=0
+PLAN=0
+NPS=""
+ONLY=""
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
+QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,chaos,elastic"
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --skip-install) ONLY=${ONLY//install/} ;;
+    --full) FULL=1 ;;
+    --plan) PLAN=1 ;;
+    --skip-install) SKIP_INSTALL=1 ;;
     --keep-going) KEEP_GOING=1 ;;
     --system-install) SYSTEM_INSTALL=1 ;;
     --np) NPS=$2; shift ;;
@@ -80,6 +98,31 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+
+if [ "$FULL" = 1 ]; then
+  TIER=full
+  : "${ONLY:=$ALL_STAGES}" "${NPS:=1 2 3 4}"
+  CHAOS_COUNT=${HORA_CHAOS_COUNT:-200}
+else
+  TIER=quick
+  : "${ONLY:=$QUICK_STAGES}" "${NPS:=2}"
+  CHAOS_COUNT=${HORA_CHAOS_COUNT:-20}
+fi
+if [ "$SKIP_INSTALL" = 1 ]; then ONLY=${ONLY//install/}; fi
+for s in ${ONLY//,/ }; do
+  [[ ",$ALL_STAGES," == *",$s,"* ]] || { echo "run_all.sh: unknown stage $s" >&2; exit 2; }
+done
+
+if [ "$PLAN" = 1 ]; then
+  echo "tier: $TIER"
+  echo "stages:" ${ONLY//,/ }  # unquoted: one space between the names
+  echo "rank counts: $NPS"
+  echo "chaos scenarios: $CHAOS_COUNT"
+  exit 0
+fi
+
+# has_np N: N is one of the rank counts asked for.
+has_np() { [[ " $NPS " == *" $1 "* ]]; }
 
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
@@ -131,6 +174,27 @@ collect_skips() {
            grep -E '^SKIPPED \[[0-9]+\] ' | sort -u)
 }
 
+# The stages asked for, counted in the order they run, for the progress lines.
+STAGE_COUNT=0
+for s in ${ALL_STAGES//,/ }; do
+  if [[ ",$ONLY," == *",$s,"* ]]; then STAGE_COUNT=$((STAGE_COUNT + 1)); fi
+done
+STAGE_NO=0
+STAGE=""
+
+elapsed() {
+  local t=$((SECONDS - T_START))
+  printf '%dm%02ds' $((t / 60)) $((t % 60))
+}
+
+# stage NAME: announces the next stage, so a long run shows where it is.
+stage() {
+  STAGE_NO=$((STAGE_NO + 1))
+  STAGE=$1
+  echo
+  echo "######## stage $STAGE_NO of $STAGE_COUNT: $STAGE ($TIER tier, $(elapsed) elapsed)"
+}
+
 # run LABEL CMD... : runs one counted step, prints its output, records time and result.
 run() {
   local label=$1; shift
@@ -140,7 +204,7 @@ run() {
     return 0
   fi
   echo
-  echo "=== $label"
+  echo "=== [$STAGE_NO/$STAGE_COUNT $STAGE, $(elapsed)] $label"
   echo "+ $*"
   local t0=$SECONDS rc
   "$@" 2>&1 | tee "$RUN_LOG"
@@ -166,7 +230,7 @@ finish() {
   echo "================================ summary ================================"
   local line
   for line in "${TIMINGS[@]}"; do echo "$line"; done
-  echo "total: $((SECONDS - T_START))s"
+  echo "total: $((SECONDS - T_START))s ($TIER tier: $ONLY at np $NPS)"
   if [ "${#FAILURES[@]}" -gt 0 ]; then
     echo "failed:"
     for line in "${FAILURES[@]}"; do echo "  $line"; done
@@ -204,6 +268,7 @@ pytest_allow_empty() {
 
 WHEELHOUSE=$ROOT/build/wheelhouse
 if wants install; then
+  stage install
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
     matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest
@@ -229,6 +294,7 @@ fi
 # 2. C++ unit tests
 
 if wants cpp; then
+  stage cpp
   run "clang-format check (C++ style)" bash tests/check_format.sh
   if [ -f tests/cpp/CMakeLists.txt ]; then
     run "C++ configure (cmake, Ninja)" \
@@ -245,6 +311,7 @@ fi
 # 3. Single-process tests
 
 if wants single; then
+  stage single
   run "pytest tests/single" \
     pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider tests/single
   # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
@@ -279,6 +346,7 @@ parallel_run() {
 }
 
 if wants core; then
+  stage core
   shopt -s nullglob
   CORE_FILES=(tests/parallel/test_core_*.py)
   for np in $NPS; do
@@ -287,8 +355,10 @@ if wants core; then
       parallel_run "np=$np $(basename "$f" .py) ${envs:+[$envs]}" "$np" "$envs" "$f"
     done
   done
-  for np in $NPS; do
-    [ "$np" = 3 ] || continue
+  # Over TCP at 3 ranks, or at the one rank count asked for (the quick tier's 2).
+  TCP_NP=3
+  has_np 3 || TCP_NP=$(for np in $NPS; do [ "$np" -ge 2 ] && echo "$np"; done | head -n 1)
+  for np in $TCP_NP; do
     envs="$(core_env "$np") HORA_SHM_DISABLE=1"
     for f in "${CORE_FILES[@]}"; do
       [[ "$f" == *test_core_timeline.py ]] && continue  # the timeline does not depend on it
@@ -296,7 +366,7 @@ if wants core; then
     done
   done
   # Fusion off, and a cycle time of 0, at 2 ranks for the ops most affected by them.
-  if [[ " $NPS " == *" 2 "* ]]; then
+  if has_np 2; then
     for f in tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py; do
       envs="HORA_FUSION_THRESHOLD=0 HORA_CYCLE_TIME=0"
       parallel_run "np=2 $(basename "$f" .py) [$envs]" 2 "$envs" "$f"
@@ -306,7 +376,7 @@ if wants core; then
   # localhost and 127.0.0.1 as two): 2 hosts x 1 rank over the job's shared memory; 2 x 2 as on
   # two machines (HORA_SHM_HOST_BY_NAME): shared memory within each host, TCP across.
   for np in 2 4; do
-    [[ " $NPS " == *" $np "* ]] || continue
+    has_np "$np" || continue
     envs="HORA_HIERARCHICAL_ALLREDUCE=1 HORA_HIERARCHICAL_ALLGATHER=1 HORA_FUSION_THRESHOLD=65536"
     [ "$np" = 4 ] && envs="$envs HORA_SHM_HOST_BY_NAME=1"
     # shellcheck disable=SC2086
@@ -322,6 +392,7 @@ fi
 # 5. Multi-rank torch tests (written alongside the torch frontend)
 
 if wants torch; then
+  stage torch
   shopt -s nullglob
   TORCH_FILES=(tests/parallel/test_torch_*.py)
   if [ "${#TORCH_FILES[@]}" -eq 0 ]; then
@@ -334,7 +405,7 @@ if wants torch; then
     done
   done
   # The ZeRO example end to end: training, consolidation on rank 0, checkpoint saved and reloaded.
-  if [[ " $NPS " == *" 2 "* ]]; then
+  if has_np 2; then
     ZERO_CKPT="$(mktemp -d)/zero_opt.pt"
     run "np=2 examples/pytorch/zero.py" bash -c \
       'out=$("$@") || exit 1; echo "$out"; grep -q "saved and reloaded" <<<"$out"' _ \
@@ -348,6 +419,7 @@ fi
 # test spawns its own 2 ranks, so the stage runs the CI subset, not the whole suite
 
 if wants torchsuite; then
+  stage torchsuite
   run "torchsuite: the suite driver's own tests" \
     "$PY" -m pytest -q -p no:cacheprovider tests/torch_suite/test_suite_driver.py
   run "torchsuite: PyTorch's distributed_test.py over hora, np=2 (ci_tests.txt)" \
@@ -373,6 +445,7 @@ build_emulation() {
 }
 
 if wants gpu; then
+  stage gpu
   NVIDIA_SITE=$ROOT/build/gpu-wheels
   build_emulation
   if [ ! -f "$NVIDIA_SITE/nvidia/nccl/lib/libnccl.so.2" ] ||
@@ -391,7 +464,7 @@ if wants gpu; then
   # 2 hosts x 1 rank, and 2 x 2 as on two machines (HORA_SHM_HOST_BY_NAME): NCCL within a host,
   # the CPU transport across.
   for np in 2 4; do
-    [[ " $NPS " == *" $np "* ]] || continue
+    has_np "$np" || continue
     envs="$GPU_ENV HORA_HIERARCHICAL_ALLREDUCE=1"
     [ "$np" = 4 ] && envs="$envs HORA_SHM_HOST_BY_NAME=1"
     # shellcheck disable=SC2086
@@ -413,10 +486,12 @@ fi
 # 6. The same engine over MPI (when an MPI was found at build time)
 
 if wants mpi; then
+  stage mpi
   if command -v mpirun >/dev/null 2>&1 && "$PY" -c 'import hora, sys; sys.exit(0 if hora.mpi_built() else 1)'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI_FILES=(tests/parallel/test_core_*.py tests/parallel/test_mpi_*.py)
     for np in 2 3; do
+      has_np "$np" || continue
       envs=$(core_env "$np")
       for f in "${MPI_FILES[@]}"; do
         # shellcheck disable=SC2086
@@ -431,6 +506,7 @@ if wants mpi; then
                  tests/parallel/test_core_reducescatter.py tests/parallel/test_core_misc.py)
     for pair in mpi+tcp tcp+mpi; do
       for np in 2 3; do
+        has_np "$np" || continue
         envs=$(core_env "$np")
         for f in "${MIXED_FILES[@]}"; do
           # shellcheck disable=SC2086
@@ -472,6 +548,7 @@ framework_gpu_tests() {
   local python=$ROOT/build/venv-$1/bin/python np
   build_emulation
   for np in 2 4; do
+    has_np "$np" || continue
     # shellcheck disable=SC2086
     run "$1 np=$np GPU tensors (emulated)" env $GPU_ENV timeout -k 20 "$RUN_TIMEOUT" \
       "$python" -m hora.runner -np "$np" "$python" -m pytest -q -p no:cacheprovider "$2"
@@ -479,6 +556,7 @@ framework_gpu_tests() {
 }
 
 if wants clients; then
+  stage clients
   framework_venv clients -c "$ROOT/tests/clients/constraints.txt" \
     -r "$ROOT/tests/clients/requirements.txt" numpy ml_dtypes
   run "venv clients: hora.torch and the clients import" "$ROOT/build/venv-clients/bin/python" -c \
@@ -490,9 +568,11 @@ print('torch', torch.__version__, 'hora', hora.__version__)"
 fi
 
 if wants mxnet; then
+  stage mxnet
   framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4
   framework_imports mxnet
   for np in 2 3; do
+    has_np "$np" || continue
     for f in tests/parallel/test_mxnet_*.py; do
       run "mxnet np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
         "$ROOT/build/venv-mxnet/bin/python" -m hora.runner -np "$np" \
@@ -504,11 +584,13 @@ if wants mxnet; then
 fi
 
 if wants tensorflow; then
+  stage tensorflow
   # TensorFlow 2.21 works with NumPy 2: its venv takes whatever NumPy TensorFlow asks for.
   framework_venv tensorflow tensorflow-cpu==2.21.0 ml_dtypes==0.5.4
   export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
   framework_imports tensorflow
   for np in 2 3; do
+    has_np "$np" || continue
     for f in tests/parallel/test_tensorflow_*.py; do
       run "tensorflow np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
         "$ROOT/build/venv-tensorflow/bin/python" -m hora.runner -np "$np" \
@@ -524,16 +606,18 @@ fi
 #    and leave no process or socket behind (TCP, and MPI when built; see tests/chaos/run_chaos.py)
 
 if wants chaos; then
+  stage chaos
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   run "chaos: launcher killed, fault-injection hook" timeout -k 20 "$RUN_TIMEOUT" \
     "$PY" -m pytest -q -p no:cacheprovider tests/chaos
-  CHAOS_ARGS=(--count "${HORA_CHAOS_COUNT:-200}" --jobs 3)
+  CHAOS_ARGS=(--count "$CHAOS_COUNT" --jobs 3)
   [ -n "${HORA_CHAOS_SEED:-}" ] && CHAOS_ARGS+=(--seed "$HORA_CHAOS_SEED")
-  run "chaos: ${HORA_CHAOS_COUNT:-200} randomized fault scenarios" timeout -k 20 "$RUN_TIMEOUT" \
+  run "chaos: $CHAOS_COUNT randomized fault scenarios" timeout -k 20 "$RUN_TIMEOUT" \
     "$PY" tests/chaos/run_chaos.py "${CHAOS_ARGS[@]}"
 fi
 
 if wants elastic; then
+  stage elastic
   run "elastic: horarun elastic jobs (kills, cooldown, growth, below --min-np, sampler)" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/elastic
 fi
@@ -541,6 +625,7 @@ fi
 # 9. Fuzzing and sanitizers (C++ only: build trees of their own under build/)
 
 if wants fuzz; then
+  stage fuzz
   FUZZ_SECONDS=${HORA_FUZZ_SECONDS:-25}
   FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
   if [ -z "$FUZZ_CXX" ]; then
@@ -578,6 +663,7 @@ sanitizer_stage() {
 }
 
 if wants asan; then
+  stage asan
   export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp
@@ -585,6 +671,7 @@ if wants asan; then
 fi
 
 if wants tsan; then
+  stage tsan
   export TSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/tsan.supp:second_deadlock_stack=1
   sanitizer_stage tsan thread
 fi

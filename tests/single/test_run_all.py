@@ -1,5 +1,5 @@
-"""tests/run_all.sh itself: it installs into a Python outside a virtual environment only when asked,
-and its summary counts skipped tests and names each reason."""
+"""tests/run_all.sh itself: its two tiers, its progress lines, it installs into a Python outside a
+virtual environment only when asked, and its summary counts skipped tests and names each reason."""
 
 from __future__ import annotations
 
@@ -37,8 +37,69 @@ def test_install_into_a_system_python_needs_the_flag(tmp_path: Path) -> None:
     assert "refused:" not in done.stderr and "pip install" not in done.stdout
 
 
-def test_ci_asks_for_the_system_install() -> None:
-    assert "tests/run_all.sh --system-install" in (ROOT / ".ci" / "run").read_text()
+def test_ci_asks_for_the_system_install_and_the_full_tier() -> None:
+    assert "bash tests/run_all.sh --system-install --full\n" in (ROOT / ".ci" / "run").read_text()
+
+
+def _plan(*args: str) -> dict[str, str]:
+    done = subprocess.run(["bash", str(RUN_ALL), "--plan", *args], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines())
+
+
+def test_the_quick_tier_is_the_default_and_leaves_the_long_stages_to_full() -> None:
+    quick = _plan()
+    assert quick == {"tier": "quick", "rank counts": "2", "chaos scenarios": "20",
+                     "stages": "install cpp single core torch gpu mpi mxnet tensorflow chaos "
+                               "elastic"}
+    full = _plan("--full")
+    assert full == {"tier": "full", "rank counts": "1 2 3 4", "chaos scenarios": "200",
+                    "stages": "install cpp single core torch torchsuite gpu mpi clients mxnet "
+                              "tensorflow chaos elastic fuzz asan tsan"}
+    # What the user asks for wins over the tier's choice.
+    assert _plan("--full", "--skip-install", "--np", "3", "--only", "core,install")["stages"] == \
+        "core"
+    assert _plan("--np", "3 4")["rank counts"] == "3 4"
+
+
+def test_an_unknown_stage_is_refused() -> None:
+    done = subprocess.run(["bash", str(RUN_ALL), "--only", "core,torhc"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "unknown stage torhc" in done.stderr
+
+
+def _functions(*names: str) -> str:
+    text = RUN_ALL.read_text()
+    found = []
+    for name in names:
+        function = re.search(rf"^{name}\(\) \{{.*?^\}}", text, re.DOTALL | re.MULTILINE)
+        assert function is not None, name
+        found.append(function.group(0))
+    return "\n".join(found)
+
+
+def test_progress_names_the_stage_its_number_and_the_time(tmp_path: Path) -> None:
+    script = ("T_START=$SECONDS; STAGE_COUNT=3; STAGE_NO=1; TIER=quick; STOPPED=0; KEEP_GOING=0; "
+              f"PASSED=0; FAILED=0; TIMINGS=(); FAILURES=(); RUN_LOG={tmp_path / 'log'}\n"
+              f"{_functions('elapsed', 'stage', 'collect_skips', 'run')}\n"
+              'stage torch; run "np=2 a test" true; run "np=2 another" false; '
+              'echo "passed=$PASSED failed=$FAILED"')
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          check=True)
+    lines = done.stdout.splitlines()
+    assert "######## stage 2 of 3: torch (quick tier, 0m00s elapsed)" in lines
+    assert "=== [2/3 torch, 0m00s] np=2 a test" in lines
+    assert "=== np=2 a test: ok (0s)" in lines
+    assert "=== np=2 another: FAILED with exit 1 (0s)" in lines
+    assert lines[-1] == "passed=1 failed=1"
+
+
+def test_every_stage_announces_itself() -> None:
+    text = RUN_ALL.read_text()
+    stages = re.search(r'^ALL_STAGES="([a-z,]+)"$', text, re.MULTILINE)
+    assert stages is not None
+    for name in stages.group(1).split(","):
+        assert f"if wants {name}; then\n  stage {name}\n" in text, name
 
 
 def _collect_skips(log: str, tmp_path: Path) -> tuple[int, list[str]]:
