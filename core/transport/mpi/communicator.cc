@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
@@ -48,7 +49,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount, 
       comm_(comm),
       worldRank_(worldRank),
       maxCount_(std::max<size_t>(1, std::min<size_t>(maxCount, INT_MAX))),
-      timeout_(timeout) {
+      timeout_(timeout),
+      watchdog_(timeout, comm, context_.threadLevel() == MPI_THREAD_MULTIPLE,
+                [this](const char* op, const char* call) { return timeoutMessage(op, call); }) {
   checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
            prefix("setup") + "MPI_Comm_set_errhandler");
   checkMpi(MPI_Comm_rank(comm_, &rank_), prefix("setup") + "MPI_Comm_rank");
@@ -174,15 +177,23 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
   }
 }
 
+std::string MpiCommunicator::timeoutMessage(const char* op, const char* call) const {
+  return prefix(op) + call + " did not complete within HORA_TIMEOUT_SECONDS (" +
+         std::to_string(timeout_.count() / 1000) +
+         " s): a peer is stuck, stopped or unreachable. MPI cannot cancel a collective, so the MPI "
+         "job is aborted.";
+}
+
 void MpiCommunicator::await(MPI_Request* requests, int count, const char* op, const char* call,
                             MPI_Status* statuses) {
-  int rc = awaitOrAbort(requests, count, statuses, timeout_, comm_, [&] {
-    return prefix(op) + call + " did not complete within HORA_TIMEOUT_SECONDS (" +
-           std::to_string(timeout_.count() / 1000) +
-           " s): a peer is stuck, stopped or unreachable. MPI cannot cancel a collective, so the "
-           "MPI job is aborted.";
-  });
+  int rc = awaitOrAbort(requests, count, statuses, timeout_, comm_,
+                        [&] { return timeoutMessage(op, call); });
   check(rc, op, call);
+}
+
+template <typename Call>
+void MpiCommunicator::blocking(const char* op, const char* call, Call&& body) {
+  check(watchdog_.guard(op, call, std::forward<Call>(body)), op, call);
 }
 
 void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
@@ -193,11 +204,9 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
   run("allreduce", [&] {
     for (size_t off = 0; off < count; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, count - off));
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Iallreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_,
-                           &request),
-            "allreduce", "MPI_Iallreduce");
-      await(&request, 1, "allreduce", "MPI_Iallreduce");
+      blocking("allreduce", "MPI_Allreduce", [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_);
+      });
     }
   });
 }
@@ -218,11 +227,10 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
     if (unit > 0) {
       MPI_Datatype type = unitType(unit);
       std::vector<int> counts = inUnits(bytesPerRank, unit), displs = inUnits(offsets, unit);
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Iallgatherv(inPlace ? MPI_IN_PLACE : in, counts[rank_], type, out, counts.data(),
-                            displs.data(), type, comm_, &request),
-            "allgatherv", "MPI_Iallgatherv");
-      await(&request, 1, "allgatherv", "MPI_Iallgatherv");
+      blocking("allgatherv", "MPI_Allgatherv", [&] {
+        return MPI_Allgatherv(inPlace ? MPI_IN_PLACE : in, counts[rank_], type, out, counts.data(),
+                              displs.data(), type, comm_);
+      });
       return;
     }
     if (!inPlace && myBytes > 0) std::memmove(mine, in, myBytes);
@@ -242,10 +250,8 @@ void MpiCommunicator::broadcast(void* buf, size_t bytes, int root) {
   run("broadcast", [&] {
     for (size_t off = 0; off < bytes; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, bytes - off));
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Ibcast(bytesOf(buf) + off, n, MPI_BYTE, root, comm_, &request), "broadcast",
-            "MPI_Ibcast");
-      await(&request, 1, "broadcast", "MPI_Ibcast");
+      blocking("broadcast", "MPI_Bcast",
+               [&] { return MPI_Bcast(bytesOf(buf) + off, n, MPI_BYTE, root, comm_); });
     }
   });
 }
@@ -276,11 +282,10 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
       MPI_Datatype type = unitType(unit);
       std::vector<int> sc = inUnits(sendBytes, unit), sd = inUnits(sendOffsets, unit);
       std::vector<int> rc = inUnits(recvBytes, unit), rd = inUnits(recvOffsets, unit);
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Ialltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_,
-                           &request),
-            "alltoallv", "MPI_Ialltoallv");
-      await(&request, 1, "alltoallv", "MPI_Ialltoallv");
+      blocking("alltoallv", "MPI_Alltoallv", [&] {
+        return MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type,
+                             comm_);
+      });
       return;
     }
     if (sendBytes[rank_] > 0) std::memmove(myOut, myIn, sendBytes[rank_]);
@@ -318,10 +323,8 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
     }
     if (total <= maxCount_) {
       std::vector<int> counts = inUnits(countsPerRank, 1);
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Ireduce_scatter(in, out, counts.data(), red.type, red.op, comm_, &request),
-            "reducescatter", "MPI_Ireduce_scatter");
-      await(&request, 1, "reducescatter", "MPI_Ireduce_scatter");
+      blocking("reducescatter", "MPI_Reduce_scatter",
+               [&] { return MPI_Reduce_scatter(in, out, counts.data(), red.type, red.op, comm_); });
       return;
     }
     // Too many elements for one call: reduce each rank's block to it, in chunks.
@@ -330,10 +333,8 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
         int n = static_cast<int>(std::min(maxCount_, countsPerRank[k] - off));
         const uint8_t* src = bytesOf(in) + (offsets[k] + off) * elem;
         void* dst = k == rank_ ? bytesOf(out) + off * elem : nullptr;
-        MPI_Request request = MPI_REQUEST_NULL;
-        check(MPI_Ireduce(src, dst, n, red.type, red.op, k, comm_, &request), "reducescatter",
-              "MPI_Ireduce");
-        await(&request, 1, "reducescatter", "MPI_Ireduce");
+        blocking("reducescatter", "MPI_Reduce",
+                 [&] { return MPI_Reduce(src, dst, n, red.type, red.op, k, comm_); });
       }
     }
   });
@@ -341,11 +342,7 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
 
 void MpiCommunicator::barrier() {
   if (size_ == 1) return;
-  run("barrier", [&] {
-    MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ibarrier(comm_, &request), "barrier", "MPI_Ibarrier");
-    await(&request, 1, "barrier", "MPI_Ibarrier");
-  });
+  run("barrier", [&] { blocking("barrier", "MPI_Barrier", [&] { return MPI_Barrier(comm_); }); });
 }
 
 void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes, int recvFrom,

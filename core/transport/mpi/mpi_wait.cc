@@ -1,5 +1,6 @@
 #include "core/transport/mpi/mpi_wait.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/common/errors.h"
@@ -23,6 +24,56 @@ int awaitOrAbort(MPI_Request* requests, int count, MPI_Status* statuses, Millis 
       throw TimeoutError(message);  // MPI_Abort does not return on a conforming MPI
     }
     std::this_thread::yield();
+  }
+}
+
+CallWatchdog::CallWatchdog(Millis timeout, MPI_Comm abortComm, bool abortFromAnyThread,
+                           Describe describe)
+    : timeout_(timeout),
+      abortComm_(abortComm),
+      abortFromAnyThread_(abortFromAnyThread),
+      describe_(std::move(describe)) {
+  if (timeout_.count() > 0) thread_ = std::thread([this] { watch(); });
+}
+
+CallWatchdog::~CallWatchdog() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+int64_t CallWatchdog::nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+             .count() +
+         1;  // never 0, which means "no call running"
+}
+
+void CallWatchdog::watch() {
+  // Checking 20 times per bound overshoots it by at most 5%; at least every 10 ms, at most 1 s.
+  const Millis period = std::clamp(timeout_ / 20, Millis(10), Millis(1000));
+  const int64_t boundNs = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    int64_t started = startedNs_.load(std::memory_order_acquire);
+    if (started == 0 || nowNs() - started < boundNs) continue;
+    const char* op = op_.load(std::memory_order_relaxed);
+    const char* call = call_.load(std::memory_order_relaxed);
+    // The same call still running (a later one would have a later start): past its bound.
+    if (startedNs_.load(std::memory_order_acquire) != started) continue;
+    std::string message = describe_(op, call);
+    if (abortFromAnyThread_) {
+      HORA_LOG(Error, message);
+      MPI_Abort(abortComm_, kTimeoutAbortCode);
+    }
+    HORA_LOG(Error, message +
+                        " (MPI runs below MPI_THREAD_MULTIPLE, where only the blocked "
+                        "thread may call MPI_Abort: this process exits with code " +
+                        std::to_string(kTimeoutAbortCode) + " and mpirun ends the others)");
+    std::_Exit(kTimeoutAbortCode);
   }
 }
 
