@@ -1,5 +1,6 @@
 """horarun: the environment each rank sees beyond Hora's own variables: horovodrun's
-HOROVOD_* topology names, the default OMP_NUM_THREADS and the binding of local ranks to CPUs.
+HOROVOD_* topology names, the default OMP_NUM_THREADS and the binding of local ranks to CPUs
+(--bind-to auto, core, none).
 Only loopback addresses are used."""
 
 import os
@@ -77,13 +78,25 @@ def _cores():
     return sorted(os.sched_getaffinity(0))
 
 
+def _auto_shares(ranks):
+    """What --bind-to auto (the default) gives ``ranks`` local ranks on this machine now."""
+    cores = _cores()
+    if env.auto_binding_obstacle(cores, ranks, env.pinned_processes(cores)) is not None:
+        return None
+    return env.core_shares(cores, ranks)
+
+
 def test_omp_threads_in_rank_specs():
     shares = env.core_shares(_cores(), 2)
     expected = str(len(shares[0]) if shares else max(1, env.usable_cores() // 2))
-    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})
-    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [str(max(1, env.usable_cores() // 2))] * 2
+    unbound = str(max(1, env.usable_cores() // 2))
+    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [unbound] * 2
     specs = _specs(["-np", "2", "--bind-to", "core"], [], {"PATH": "/bin"})
     assert [s.env["OMP_NUM_THREADS"] for s in specs] == [expected, expected]
+    auto = _auto_shares(2)
+    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})
+    assert [s.env["OMP_NUM_THREADS"] for s in specs] == [str(len(auto[0])) if auto else unbound] * 2
     specs = _specs(["-np", "2"], [], {"PATH": "/bin", "OMP_NUM_THREADS": "5"})
     assert [s.env["OMP_NUM_THREADS"] for s in specs] == ["5", "5"]
     specs = _specs(["-np", "2", "-x", "OMP_NUM_THREADS=6"], [], {"PATH": "/bin"})
@@ -138,8 +151,10 @@ def test_rank_specs_bind_every_local_rank_of_every_local_host_name():
     specs = _specs(["-np", "3", "-H", "localhost:2,node2:1", "--bind-to", "core"], ["node2"],
                    {"PATH": "/bin"})
     assert [s.cpus for s in specs] == [*(env.core_shares(_cores(), 2) or [None, None]), None]
-    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})  # unbound by default
+    specs = _specs(["-np", "2", "--bind-to", "none"], [], {"PATH": "/bin"})
     assert [s.cpus for s in specs] == [None, None]
+    specs = _specs(["-np", "2"], [], {"PATH": "/bin"})  # --bind-to auto
+    assert [s.cpus for s in specs] == (_auto_shares(2) or [None, None])
 
 
 AFFINITY = """
@@ -169,14 +184,70 @@ def test_oversubscribed_ranks_share_cpus_round_robin():
     assert f"binding the {2 * len(cores)} ranks on this machine 2 to a CPU" in result.stderr
 
 
-def test_unbound_by_default_with_bind_to_none_and_with_uneven_ranks_per_cpu():
+def test_unbound_with_bind_to_none_and_with_uneven_ranks_per_cpu():
     cores = _cores()
-    for args in (["-np", "2"], ["--bind-to", "none", "-np", "2"],
-                 ["--bind-to", "core", "-np", str(len(cores) + 1)]):
+    for args in (["--bind-to", "none", "-np", "2"], ["--bind-to", "core", "-np", str(len(cores) + 1)],
+                 ["-np", str(len(cores) + 1)]):
         result = _horarun(args, AFFINITY)
         assert result.returncode == 0, result.stderr
         assert result.stdout.count(f"{cores} ") == int(args[-1])
-        assert "binding" not in result.stderr
+        assert "horarun: binding" not in result.stderr
+    # --bind-to auto says why it leaves them unbound.
+    assert (f"horarun: not binding the ranks to CPUs: {len(cores) + 1} ranks on {len(cores)} CPUs;"
+            in result.stderr)
+
+
+def test_auto_binding_binds_like_core_when_nothing_else_is_pinned():
+    cores = _cores()
+    shares = _auto_shares(2)
+    result = _horarun(["-np", "2"], AFFINITY)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        cpus = shares[rank] if shares else cores
+        assert f"[{rank}]<stdout>:{cpus} " in result.stdout
+    assert ("horarun: binding each of the 2 ranks on this machine" in result.stderr) == bool(shares)
+
+
+def test_auto_binding_leaves_ranks_unbound_beside_a_pinned_process():
+    """Another job's bound rank on the CPUs: binding this job's ranks would stack them on it."""
+    cores = _cores()
+    if len(cores) < 2:
+        return  # one CPU: two ranks are never bound by auto; the test above covers it
+    pinned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))
+    try:
+        found = env.pinned_processes(cores)
+        assert (pinned.pid, "python3", [cores[0]]) in [(p, n[:7], c) for p, n, c in found]
+        result = _horarun(["-np", "2"], AFFINITY)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count(f"{cores} ") == 2
+        assert "horarun: not binding the ranks to CPUs: process " in result.stderr
+        assert f"is bound to CPUs {cores[0]};" in result.stderr
+    finally:
+        pinned.kill()
+        pinned.wait()
+
+
+def test_pinned_processes_reads_proc(tmp_path):
+    def process(pid, name, cpus, cmdline=b"x\0"):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(cmdline)
+        (tmp_path / str(pid) / "status").write_text(
+            f"Name:\t{name}\nState:\tS (sleeping)\nCpus_allowed_list:\t{cpus}\n")
+
+    process(10, "rank0", "0")
+    process(11, "free", "0-3")
+    process(12, "kworker/0:1", "0", cmdline=b"")  # a kernel thread
+    process(13, "elsewhere", "4-7")
+    process(14, "half", "2-5")
+    (tmp_path / "self").mkdir()
+    assert env.pinned_processes([0, 1, 2, 3], str(tmp_path)) == [
+        (10, "rank0", [0]), (14, "half", [2, 3, 4, 5])]
+    assert env.parse_cpu_list("0-2,5,7-8") == [0, 1, 2, 5, 7, 8]
+    assert env.auto_binding_obstacle([0, 1], 3, []) == "3 ranks on 2 CPUs"
+    assert env.auto_binding_obstacle([0, 1], 2, [(10, "rank0", [0])]) == \
+        "process 10 (rank0) is bound to CPUs 0"
+    assert env.auto_binding_obstacle([0, 1], 2, []) is None
 
 
 def test_elastic_workers_are_not_bound():

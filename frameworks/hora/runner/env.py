@@ -228,6 +228,55 @@ def core_shares(cores: Sequence[int], ranks: int) -> list[list[int]] | None:
     return None
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """``0-3,6`` (as /proc/<pid>/status and ``taskset -c`` write CPUs) -> [0, 1, 2, 3, 6]."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def pinned_processes(cores: Sequence[int], proc: str = "/proc") -> list[tuple[int, str, list[int]]]:
+    """Other processes pinned to some of ``cores`` but not to all of them, as (pid, name, CPUs):
+    another job's bound ranks, a service given its own CPUs. Binding this job's ranks too would
+    stack them on the same CPUs. Kernel threads (no command line), which the kernel pins to
+    each CPU, do not count; nor does this process."""
+    wanted = set(cores)
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as f:
+                if not f.read(1):
+                    continue
+            with open(os.path.join(proc, entry, "status"), encoding="utf-8") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        allowed = parse_cpu_list(fields.get("Cpus_allowed_list", ""))
+        if allowed and wanted & set(allowed) and not wanted <= set(allowed):
+            found.append((int(entry), fields.get("Name", "?").strip(), allowed))
+    return sorted(found)
+
+
+def auto_binding_obstacle(cores: Sequence[int], ranks: int,
+                          pinned: Sequence[tuple[int, str, list[int]]]) -> str | None:
+    """Why ``--bind-to auto`` leaves ``ranks`` ranks on this machine unbound, or None when it
+    binds them (see ``core_shares``): it binds only where no CPU carries two ranks and no other
+    process is pinned to the CPUs."""
+    if ranks > len(cores):
+        return f"{ranks} ranks on {len(cores)} CPUs"
+    if pinned:
+        pid, name, cpus = pinned[0]
+        more = f" and {len(pinned) - 1} other(s)" if len(pinned) > 1 else ""
+        return f"process {pid} ({name}){more} is bound to CPUs {cpu_list(cpus)}"
+    return None
+
+
 def bind_like_horarun(local_rank: int, local_size: int) -> list[int] | None:
     """Binds every thread of this process to the CPUs ``horarun --bind-to core`` gives local
     rank ``local_rank`` of ``local_size`` (threads started later inherit them), for processes

@@ -158,14 +158,21 @@ def build_specs(args: argparse.Namespace, command: Sequence[str], plan: Sequence
 
 
 def _core_shares(args: argparse.Namespace, ranks: int) -> list[list[int]] | None:
-    """With ``--bind-to core``, the CPUs of each of the ``ranks`` started on this machine (all
-    host names of this machine count together; see ``env.core_shares``)."""
-    if getattr(args, "bind_to", "none") != "core":
+    """The CPUs of each of the ``ranks`` started on this machine (all host names of this machine
+    count together; see ``env.core_shares``), or None to leave them unbound: ``--bind-to none``;
+    ``auto`` (the default) unless it is safe to bind; ``core`` whenever ``core_shares`` can."""
+    choice = getattr(args, "bind_to", "auto")
+    if choice == "none" or ranks <= 1:
         return None
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return None
+    if choice == "auto":
+        obstacle = envs.auto_binding_obstacle(cores, ranks, envs.pinned_processes(cores))
+        if obstacle is not None:
+            _say(f"not binding the ranks to CPUs: {obstacle}; --bind-to core or none chooses")
+            return None
     shares = envs.core_shares(cores, ranks)
     if shares is None:
         return None

@@ -79,12 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tcp", action="store_true",
         help="TCP only: the built-in transport, and no InfiniBand for NCCL")
     add("--mpi-args", dest="mpi_args", help="extra arguments for mpirun (with --mpi)")
-    add("--bind-to", dest="bind_to", choices=("core", "none"), default="none",
-        help="core: each rank started on this machine runs on its own share of the CPUs horarun "
-        "may use when there are at least as many as ranks, or on one CPU, round robin, when the "
-        "ranks are a whole multiple of the CPUs (steadier, lower latency; but a framework sizes "
-        "its thread pools by the CPUs it may use); none (default): ranks are not bound. Not in "
-        "elastic mode; with --mpi, --binding-args applies")
+    add("--bind-to", dest="bind_to", choices=("auto", "core", "none"), default="auto",
+        help="auto (default): as core when no CPU would carry two ranks and no other process is "
+        "pinned to the CPUs horarun may use, else unbound; core: each rank started on this "
+        "machine runs on its own share of those CPUs when there are at least as many as ranks, "
+        "or on one CPU, round robin, when the ranks are a whole multiple of the CPUs (steadier, "
+        "lower latency; whatever a rank starts shares its CPUs); none: ranks are not bound. "
+        "Elastic mode leaves ranks unbound; with --mpi, --binding-args applies")
     add("--binding-args", dest="binding_args",
         help="mpirun process binding arguments (with --mpi; default '-bind-to none -map-by slot')")
     tuning = parser.add_argument_group("engine settings (each sets a HORA_* variable)")
