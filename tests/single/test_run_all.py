@@ -68,25 +68,13 @@ def test_an_unknown_stage_is_refused() -> None:
     assert done.returncode == 2 and "unknown stage torhc" in done.stderr
 
 
-def _functions(*names: str) -> str:
-    text = RUN_ALL.read_text()
-    found = []
-    for name in names:
-        function = re.search(rf"^{name}\(\) \{{.*?^\}}", text, re.DOTALL | re.MULTILINE)
-        assert function is not None, name
-        found.append(function.group(0))
-    return "\n".join(found)
-
-
 def test_progress_names_the_stage_its_number_and_the_time(tmp_path: Path) -> None:
     script = ("T_START=$SECONDS; STAGE_COUNT=3; STAGE_NO=1; TIER=quick; STOPPED=0; KEEP_GOING=0; "
               f"PASSED=0; FAILED=0; TIMINGS=(); FAILURES=(); RUN_LOG={tmp_path / 'log'}\n"
               f"{_functions('elapsed', 'stage', 'collect_skips', 'run')}\n"
               'stage torch; run "np=2 a test" true; run "np=2 another" false; '
               'echo "passed=$PASSED failed=$FAILED"')
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
-                          check=True)
-    lines = done.stdout.splitlines()
+    lines = _run_bash(script)
     assert "######## stage 2 of 3: torch (quick tier, 0m00s elapsed)" in lines
     assert "=== [2/3 torch, 0m00s] np=2 a test" in lines
     assert "=== np=2 a test: ok (0s)" in lines
@@ -102,19 +90,29 @@ def test_every_stage_announces_itself() -> None:
         assert f"if wants {name}; then\n  stage {name}\n" in text, name
 
 
-def _collect_skips(log: str, tmp_path: Path) -> tuple[int, list[str]]:
-    """Runs run_all.sh's collect_skips on ``log`` as a step's output."""
+def _functions(*names: str) -> str:
     text = RUN_ALL.read_text()
-    function = re.search(r"^collect_skips\(\) \{.*?^\}", text, re.DOTALL | re.MULTILINE)
-    assert function is not None
-    (tmp_path / "log").write_text(log)
-    script = (f"TESTS_SKIPPED=0; SKIP_REASONS=(); RUN_LOG={tmp_path / 'log'}\n"
-              f"{function.group(0)}\n"
-              'collect_skips "the stage"; echo "$TESTS_SKIPPED"; '
-              'printf "%s\\n" "${SKIP_REASONS[@]}"')
+    found = []
+    for name in names:
+        function = re.search(rf"^{name}\(\) \{{.*?^\}}", text, re.DOTALL | re.MULTILINE)
+        assert function is not None, name
+        found.append(function.group(0))
+    return "\n".join(found)
+
+
+def _run_bash(script: str) -> list[str]:
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
                           check=True)
-    lines = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def _collect_skips(log: str, tmp_path: Path) -> tuple[int, list[str]]:
+    """Runs run_all.sh's collect_skips on ``log`` as a step's output."""
+    (tmp_path / "log").write_text(log)
+    lines = _run_bash(f"TESTS_SKIPPED=0; SKIP_REASONS=(); RUN_LOG={tmp_path / 'log'}\n"
+                      f"{_functions('collect_skips')}\n"
+                      'collect_skips "the stage"; echo "$TESTS_SKIPPED"; '
+                      'printf "%s\\n" "${SKIP_REASONS[@]}"')
     return int(lines[0]), [line for line in lines[1:] if line]
 
 
