@@ -27,9 +27,15 @@ def check_build(env: dict[str, str]) -> str:
 
 
 def test_horarun_check_build_follows_what_loads() -> None:
-    assert "[X] NCCL" in check_build(dict(os.environ))
+    loaded = check_build(dict(os.environ))
+    assert "[X] NCCL" in loaded
+    # The emulation's version, its library and its devices.
+    library = os.environ["HORA_NCCL_LIBRARY"]
+    assert f"\nGPU tensors:\n    NCCL 2.23.3 ({library}), CUDA runtime (" in loaded
     without = dict(os.environ, HORA_NCCL_LIBRARY="/nonexistent/libnccl.so.2")
-    assert "[ ] NCCL" in check_build(without)
+    missing = check_build(without)
+    assert "[ ] NCCL" in missing
+    assert "\nGPU tensors:\n    not available: NCCL is not available" in missing
 
 
 BF16_PROBE = """

@@ -2,7 +2,9 @@
 ssh command lines, -cb, and hora.run on this host. Only loopback addresses are used."""
 
 import argparse
+import importlib.metadata
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -548,6 +550,51 @@ def test_check_build_report():
     assert "Available Tensor Operations:\n" in text
     assert f"    [{'X' if _core.nccl_built() else ' '}] NCCL\n" in text
     assert not check_build.framework_available("no_such_framework_here")
+
+
+def test_check_build_reports_versions_and_gpu_support():
+    text = check_build.report()
+    versions = text[text.index("\nVersions:\n"):text.index("\nGPU tensors:\n")].splitlines()
+    assert versions[2:4] == [f"    Python {platform.python_version()}", f"    Hora {_core.version}"]
+    torch_version = importlib.metadata.version("torch")
+    assert f"    PyTorch {torch_version}" in versions
+    gpu_info = _core.gpu_info()
+    assert text.endswith("\nGPU tensors:\n    " + check_build.gpu_line(gpu_info) + "\n")
+    # The distribution that provides a module, whatever its name.
+    found = {"tensorflow": ["no-such-dist", "torch"]}
+    assert check_build.framework_version("tensorflow", found) == torch_version
+    assert check_build.framework_version("mxnet", found) is None
+    assert check_build.versions({})[2:] == ["    TensorFlow: not installed",
+                                           "    PyTorch: not installed", "    MXNet: not installed"]
+    assert check_build.nccl_version_text(22303) == "2.23.3"
+    assert check_build.nccl_version_text(2708) == "2.7.8"
+    assert check_build.gpu_line({"available": False, "reason": "no device"}) == \
+        "not available: no device"
+    assert check_build.gpu_line({"available": True, "nccl_version": 21903, "nccl_library": "n.so",
+                                 "cuda_library": "c.so", "devices": 2}) == \
+        "NCCL 2.19.3 (n.so), CUDA runtime (c.so), 2 device(s)"
+
+
+def test_python_m_hora_prints_the_version_and_the_report():
+    def hora_main(*args):
+        code = ("import sys; from hora.__main__ import main; rc = main(sys.argv[1:]); "
+                "assert 'tensorflow' not in sys.modules and 'torch' not in sys.modules; "
+                "sys.exit(rc)")
+        return subprocess.run([sys.executable, "-c", code, *args], env=child_env(),
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    version = hora_main("--version")
+    assert version.returncode == 0 and version.stdout == f"hora {_core.version}\n", version.stderr
+    for args in ((), ("--check-build",), ("-cb",)):
+        report = hora_main(*args)
+        assert report.returncode == 0, report.stderr
+        assert report.stdout.startswith(f"Hora v{_core.version}:\n\nAvailable Frameworks:\n")
+        assert "\nVersions:\n" in report.stdout and "\nGPU tensors:\n" in report.stdout
+    both = hora_main("--version", "--check-build")
+    assert both.stdout.startswith(f"hora {_core.version}\nHora v{_core.version}:\n")
+    module = subprocess.run([sys.executable, "-m", "hora", "--version"], env=child_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert module.stdout == f"hora {_core.version}\n", module.stderr
 
 
 def test_check_build_flag_does_not_import_tensorflow():
