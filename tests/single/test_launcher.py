@@ -552,6 +552,21 @@ def test_check_build_report():
     assert not check_build.framework_available("no_such_framework_here")
 
 
+def test_help_groups_the_flags_and_its_examples_parse():
+    text = launch.build_parser().format_help()
+    for title in ("processes and hosts:", "remote hosts (ssh):", "transport:",
+                  "output and configuration:", "engine settings", "elastic mode", "examples:"):
+        assert f"\n{title}" in text, title
+    # "  horarun ...  what it does": the command is the text between the runs of two spaces.
+    examples = [line.split("  ")[1] for line in launch.EXAMPLES.splitlines()
+                if line.startswith("  horarun")]
+    assert len(examples) == 7
+    for example in examples:
+        argv = shlex.split(example.strip())[1:]
+        args = launch.parse_args(argv)
+        assert args.check_build or args.command[:2] == ["python", "train.py"], example
+
+
 def test_check_build_reports_versions_and_gpu_support():
     text = check_build.report()
     versions = text[text.index("\nVersions:\n"):text.index("\nGPU tensors:\n")].splitlines()

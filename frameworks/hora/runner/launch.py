@@ -40,54 +40,84 @@ def _version() -> str:
     return str(_core.version)
 
 
+EXAMPLES = """examples:
+  horarun -np 4 python train.py                       4 ranks on this machine
+  horarun -np 8 -H host1:4,host2:4 python train.py    two hosts, started over ssh
+  horarun -np 8 --hostfile hosts.txt python train.py  lines "host slots=N"
+  horarun --mpi -np 4 python train.py                 the same job started by mpirun
+  horarun -np 2 --timeline-filename t.json python train.py
+                                                      a timeline (chrome://tracing, Perfetto)
+  horarun --min-np 2 --max-np 4 --host-discovery-script ./hosts.sh python train.py
+                                                      elastic: workers come and go
+  horarun -cb                                         what this installation can do
+
+Each rank gets Horovod's HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, ... and torchrun's
+RANK, WORLD_SIZE, LOCAL_RANK, ...; each engine setting below is also a HORA_* variable.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``horarun``."""
     parser = argparse.ArgumentParser(
         prog="horarun", allow_abbrev=False,
         description="Run a Hora (Horovod-API) job: N copies of a command, connected.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES,
     )
     add = parser.add_argument
     add("-v", "--version", action="version", version=f"Hora {_version()}")
-    add("-np", "--num-proc", dest="num_proc", type=int,
-        help="number of processes (default: the number of slots)")
-    add("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. host1:4,host2:4 "
-        "(default localhost:NP)")
-    add("--hostfile", "-hostfile", dest="hostfile",
-        help="file with one 'host slots=N' line per host")
-    add("-p", "--ssh-port", dest="ssh_port", type=int, help="ssh port of the remote hosts")
-    add("-i", "--ssh-identity-file", dest="ssh_identity_file", help="ssh private key")
-    add("--ssh-host-key-checking", dest="ssh_host_key_checking", default="accept-new",
-        choices=ssh_exec.HOST_KEY_CHECKING,
-        help="ssh StrictHostKeyChecking for remote hosts: accept-new (default: learn a new "
-        "host's key, refuse a changed one), yes (known hosts only) or no (trust any key)")
-    add("--network-interface", "--network-interfaces", dest="network_interface",
-        help="interface(s) the ranks communicate over, e.g. eth0 (the first is used)")
-    add("--output-filename", dest="output_filename",
-        help="write rank n's output to DIR/rank.<n>/stdout and stderr instead of the terminal")
-    add("--verbose", action="store_true", help="print the launch plan")
-    add("--config-file", dest="config_file",
-        help="YAML file of flag values (keys: long flag names); the command line overrides it")
     add("-cb", "--check-build", dest="check_build", action="store_true",
-        help="show which frameworks, controllers and tensor operations are available")
-    add("-x", "--env", dest="env", action="append", metavar="NAME[=VALUE]",
-        help="export this variable to every rank (repeatable)")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--gloo", action="store_true",
-                      help="use Hora's built-in TCP transport (the default)")
-    mode.add_argument("--mpi", action="store_true", help="start the ranks with mpirun")
-    mode.add_argument("--jsrun", action="store_true", help=argparse.SUPPRESS)
-    add("--tcp", action="store_true",
-        help="TCP only: the built-in transport, and no InfiniBand for NCCL")
-    add("--mpi-args", dest="mpi_args", help="extra arguments for mpirun (with --mpi)")
-    add("--bind-to", dest="bind_to", choices=("auto", "core", "none"), default="auto",
+        help="show the frameworks, transports, versions and GPU support found, and exit")
+    where = parser.add_argument_group("processes and hosts")
+    where.add_argument("-np", "--num-proc", dest="num_proc", type=int,
+                       help="number of processes (default: the number of slots)")
+    where.add_argument("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. "
+                       "host1:4,host2:4 (default localhost:NP)")
+    where.add_argument("--hostfile", "-hostfile", dest="hostfile",
+                       help="file with one 'host slots=N' line per host")
+    where.add_argument("-x", "--env", dest="env", action="append", metavar="NAME[=VALUE]",
+                       help="export this variable to every rank (repeatable)")
+    where.add_argument(
+        "--bind-to", dest="bind_to", choices=("auto", "core", "none"), default="auto",
         help="auto (default): as core when no CPU would carry two ranks and no other process is "
         "pinned to the CPUs horarun may use, else unbound; core: each rank started on this "
         "machine runs on its own share of those CPUs when there are at least as many as ranks, "
         "or on one CPU, round robin, when the ranks are a whole multiple of the CPUs (steadier, "
         "lower latency; whatever a rank starts shares its CPUs); none: ranks are not bound. "
         "Elastic mode leaves ranks unbound; with --mpi, --binding-args applies")
-    add("--binding-args", dest="binding_args",
-        help="mpirun process binding arguments (with --mpi; default '-bind-to none -map-by slot')")
+    remote = parser.add_argument_group("remote hosts (ssh)")
+    remote.add_argument("-p", "--ssh-port", dest="ssh_port", type=int,
+                        help="ssh port of the remote hosts")
+    remote.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
+                        help="ssh private key")
+    remote.add_argument(
+        "--ssh-host-key-checking", dest="ssh_host_key_checking", default="accept-new",
+        choices=ssh_exec.HOST_KEY_CHECKING,
+        help="ssh StrictHostKeyChecking for remote hosts: accept-new (default: learn a new "
+        "host's key, refuse a changed one), yes (known hosts only) or no (trust any key)")
+    remote.add_argument(
+        "--network-interface", "--network-interfaces", dest="network_interface",
+        help="interface(s) the ranks communicate over, e.g. eth0 (the first is used)")
+    transport = parser.add_argument_group("transport")
+    mode = transport.add_mutually_exclusive_group()
+    mode.add_argument("--gloo", action="store_true",
+                      help="use Hora's built-in TCP transport (the default)")
+    mode.add_argument("--mpi", action="store_true", help="start the ranks with mpirun")
+    mode.add_argument("--jsrun", action="store_true", help=argparse.SUPPRESS)
+    transport.add_argument("--tcp", action="store_true",
+                           help="TCP only: the built-in transport, and no InfiniBand for NCCL")
+    transport.add_argument("--mpi-args", dest="mpi_args",
+                           help="extra arguments for mpirun (with --mpi)")
+    transport.add_argument("--binding-args", dest="binding_args",
+                           help="mpirun process binding arguments (with --mpi; default "
+                           "'-bind-to none -map-by slot')")
+    output = parser.add_argument_group("output and configuration")
+    output.add_argument("--output-filename", dest="output_filename",
+                        help="write rank n's output to DIR/rank.<n>/stdout and stderr instead of "
+                        "the terminal")
+    output.add_argument("--verbose", action="store_true", help="print the launch plan")
+    output.add_argument("--config-file", dest="config_file",
+                        help="YAML file of flag values (keys: long flag names); the command line "
+                        "overrides it")
     tuning = parser.add_argument_group("engine settings (each sets a HORA_* variable)")
     for setting in SETTINGS:
         if setting.kind is None:
