@@ -212,6 +212,10 @@ def test_torchrun_variables_set_by_a_trainer_name_it_and_its_fix(monkeypatch):
     assert str(caught.value).startswith("Ray Train: rank 0 would listen on the non-loopback")
     assert ("To give it one: ray.init(runtime_env={'env_vars': {'HORA_SECRET': '<random hex>'}})"
             in str(caught.value))
+    # Hora's own launchers get checked_secret's advice alone.
+    for launcher in ("horarun", "mpirun", "slurm"):
+        assert discovery.secret_fix(launcher, store=False) == ""
+    assert discovery.secret_fix("torchrun", store=False).startswith("export HORA_SECRET=")
 
 
 def test_insecure_warns_on_rank_0_only(caplog):

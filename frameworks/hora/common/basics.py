@@ -183,8 +183,7 @@ def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
     global _listen
     listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
     _listen = listen
-    fix = "" if info.source in ("horarun", "mpirun", "slurm") else \
-        discovery.secret_fix(info.source, store=False)
+    fix = discovery.secret_fix(info.source, store=False)
     secret = discovery.checked_secret(info, listen, fix=fix) if transports.uses_tcp else \
         info.secret
     objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)

@@ -164,7 +164,11 @@ def started_by(environ: Mapping[str, str] | None = None) -> str:
 
 def secret_fix(launcher: str, store: bool) -> str:
     """The one line that gives a job started by ``launcher`` a secret; ``store``: the ranks
-    share a torch.distributed store (``init_process_group``), so the secret may travel there."""
+    share a torch.distributed store (``init_process_group``), so the secret may travel there.
+    "" for the launchers Hora reads itself (horarun, mpirun, Slurm): ``checked_secret``'s own
+    advice is theirs."""
+    if launcher in ("horarun", "mpirun", "slurm"):
+        return ""
     how = "'HORA_SECRET_THROUGH_STORE': '1'" if store else "'HORA_SECRET': '<random hex>'"
     if launcher == "Ray Train":
         return f"ray.init(runtime_env={{'env_vars': {{{how}}}}})"
