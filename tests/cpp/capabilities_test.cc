@@ -10,6 +10,7 @@
 #include "core/coordinator/process_set_table.h"
 #include "core/store/memory_store.h"
 #include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -44,13 +45,7 @@ TEST(Capabilities, CpuCompleteIsTheWholeContractOnHostMemory) {
 TEST(Capabilities, TcpCommunicatorDeclaresHostMemoryOnly) {
   MemoryStore store;
   test::spawnRanks(2, [&](int rank) {
-    ConnectOptions o;
-    o.rank = rank;
-    o.size = 2;
-    o.secret = "capabilities-test";
-    o.listenHost = "127.0.0.1";
-    o.startTimeout = Millis(20000);
-    o.opTimeout = Millis(20000);
+    ConnectOptions o = test::loopbackOptions(rank, 2, "capabilities-test", Millis(20000));
     Connection conn = makeTransport("tcp")->connect(o, store);
     Capabilities c = conn.world->capabilities();
     EXPECT_TRUE(c.accepts(Device::cpu()));

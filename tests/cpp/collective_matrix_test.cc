@@ -19,6 +19,7 @@
 #include "core/store/memory_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/collective_checks.h"
+#include "tests/cpp/connect_options.h"
 
 namespace hora {
 namespace test {
@@ -72,13 +73,7 @@ std::unique_ptr<RankGroup> connectGroup(const TransportUnderTest& t, int n) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
-      ConnectOptions o;
-      o.rank = rank;
-      o.size = n;
-      o.secret = "collective-matrix";
-      o.listenHost = "127.0.0.1";
-      o.startTimeout = 20000ms;
-      o.opTimeout = 20000ms;
+      ConnectOptions o = test::loopbackOptions(rank, n, "collective-matrix", 20000ms);
       o.shmWindowBytes = t.shmWindowBytes;
       try {
         Connection c = makeTransport(t.registryName)->connect(o, group->store);

@@ -13,6 +13,7 @@
 #include "core/store/memory_store.h"
 #include "core/transport/hierarchical_communicator.h"
 #include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -34,13 +35,7 @@ std::unique_ptr<Communicator> hierarchical(Connection& conn, int rank, int size,
 void runJob(int size, int hosts) {
   MemoryStore store;
   test::spawnRanks(size, [&](int rank) {
-    ConnectOptions o;
-    o.rank = rank;
-    o.size = size;
-    o.secret = "hierarchical-test";
-    o.listenHost = "127.0.0.1";
-    o.startTimeout = 10000ms;
-    o.opTimeout = 10000ms;
+    ConnectOptions o = test::loopbackOptions(rank, size, "hierarchical-test");
     Connection conn = makeTransport("tcp")->connect(o, store);
     auto comm = hierarchical(conn, rank, size, hosts);
     require(comm->hierarchicalAllreduce() && comm->hierarchicalAllgather(), "flat path chosen");

@@ -21,6 +21,7 @@
 #include "core/ops/executor.h"
 #include "core/store/memory_store.h"
 #include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -86,14 +87,7 @@ std::unique_ptr<Local> makeLocal(int rank, size_t t, const Request& base,
 // ---- running a job -----------------------------------------------------------------------
 
 ConnectOptions connectOptions(int rank, int size) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = "ops-test";
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 20000ms;
-  o.opTimeout = 20000ms;
-  return o;
+  return test::loopbackOptions(rank, size, "ops-test", 20000ms);
 }
 
 // What the coordinator would answer: one response per tensor from every rank's request (ascending

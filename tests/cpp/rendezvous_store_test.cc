@@ -19,6 +19,7 @@
 #include "core/store/tcp_store.h"
 #include "core/transport/rendezvous_store.h"
 #include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
 
 namespace hora {
 namespace {
@@ -69,12 +70,8 @@ class WatchedStore : public Store {
 };
 
 ConnectOptions options(int rank, int size, StoreOwner owner) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = kSecret;
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 60000ms;  // a TimeoutError would come only after this: the store fails first
+  // A TimeoutError would come only after this bound: the store fails first.
+  ConnectOptions o = test::loopbackOptions(rank, size, kSecret, 60000ms);
   o.storeOwner = owner;
   return o;
 }

@@ -11,6 +11,7 @@
 #include "core/store/memory_store.h"
 #include "core/transport/backends.h"
 #include "core/transport/shm/segment.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -75,13 +76,7 @@ TEST(SharedArena, ABlockOutlivesTheSegment) {
 }
 
 ConnectOptions arenaOptions(int rank, int size) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = "shm-arena-test";
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 10000ms;
-  o.opTimeout = 10000ms;
+  ConnectOptions o = test::loopbackOptions(rank, size, "shm-arena-test");
   o.shmWindowBytes = 256;  // 32 floats per part: pieces straddle parts
   o.shmArenaBytes = 4 * kPage;
   return o;

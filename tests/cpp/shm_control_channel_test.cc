@@ -18,6 +18,7 @@
 #include "core/transport/shm/segment.h"
 #include "core/transport/shm/transport.h"
 #include "core/transport/tcp/control_channel.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -27,14 +28,7 @@ using namespace std::chrono_literals;
 using Message = ControlChannel::Message;
 
 ConnectOptions options(int rank, int size) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = "shm-control-test";
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 10000ms;
-  o.opTimeout = 10000ms;
-  return o;
+  return test::loopbackOptions(rank, size, "shm-control-test");
 }
 
 Connection connectShm(Store& store, const ConnectOptions& o) {

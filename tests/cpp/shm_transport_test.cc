@@ -31,6 +31,7 @@
 #include "core/transport/shm/setup.h"
 #include "core/transport/shm/transport.h"
 #include "core/transport/shm/wait.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -39,14 +40,7 @@ namespace {
 using namespace std::chrono_literals;
 
 ConnectOptions options(int rank, int size) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = "shm-transport-test";
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 10000ms;
-  o.opTimeout = 10000ms;
-  return o;
+  return test::loopbackOptions(rank, size, "shm-transport-test");
 }
 
 Connection connectShm(Store& store, const ConnectOptions& o) {

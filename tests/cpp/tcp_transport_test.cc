@@ -25,6 +25,7 @@
 #include "core/store/memory_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/collective_checks.h"
+#include "tests/cpp/connect_options.h"
 #include "tests/cpp/peer_closed.h"
 #include "tests/cpp/spawn.h"
 
@@ -36,16 +37,7 @@ using Bytes = std::vector<uint8_t>;
 
 const char kSecret[] = "tcp-transport-test";
 
-ConnectOptions options(int rank, int size) {
-  ConnectOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = kSecret;
-  o.listenHost = "127.0.0.1";
-  o.startTimeout = 10000ms;
-  o.opTimeout = 10000ms;
-  return o;
-}
+ConnectOptions options(int rank, int size) { return test::loopbackOptions(rank, size, kSecret); }
 
 Connection connect(Store& store, const ConnectOptions& o) {
   return makeTransport("tcp")->connect(o, store);
