@@ -39,6 +39,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
                           std::to_string(t.size));
   }
   setLogLevel(settings_.logLevel);
+  setLogHideTime(settings_.logHideTime);
   // Measured: with more ranks than CPUs a caller's spin often ends in a sleep anyway, and
   // stopping it lowers the caller's CPU; with a CPU per rank the spin mostly succeeds and a fixed
   // one costs less (README, performance notes).

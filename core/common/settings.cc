@@ -181,6 +181,7 @@ Settings Settings::fromEnvironment() {
   s.shmLocalAgreement = envBool("SHM_LOCAL_AGREEMENT");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
+  s.logHideTime = envBool("LOG_HIDE_TIME");
   s.timeline = envString("TIMELINE");
   s.timelineMarkCycles = envBool("TIMELINE_MARK_CYCLES");
   s.timelineMaxMb = envInt("TIMELINE_MAX_MB");

@@ -45,6 +45,7 @@ struct Settings {
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0
   std::string logLevel = "warning";         // LOG_LEVEL
+  bool logHideTime = false;                 // LOG_HIDE_TIME
   std::string timeline;                     // TIMELINE (path or DYNAMIC)
   bool timelineMarkCycles = false;          // TIMELINE_MARK_CYCLES
   int64_t timelineMaxMb = 1024;             // TIMELINE_MAX_MB (0 = no cap)
