@@ -131,7 +131,10 @@ DataType resolveDtype(const DLDataType& t, const std::optional<std::string>& dty
   }
   DataType dtype;
   if (!dataTypeFromDlpack(t, &dtype)) {
-    throw InvalidArgument("Tensor type " + dlpackDtypeName(t) + " is not supported.");
+    // Horovod's sentence first (scripts match it), then what would be accepted.
+    throw InvalidArgument("Tensor type " + dlpackDtypeName(t) +
+                          " is not supported. Supported: uint8, int8, uint16, int16, int32, "
+                          "int64, float16, bfloat16, float32, float64 and bool.");
   }
   return dtype;
 }
@@ -200,7 +203,11 @@ std::unique_ptr<DlpackTensor> importTensor(py::handle obj,
   for (int64_t d : view.shape) {
     if (d < 0) throw InvalidArgument("malformed DLPack tensor: negative dimension");
   }
-  if (!isCompactRowMajor(t)) throw InvalidArgument("tensor must be contiguous");
+  if (!isCompactRowMajor(t)) {
+    throw InvalidArgument(
+        "tensor must be contiguous (row-major without gaps): pass tensor.contiguous() in torch, "
+        "np.ascontiguousarray(array) in NumPy");
+  }
   view.data = static_cast<char*>(t.data) + t.byte_offset;
   if (!view.device.isCpu()) {
     view.stream = intakeStream(view.device.index);

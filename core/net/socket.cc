@@ -176,8 +176,15 @@ Socket listenOn(const std::string& host, int port, int* boundPort) {
   setsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
   setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    throw IoError("cannot bind " + joinHostPort(host.empty() ? "0.0.0.0" : host, port) + ": " +
-                  errnoText(errno));
+    int err = errno;
+    std::string text = "cannot bind " + joinHostPort(host.empty() ? "0.0.0.0" : host, port) + ": " +
+                       errnoText(err);
+    if (err == EADDRINUSE) {
+      text +=
+          " (another process holds this port, perhaps an earlier job still running: stop it, "
+          "or choose a free port)";
+    }
+    throw IoError(text);
   }
   if (::listen(s.fd(), SOMAXCONN) != 0) throw IoError("cannot listen: " + errnoText(errno));
   sockaddr_in bound{};

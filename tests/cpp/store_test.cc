@@ -309,7 +309,7 @@ TEST(TcpStore, UnauthenticatedConnectionsTimeOut) {
 }
 
 TEST(TcpStore, DefaultLimitsLetHonestClientsPastManyStrangers) {
-  // The README's numbers.
+  // The numbers docs/security.md gives.
   EXPECT_EQ(net::kMaxPendingHandshakes, 64);
   EXPECT_EQ(net::kHandshakeTimeout, Millis(10000));
   EXPECT_EQ(defaultStoreServerLimits().maxPendingHandshakes, net::kMaxPendingHandshakes);
@@ -349,7 +349,22 @@ TEST(ServerBindHost, BindsTheAddressClientsUse) {
   freeifaddrs(list);
 }
 
-// After the handshake, frames are plain bytes: neither encrypted nor signed (the README says so).
+TEST(ServerBindHost, APortInUseSaysWhatToDo) {
+  int port = 0;
+  net::Socket first = net::listenOn("127.0.0.1", 0, &port);
+  try {
+    net::listenOn("127.0.0.1", port, nullptr);
+    FAIL() << "a second listener bound port " << port;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("Address already in use (another process holds this "
+                                         "port, perhaps an earlier job still running: stop it, or "
+                                         "choose a free port)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// After the handshake, frames are plain bytes: neither encrypted nor signed (docs/security.md).
 TEST(TcpStore, FramesAfterTheHandshakeArePlainBytes) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   net::Socket s = rawConnect(server.port());

@@ -214,7 +214,8 @@ def test_process_set_gets_its_own_communicator() -> None:
 @pytest.mark.parametrize("dtype", ["int16", "uint16", "bool"])
 def test_reduction_nccl_lacks_is_not_supported(dtype: str) -> None:
     values = np.zeros(3, dtype=dtype)
-    with pytest.raises(hora.NotSupportedError, match="cannot reduce"):
+    with pytest.raises(hora.NotSupportedError,
+                       match=f"cannot reduce {dtype} tensors: cast them to a type it reduces"):
         hora.allreduce_(emu(values), op=hora.Sum, name=f"bad.{dtype}")
 
 

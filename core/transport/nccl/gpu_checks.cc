@@ -25,7 +25,9 @@ void checkGpuRequest(const OpRequest& op, const GpuLibrary& lib, bool hierarchic
   int type;
   if (reduces && !ncclTypeOf(t.dtype, lib, &type)) {
     throw NotSupported(what + ": NCCL (" + ncclVersionString(lib.ncclVersion()) +
-                       ") cannot reduce " + dtypeName(t.dtype) + " tensors");
+                       ") cannot reduce " + dtypeName(t.dtype) +
+                       " tensors: cast them to a type it reduces (float32, float16, int32, ...; "
+                       "bfloat16 needs NCCL 2.10 or later), or reduce a CPU copy");
   }
   bool scalesOnHost = hierarchical && r.kind == OpKind::Allreduce;
   if (reduces && (r.prescale != 1.0 || r.postscale != 1.0) && !scalesOnHost) {
