@@ -17,10 +17,10 @@ import hora
 import numpy as np
 import pytest
 from conftest import all_inputs, assert_same, rank, reduce_ref, size
-from hora.common import discovery
+from hora.runner import rank_discovery
 
 pytestmark = pytest.mark.skipif(
-    not (discovery.under_mpirun() and hora.mpi_built()),
+    not (rank_discovery.under_mpirun() and hora.mpi_built()),
     reason="needs an MPI build of Hora started by mpirun",
 )
 

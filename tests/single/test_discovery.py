@@ -4,8 +4,8 @@ import logging
 import sys
 
 import pytest
-from hora.common import discovery
-from hora.common.discovery import RankInfo, discover
+from hora.runner import rank_discovery
+from hora.runner.rank_discovery import RankInfo, discover
 
 HORARUN = {
     "HORA_RANK": "1", "HORA_SIZE": "4", "HORA_LOCAL_RANK": "1", "HORA_LOCAL_SIZE": "2",
@@ -142,21 +142,21 @@ def test_slurm_fixed_tasks_per_node():
     ("4", [4]), ("2(x3),1", [2, 2, 2, 1]), ("1,3(x2)", [1, 3, 3]),
 ])
 def test_parse_tasks_per_node(text, expected):
-    assert discovery.parse_tasks_per_node(text) == expected
+    assert rank_discovery.parse_tasks_per_node(text) == expected
 
 
 @pytest.mark.parametrize("nodelist, expected", [
     ("node1", "node1"), ("a,b", "a"), ("gpu[07-09,12],cpu1", "gpu07"), ("n[3,5]x", "n3x"),
 ])
 def test_first_host(nodelist, expected):
-    assert discovery.first_host(nodelist) == expected
+    assert rank_discovery.first_host(nodelist) == expected
 
 
 def test_no_secret_is_derived_from_public_values():
     assert discover(torchrun_env(1)).secret == ""
     assert discover(slurm_env(2, 1, 0, MASTER_ADDR="m", MASTER_PORT="1234")).secret == ""
     assert discover(torchrun_env(1, HORA_SECRET="mine")).secret == "mine"
-    assert not hasattr(discovery, "fallback_secret")
+    assert not hasattr(rank_discovery, "fallback_secret")
 
 
 def test_secret_file(tmp_path):
@@ -184,16 +184,16 @@ MPIRUN_REMOTE = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
 def test_no_secret_on_a_network_address_is_refused(env):
     info = discover(env)
     with pytest.raises(ValueError, match="without a job secret") as caught:
-        discovery.checked_secret(info, "10.1.1.2", environ=env)
+        rank_discovery.checked_secret(info, "10.1.1.2", environ=env)
     for name in ("HORA_SECRET", "HORA_SECRET_FILE", "HORA_INSECURE=1"):
         assert name in str(caught.value)
     # The explicit opt-in lets it run, unauthenticated.
-    assert discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": "1"}) == ""
+    assert rank_discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": "1"}) == ""
     for off in ("0", "no", ""):
         with pytest.raises(ValueError):
-            discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": off})
+            rank_discovery.checked_secret(info, "10.1.1.2", environ={**env, "HORA_INSECURE": off})
     secured = discover({**env, "HORA_SECRET": "s"})
-    assert discovery.checked_secret(secured, "10.1.1.2", environ=env) == "s"
+    assert rank_discovery.checked_secret(secured, "10.1.1.2", environ=env) == "s"
 
 
 def test_torchrun_variables_set_by_a_trainer_name_it_and_its_fix(monkeypatch):
@@ -207,23 +207,23 @@ def test_torchrun_variables_set_by_a_trainer_name_it_and_its_fix(monkeypatch):
     info = discover(env)
     assert info.source == "Ray Train"
     with pytest.raises(ValueError) as caught:
-        discovery.checked_secret(info, "10.1.1.2", environ={},
-                                 fix=discovery.secret_fix(info.source, store=False))
+        rank_discovery.checked_secret(info, "10.1.1.2", environ={},
+                                 fix=rank_discovery.secret_fix(info.source, store=False))
     assert str(caught.value).startswith("Ray Train: rank 0 would listen on the non-loopback")
     assert ("To give it one: ray.init(runtime_env={'env_vars': {'HORA_SECRET': '<random hex>'}})"
             in str(caught.value))
     # Hora's own launchers get checked_secret's advice alone.
     for launcher in ("horarun", "mpirun", "slurm"):
-        assert discovery.secret_fix(launcher, store=False) == ""
-    assert discovery.secret_fix("torchrun", store=False).startswith("export HORA_SECRET=")
+        assert rank_discovery.secret_fix(launcher, store=False) == ""
+    assert rank_discovery.secret_fix("torchrun", store=False).startswith("export HORA_SECRET=")
 
 
 def test_insecure_warns_on_rank_0_only(caplog):
     env = {"HORA_INSECURE": "1"}
     with caplog.at_level(logging.WARNING, logger="hora"):
-        discovery.checked_secret(discover(torchrun_env(1)), "10.1.1.2", environ=env)
+        rank_discovery.checked_secret(discover(torchrun_env(1)), "10.1.1.2", environ=env)
         assert not caplog.records
-        discovery.checked_secret(discover(torchrun_env(0)), "10.1.1.2", environ=env)
+        rank_discovery.checked_secret(discover(torchrun_env(0)), "10.1.1.2", environ=env)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "HORA_INSECURE" in caplog.records[0].getMessage()
 
@@ -231,31 +231,31 @@ def test_insecure_warns_on_rank_0_only(caplog):
 def test_loopback_or_single_rank_jobs_need_no_secret():
     for master in ("127.0.0.1", "localhost"):
         info = discover(torchrun_env(1, MASTER_ADDR=master))
-        assert discovery.checked_secret(info, "127.0.0.1", environ={}) == ""
+        assert rank_discovery.checked_secret(info, "127.0.0.1", environ={}) == ""
         # Listening on a network interface (HORA_IFACE) is not a loopback job any more.
         with pytest.raises(ValueError, match="HORA_SECRET"):
-            discovery.checked_secret(info, "10.1.1.2", environ={})
+            rank_discovery.checked_secret(info, "10.1.1.2", environ={})
     alone = discover({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "10.1.1.1"})
-    assert discovery.checked_secret(alone, "", environ={}) == ""
+    assert rank_discovery.checked_secret(alone, "", environ={}) == ""
     # A TCP part beside MPI has no store address yet: the engine makes a secret over MPI.
-    over_mpi = discovery.RankInfo(0, 2, source="mpi")
-    assert discovery.checked_secret(over_mpi, "", environ={}) == ""
+    over_mpi = rank_discovery.RankInfo(0, 2, source="mpi")
+    assert rank_discovery.checked_secret(over_mpi, "", environ={}) == ""
 
 
 def test_listen_host_is_the_loopback_for_a_local_job(monkeypatch):
     monkeypatch.delenv("HORA_IFACE", raising=False)
     monkeypatch.delenv("HOROVOD_IFACE", raising=False)
-    assert discovery.listen_host("127.0.0.1") == "127.0.0.1"
-    assert discovery.listen_host("localhost") == "127.0.0.1"
-    assert discovery.listen_host("") == ""
+    assert rank_discovery.listen_host("127.0.0.1") == "127.0.0.1"
+    assert rank_discovery.listen_host("localhost") == "127.0.0.1"
+    assert rank_discovery.listen_host("") == ""
     monkeypatch.setenv("HORA_IFACE", "10.9.8.7")
-    assert discovery.listen_host("127.0.0.1") == "10.9.8.7"
-    assert discovery.is_loopback("127.0.0.2") and not discovery.is_loopback("10.0.0.1")
+    assert rank_discovery.listen_host("127.0.0.1") == "10.9.8.7"
+    assert rank_discovery.is_loopback("127.0.0.2") and not rank_discovery.is_loopback("10.0.0.1")
 
 
 def test_undeclared_hora_variable_is_refused():
     with pytest.raises(ValueError, match="not a declared"):
-        discovery._Env({}).hora("NOT_A_SETTING")
+        rank_discovery._Env({}).hora("NOT_A_SETTING")
 
 
 def test_reads_the_process_environment(monkeypatch):

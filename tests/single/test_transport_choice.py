@@ -3,7 +3,7 @@ starting the engine; and the comm= argument checks that need no MPI."""
 
 import hora
 import pytest
-from hora.common import discovery
+from hora.runner import rank_discovery
 from hora.common.basics import _mpi_comm_argument, _require_mpi_launch
 from hora.errors import NotSupportedError
 
@@ -11,7 +11,7 @@ MPIRUN = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
 
 
 def choose(env, mpi_built=True, comm_given=False):
-    return discovery.select_transport(env, mpi_built=mpi_built, comm_given=comm_given)
+    return rank_discovery.select_transport(env, mpi_built=mpi_built, comm_given=comm_given)
 
 
 TCP = ("tcp", "tcp")
@@ -27,8 +27,8 @@ def test_defaults():
 
 
 def test_under_mpirun():
-    assert discovery.under_mpirun(MPIRUN)
-    assert not discovery.under_mpirun({"RANK": "0", "WORLD_SIZE": "2"})
+    assert rank_discovery.under_mpirun(MPIRUN)
+    assert not rank_discovery.under_mpirun({"RANK": "0", "WORLD_SIZE": "2"})
 
 
 @pytest.mark.parametrize("value", ["tcp", "gloo", "GLOO", " Tcp "])
@@ -113,10 +113,10 @@ def test_comm_argument_forms():
 
 
 def test_single_host_mpirun_with_tcp_needs_no_address():
-    info = discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    info = rank_discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
     assert (info.store_host, info.store_port, info.serve_store) == ("127.0.0.1", 29400, True)
     with pytest.raises(ValueError, match="rendezvous store"):
-        discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "1"})
+        rank_discovery.discover({**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "1"})
 
 
 def test_mpi_built_is_a_bool():
@@ -140,8 +140,8 @@ def test_mpi_outside_mpirun_is_refused(monkeypatch, pair):
     monkeypatch.setenv("HORA_RENDEZVOUS_ADDR", "127.0.0.1")
     monkeypatch.setenv("HORA_RENDEZVOUS_PORT", "29400")
     with pytest.raises(NotSupportedError, match="start the job with mpirun"):
-        _require_mpi_launch(discovery.Transports(*pair), mpi_size=1)
-    _require_mpi_launch(discovery.Transports(*pair), mpi_size=2)  # mpirun under horarun --mpi
+        _require_mpi_launch(rank_discovery.Transports(*pair), mpi_size=1)
+    _require_mpi_launch(rank_discovery.Transports(*pair), mpi_size=2)  # mpirun under horarun --mpi
     monkeypatch.setenv("HORA_SIZE", "1")
     monkeypatch.setenv("HORA_RANK", "0")
-    _require_mpi_launch(discovery.Transports(*pair), mpi_size=1)  # a job of one
+    _require_mpi_launch(rank_discovery.Transports(*pair), mpi_size=1)  # a job of one

@@ -1,6 +1,6 @@
 """Lifecycle, topology and build queries (framework-neutral).
 
-``init()`` finds this process's place in the job (``hora.common.discovery``) and starts the
+``init()`` finds this process's place in the job (``hora.runner.rank_discovery``) and starts the
 engine; ``shutdown()`` stops it, after which ``init()`` works again. The topology getters raise
 ``ValueError`` before ``init()``.
 """
@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any, Callable, Union
 
 from hora import _core
-from hora.common import discovery, store_world
+from hora.common import store_world
+from hora.runner import rank_discovery
 from hora.common import process_sets as _ps
 from hora.common.elastic import worker as elastic_worker
 from hora.errors import HoraError, NotSupportedError
@@ -55,11 +56,11 @@ def _mpi_comm_argument(comm: Any) -> tuple[int, list[int]]:
     return -1, ranks
 
 
-def _require_mpi_launch(transports: discovery.Transports, mpi_size: int) -> None:
+def _require_mpi_launch(transports: rank_discovery.Transports, mpi_size: int) -> None:
     """Refuse MPI in a job that another launcher started (horarun, torchrun, srun without MPI
     support): every process would initialise MPI alone and run as a job of one."""
     try:
-        launched = discovery.discover()
+        launched = rank_discovery.discover()
     except ValueError:
         return  # no consistent launcher view to compare with
     if launched.size > 1 and launched.size != mpi_size:
@@ -86,7 +87,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             get ids 1, 2, ... in order; or ``"dynamic"`` to allow ``add_process_set`` later.
 
     Negotiation runs on ``HORA_CONTROLLER`` and the CPU collectives on ``HORA_CPU_OPERATIONS``,
-    each MPI or TCP, as ``hora.common.discovery.select_transport`` decides (default: MPI for both
+    each MPI or TCP, as ``hora.runner.rank_discovery.select_transport`` decides (default: MPI for both
     under mpirun when built, else TCP for both; the two may differ). When either is MPI,
     ``mpirun -np N python train.py`` needs no other launcher and no rendezvous store: a TCP role
     beside MPI gets its store from rank 0 over MPI, under a fresh random secret.
@@ -97,7 +98,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         ValueError: inconsistent launcher variables, a ``comm`` list that is invalid or leaves
             this rank out, invalid process sets, or a job that would listen on a non-loopback
             address without a job secret (the message names ``HORA_SECRET``,
-            ``HORA_SECRET_FILE`` and ``HORA_INSECURE``; see ``discovery.checked_secret``).
+            ``HORA_SECRET_FILE`` and ``HORA_INSECURE``; see ``rank_discovery.checked_secret``).
         TypeError: ``comm`` is neither an mpi4py communicator nor a list of ranks.
         NotSupportedError: a transport asked for is not built, ``comm`` is given while
             neither role runs on MPI, or MPI is asked for in a job that mpirun did not start.
@@ -107,7 +108,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
         if _core.is_initialized():
             return
         requested = _requested_sets(process_sets)
-        transports = discovery.select_transport(
+        transports = rank_discovery.select_transport(
             mpi_built=bool(_core.mpi_built()), comm_given=comm is not None
         )
         comm_handle = -1
@@ -117,7 +118,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             if comm is None:
                 _require_mpi_launch(transports, int(mpi["size"]))
             comm_handle = int(mpi["comm"])
-            info = discovery.RankInfo(
+            info = rank_discovery.RankInfo(
                 mpi["rank"], mpi["size"], mpi["local_rank"], mpi["local_size"],
                 mpi["cross_rank"], mpi["cross_size"], source="mpi",
             )
@@ -125,7 +126,7 @@ def init(comm: Any = None, process_sets: ProcessSetsArg = None) -> None:
             _start_elastic(transports, requested)
             return
         else:
-            info = discovery.discover()
+            info = rank_discovery.discover()
         _start_engine(info, transports, requested, comm_handle)
 
 
@@ -164,12 +165,12 @@ def init_with_store(store: store_world.KeyValue, rank: int, size: int, *, store_
         if "mpi" in [a.strip().lower() for a in asked]:
             raise NotSupportedError(
                 f"HORA_CONTROLLER / HORA_CPU_OPERATIONS ask for MPI, but "
-                f"{launcher or discovery.started_by()} started this job, not mpirun; unset "
+                f"{launcher or rank_discovery.started_by()} started this job, not mpirun; unset "
                 "them (Hora then runs on TCP)")
         world = store_world.rendezvous(store, rank, size, store_host=store_host,
                                        launcher=launcher)
         try:
-            _start_engine(world.info, discovery.Transports("tcp", "tcp"), requested, -1)
+            _start_engine(world.info, rank_discovery.Transports("tcp", "tcp"), requested, -1)
         except BaseException:
             if world.server is not None:
                 world.server.stop()
@@ -177,14 +178,14 @@ def init_with_store(store: store_world.KeyValue, rank: int, size: int, *, store_
         _served_store = world.server
 
 
-def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
+def _start_engine(info: rank_discovery.RankInfo, transports: rank_discovery.Transports,
                   requested: Sequence[Any], comm_handle: int, generation: int = -1) -> None:
     global _topology, _atexit_registered
     global _listen
-    listen = discovery.listen_host(info.store_host) if transports.uses_tcp else ""
+    listen = rank_discovery.listen_host(info.store_host) if transports.uses_tcp else ""
     _listen = listen
-    fix = discovery.secret_fix(info.source, store=False)
-    secret = discovery.checked_secret(info, listen, fix=fix) if transports.uses_tcp else \
+    fix = rank_discovery.secret_fix(info.source, store=False)
+    secret = rank_discovery.checked_secret(info, listen, fix=fix) if transports.uses_tcp else \
         info.secret
     objects, to_register = _ps.static_sets_for_init(requested, info.rank, info.size)
     _core.init(
@@ -203,7 +204,7 @@ def _start_engine(info: discovery.RankInfo, transports: discovery.Transports,
         _atexit_registered = True
 
 
-def _start_elastic(transports: discovery.Transports, requested: Sequence[Any]) -> None:
+def _start_elastic(transports: rank_discovery.Transports, requested: Sequence[Any]) -> None:
     """Join the elastic driver's next generation that includes this worker. A generation that
     does not form (a member died or a newer one superseded it during the rendezvous) is
     reported to the driver and the next one is joined; waiting for one is bounded by

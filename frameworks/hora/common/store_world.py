@@ -33,7 +33,7 @@ import time
 from typing import Any, Protocol
 
 from hora import _core
-from hora.common import discovery
+from hora.runner import rank_discovery
 
 PREFIX = "hora/"
 
@@ -58,7 +58,7 @@ class KeyValue(Protocol):
 class World:
     """What the rendezvous gives one rank: where it sits, and the server rank 0 keeps."""
 
-    info: discovery.RankInfo
+    info: rank_discovery.RankInfo
     server: Any = None  # rank 0: the hora._core.StoreServer to keep while the engine runs
 
 
@@ -102,21 +102,21 @@ def _decide(identities: list[str], names: list[str], store_host: str,
     one_machine = len(set(identities)) == 1
     coords = coordinates(identities)
     host = "127.0.0.1" if one_machine else store_host
-    listen = discovery.listen_host(host)
+    listen = rank_discovery.listen_host(host)
     if not listen and not one_machine:
         listen = socket.gethostbyname(socket.gethostname())
-    if not one_machine and (not listen or discovery.is_loopback(listen)):
+    if not one_machine and (not listen or rank_discovery.is_loopback(listen)):
         return {"error": (
             f"{launcher}: the ranks run on {len(set(identities))} machines, but rank 0 finds no "
             f"address of its own that the others can reach (it resolves to {listen or 'nothing'}"
             "); set HORA_IFACE to the network interface (or address) the ranks share")}, None
     secret = ""
-    if not discovery.is_loopback(listen) and discovery.env_flag("SECRET_THROUGH_STORE"):
+    if not rank_discovery.is_loopback(listen) and rank_discovery.env_flag("SECRET_THROUGH_STORE"):
         secret = secrets.token_hex(32)
-    info = discovery.RankInfo(0, len(identities), *coords[0], store_host=listen,
-                              secret=secret or discovery.env_secret(), source=launcher)
+    info = rank_discovery.RankInfo(0, len(identities), *coords[0], store_host=listen,
+                              secret=secret or rank_discovery.env_secret(), source=launcher)
     try:
-        discovery.checked_secret(info, listen, fix=discovery.secret_fix(launcher, store=True))
+        rank_discovery.checked_secret(info, listen, fix=rank_discovery.secret_fix(launcher, store=True))
     except ValueError as exc:
         return {"error": str(exc)}, None
     server = _core.StoreServer(listen, 0, info.secret)
@@ -134,7 +134,7 @@ def rendezvous(store: KeyValue, rank: int, size: int, *, store_host: str = "",
         rank, size: this rank and the job size, as the program that started the job says.
         store_host: the address ``store`` is served at, when known (ranks on several machines
             listen on the address that reaches it).
-        launcher: who started the job, for messages (default: ``discovery.started_by()``).
+        launcher: who started the job, for messages (default: ``rank_discovery.started_by()``).
         timeout: seconds to wait for every rank (default: HORA_START_TIMEOUT).
 
     Raises:
@@ -142,9 +142,9 @@ def rendezvous(store: KeyValue, rank: int, size: int, *, store_host: str = "",
             message on every rank.
         HoraTimeoutError: not every rank arrived in time.
     """
-    launcher = launcher or discovery.started_by()
+    launcher = launcher or rank_discovery.started_by()
     if size == 1:
-        return World(discovery.RankInfo(hostname=socket.gethostname(), source=launcher))
+        return World(rank_discovery.RankInfo(hostname=socket.gethostname(), source=launcher))
     if timeout is None:
         timeout = float(_core.lookup_env("START_TIMEOUT") or 30)
     deadline = time.monotonic() + timeout
@@ -168,10 +168,10 @@ def rendezvous(store: KeyValue, rank: int, size: int, *, store_host: str = "",
     if "error" in record:
         raise ValueError(record["error"])
     local_rank, local_size, cross_rank, cross_size = record["coords"][rank]
-    info = discovery.RankInfo(
+    info = rank_discovery.RankInfo(
         rank, size, local_rank, local_size, cross_rank, cross_size,
         store_host=record["host"], store_port=int(record["port"]),
-        secret=record["secret"] or discovery.env_secret(), hostname=name, source=launcher,
+        secret=record["secret"] or rank_discovery.env_secret(), hostname=name, source=launcher,
         store_served_by_rank0=True,
     )
     return World(info, server)

@@ -6,7 +6,9 @@ hosts, ``env`` builds every rank's environment, ``job`` runs a job on the built-
 ``local_exec`` (children, output, failure and signal handling), ``ssh_exec`` (remote ranks) and
 ``output`` (prefixed lines or per-rank files); ``mpirun`` builds ``--mpi`` command lines,
 ``check_build`` prints ``-cb``, ``api`` is ``hora.run``, ``run_task`` its per-rank side and
-``task`` how the two exchange the function and its results.
+``task`` how the two exchange the function and its results. ``rank_discovery`` is the ranks'
+side: it reads what a launcher (horarun, torchrun, mpirun, Slurm) told a rank about its place in
+the job.
 
 ``from hora.runner import run`` works as ``from horovod.runner import run`` does.
 """

@@ -29,7 +29,8 @@ import torch
 
 import hora
 from hora import _core
-from hora.common import basics, discovery, objects
+from hora.common import basics, objects
+from hora.runner import rank_discovery
 from hora.errors import HoraTimeoutError, NotSupportedError
 from hora.torch._dist_checks import writable_view, write_back
 from hora.torch._dist_work import HoraWork, complete
@@ -63,7 +64,7 @@ def _listen_host() -> str:
     listen = basics.listen_host()
     if listen or hora.local_size() != hora.size():
         return listen
-    return discovery.listen_host("127.0.0.1")
+    return rank_discovery.listen_host("127.0.0.1")
 
 
 def close_channel() -> None:

@@ -22,7 +22,8 @@ import torch.distributed as dist
 import torch.distributed.rendezvous  # noqa: F401  (the module, not the function of that name)
 
 import hora
-from hora.common import discovery, objects
+from hora.common import objects
+from hora.runner import rank_discovery
 
 _TORCH_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -36,8 +37,8 @@ def _needs_hora(url: str) -> bool:
 
 def _advertised_host() -> str:
     """The address rank 0's store is reached at: Hora's listen address, else this host's."""
-    info = discovery.discover()
-    host = discovery.listen_host(info.store_host)
+    info = rank_discovery.discover()
+    host = rank_discovery.listen_host(info.store_host)
     return host or socket.gethostbyname(socket.gethostname())
 
 

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import hora
-from hora.common import basics, discovery
+from hora.common import basics
+from hora.runner import rank_discovery
 from hora.common.elastic import worker as elastic_worker
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import NotSupportedError
@@ -87,14 +88,14 @@ def _launcher_world(rank: int, size: int) -> bool:
     if elastic_worker.active():
         return True
     try:
-        launched = discovery.discover()
+        launched = rank_discovery.discover()
     except ValueError:
         return False
     if (launched.rank, launched.size) != (rank, size):
         return False
     if launched.source == "horarun":
         return True
-    mpi = discovery.select_transport(mpi_built=hora.mpi_built()).uses_mpi
+    mpi = rank_discovery.select_transport(mpi_built=hora.mpi_built()).uses_mpi
     return launched.source == "mpirun" and mpi
 
 

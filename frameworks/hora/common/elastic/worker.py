@@ -13,7 +13,7 @@ import threading
 import time
 
 from hora import _core
-from hora.common import discovery
+from hora.runner import rank_discovery
 from hora.common.elastic import protocol
 from hora.errors import HoraTimeoutError
 
@@ -87,7 +87,7 @@ def request_reset() -> None:
         _store().add(protocol.reset_key(_generation), 1)
 
 
-def join_next_generation() -> discovery.RankInfo:
+def join_next_generation() -> rank_discovery.RankInfo:
     """Wait for a generation newer than the last one joined that includes this worker; return
     this worker's coordinates in it (its store and secret included) and remember it.
 
@@ -124,7 +124,7 @@ def join_next_generation() -> discovery.RankInfo:
     place = protocol.Assignment.decode(data)
     _generation = generation
     secret = protocol.generation_secret(_env("SECRET"), generation)
-    return discovery.RankInfo(
+    return rank_discovery.RankInfo(
         place.rank, place.size, place.local_rank, place.local_size, place.cross_rank,
         place.cross_size, store_host=_env("RENDEZVOUS_ADDR"), store_port=place.store_port,
         serve_store=False, secret=secret, hostname=_env("HOSTNAME"), source="elastic")
