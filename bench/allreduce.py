@@ -1,28 +1,34 @@
-"""Allreduce benchmark: Hora against torch.distributed (gloo) and mpi4py, side by side, on this host.
+"""Allreduce benchmark: Hora against torch.distributed (gloo) and mpi4py side by side, this host.
 
     python bench/allreduce.py [--sizes 4,1K,1M] [--iters 20] [--max-size 256M] [--np 2]
+        [--json PATH] [--horovod PYTHON]
 
 The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
 default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``; with
 ``--rings`` again over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``, and with
 ``--via-rank0`` with every tensor negotiated by rank 0, ``HORA_SHM_LOCAL_AGREEMENT=0``; with
-``--arena`` again with every tensor in the shared arena, where the other ranks read it in place), once
-through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1, and
-once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
+``--arena`` again with every tensor in the shared arena, where the other ranks read it in place),
+once through torch.multiprocessing with an env-based ``init_process_group("gloo")`` on 127.0.0.1,
+and once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
 installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
 (``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
 segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
-within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). Rank 0 of each writes its timings as JSON to a temporary file; this process prints the
-tables. Every implementation's ranks run with the same CPU binding: by default horarun's
+within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). With
+``--horovod PYTHON`` (the interpreter of an environment with Horovod), once more under ``mpirun``
+with Horovod's torch allreduce. Rank 0 of each writes its timings as JSON to a temporary file;
+this process prints the tables and writes every figure to the results file (``--json``, by
+default bench/results/allreduce-np<N>.json; bench/report.py makes the documentation's tables from
+it). Every implementation's ranks run with the same CPU binding: by default horarun's
 ``--bind-to core``, which the gloo and mpi4py ranks apply to themselves (mpirun ``--bind-to
-none``); ``--bind-to none`` runs them all unbound.
+none``); ``--bind-to none`` runs them all unbound. Horovod's ranks stay unbound either way, as
+horovodrun starts them (bound, Horovod is slower: see horovod_worker).
 
 Per size (float32, in place, Sum): the median time of several iterations after warm-up, the
 algorithm bandwidth (bytes / time) and the bus bandwidth (algbw * 2(n-1)/n), as nccl-tests define
 them, and peer_time / hora_time (above 1: Hora is faster). A second measurement submits 200
 tensors of 16 KiB asynchronously and then waits for all of them, as a training step with many
 small gradients does. A last table puts every implementation side by side, with each one's time
-over Hora's shared-memory time.
+over Hora's shared-memory time (bench/report.py prints the same table into the documentation).
 """
 
 from __future__ import annotations
@@ -30,24 +36,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from common.launch import find_mpirun, free_port, horarun_command, mpi_env
+from common.results import Recorder, json_help
+from common.sizes import KIB, MIB, format_size, parse_size, parse_sizes, powers_of_four
+from common.tables import markdown_table, ratio_cell, time_cell
+from common.timing import bandwidths, format_time, median_time
 
 if TYPE_CHECKING:
     import numpy as np
 
 STEP_TENSORS = 200
-STEP_TENSOR_BYTES = 16 * 1024
-KIB = 1024
-MIB = 1024 * 1024
+STEP_TENSOR_BYTES = 16 * KIB
+STEP_CASE = "step"
 
 # Targets the README states; printed with whether this run met them.
 TARGET_BUSBW_FROM = 1 * MIB
@@ -56,41 +63,7 @@ TARGET_TINY_LATENCY_S = 200e-6
 
 
 # ------------------------------------------------------------------------------------------------
-# Sizes and iteration counts
-
-
-def parse_size(text: str) -> int:
-    """'4', '16K', '1M', '256M', '1G' -> bytes (binary units)."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": KIB, "M": MIB, "G": 1024 * MIB}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
-def format_size(n: int) -> str:
-    for unit, scale in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def format_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.3f} s"
-
-
-def default_sizes(max_size: int) -> list[int]:
-    """4 B, 16 B, 64 B, ... (powers of 4) up to max_size, in float32 multiples."""
-    sizes = []
-    n = 4
-    while n <= max_size:
-        sizes.append(n)
-        n *= 4
-    return sizes
+# Iteration counts
 
 
 def iterations(nbytes: int, iters: int) -> tuple[int, int]:
@@ -100,17 +73,6 @@ def iterations(nbytes: int, iters: int) -> tuple[int, int]:
     if nbytes <= 4 * MIB:
         return 3, iters
     return 1, max(3, iters * 4 * MIB // nbytes)
-
-
-def median_time(fn: Callable[[], None], warmup: int, timed: int) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(samples), "min_s": min(samples), "iters": timed}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,42 +203,61 @@ def mpi4py_worker(sizes: list[int], iters: int, out: str, bind: bool) -> None:
         write_results(out, "mpi4py (Open MPI)", comm.Get_size(), results, step_stats)
 
 
-def write_results(
-    out: str, impl: str, world: int, results: list[dict], step: dict[str, float]
-) -> None:
+def horovod_worker(sizes: list[int], iters: int, out: str) -> None:
+    """Runs under mpirun with Horovod's interpreter: horovod.torch's in-place Sum allreduce per
+    size, then 200 allreduce_async_ + synchronize. Its ranks stay unbound whatever --bind-to
+    says, as horovodrun starts them: bound like the others, each rank's threads share one CPU
+    and a 4-byte allreduce takes about 4 ms instead of its 1 ms cycle."""
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    results = []
+    for nbytes in sizes:
+        t = torch.zeros(nbytes // 4, dtype=torch.float32)
+        name = f"bench.{nbytes}"
+        hvd.allreduce_(t, op=hvd.Sum, name=name)
+        stats = median_time(lambda t=t, name=name: hvd.allreduce_(t, op=hvd.Sum, name=name),
+                            *iterations(nbytes, iters))
+        results.append({"bytes": nbytes, **stats})
+        del t
+    ts = [torch.zeros(STEP_TENSOR_BYTES // 4, dtype=torch.float32) for _ in range(STEP_TENSORS)]
+
+    def step() -> None:
+        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"step.{i}")
+                   for i, t in enumerate(ts)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    step_stats = median_time(step, 3, iters)
+    if hvd.rank() == 0:
+        write_results(out, "horovod", hvd.size(), results, step_stats,
+                      version=__import__("horovod").__version__)
+    hvd.shutdown()
+
+
+def write_results(out: str, impl: str, world: int, results: list[dict], step: dict[str, float],
+                  version: str | None = None) -> None:
+    """Rank 0's figures, for the driver to read."""
     payload = {
         "impl": impl,
         "world": world,
+        "version": version,
         "results": results,
         "step": {"tensors": STEP_TENSORS, "bytes_each": STEP_TENSOR_BYTES, **step},
     }
     Path(out).write_text(json.dumps(payload))
 
 
+
 # ------------------------------------------------------------------------------------------------
 # Driver
 
 
-def horarun_command() -> list[str]:
-    beside = Path(sys.executable).parent / "horarun"
-    if beside.exists():
-        return [str(beside)]
+def worker_args(args: argparse.Namespace, sizes: list[int], worker: str, out: str,
+                python: str = sys.executable) -> list[str]:
     return [
-        sys.executable,
-        "-c",
-        "import sys; from hora.runner.launch import main; sys.exit(main())",
-    ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def worker_args(args: argparse.Namespace, sizes: list[int], worker: str, out: str) -> list[str]:
-    return [
-        sys.executable,
+        python,
         str(Path(__file__).resolve()),
         "--worker",
         worker,
@@ -291,28 +272,32 @@ def worker_args(args: argparse.Namespace, sizes: list[int], worker: str, out: st
     ]
 
 
+def run_under_mpirun(args: argparse.Namespace, sizes: list[int], out: str, worker: str,
+                     python: str, label: str) -> dict | None:
+    """One worker job under ``mpirun -np N`` (unbound: the workers bind themselves as horarun
+    binds its ranks, --bind-to)."""
+    mpirun = find_mpirun()
+    if mpirun is None:
+        print(f"mpirun is not on PATH: no {label} figures")
+        return None
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+           str(args.np)]
+    cmd += worker_args(args, sizes, worker, out, python)
+    print(f"running {label}: {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, check=False, env=mpi_env())
+    if proc.returncode != 0:
+        print(f"{label} run failed with exit {proc.returncode}", file=sys.stderr)
+        return None
+    return json.loads(Path(out).read_text())
+
+
 def run_mpi4py(args: argparse.Namespace, sizes: list[int], out: str) -> dict | None:
     try:
         import mpi4py  # noqa: F401
     except ImportError:
         print("mpi4py is not installed: no Open MPI figures (pip install mpi4py)")
         return None
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        print("mpirun is not on PATH: no Open MPI figures")
-        return None
-    # The workers bind themselves as horarun binds its ranks (--bind-to).
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
-           str(args.np)]
-    cmd += worker_args(args, sizes, "mpi4py", out)
-    print(f"running mpi4py: {' '.join(cmd)}", flush=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    proc = subprocess.run(cmd, check=False, env=env)
-    if proc.returncode != 0:
-        print(f"mpi4py run failed with exit {proc.returncode}", file=sys.stderr)
-        return None
-    return json.loads(Path(out).read_text())
+    return run_under_mpirun(args, sizes, out, "mpi4py", sys.executable, "mpi4py")
 
 
 def run_hora(
@@ -324,11 +309,7 @@ def run_hora(
     hosts: str | None = None,
 ) -> dict | None:
     cmd = [
-        *horarun_command(),
-        "-np",
-        str(args.np),
-        "--bind-to",
-        args.bind_to,
+        *horarun_command(args.np, "--bind-to", args.bind_to),
         *(["-H", hosts] if hosts else []),
         *worker_args(args, sizes, "hora", out),
     ]
@@ -358,13 +339,70 @@ def run_torch(args: argparse.Namespace, sizes: list[int], out: str) -> dict | No
     return json.loads(Path(out).read_text())
 
 
-def bandwidths(nbytes: int, seconds: float, world: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s, nccl-tests definitions for allreduce."""
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * 2 * (world - 1) / world
+def run_all(args: argparse.Namespace, sizes: list[int], tmp: str) -> list[dict]:
+    """Every implementation the flags ask for, in the order of the side-by-side table; Hora over
+    shared memory first (the others' ratios are to it). A run that failed is left out."""
+    def path(label: str) -> str:
+        return os.path.join(tmp, label.replace(" ", "_") + ".json")
+
+    hora_runs: list[tuple[str, dict[str, str], str | None]] = [("hora shm", {}, None)]
+    if args.rings:
+        hora_runs.append(("hora shm rings", {"HORA_SHM_WINDOW_BYTES": "0"}, None))
+    if args.via_rank0:
+        hora_runs.append(("hora shm via rank 0", {"HORA_SHM_LOCAL_AGREEMENT": "0"}, None))
+    if args.arena:
+        hora_runs.append(("hora shm arena", {"BENCH_IN_ARENA": "1"}, None))
+    if not args.no_tcp:
+        hora_runs.append(("hora tcp", {"HORA_SHM_DISABLE": "1"}, None))
+    if args.hierarchical:
+        hosts = f"localhost:{args.np // 2},127.0.0.1:{args.np // 2}"
+        hier = {"HORA_SHM_HOST_BY_NAME": "1", "HORA_HIERARCHICAL_ALLREDUCE": "1"}
+        hora_runs += [("2 hosts flat", {"HORA_SHM_HOST_BY_NAME": "1"}, hosts),
+                      ("2 hosts hier", hier, hosts),
+                      ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}, hosts)]
+    runs = [run_hora(args, sizes, path(label), extra, label, hosts)
+            for label, extra, hosts in hora_runs]
+    if not args.no_peer:
+        runs.append(run_torch(args, sizes, path("torch")))
+        if runs[-1]:
+            runs[-1]["impl"] = "gloo"
+    if not args.no_mpi:
+        runs.append(run_mpi4py(args, sizes, path("mpi4py")))
+        if runs[-1]:
+            runs[-1]["impl"] = "mpi4py"
+    if args.horovod:
+        runs.append(run_under_mpirun(args, sizes, path("horovod"), "horovod", args.horovod,
+                                     "horovod"))
+    return [r for r in runs if r]
 
 
-def print_report(hora_res: dict | None, peer_res: dict | None, world: int) -> None:
+def result_rows(run: dict, world: int) -> list[dict[str, Any]]:
+    """One run's figures as rows of the results file: one per size, then the step."""
+    rows: list[dict[str, Any]] = []
+    for r in run["results"]:
+        algbw, busbw = bandwidths(r["bytes"], r["median_s"], world)
+        rows.append({"implementation": run["impl"], "case": "allreduce", "bytes": r["bytes"],
+                     "median_s": r["median_s"], "min_s": r["min_s"], "iters": r["iters"],
+                     "algbw_gbs": algbw, "busbw_gbs": busbw})
+    step = run.get("step")
+    if step:
+        rows.append({"implementation": run["impl"], "case": STEP_CASE,
+                     "tensors": step["tensors"], "bytes": step["bytes_each"],
+                     "median_s": step["median_s"], "min_s": step["min_s"],
+                     "iters": step["iters"]})
+    return rows
+
+
+def by_implementation(rows: list[dict]) -> dict[str, dict[Any, dict]]:
+    """implementation -> {bytes or STEP_CASE: row}, in the rows' order."""
+    found: dict[str, dict[Any, dict]] = {}
+    for row in rows:
+        key = STEP_CASE if row["case"] == STEP_CASE else row["bytes"]
+        found.setdefault(row["implementation"], {})[key] = row
+    return found
+
+
+def print_report(hora_rows: dict[Any, dict], peer_rows: dict[Any, dict], world: int) -> None:
     print()
     print(f"allreduce, float32, Sum, in place, {world} ranks on this host; time = median")
     print(
@@ -377,8 +415,8 @@ def print_report(hora_res: dict | None, peer_res: dict | None, world: int) -> No
     )
     print(header)
     print("-" * len(header))
-    rows_h = {r["bytes"]: r for r in (hora_res or {}).get("results", [])}
-    rows_p = {r["bytes"]: r for r in (peer_res or {}).get("results", [])}
+    rows_h = {n: r for n, r in hora_rows.items() if n != STEP_CASE}
+    rows_p = {n: r for n, r in peer_rows.items() if n != STEP_CASE}
 
     def cells(row: dict | None, nbytes: int) -> str:
         if row is None:
@@ -391,8 +429,8 @@ def print_report(hora_res: dict | None, peer_res: dict | None, world: int) -> No
         ratio = f"{p['median_s'] / h['median_s']:>6.2f}" if h and p else f"{'-':>6}"
         print(f"{format_size(nbytes):>9} | {cells(h, nbytes)} | {cells(p, nbytes)} | {ratio}")
 
-    step_h = (hora_res or {}).get("step")
-    step_p = (peer_res or {}).get("step")
+    step_h = hora_rows.get(STEP_CASE)
+    step_p = peer_rows.get(STEP_CASE)
     print()
     print(
         f"step of {STEP_TENSORS} tensors x {format_size(STEP_TENSOR_BYTES)}, submitted "
@@ -430,38 +468,37 @@ def print_report(hora_res: dict | None, peer_res: dict | None, world: int) -> No
         )
 
 
-def print_side_by_side(runs: list[dict], world: int) -> None:
+def side_by_side(rows: list[dict]) -> list[str]:
     """One row per size and the step, one column per implementation, then each one's time over
-    the first (Hora over shared memory)."""
-    runs = [r for r in runs if r]
-    if not runs:
-        return
-    names = [r["impl"] for r in runs]
-    rows: list[tuple[str, list[float | None]]] = []
-    sizes = sorted({x["bytes"] for r in runs for x in r["results"]})
-    for nbytes in sizes:
-        times = []
-        for r in runs:
-            match = [x["median_s"] for x in r["results"] if x["bytes"] == nbytes]
-            times.append(match[0] if match else None)
-        rows.append((format_size(nbytes), times))
-    step_label = f"{STEP_TENSORS} x {format_size(STEP_TENSOR_BYTES)} step"
-    rows.append((step_label, [r.get("step", {}).get("median_s") for r in runs]))
-    print()
-    print(f"side by side, {world} ranks on this host, median time; ratio = time / {names[0]} time")
-    header = f"| case | {' | '.join(names)} | {' | '.join(f'{n} / {names[0]}' for n in names[1:])} |"
-    print(header)
-    print("|" + "---|" * (1 + 2 * len(names) - 1))
-    for label, times in rows:
-        cells = [format_time(t) if t is not None else "-" for t in times]
-        base = times[0]
-        ratios = [
-            f"{t / base:.2f}" if t is not None and base else "-" for t in times[1:]
-        ]
-        print(f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    the first's (Hora over shared memory): the lines of a Markdown table."""
+    runs = by_implementation(rows)
+    names = list(runs)
+    if not names:
+        return []
+    sizes = sorted({n for r in runs.values() for n in r if n != STEP_CASE})
+    cases: list[tuple[str, Any]] = [(format_size(n), n) for n in sizes]
+    cases.append((f"{STEP_TENSORS} x {format_size(STEP_TENSOR_BYTES)} step", STEP_CASE))
+    table = []
+    for label, key in cases:
+        times = [runs[name].get(key, {}).get("median_s") for name in names]
+        table.append([label, *(time_cell(t) for t in times),
+                      *(ratio_cell(t, times[0]) for t in times[1:])])
+    header = ["case", *names, *(f"{n} / {names[0]}" for n in names[1:])]
+    return markdown_table(header, table)
 
 
-def main(argv: list[str] | None = None) -> int:
+def settings_of(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
+    """What the results file records of the run's flags."""
+    return {"ranks": args.np, "dtype": "float32", "op": "Sum", "in_place": True,
+            "sizes": sizes, "iters": args.iters, "bind_to": args.bind_to,
+            "step_tensors": STEP_TENSORS, "step_tensor_bytes": STEP_TENSOR_BYTES,
+            "rings": args.rings, "via_rank0": args.via_rank0, "arena": args.arena,
+            "hierarchical": args.hierarchical, "tcp": not args.no_tcp,
+            "gloo": not args.no_peer, "mpi4py": not args.no_mpi,
+            "horovod": bool(args.horovod)}
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", help="comma-separated sizes in bytes (4, 16K, 1M, ...)")
     parser.add_argument("--max-size", default="256M", help="largest default size (256M)")
@@ -502,14 +539,22 @@ def main(argv: list[str] | None = None) -> int:
         help="CPU binding of every implementation's ranks: core (default) as horarun --bind-to "
         "core, which the gloo and mpi4py ranks apply to themselves too, or none for all",
     )
-    parser.add_argument("--worker", choices=["hora", "mpi4py"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--horovod",
+        metavar="PYTHON",
+        help="also run Horovod's torch allreduce under mpirun with this interpreter (one of an "
+        "environment where horovod.torch imports)",
+    )
+    parser.add_argument("--json", type=Path, help=json_help("allreduce"))
+    parser.add_argument("--worker", choices=["hora", "mpi4py", "horovod"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.sizes:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    else:
-        sizes = default_sizes(parse_size(args.max_size))
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sizes = parse_sizes(args.sizes) if args.sizes else powers_of_four(4, parse_size(args.max_size))
     sizes = [max(4, s - s % 4) for s in sizes]
 
     if args.worker == "hora":
@@ -518,60 +563,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker == "mpi4py":
         mpi4py_worker(sizes, args.iters, args.out, args.bind_to == "core")
         return 0
+    if args.worker == "horovod":
+        horovod_worker(sizes, args.iters, args.out)
+        return 0
+    if args.hierarchical and args.np % 2:
+        parser.error("--hierarchical needs an even --np")
 
+    recorder = Recorder("allreduce", packages=("torch", "numpy", "mpi4py", "open_mpi"))
     with tempfile.TemporaryDirectory(prefix="hora-bench-") as tmp:
-        hora_res = run_hora(args, sizes, os.path.join(tmp, "hora.json"), {}, "hora shm")
-        rings_res = None
-        if args.rings:
-            rings_res = run_hora(
-                args, sizes, os.path.join(tmp, "rings.json"), {"HORA_SHM_WINDOW_BYTES": "0"},
-                "hora shm rings",
-            )
-        via_rank0_res = None
-        if args.via_rank0:
-            via_rank0_res = run_hora(
-                args, sizes, os.path.join(tmp, "via_rank0.json"),
-                {"HORA_SHM_LOCAL_AGREEMENT": "0"}, "hora shm via rank 0",
-            )
-        arena_res = None
-        if args.arena:
-            arena_res = run_hora(
-                args, sizes, os.path.join(tmp, "arena.json"), {"BENCH_IN_ARENA": "1"},
-                "hora shm arena",
-            )
-        tcp_res = None
-        if not args.no_tcp:
-            tcp_res = run_hora(
-                args, sizes, os.path.join(tmp, "tcp.json"), {"HORA_SHM_DISABLE": "1"}, "hora tcp"
-            )
-        hier_res: list[dict | None] = []
-        if args.hierarchical:
-            if args.np % 2:
-                parser.error("--hierarchical needs an even --np")
-            hosts = f"localhost:{args.np // 2},127.0.0.1:{args.np // 2}"
-            hier = {"HORA_HIERARCHICAL_ALLREDUCE": "1"}
-            for label, extra in (
-                ("2 hosts flat", {}),
-                ("2 hosts hier", hier),
-                ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}),
-            ):
-                path = os.path.join(tmp, label.replace(" ", "_") + ".json")
-                env_extra = {"HORA_SHM_HOST_BY_NAME": "1", **extra}
-                hier_res.append(run_hora(args, sizes, path, env_extra, label, hosts))
-        peer_res = None
-        if not args.no_peer:
-            peer_res = run_torch(args, sizes, os.path.join(tmp, "torch.json"))
-            if peer_res:
-                peer_res["impl"] = "gloo"
-        mpi_res = None
-        if not args.no_mpi:
-            mpi_res = run_mpi4py(args, sizes, os.path.join(tmp, "mpi4py.json"))
-            if mpi_res:
-                mpi_res["impl"] = "mpi4py"
-    print_report(hora_res, peer_res, args.np)
-    runs = (hora_res, rings_res, via_rank0_res, arena_res, tcp_res, *hier_res, peer_res, mpi_res)
-    print_side_by_side([r for r in runs if r], args.np)
-    return 0 if hora_res is not None else 1
+        runs = run_all(args, sizes, tmp)
+    rows = [row for run in runs for row in result_rows(run, args.np)]
+    found = by_implementation(rows)
+    if "hora shm" not in found:
+        return 1
+    print_report(found["hora shm"], found.get("gloo", {}), args.np)
+    print()
+    print(f"side by side, {args.np} ranks on this host, median time; "
+          "ratio = time / hora shm time")
+    print("\n".join(side_by_side(rows)))
+    horovod = [r["version"] for r in runs if r["impl"] == "horovod" and r.get("version")]
+    recorder.write(args.json, settings_of(args, sizes), rows, ranks=args.np,
+                   extra_versions={"horovod": horovod[0]} if horovod else None)
+    return 0
 
 
 if __name__ == "__main__":

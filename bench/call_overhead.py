@@ -1,7 +1,7 @@
 """What one collective call costs the thread that makes it: Hora's torch and NumPy frontends
 against torch.distributed (gloo), in one process.
 
-    python bench/call_overhead.py [--calls 5000] [--repeats 5]
+    python bench/call_overhead.py [--calls 5000] [--repeats 5] [--json PATH]
 
 One rank (a world of 1, so no peer and no network is involved): the cost measured is the
 frontend's, the engine's hand-off and the completion, which every call pays at any rank count.
@@ -13,17 +13,22 @@ best of ``--repeats``:
   submission that runs in Python;
 - call: wall time of one blocking call (submit and wait), as the README's latency tables use.
 
-Prints a table with each one's times over Hora torch's.
+Prints a table with each one's times over Hora torch's and writes the figures to the results
+file (``--json``, by default bench/results/call_overhead.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from common.launch import free_port
+from common.results import Recorder, json_help
+from common.tables import markdown_table, ratio_cell
 
 Submit = Callable[[], Any]
 Wait = Callable[[Any], None]
@@ -81,36 +86,45 @@ def gloo_case() -> dict[str, tuple[Submit, Wait]]:
     import torch
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port))
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     tensor = torch.ones(1)
     return {"torch.distributed gloo": (lambda: dist.all_reduce(tensor, async_op=True),
                                        lambda work: work.wait())}
 
 
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """Each implementation's submit CPU and blocking call, and their ratios to the first's."""
+    base = rows[0]
+    return markdown_table(
+        ["implementation", "submit CPU", "ratio", "blocking call", "ratio"],
+        [[r["implementation"], f"{r['submit_cpu_s'] * 1e6:.1f} us",
+          ratio_cell(r["submit_cpu_s"], base["submit_cpu_s"]), f"{r['call_s'] * 1e6:.1f} us",
+          ratio_cell(r["call_s"], base["call_s"])] for r in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, help=json_help("call_overhead", False))
     args = parser.parse_args()
+    recorder = Recorder("call_overhead", packages=("torch", "numpy"))
     # A world of one, whatever launched this.
     for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"):
         os.environ.pop(name, None)
-    results = {}
+    rows = []
     for label, (submit, wait) in {**hora_cases(), **gloo_case()}.items():
-        results[label] = measure(submit, wait, args.calls, args.repeats)
-    base_cpu, base_call = results["hora torch"]
+        cpu, call = measure(submit, wait, args.calls, args.repeats)
+        rows.append({"implementation": label, "case": "4 B allreduce", "bytes": 4,
+                     "submit_cpu_s": cpu, "call_s": call})
     print("4-byte in-place Sum allreduce, 1 rank; best of "
           f"{args.repeats} x {args.calls} calls; ratio = time / hora torch's")
-    print("| implementation | submit CPU | ratio | blocking call | ratio |")
-    print("|---|---|---|---|---|")
-    for label, (cpu, call) in results.items():
-        print(f"| {label} | {cpu * 1e6:.1f} us | {cpu / base_cpu:.2f} | {call * 1e6:.1f} us | "
-              f"{call / base_call:.2f} |")
+    print("\n".join(table(rows)))
+    settings = {"ranks": 1, "calls": args.calls, "repeats": args.repeats, "bytes": 4,
+                "figure": "least mean over the repeats"}
+    recorder.write(args.json, settings, rows)
 
 
 if __name__ == "__main__":

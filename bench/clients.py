@@ -11,24 +11,25 @@ and data for both backends; by default the ``mlp`` of examples/pytorch/synthetic
 (12.5 M parameters, so every step reduces 50 MB of gradients). A step's time is the time between
 the ends of two optimizer steps on rank 0; a run's figure is the median over the steps after the
 warm-up, and each backend keeps its best run of ``--repeats`` (the backends alternate). The table
-gives ms per step and gloo/hora (above 1: Hora is faster); ``--json`` writes the same numbers.
+gives ms per step and gloo/hora (above 1: Hora is faster); the results file (``--json``, by default
+bench/results/clients-np2.json) holds the same numbers in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-CLIENTS_DIR = Path(__file__).resolve().parent.parent / "tests" / "clients"
-sys.path.insert(0, str(CLIENTS_DIR))
+from common.launch import REPO
+from common.results import Recorder, cpu_model, json_help, load_average, utc_now, versions
+
+sys.path.insert(0, str(REPO / "tests" / "clients"))
 
 from client_jobs import command, read_results, run_job
 
@@ -43,7 +44,8 @@ CLIENTS = {
     "deepspeed_zero2": ("torchrun", "deepspeed_train.py", ("--stage", "2")),
     "hf_trainer": ("torchrun", "hf_trainer_train.py", ()),
 }
-VERSIONED = ("torch", "hora", "lightning", "ray", "accelerate", "transformers", "deepspeed")
+VERSIONED = ("torch", "lightning", "ray", "accelerate", "transformers", "deepspeed")
+RANKS = 2
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,7 +58,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per run (>= 1)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=1, help="runs per backend, alternating")
-    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--json", type=Path, help=json_help("clients"))
     args = parser.parse_args()
     unknown = set(args.clients.split(",")) - set(CLIENTS)
     if unknown or args.warmup < 1:
@@ -90,18 +92,19 @@ def time_client(name: str, order: tuple[str, ...], args: argparse.Namespace,
             for backend in order}
 
 
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings, as the results file records them."""
+    return {"model": args.model, "batch_size": args.batch_size, "warmup": args.warmup,
+            "steps": args.steps, "repeats": args.repeats, "ranks": RANKS,
+            "figure": "median ms per step, best run of the repeats"}
+
+
 def header(args: argparse.Namespace) -> dict[str, object]:
-    """The machine, the versions, the date and the run's settings."""
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
-    return {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version(),
-            "versions": {name: metadata.version(name) for name in VERSIONED},
-            "model": args.model, "batch_size": args.batch_size, "warmup": args.warmup,
-            "steps": args.steps, "repeats": args.repeats, "ranks": 2}
+    """The machine, the versions, the date and the run's settings, as the table's head."""
+    found = versions(VERSIONED)
+    return {"date": utc_now(), "host": platform.node(), "cpu": cpu_model(),
+            "cores": os.cpu_count(), "load_average_at_start": load_average(),
+            "python": found.pop("python"), "versions": found, **settings_of(args)}
 
 
 def table(head: dict[str, object], rows: list[dict[str, object]]) -> str:
@@ -120,9 +123,18 @@ def table(head: dict[str, object], rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def result_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows as rows of the results file: one per client and backend, in seconds."""
+    return [{"implementation": backend, "case": row["client"], "launcher": row["launcher"],
+             "median_step_s": row[f"{backend}_ms"] / 1e3,
+             "runs_s": [ms / 1e3 for ms in row[f"{backend}_runs_ms"]]}
+            for row in rows for backend in BACKENDS]
+
+
 def main() -> None:
     """Time every chosen client, print the table, write the JSON."""
     args = parse_args()
+    recorder = Recorder("clients", packages=VERSIONED)
     head = header(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_clients_") as scratch:
@@ -139,8 +151,7 @@ def main() -> None:
                          "gloo_runs_ms": runs["gloo"], "hora_runs_ms": runs["hora"]})
             print(f"{name}: gloo {best['gloo']:.1f} ms, hora {best['hora']:.1f} ms", flush=True)
     print(table(head, rows))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"header": head, "clients": rows}, indent=2) + "\n")
+    recorder.write(args.json, settings_of(args), result_rows(rows), ranks=RANKS)
 
 
 if __name__ == "__main__":

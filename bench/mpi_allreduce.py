@@ -3,6 +3,9 @@
     mpirun -np 2 python bench/mpi_allreduce.py [--sizes 1K,1M] [--max-size 256M] [--iters N]
     python bench/mpi_allreduce.py --np 2 [...]      (starts mpirun itself)
 
+Rank 0 prints the tables and writes the figures to the results file (``--json``, by default
+bench/results/mpi_allreduce-np<N>.json).
+
 Both run in the same processes on the same NumPy float32 buffers (in place, Sum): mpi4py's
 ``COMM_WORLD.Allreduce(IN_PLACE, buf)`` and Hora's allreduce, which goes through Hora's
 negotiation and then MPI_Allreduce on Hora's private communicator. Two tables:
@@ -37,53 +40,29 @@ than cores, the script keeps mpirun's default binding of one rank per core (what
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
-KIB = 1024
-MIB = 1024 * 1024
+from common.launch import find_mpirun, mpirun_version
+from common.results import Recorder, json_help
+from common.sizes import KIB, MIB, format_size, parse_size, parse_sizes, powers_of_four
+from common.timing import bus_factor, format_time
+
 TARGET_RATIO = 0.9
 TARGET_FROM = 1 * MIB
 STREAM_BYTES = 64 * MIB
-
-
-def parse_size(text: str) -> int:
-    """'4', '16K', '1M', '256M', '1G' -> bytes (binary units)."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": KIB, "M": MIB, "G": 1024 * MIB}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
-def format_size(n: int) -> str:
-    for unit, scale in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def format_time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.3f} s"
-
-
-def default_sizes(max_size: int) -> list[int]:
-    """1 KiB, 4 KiB, 16 KiB, ... (powers of 4) up to max_size."""
-    sizes = []
-    n = KIB
-    while n <= max_size:
-        sizes.append(n)
-        n *= 4
-    return sizes
+WHO = ("mpi4py", "hora")
+# The three tables: (case in the results file, title as printed).
+TABLES = (
+    ("one call", "one call at a time (latency-bound):"),
+    ("stream", "stream of back-to-back allreduces, one grouped call (time per buffer):"),
+    ("stream calls", "stream, one allreduce_async_ call per buffer (time per buffer):"),
+)
 
 
 def iterations(nbytes: int, iters: int | None) -> int:
@@ -104,12 +83,13 @@ def under_mpirun() -> bool:
 
 def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     """Start this script under mpirun with --np ranks (this process only waits)."""
-    mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
+    mpirun = find_mpirun()
     if mpirun is None:
-        print("mpi_allreduce: no mpirun on PATH; install an MPI (e.g. openmpi-bin)", file=sys.stderr)
+        print("mpi_allreduce: no mpirun on PATH; install an MPI (e.g. openmpi-bin)",
+              file=sys.stderr)
         return 2
     cmd = [mpirun, "-np", str(args.np)]
-    version = subprocess.run([mpirun, "--version"], check=False, capture_output=True, text=True).stdout
+    version = mpirun_version(mpirun) or ""
     if "Open MPI" in version or "OpenRTE" in version:
         if args.np > (os.cpu_count() or 1):
             cmd += ["--oversubscribe", "--bind-to", "none"]
@@ -119,16 +99,34 @@ def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     return subprocess.call(cmd)
 
 
-def summarize(nbytes: int, samples: dict[str, list[float]], bus_factor: float) -> dict:
-    """Median time, algbw and busbw of both, and the busbw ratio, for one size."""
-    row: dict = {"bytes": nbytes}
+def summarize(case: str, nbytes: int, samples: dict[str, list[float]], world: int,
+              buffers: int) -> list[dict[str, Any]]:
+    """Rows of the results file for one size: median time, algbw and busbw of each."""
+    rows = []
     for who, values in samples.items():
         t = statistics.median(values)
-        row[f"{who}_time"] = t
-        row[f"{who}_algbw"] = nbytes / t / 1e9
-        row[f"{who}_busbw"] = row[f"{who}_algbw"] * bus_factor
-    row["ratio"] = row["hora_busbw"] / row["mpi4py_busbw"]
-    return row
+        algbw = nbytes / t / 1e9
+        rows.append({"implementation": who, "case": case, "bytes": nbytes, "median_s": t,
+                     "algbw_gbs": algbw, "busbw_gbs": algbw * bus_factor(world),
+                     "iters": len(values), "buffers": buffers})
+    return rows
+
+
+def paired(rows: list[dict[str, Any]], case: str) -> list[dict[str, Any]]:
+    """Per size of ``case``: {"bytes", "<who>_time", "<who>_algbw", "<who>_busbw", "ratio"}, the
+    ratio being hora's busbw over mpi4py's."""
+    found: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if r["case"] != case:
+            continue
+        row = found.setdefault(r["bytes"], {"bytes": r["bytes"]})
+        who = r["implementation"]
+        row.update({f"{who}_time": r["median_s"], f"{who}_algbw": r["algbw_gbs"],
+                    f"{who}_busbw": r["busbw_gbs"]})
+    complete = [r for r in found.values() if all(f"{w}_busbw" in r for w in WHO)]
+    for r in complete:
+        r["ratio"] = r["hora_busbw"] / r["mpi4py_busbw"]
+    return complete
 
 
 def print_table(title: str, rows: list[dict]) -> float | None:
@@ -153,10 +151,15 @@ def main() -> int:
     parser.add_argument("--max-size", default="256M", help="largest default size (256M)")
     parser.add_argument("--iters", type=int, default=None, help="timed iterations of each")
     parser.add_argument("--np", type=int, default=2, help="ranks when starting mpirun itself")
-    parser.add_argument("--json", help="also write the results to this file (rank 0)")
+    parser.add_argument("--json", type=Path, help=json_help("mpi_allreduce"))
     args, _ = parser.parse_known_args()
     if not under_mpirun():
         return relaunch(args, sys.argv[1:])
+    # Under a plain mpirun (no --np), the command line to record is mpirun's.
+    ranks = os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE", "")
+    launcher = [] if "--np" in sys.argv else ["mpirun", "-np", ranks]
+    recorder = Recorder("mpi_allreduce", packages=("numpy", "mpi4py", "open_mpi"),
+                        launcher=launcher)
 
     os.environ.setdefault("HORA_CONTROLLER", "mpi")
     os.environ.setdefault("HORA_CPU_OPERATIONS", "mpi")
@@ -170,11 +173,8 @@ def main() -> int:
     n, me = comm.Get_size(), comm.Get_rank()
     if hora._core.transport_name() != "mpi" or hora.size() != n:
         raise SystemExit("mpi_allreduce: Hora is not running on MPI over the same ranks")
-    sizes = (
-        [parse_size(s) for s in args.sizes.split(",")] if args.sizes
-        else default_sizes(parse_size(args.max_size))
-    )
-    bus_factor = 2.0 * (n - 1) / n if n > 1 else 1.0
+    sizes = (parse_sizes(args.sizes) if args.sizes
+             else powers_of_four(KIB, parse_size(args.max_size)))
 
     def timed(run, bufs: list) -> float:
         """Slowest rank's time of run(bufs), per buffer."""
@@ -206,7 +206,8 @@ def main() -> int:
                 b.fill(1.0)
             run(bufs)
             if not all(np.all(b == float(n)) for b in bufs):
-                raise SystemExit(f"mpi_allreduce: {who}: wrong result at {format_size(bufs[0].nbytes)}")
+                raise SystemExit(f"mpi_allreduce: {who}: wrong result at "
+                                 f"{format_size(bufs[0].nbytes)}")
         for b in bufs:  # zeros stay zeros: no refill (and no cache churn) between timed runs
             b.fill(0.0)
         for _ in range(2):
@@ -218,37 +219,35 @@ def main() -> int:
                 samples[who].append(timed(runs[who], bufs))
         return samples
 
-    one_rows, stream_rows, calls_rows = [], [], []
+    rows: list[dict[str, Any]] = []
     for nbytes in sizes:
         count = max(nbytes // 4, 1)
         bufs = [np.ones(count, dtype=np.float32)]
-        one_rows.append(summarize(count * 4, measure(bufs, hora_one, iterations(nbytes, args.iters)),
-                                  bus_factor))
+        rows += summarize("one call", count * 4,
+                          measure(bufs, hora_one, iterations(nbytes, args.iters)), n, 1)
         bufs += [np.ones(count, dtype=np.float32) for _ in range(stream_length(nbytes) - 1)]
         stream_iters = max(9, iterations(nbytes, args.iters) // len(bufs))
-        stream_rows.append(summarize(count * 4, measure(bufs, hora_stream, stream_iters),
-                                     bus_factor))
-        calls_rows.append(summarize(count * 4, measure(bufs, hora_stream_calls, stream_iters),
-                                    bus_factor))
+        rows += summarize("stream", count * 4, measure(bufs, hora_stream, stream_iters), n,
+                          len(bufs))
+        rows += summarize("stream calls", count * 4,
+                          measure(bufs, hora_stream_calls, stream_iters), n, len(bufs))
         del bufs
 
     if me == 0:
         print(f"Allreduce float32 Sum in place, {n} ranks on {os.cpu_count()} cores, Hora on MPI "
               f"vs mpi4py (median of the slowest rank; GB/s = 1e9 B/s)\n")
-        print_table("one call at a time (latency-bound):", one_rows)
-        print()
-        worst = print_table("stream of back-to-back allreduces, one grouped call (time per buffer):",
-                            stream_rows)
-        if worst is not None:
-            verdict = "met" if worst >= TARGET_RATIO else "NOT met"
-            print(f"target: stream hora/mpi4py >= {TARGET_RATIO}x from {format_size(TARGET_FROM)} "
-                  f"up: {verdict} (lowest {worst:.2f}x)")
-        print()
-        print_table("stream, one allreduce_async_ call per buffer (time per buffer):", calls_rows)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"ranks": n, "one_call": one_rows, "stream": stream_rows,
-                           "stream_calls": calls_rows}, f, indent=1)
+        for case, title in TABLES:
+            worst = print_table(title, paired(rows, case))
+            if case == "stream" and worst is not None:
+                verdict = "met" if worst >= TARGET_RATIO else "NOT met"
+                print(f"target: stream hora/mpi4py >= {TARGET_RATIO}x from "
+                      f"{format_size(TARGET_FROM)} up: {verdict} (lowest {worst:.2f}x)")
+            if case != TABLES[-1][0]:
+                print()
+        settings = {"ranks": n, "dtype": "float32", "op": "Sum", "in_place": True,
+                    "sizes": sizes, "iters": args.iters, "stream_bytes": STREAM_BYTES,
+                    "fusion_threshold": 0, "figure": "median over iterations of the slowest rank"}
+        recorder.write(args.json, settings, rows, ranks=n)
     hora.shutdown()
     return 0
 

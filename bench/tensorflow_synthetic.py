@@ -1,7 +1,7 @@
 """TensorFlow training-step throughput: hora.tensorflow against MultiWorkerMirroredStrategy.
 
     python bench/tensorflow_synthetic.py [--np 2] [--model small_cnn] [--batch-size 32]
-        [--steps 50] [--warmup 10]
+        [--steps 50] [--warmup 10] [--json PATH]
 
 The same model, per-rank batch and optimizer (SGD) run as a ``tf.function`` step on N CPU
 processes on this host, once with Hora (``horarun``, ``DistributedGradientTape``, each
@@ -13,7 +13,8 @@ Rank 0 of each run writes its timings as JSON; this process prints them, rank 0'
 step (all its threads; other load on the machine does not count in it, though it still slows
 the step) and the ratios of steps per second (hora / MWMS above 1: Hora is faster), with the
 load average before and after. The runs alternate for ``--rounds`` rounds so that a change of
-machine load does not favour one of them.
+machine load does not favour one of them. The figures go to the results file (``--json``, by
+default bench/results/tensorflow_synthetic-np<N>.json).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.launch import free_ports, horarun_command
+from common.results import Recorder, json_help
+
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0"}
+LABELS = (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy"),
+          ("local", "no communication (bound)"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating rounds of both runs (against drifting machine load)")
+    parser.add_argument("--json", type=Path, help=json_help("tensorflow_synthetic"))
     parser.add_argument("--worker", choices=["hora", "mwms", "local"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -164,19 +170,6 @@ def mwms_worker(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------- driver
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on localhost."""
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def worker_args(args: argparse.Namespace, kind: str, out: str) -> list[str]:
     """The command line of one worker process."""
     return [sys.executable, os.path.abspath(__file__), "--worker", kind, "--out", out,
@@ -188,8 +181,7 @@ def worker_args(args: argparse.Namespace, kind: str, out: str) -> list[str]:
 def run_hora(args: argparse.Namespace, out: str, kind: str = "hora") -> None:
     """All ranks of the Hora run (or of the run without communication), through horarun."""
     env = dict(os.environ, **QUIET_ENV)
-    cmd = [sys.executable, "-m", "hora.runner", "-np", str(args.np)]
-    subprocess.run(cmd + worker_args(args, kind, out), env=env, check=True)
+    subprocess.run(horarun_command(args.np) + worker_args(args, kind, out), env=env, check=True)
 
 
 def run_local(args: argparse.Namespace, out: str) -> None:
@@ -218,6 +210,14 @@ def summary(times: list[float], cpus: list[float], batch_size: int,
             "img_per_s": batch_size * nproc / median, "cpu_ms": statistics.mean(cpus) * 1e3}
 
 
+def result_rows(results: dict[str, dict[str, float]], model: str) -> list[dict[str, Any]]:
+    """The summaries as rows of the results file (seconds)."""
+    return [{"implementation": label, "case": model, "median_s": r["step_ms"] / 1e3,
+             "steps_per_s": r["steps_per_s"], "images_per_s": r["img_per_s"],
+             "rank0_cpu_s": r["cpu_ms"] / 1e3}
+            for kind, label in LABELS for r in [results[kind]]]
+
+
 def main() -> None:
     """Drive both runs (or act as one worker) and print the comparison."""
     args = parse_args()
@@ -227,6 +227,8 @@ def main() -> None:
     if args.worker == "mwms":
         mwms_worker(args)
         return
+    recorder = Recorder("tensorflow_synthetic",
+                        packages=("tensorflow", "tensorflow-cpu", "keras", "numpy"))
     runners = {"hora": run_hora, "mwms": run_mwms, "local": run_local}
     times: dict[str, list[float]] = {kind: [] for kind in runners}
     cpus: dict[str, list[float]] = {kind: [] for kind in runners}
@@ -247,9 +249,7 @@ def main() -> None:
           f"(median step time); load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after")
     print(f"{'':28}{'step ms':>10}{'steps/s':>10}{'img/s':>10}{'CPU ms':>10}")
-    labels = (("hora", "hora.tensorflow"), ("mwms", "MultiWorkerMirroredStrategy"),
-              ("local", "no communication (bound)"))
-    for kind, label in labels:
+    for kind, label in LABELS:
         r = results[kind]
         print(f"{label:28}{r['step_ms']:10.2f}{r['steps_per_s']:10.2f}{r['img_per_s']:10.1f}"
               f"{r['cpu_ms']:10.2f}")
@@ -258,6 +258,10 @@ def main() -> None:
     best = results["local"]["steps_per_s"] / results["mwms"]["steps_per_s"]
     print(f"ratio bound / MWMS (steps/s): {best:.2f}  (no run with communication can exceed it)")
     print("CPU ms: rank 0's CPU time per step, all threads (mean over the rounds)")
+    settings = {"ranks": args.np, "model": args.model, "image_size": args.image_size,
+                "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
+                "rounds": args.rounds, "figure": "median step time over every round's steps"}
+    recorder.write(args.json, settings, result_rows(results, args.model), ranks=args.np)
 
 
 if __name__ == "__main__":

@@ -8,35 +8,21 @@ the others through Hora), and ``new_group(backend="hora")`` is the Hora group. F
 (the ``mlp`` and ``cnn`` of examples/pytorch/synthetic_benchmark.py, synthetic data) the same
 DDP training step (zero_grad, forward, cross-entropy, backward, SGD step) is timed over each
 group in turn, ``--repeats`` times alternating, keeping each backend's best run. Rank 0 prints a
-table of images per second (all ranks together) and the hora/gloo ratio.
+table of images per second (all ranks together) and the hora/gloo ratio, and writes the figures
+to the results file (``--json``, by default bench/results/torch_ddp_backends-np<N>.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import hora.torch as hvd
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-BENCHMARK = Path(__file__).resolve().parent.parent / "examples" / "pytorch" / \
-    "synthetic_benchmark.py"
-
-
-def _models() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hora_synthetic_benchmark", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from common.launch import load_synthetic_benchmark
+from common.results import Recorder, json_help
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,11 +33,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per run")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs per backend")
+    parser.add_argument("--json", type=Path, help=json_help("torch_ddp_backends"))
     return parser.parse_args()
 
 
 def gloo_default_group() -> None:
     """Make gloo the default group with a TCPStore whose port rank 0 shares through Hora."""
+    import hora.torch as hvd
+    import torch.distributed as dist
+
     timeout = datetime.timedelta(seconds=300)
     store = None
     address = None
@@ -69,6 +59,11 @@ def gloo_default_group() -> None:
 def images_per_second(group: Any, model_name: str, args: argparse.Namespace,
                       bench: ModuleType) -> float:
     """Throughput of all ranks together for one run of DDP over ``group``."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     size = bench.default_image_size(model_name)
     torch.manual_seed(0)
     model = DDP(bench.build_model(model_name, size, 1000), process_group=group)
@@ -93,12 +88,18 @@ def images_per_second(group: Any, model_name: str, args: argparse.Namespace,
 
 
 def main() -> None:
-    """Time both backends per model and print the table on rank 0."""
+    """Time both backends per model; rank 0 prints the table and writes the results."""
     args = parse_args()
+    import hora.torch as hvd
+    import torch
+    import torch.distributed as dist
+
     hvd.init()
+    recorder = Recorder("torch_ddp_backends", packages=("torch",),
+                        launcher=("horarun", "-np", str(hvd.size())))
     gloo_default_group()
     groups = {"gloo": dist.group.WORLD, "hora": dist.new_group(backend="hora")}
-    bench = _models()
+    bench = load_synthetic_benchmark()
     torch.set_num_threads(1)
     rows = []
     for model_name in args.models.split(","):
@@ -107,14 +108,21 @@ def main() -> None:
             for backend, group in groups.items():
                 best[backend] = max(best[backend],
                                     images_per_second(group, model_name, args, bench))
-        rows.append((model_name, best["hora"], best["gloo"]))
+        rows += [{"implementation": backend, "case": model_name, "images_per_s": rate}
+                 for backend, rate in (("hora", best["hora"]), ("gloo", best["gloo"]))]
     if hvd.rank() == 0:
         print(f"DDP over hora vs gloo, {hvd.size()} ranks, batch {args.batch_size} per rank, "
               f"{args.steps} timed steps, best of {args.repeats}")
         print(f"{'model':<8}{'hora img/s':>12}{'gloo img/s':>12}{'hora/gloo':>11}")
-        for model_name, hora_rate, gloo_rate in rows:
-            print(f"{model_name:<8}{hora_rate:>12.1f}{gloo_rate:>12.1f}"
+        for hora_row, gloo_row in zip(rows[::2], rows[1::2]):
+            hora_rate, gloo_rate = hora_row["images_per_s"], gloo_row["images_per_s"]
+            print(f"{hora_row['case']:<8}{hora_rate:>12.1f}{gloo_rate:>12.1f}"
                   f"{hora_rate / gloo_rate:>11.2f}")
+        settings = {"ranks": hvd.size(), "models": args.models.split(","),
+                    "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
+                    "repeats": args.repeats, "torch_threads": 1,
+                    "figure": "images per second of all ranks, best run of the repeats"}
+        recorder.write(args.json, settings, rows, ranks=hvd.size())
     dist.destroy_process_group()
     hvd.shutdown()
 

@@ -1,6 +1,6 @@
 """What Hora's torch.distributed registration adds to ``import torch``.
 
-    python bench/torch_import_cost.py [--runs 21]
+    python bench/torch_import_cost.py [--runs 21] [--json PATH]
 
 torch calls every ``torch.backends`` entry point while ``import torch`` runs
 (``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off). Two measurements:
@@ -12,6 +12,8 @@ torch calls every ``torch.backends`` entry point while ``import torch`` runs
    median wall time of each and their difference. That difference also holds torch's own scan of
    the installed packages' entry points, which autoloading costs with or without Hora, and the
    noise of a machine that runs other work: read it as an upper bound.
+
+The figures go to the results file (``--json``, by default bench/results/torch_import_cost.json).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
+from common.results import Recorder, json_help
+
+IN_PROCESS_CASES = {"scan": "torch's entry-point scan (with or without Hora)",
+                    "load": "import hora_torch_autoload",
+                    "register": "register() (backend + monitored_barrier)",
+                    "added": "Hora adds (load + register)"}
 IN_PROCESS = r"""
 import json, os, time
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
@@ -47,10 +57,26 @@ def whole_import(autoload: bool) -> float:
     return time.perf_counter() - start
 
 
+def result_rows(parts: dict[str, list[float]], on: list[float],
+                off: list[float]) -> list[dict[str, Any]]:
+    """The medians and minima as rows of the results file (seconds)."""
+    rows = [{"implementation": "hora", "case": key, "scope": "in process",
+             "median_s": statistics.median(values), "min_s": min(values)}
+            for key, values in parts.items()]
+    rows += [{"implementation": "torch", "case": f"import torch, autoload {label}",
+              "scope": "whole process", "median_s": statistics.median(values),
+              "min_s": min(values)} for label, values in (("on", on), ("off", off))]
+    rows.append({"implementation": "torch", "case": "import torch, difference",
+                 "scope": "whole process", "median_s": rows[-2]["median_s"] - rows[-1]["median_s"]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--json", type=Path, help=json_help("torch_import_cost", False))
     args = parser.parse_args()
+    recorder = Recorder("torch_import_cost", packages=("torch",))
 
     parts: dict[str, list[float]] = {"scan": [], "load": [], "register": []}
     for _ in range(args.runs):
@@ -58,10 +84,12 @@ def main() -> None:
                              check=True).stdout
         for key, value in json.loads(out.strip().splitlines()[-1]).items():
             parts[key].append(value)
+    parts["added"] = [load + reg for load, reg in zip(parts["load"], parts["register"])]
     on, off = [], []
     for _ in range(args.runs):
         on.append(whole_import(True))
         off.append(whole_import(False))
+    rows = result_rows(parts, on, off)
 
     import torch
 
@@ -69,20 +97,16 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d')}; medians of {args.runs} runs")
     print()
     print("inside one process (ms)                            median     min")
-    names = {"scan": "torch's entry-point scan (with or without Hora)",
-             "load": "import hora_torch_autoload",
-             "register": "register() (backend + monitored_barrier)"}
-    for key, label in names.items():
-        values = [v * 1000 for v in parts[key]]
-        print(f"  {label:<50} {statistics.median(values):7.3f} {min(values):7.3f}")
-    added = [(parts["load"][i] + parts["register"][i]) * 1000 for i in range(args.runs)]
-    print(f"  {'Hora adds (load + register)':<50} {statistics.median(added):7.3f} {min(added):7.3f}")
+    for row in rows[:4]:
+        label = IN_PROCESS_CASES[row["case"]]
+        print(f"  {label:<50} {row['median_s'] * 1000:7.3f} {row['min_s'] * 1000:7.3f}")
     print()
-    med_on, med_off = statistics.median(on), statistics.median(off)
     print("whole `python -c 'import torch'` (s)               median     min")
-    print(f"  {'autoload on':<50} {med_on:7.3f} {min(on):7.3f}")
-    print(f"  {'autoload off':<50} {med_off:7.3f} {min(off):7.3f}")
-    print(f"  {'difference (upper bound, see above)':<50} {med_on - med_off:7.3f}")
+    print(f"  {'autoload on':<50} {rows[4]['median_s']:7.3f} {rows[4]['min_s']:7.3f}")
+    print(f"  {'autoload off':<50} {rows[5]['median_s']:7.3f} {rows[5]['min_s']:7.3f}")
+    print(f"  {'difference (upper bound, see above)':<50} {rows[6]['median_s']:7.3f}")
+    recorder.write(args.json, {"runs": args.runs, "figure": "median and least of the runs"},
+                   rows)
 
 
 if __name__ == "__main__":

@@ -10,36 +10,27 @@ training alone, with no communication at all: no data-parallel run on this host 
 throughput, so it bounds what any runtime can reach. All use the same number of torch threads per
 rank, and the same CPU binding: by default horarun binds its ranks (``--bind-to core``) and the
 DDP and solo workers bind themselves to the same shares of the CPUs; ``--bind-to none`` runs all
-three unbound. With ``--repeats N`` the three jobs alternate N times and each keeps its best run, which
-damps the effect of other load on the machine. Prints a table with the throughputs and their
-ratios to DDP.
+three unbound. With ``--repeats N`` the three jobs alternate N times and each keeps its best run,
+which damps the effect of other load on the machine. Prints a table with the throughputs and their
+ratios to DDP, and writes them to the results file (``--json``, by default
+bench/results/torch_synthetic-np<N>.json).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-BENCHMARK = REPO / "examples" / "pytorch" / "synthetic_benchmark.py"
+from common.launch import SYNTHETIC_BENCHMARK, free_port, horarun_command, load_synthetic_benchmark
+from common.results import Recorder, json_help
+
 _RATE = re.compile(r"Img/sec per \w+: ([0-9.]+) \+-([0-9.]+)")
-
-
-def _load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hora_synthetic_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+LABELS = {"hora": "hora.torch", "ddp": "torch DDP (gloo)", "alone": "no communication"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--bind-to", choices=("core", "none"), default="core",
                         help="CPU binding of every job's ranks, as horarun's flag")
+    parser.add_argument("--json", type=Path, help=json_help("torch_synthetic"))
     return parser.parse_args()
 
 
@@ -79,16 +71,10 @@ def benchmark_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def launcher(np_: int, bind_to: str) -> list[str]:
-    """horarun if it is on PATH, else the launcher module of the installed package."""
-    found = shutil.which("horarun")
-    command = [found] if found else [sys.executable, "-m", "hora.runner"]
-    return command + ["-np", str(np_), "--bind-to", bind_to]
-
-
 def run_hora(args: argparse.Namespace) -> tuple[float, float]:
     """Run the benchmark with hora.torch; returns (img/sec per rank, 1.96 sigma)."""
-    cmd = launcher(args.np, args.bind_to) + [sys.executable, str(BENCHMARK)] + benchmark_flags(args)
+    cmd = [*horarun_command(args.np, "--bind-to", args.bind_to), sys.executable,
+           str(SYNTHETIC_BENCHMARK), *benchmark_flags(args)]
     if args.fp16_allreduce:
         cmd.append("--fp16-allreduce")
     print("hora:", " ".join(cmd), flush=True)
@@ -101,12 +87,6 @@ def run_hora(args: argparse.Namespace) -> tuple[float, float]:
         if "img/sec" in line.lower():
             print("  hora " + line.split(":", 1)[-1].strip(), flush=True)
     return float(match.group(1)), float(match.group(2))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ddp_worker(
@@ -123,7 +103,7 @@ def _ddp_worker(
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
-    bench = _load_benchmark()
+    bench = load_synthetic_benchmark()
     args = bench.parse_args(flags)
     if communicate:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -183,7 +163,7 @@ def run_ddp(args: argparse.Namespace, communicate: bool = True) -> tuple[float, 
         _ddp_worker,
         nprocs=args.np,
         start_method="spawn",
-        args=(args.np, _free_port(), benchmark_flags(args), args.fp16_allreduce, results,
+        args=(args.np, free_port(), benchmark_flags(args), args.fp16_allreduce, results,
               communicate, args.bind_to == "core"),
     )
     rates = results.get()
@@ -191,38 +171,47 @@ def run_ddp(args: argparse.Namespace, communicate: bool = True) -> tuple[float, 
 
 
 def main() -> None:
-    """Run the three jobs (alternating, best of --repeats) and print the comparison table."""
+    """Run the three jobs (alternating, best of --repeats), print the comparison table and write
+    the results."""
     args = parse_args()
-    bench = _load_benchmark()
+    recorder = Recorder("torch_synthetic", packages=("torch", "numpy"))
+    bench = load_synthetic_benchmark()
     image = args.image_size or bench.default_image_size(args.model)
-    hora_runs, ddp_runs, alone_runs = [], [], []
+    runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in LABELS}
     for _ in range(max(1, args.repeats)):
-        hora_runs.append(run_hora(args))
-        ddp_runs.append(run_ddp(args))
-        alone_runs.append(run_ddp(args, communicate=False))
-    hora_rate, hora_conf = max(hora_runs)
-    ddp_rate, ddp_conf = max(ddp_runs)
-    alone_rate, alone_conf = max(alone_runs)
+        runs["hora"].append(run_hora(args))
+        runs["ddp"].append(run_ddp(args))
+        runs["alone"].append(run_ddp(args, communicate=False))
+    best = {kind: max(found) for kind, found in runs.items()}
+    ddp_rate = best["ddp"][0]
     n = args.np
+    bound = "bound" if args.bind_to == "core" else "unbound"
     print()
     print(
         f"model {args.model}, {image}x{image} images, batch {args.batch_size} per rank, "
-        f"{n} ranks on {os.cpu_count()} cores ({'bound' if args.bind_to == 'core' else 'unbound'}), "
-        f"best of {len(hora_runs)} alternating runs"
+        f"{n} ranks on {os.cpu_count()} cores ({bound}), "
+        f"best of {len(runs['hora'])} alternating runs"
         + (", fp16 gradients" if args.fp16_allreduce else "")
     )
     print(f"| {'runtime':<18} | {'img/sec per rank':>18} | {'total img/sec':>13} | {'vs DDP':>6} |")
     print(f"|{'-' * 20}|{'-' * 20}|{'-' * 15}|{'-' * 8}|")
-    for label, rate, conf in (
-        ("hora.torch", hora_rate, hora_conf),
-        ("torch DDP (gloo)", ddp_rate, ddp_conf),
-        ("no communication", alone_rate, alone_conf),
-    ):
+    for kind, label in LABELS.items():
+        rate, conf = best[kind]
         print(
             f"| {label:<18} | {rate:>10.1f} +-{conf:>5.1f} | {n * rate:>13.1f} | "
             f"{rate / ddp_rate:>5.2f}x |"
         )
     print("no communication: every rank trains alone, the bound for any data-parallel run here")
+    rows = [{"implementation": label, "case": args.model, "images_per_s_per_rank": best[kind][0],
+             "images_per_s_conf95": best[kind][1], "images_per_s": n * best[kind][0],
+             "runs_images_per_s_per_rank": [rate for rate, _ in runs[kind]]}
+            for kind, label in LABELS.items()]
+    settings = {"ranks": n, "model": args.model, "image_size": image,
+                "batch_size": args.batch_size, "num_warmup_batches": args.num_warmup_batches,
+                "num_batches_per_iter": args.num_batches_per_iter, "num_iters": args.num_iters,
+                "fp16_allreduce": args.fp16_allreduce, "repeats": args.repeats,
+                "bind_to": args.bind_to, "figure": "images per second, best run of the repeats"}
+    recorder.write(args.json, settings, rows, ranks=n)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 updates inside backward (hora.torch), side by side with ratios.
 
     python bench/torch_zero.py                  # 2 and 4 ranks
-    python bench/torch_zero.py --np 2 --iters 20 --layers 8 --width 512
+    python bench/torch_zero.py --np 2 --iters 20 --layers 8 --width 512 [--json PATH]
 
 For each rank count it starts one horarun job that trains the same MLP (``--layers`` square
 matrices of ``--width``, float32, Adam) three ways on synthetic data and times the whole step
@@ -11,29 +11,27 @@ matrices of ``--width``, float32, Adam) three ways on synthetic data and times t
 - ``DistributedOptimizer(step_in_backward=True)`` (each update right after its allreduce),
 - ``ZeroRedundancyOptimizer`` (each rank updates and keeps state for its shard only).
 It reports the optimizer-state bytes each rank holds (the largest over ranks) and the median
-step time; ratios are relative to the standard DistributedOptimizer.
+step time; ratios are relative to the standard DistributedOptimizer. The figures go to the
+results file (``--json``, by default bench/results/torch_zero.json, or torch_zero-np<N>.json for
+one rank count).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
+from common.launch import horarun_command
+from common.results import Recorder, json_help
+
 _MARK = "TORCH_ZERO_RESULT "
-
-
-def launcher(np_: int) -> list[str]:
-    """horarun if it is on PATH, else the launcher module of the installed package."""
-    found = shutil.which("horarun")
-    if found:
-        return [found, "-np", str(np_)]
-    return [sys.executable, "-m", "hora.runner", "-np", str(np_)]
+WAYS = ("standard", "step_in_backward", "zero")
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--json", type=Path, help=json_help("torch_zero"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -116,16 +115,17 @@ def _mib(n: float) -> str:
 
 
 def main() -> None:
-    """Run one job per rank count and print the two tables."""
+    """Run one job per rank count, print the two tables, write the results."""
     args = parse_args()
     if args.worker:
         worker(args)
         return
+    recorder = Recorder("torch_zero", packages=("torch",))
     flags = ["--layers", str(args.layers), "--width", str(args.width), "--batch-size",
              str(args.batch_size), "--iters", str(args.iters), "--warmup", str(args.warmup)]
     rows: dict[int, dict] = {}
     for np_ in args.np:
-        cmd = launcher(np_) + [sys.executable, __file__, "--worker", *flags]
+        cmd = horarun_command(np_) + [sys.executable, __file__, "--worker", *flags]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                               check=False)
         lines = [ln for ln in done.stdout.splitlines() if _MARK in ln]
@@ -150,6 +150,15 @@ def main() -> None:
         zero = r["zero"]["seconds"]
         print(f"{np_:>5} | {std * 1e3:>8.1f} | {sib * 1e3:>16.1f} | {sib / std:>5.2f} | "
               f"{zero * 1e3:>6.1f} | {zero / std:>5.2f}")
+    results = [{"implementation": way, "case": f"{np_} ranks", "ranks": np_,
+                "max_state_bytes": r[way]["max_bytes"], "min_state_bytes": r[way]["min_bytes"],
+                "median_s": r[way]["seconds"]} for np_, r in rows.items() for way in WAYS]
+    settings = {"ranks": args.np, "layers": args.layers, "width": args.width,
+                "batch_size": args.batch_size, "iters": args.iters, "warmup": args.warmup,
+                "parameters": params, "optimizer": "Adam",
+                "figure": "median step time of the slowest rank; state bytes of each rank"}
+    recorder.write(args.json, settings, results,
+                   ranks=args.np[0] if len(args.np) == 1 else None)
 
 
 if __name__ == "__main__":

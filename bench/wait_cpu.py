@@ -1,6 +1,7 @@
 """Where a rank's CPU goes while collective calls wait: CPU time per call of each thread.
 
     python bench/wait_cpu.py [--np 2] [--calls 4000] [--steps 40] [--bind-to core|none]
+        [--json PATH]
 
 Runs itself under ``horarun -np N --bind-to core`` (Hora over shared memory; ``--bind-to none``
 leaves the ranks unbound). Every rank times, one case after
@@ -12,7 +13,8 @@ count), the time slices it ran (the same file) and its voluntary context switche
 call (median of 5 slices), CPU per call of the calling (Python) thread and of the other threads
 together (the background thread), time slices per call (each a turn on a CPU: a yield or a sleep
 ends one) and voluntary context switches (sleeps) per call. CPU time, unlike wall time, stays
-meaningful on a busy machine.
+meaningful on a busy machine. The figures, in seconds, go to the results file (``--json``, by
+default bench/results/wait_cpu-np<N>.json).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from allreduce import hora_step  # this directory: run as python bench/wait_cpu.py
+from common.launch import horarun_command
+from common.results import Recorder, json_help
 
 SLICES = 5
 
@@ -102,6 +107,35 @@ def worker(calls: int, steps: int, out: str, cases: list[str]) -> None:
     hora.shutdown()
 
 
+def result_rows(rank: int, res: dict[str, Any]) -> list[dict[str, Any]]:
+    """One rank's figures as rows of the results file (seconds), its engine counters last."""
+    rows = []
+    for case, v in res.items():
+        if case == "counters":
+            continue
+        rows.append({"implementation": "hora shm", "case": case, "rank": rank,
+                     "wall_s": v["wall_us"] / 1e6, "main_cpu_s": v["main_cpu_us"] / 1e6,
+                     "bg_cpu_s": v["bg_cpu_us"] / 1e6, "main_slices": v["main_slices"],
+                     "bg_slices": v["bg_slices"], "main_sleeps": v["main_sleeps"],
+                     "bg_sleeps": v["bg_sleeps"], "threads": v["threads"]})
+    rows.append({"implementation": "hora shm", "case": "engine counters", "rank": rank,
+                 "counters": res["counters"]})
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The table, one line per rank and case, each rank's engine counters after its cases."""
+    for r in rows:
+        if "counters" in r:
+            print(f"| {r['rank']} | counters | {r['counters']} |")
+            continue
+        us = {k: r[k] * 1e6 for k in ("wall_s", "main_cpu_s", "bg_cpu_s")}
+        print(f"| {r['rank']} | {r['case']} | {us['wall_s']:.1f} | {us['main_cpu_s']:.1f} | "
+              f"{us['bg_cpu_s']:.1f} | {us['main_cpu_s'] + us['bg_cpu_s']:.1f} | "
+              f"{r['main_slices']:.2f} | {r['bg_slices']:.2f} | {r['main_sleeps']:.2f} | "
+              f"{r['bg_sleeps']:.2f} | {r['threads']} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--np", type=int, default=2, help="ranks (2)")
@@ -110,33 +144,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="4,4096,step", help="blocking sizes and/or step")
     parser.add_argument("--bind-to", choices=("core", "none"), default="core",
                         help="horarun's CPU binding of the ranks (core)")
+    parser.add_argument("--json", type=Path, help=json_help("wait_cpu"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.calls, args.steps, args.worker, args.cases.split(","))
         return 0
+    recorder = Recorder("wait_cpu", packages=("numpy",))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "res")
-        launch = [sys.executable, "-m", "hora.runner.launch", "-np", str(args.np),
-                  "--bind-to", args.bind_to]
         here = [sys.executable, os.path.abspath(__file__)]
         flags = ["--calls", str(args.calls), "--steps", str(args.steps), "--cases", args.cases]
         flags += ["--worker", out]
-        subprocess.run([*launch, *here, *flags], check=True)
-        print(f"| rank | case | wall/call us | py CPU us | bg CPU us | total CPU us | py slices "
-              f"| bg slices | py sleeps | bg sleeps | threads |  (np {args.np}, "
-              f"--bind-to {args.bind_to})")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in range(args.np):
-            res = json.loads(Path(f"{out}.{r}").read_text())
-            counters = res.pop("counters")
-            for case, v in res.items():
-                total = v["main_cpu_us"] + v["bg_cpu_us"]
-                print(f"| {r} | {case} | {v['wall_us']:.1f} | {v['main_cpu_us']:.1f} | "
-                      f"{v['bg_cpu_us']:.1f} | {total:.1f} | {v['main_slices']:.2f} | "
-                      f"{v['bg_slices']:.2f} | {v['main_sleeps']:.2f} | {v['bg_sleeps']:.2f} | "
-                      f"{v['threads']} |")
-            print(f"| {r} | counters | {counters} |")
+        subprocess.run([*horarun_command(args.np, "--bind-to", args.bind_to), *here, *flags],
+                       check=True)
+        rows = [row for r in range(args.np)
+                for row in result_rows(r, json.loads(Path(f"{out}.{r}").read_text()))]
+    print(f"| rank | case | wall/call us | py CPU us | bg CPU us | total CPU us | py slices "
+          f"| bg slices | py sleeps | bg sleeps | threads |  (np {args.np}, "
+          f"--bind-to {args.bind_to})")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print_rows(rows)
+    settings = {"ranks": args.np, "calls": args.calls, "steps": args.steps,
+                "cases": args.cases.split(","), "bind_to": args.bind_to, "slices": SLICES,
+                "figure": "wall: median of the slices; CPU, slices, sleeps: per call"}
+    recorder.write(args.json, settings, rows, ranks=args.np)
     return 0
 
 

@@ -1,0 +1,39 @@
+"""Timing loops and how their figures print."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def format_time(seconds: float) -> str:
+    """Seconds in the unit that keeps 3-4 significant digits: '7.6 us', '1.28 ms', '1.234 s'."""
+    if abs(seconds) < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if abs(seconds) < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+def median_time(fn: Callable[[], None], warmup: int, timed: int) -> dict[str, float]:
+    """fn run ``warmup`` times untimed, then ``timed`` times: median and least seconds a call."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "iters": timed}
+
+
+def bus_factor(world: int) -> float:
+    """busbw / algbw of a ring allreduce over ``world`` ranks, as nccl-tests define it."""
+    return 2.0 * (world - 1) / world if world > 1 else 1.0
+
+
+def bandwidths(nbytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) of an allreduce in GB/s (1e9 B/s), nccl-tests definitions."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * bus_factor(world)
