@@ -42,7 +42,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   setLogHideTime(settings_.logHideTime);
   // Measured: with more ranks than CPUs a caller's spin often ends in a sleep anyway, and
   // stopping it lowers the caller's CPU; with a CPU per rank the spin mostly succeeds and a fixed
-  // one costs less (README, performance notes).
+  // one costs less (docs/tuning.md).
   if (settings_.spinAdaptive && shm::oversubscribed(t.localSize)) {
     handleSpin_ = std::make_shared<AdaptiveSpin>(Micros(settings_.spinMicroseconds));
   }

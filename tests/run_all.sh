@@ -2,7 +2,8 @@
 # Sets up this machine and runs Hora's tests, in one of two tiers:
 #   quick (the default): every component once, at 2 ranks, in about 10 minutes after the build:
 #      install, cpp, single, core (shared memory and TCP), torch, gpu, mpi, mxnet, tensorflow,
-#      chaos (the launcher tests and 20 random fault scenarios) and elastic
+#      docs (the site built and checked; its code blocks' markers), chaos (the launcher tests and
+#      20 random fault scenarios) and elastic
 #   --full (what CI runs): every stage below at 1-4 ranks, and the stages the quick tier leaves
 #      out: torchsuite, clients, fuzz, asan, tsan
 # The stages:
@@ -33,6 +34,10 @@
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
+#   docs: the documentation site (mkdocs.yml, docs/) built with --strict; its API reference
+#      against every public module's __all__; the benchmark pages and README's table against
+#      bench/results (bench/report.py --check); every code block of docs/ marked run or not run,
+#      and (--full) the blocks marked run, run (tests/docs/check_docs.py)
 #   8. chaos: horarun killed under its ranks, the fault-injection hook, a job without a launcher
 #      whose rank 0 (serving the store) exits while another rank waits in the rendezvous, and
 #      randomized fault scenarios (tests/chaos/run_chaos.py: HORA_CHAOS_COUNT of them, default
@@ -61,8 +66,8 @@
 #   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
 #                    torch uses >= 2)
 #   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
-#                    gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan (default: the
-#                    tier's)
+#                    gpu,mpi,clients,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan (default:
+#                    the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++), HORA_CHAOS_COUNT
@@ -81,8 +86,8 @@ FULL=0
 PLAN=0
 NPS=""
 ONLY=""
-ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,chaos,elastic,fuzz,asan,tsan"
-QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,chaos,elastic"
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
+QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,docs,chaos,elastic"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -504,6 +509,10 @@ if wants mpi; then
     MIXED_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_allgather.py
                  tests/parallel/test_core_broadcast.py tests/parallel/test_core_alltoall.py
                  tests/parallel/test_core_reducescatter.py tests/parallel/test_core_misc.py)
+    # The quick tier samples the pairing (one data collective and the control-plane operations).
+    if [ "$FULL" = 0 ]; then
+      MIXED_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py)
+    fi
     for pair in mpi+tcp tcp+mpi; do
       for np in 2 3; do
         has_np "$np" || continue
@@ -524,6 +533,11 @@ fi
 # ------------------------------------------------------------------------------------------------
 # 7. Frameworks with their own dependencies (MXNet needs NumPy 1.x), each in its own virtual
 #    environment
+
+# MXNet needs NumPy 1.x; TensorFlow 2.21 works with NumPy 2 (its venv takes whatever NumPy
+# TensorFlow asks for).
+MXNET_PACKAGES="mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4"
+TENSORFLOW_PACKAGES="tensorflow-cpu==2.21.0 ml_dtypes==0.5.4"
 
 # framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
 framework_venv() {
@@ -569,7 +583,7 @@ fi
 
 if wants mxnet; then
   stage mxnet
-  framework_venv mxnet mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4
+  framework_venv mxnet $MXNET_PACKAGES
   framework_imports mxnet
   for np in 2 3; do
     has_np "$np" || continue
@@ -585,8 +599,7 @@ fi
 
 if wants tensorflow; then
   stage tensorflow
-  # TensorFlow 2.21 works with NumPy 2: its venv takes whatever NumPy TensorFlow asks for.
-  framework_venv tensorflow tensorflow-cpu==2.21.0 ml_dtypes==0.5.4
+  framework_venv tensorflow $TENSORFLOW_PACKAGES
   export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
   framework_imports tensorflow
   for np in 2 3; do
@@ -599,6 +612,45 @@ if wants tensorflow; then
   done
   # Eager GPU tensors through the emulation (a stand-in plays TensorFlow's GPU).
   framework_gpu_tests tensorflow tests/gpu/test_tensorflow_gpu.py
+fi
+
+# ------------------------------------------------------------------------------------------------
+# docs. The documentation site (mkdocs.yml, docs/): built strict (a broken link, a missing reference
+# or a docstring that does not render fails), its API reference compared with every public
+# module's __all__ (each in the environment that has its framework), the benchmark pages and the
+# README's table compared with bench/results, and every code block marked run or not run; the
+# full tier runs the blocks marked run (tests/docs/check_docs.py).
+
+if wants docs; then
+  stage docs
+  if wants install; then
+    run "docs: install MkDocs, Material, mkdocstrings" "$PY" -m pip install -q -r docs/requirements.txt
+  fi
+  run "docs: mkdocs build --strict" "$PY" -m mkdocs build --strict -d "$ROOT/build/site"
+  run "docs: API reference = __all__ (hora, hora.torch, hora.runner, hora.timeline)" \
+    "$PY" tests/docs/check_docs.py api build/site/objects.inv hora hora.torch hora.torch.elastic \
+    hora.torch.hooks hora.runner hora.timeline
+  [ -x "$ROOT/build/venv-tensorflow/bin/python" ] || framework_venv tensorflow $TENSORFLOW_PACKAGES
+  run "docs: API reference = __all__ (hora.tensorflow, hora.keras)" \
+    env TF_CPP_MIN_LOG_LEVEL=3 "$ROOT/build/venv-tensorflow/bin/python" tests/docs/check_docs.py \
+    api build/site/objects.inv hora.tensorflow hora.tensorflow.elastic hora.tensorflow.hooks \
+    hora.keras hora.keras.callbacks hora.keras.elastic
+  [ -x "$ROOT/build/venv-mxnet/bin/python" ] || framework_venv mxnet $MXNET_PACKAGES
+  run "docs: API reference = __all__ (hora.mxnet)" "$ROOT/build/venv-mxnet/bin/python" \
+    tests/docs/check_docs.py api build/site/objects.inv hora.mxnet hora.mxnet.elastic \
+    hora.mxnet.hooks
+  run "docs: benchmark pages and README table = bench/results" "$PY" bench/report.py --check
+  if [ "$FULL" = 1 ]; then
+    run "docs: code blocks (main environment)" timeout -k 20 "$RUN_TIMEOUT" \
+      "$PY" tests/docs/check_docs.py snippets
+    run "docs: code blocks (tensorflow)" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
+      tests/docs/check_docs.py snippets --env tensorflow --python "$ROOT/build/venv-tensorflow/bin/python"
+    run "docs: code blocks (mxnet)" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
+      tests/docs/check_docs.py snippets --env mxnet --python "$ROOT/build/venv-mxnet/bin/python"
+  else
+    run "docs: every code block marked run or not run" "$PY" tests/docs/check_docs.py snippets \
+      --no-run
+  fi
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 #pragma once
 // Timeline: a Chrome-trace / Perfetto JSON file of what world rank 0 sees: one row per tensor,
 // its negotiation (with a tick per rank as that rank reports ready), then its execution with
-// nested activities (queue, fusion memcpy, the transport's collective). The exact format is in
-// the README.
+// nested activities (queue, fusion memcpy, the transport's collective). The format is in
+// docs/timeline.md.
 //
 // Guarantees:
 // - The file is a valid JSON array after every write: each write replaces the closing "]" with

@@ -151,7 +151,7 @@ def test_session_graph_grown_between_runs() -> None:
 def test_session_graph_fetched_one_by_one_reruns_earlier_collectives(monkeypatch: Any) -> None:
     """Each collective fetched in its own run also runs every collective created before it
     (each wait depends on every earlier submit): n runs cost n(n+1)/2 collectives, whose
-    unclaimed results are dropped, and every fetched value is right. The cost the README states
+    unclaimed results are dropped, and every fetched value is right. The cost docs/frameworks/tensorflow.md states
     for this pattern."""
     from hora.common import ops as engine_ops
 

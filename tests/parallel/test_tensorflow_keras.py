@@ -407,9 +407,9 @@ def test_keras_module_api() -> None:
 
 
 def test_keras3_breaks_horovod_examples() -> None:
-    """What Horovod's own Keras examples trip over on Keras 3 whatever the library (the README
-    says so): an optimizer's variables are a list property, not a method, and ``compile``
-    takes no ``experimental_run_tf_function``."""
+    """What Horovod's own Keras examples trip over on Keras 3 whatever the library
+    (docs/frameworks/keras.md says so): an optimizer's variables are a list property, not a
+    method, and ``compile`` takes no ``experimental_run_tf_function``."""
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
     assert isinstance(opt.variables, list)
     with pytest.raises(TypeError):

@@ -65,7 +65,7 @@ def test_kept_gradients_move_to_the_arena_and_are_read_in_place() -> None:
 
 
 def test_a_kept_gradient_is_replaced_once_by_its_view() -> None:
-    """README's table of differences: after the second step, p.grad is a view holding the same
+    """The table of differences (docs/coming-from-horovod.md): after the second step, p.grad is a view holding the same
     values; with shared_gradients=False it stays the same tensor, as in Horovod."""
     for shared in (True, False):
         model = _model()

@@ -97,9 +97,9 @@ def test_build_queries(started):
 def test_env_table_and_lookup(monkeypatch):
     names = {entry[0] for entry in _core.env_vars()}
     assert {"FUSION_THRESHOLD", "CYCLE_TIME", "RANK", "SECRET"} <= names
-    # Negotiation moves to shared memory with the collectives unless a rank says no (README).
+    # Negotiation moves to shared memory with the collectives unless a rank says no (docs/concepts.md).
     assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_CONTROL"] == "1"
-    # Waits stop polling while it keeps failing them, unless HORA_SPIN_ADAPTIVE=0 (README).
+    # Waits stop polling while it keeps failing them, unless HORA_SPIN_ADAPTIVE=0 (docs/tuning.md).
     assert {entry[0]: entry[1] for entry in _core.env_vars()}["SPIN_ADAPTIVE"] == "1"
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "5")
     assert _core.lookup_env("FUSION_THRESHOLD") == "5"
@@ -114,7 +114,7 @@ def test_env_table_and_lookup(monkeypatch):
 
 @pytest.mark.parametrize("value", ["100", "-128", "2147483648"])
 def test_bad_shm_window_size_is_refused_at_init(monkeypatch, value):
-    """HORA_SHM_WINDOW_BYTES must be a multiple of 128 from 0 to 1 GiB (README's table)."""
+    """HORA_SHM_WINDOW_BYTES must be a multiple of 128 from 0 to 1 GiB (docs/tuning.md)."""
     assert {entry[0]: entry[1] for entry in _core.env_vars()}["SHM_WINDOW_BYTES"] == "524288"
     monkeypatch.setenv("HORA_SHM_WINDOW_BYTES", value)
     with pytest.raises(ValueError, match="HORA_SHM_WINDOW_BYTES must be a multiple of 128"):

@@ -50,12 +50,12 @@ def _plan(*args: str) -> dict[str, str]:
 def test_the_quick_tier_is_the_default_and_leaves_the_long_stages_to_full() -> None:
     quick = _plan()
     assert quick == {"tier": "quick", "rank counts": "2", "chaos scenarios": "20",
-                     "stages": "install cpp single core torch gpu mpi mxnet tensorflow chaos "
-                               "elastic"}
+                     "stages": "install cpp single core torch gpu mpi mxnet tensorflow docs "
+                               "chaos elastic"}
     full = _plan("--full")
     assert full == {"tier": "full", "rank counts": "1 2 3 4", "chaos scenarios": "200",
                     "stages": "install cpp single core torch torchsuite gpu mpi clients mxnet "
-                              "tensorflow chaos elastic fuzz asan tsan"}
+                              "tensorflow docs chaos elastic fuzz asan tsan"}
     # What the user asks for wins over the tier's choice.
     assert _plan("--full", "--skip-install", "--np", "3", "--only", "core,install")["stages"] == \
         "core"

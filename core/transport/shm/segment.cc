@@ -31,7 +31,7 @@ struct alignas(kLine) Header {
   throw IoError(std::string("shared memory: ") + what + " failed: " + std::strerror(errno));
 }
 
-// The size the layout comment (segment.h) and the README promise.
+// The size the layout comment (segment.h) promises.
 static_assert(sizeof(RankBlock) == 1024, "a rank's block is 1024 bytes");
 
 // Where the arena starts in the file: the first page after the fixed part.

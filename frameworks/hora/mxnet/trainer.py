@@ -8,7 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from hora.common.compression import Compressor, NoneCompressor, make_compression
+from hora.common.compression import (
+    CastCompressor,
+    CompressionTable,
+    Compressor,
+    NoneCompressor,
+    make_compression,
+)
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.mxnet.compat import import_mxnet
 from hora.mxnet.optimizer import (
@@ -23,7 +29,12 @@ mx = import_mxnet()
 
 __all__ = ["Compression", "Compressor", "DistributedTrainer", "FP16Compressor", "NoneCompressor"]
 
-
+# Declared for readers and the API reference; made by make_compression below.
+FP16Compressor: type[CastCompressor]
+"""Sends floating-point arrays as float16 (half the bytes of float32)."""
+Compression: type[CompressionTable]
+"""The available compressors, used as ``compression=hvd.Compression.fp16``: ``none`` and
+``fp16``."""
 FP16Compressor, _, Compression = make_compression(
     np.dtype(np.float16), None, dtype_of=lambda t: np.dtype(t.dtype),
     is_floating=lambda d: d in (np.float32, np.float64), cast=lambda t, d: t.astype(d))

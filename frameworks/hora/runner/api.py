@@ -80,18 +80,29 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
 
     Args:
         func: the function; it and its result must be picklable by cloudpickle.
-        args, kwargs: its arguments (the same on every rank).
+        args: its positional arguments (the same on every rank).
+        kwargs: its keyword arguments (the same on every rank).
         num_proc: number of ranks. ``np`` is its deprecated name (a DeprecationWarning, as in
             Horovod), used when ``num_proc`` is left at 1.
-        min_num_proc, max_num_proc, slots, reset_limit, cooldown_range (and the deprecated
-            ``min_np``, ``max_np``): elastic jobs, which ``run`` does not start (NotSupportedError;
-            start ``horarun --min-np ... --max-np ...`` instead).
+        min_num_proc: for elastic jobs, which ``run`` does not start (NotSupportedError;
+            start ``horarun --min-np ... --max-np ...`` instead); so are ``max_num_proc``,
+            ``slots``, ``reset_limit``, ``cooldown_range`` and the deprecated ``min_np`` and
+            ``max_np``.
+        max_num_proc: see ``min_num_proc``.
+        slots: see ``min_num_proc``.
+        reset_limit: see ``min_num_proc``.
+        cooldown_range: see ``min_num_proc``.
         hosts: ``"host1:2,host2:2"`` (default: ``num_proc`` ranks on this host); or ``hostfile``.
         start_timeout: seconds the ranks wait for each other at start.
-        ssh_port, ssh_identity_file: for remote hosts.
-        disable_cache, output_filename, verbose, network_interface: as horarun's flags.
+        ssh_port: for remote hosts.
+        ssh_identity_file: for remote hosts.
+        disable_cache: as horarun's flag.
+        output_filename: as horarun's flag.
+        verbose: as horarun's flag.
+        network_interface: as horarun's flag.
         use_gloo: use the built-in TCP transport (the default anyway).
-        use_mpi, mpi_args: ``use_mpi=True`` is not supported by ``run``.
+        use_mpi: ``use_mpi=True`` is not supported by ``run``.
+        mpi_args: not supported, as ``use_mpi``.
         executable: the Python interpreter of the ranks.
         env: the environment of the ranks in place of this process's (keyword only).
 

@@ -70,7 +70,8 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
 
     Args:
         gradtape: the ``tf.GradientTape`` to wrap (recorded already or not).
-        device_dense, device_sparse: accepted for compatibility (reductions run on the host).
+        device_dense: accepted for compatibility (reductions run on the host).
+        device_sparse: accepted for compatibility (reductions run on the host).
         compression: ``Compression.none`` / ``.fp16`` / ``.bf16`` on the wire.
         sparse_as_dense: reduce ``tf.IndexedSlices`` as dense tensors.
         op: Average (default), Sum or Adasum.

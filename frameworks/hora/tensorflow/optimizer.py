@@ -279,7 +279,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
         optimizer: the optimizer to wrap.
         name: prefix of the engine tensor names (default ``Distributed<Class>``).
         use_locking: passed to TF1 optimizers.
-        device_dense, device_sparse: accepted for compatibility (reductions run on the host).
+        device_dense: accepted for compatibility (reductions run on the host).
+        device_sparse: accepted for compatibility (reductions run on the host).
         compression: ``Compression.none`` / ``.fp16`` / ``.bf16`` on the wire.
         sparse_as_dense: reduce ``tf.IndexedSlices`` as dense tensors.
         backward_passes_per_step: local passes aggregated before one reduction (Keras only).

@@ -1,7 +1,7 @@
 """Reading a Hora timeline and rebuilding what happened to each tensor.
 
 The engine's rank 0 writes a Chrome-trace JSON array with one record per line (the format is in
-the README). :func:`load` reads it, tolerating a file cut mid-record by a crash, and rebuilds:
+docs/timeline.md). :func:`load` reads it, tolerating a file cut mid-record by a crash, and rebuilds:
 
 - per tensor row, one :class:`Occurrence` per time the tensor went through the engine: its
   :class:`Negotiation` (``NEGOTIATE_<KIND>`` span, with a :class:`Tick` per rank as that rank

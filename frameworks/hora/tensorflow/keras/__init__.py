@@ -60,7 +60,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None,
     Args:
         optimizer: a Keras 3 optimizer (or a tf_keras one when installed).
         name: prefix of the engine tensor names (default ``Distributed<Class>``).
-        device_dense, device_sparse: accepted for compatibility (reductions run on the host).
+        device_dense: accepted for compatibility (reductions run on the host).
+        device_sparse: accepted for compatibility (reductions run on the host).
         compression: ``Compression.none`` / ``.fp16`` / ``.bf16`` on the wire.
         sparse_as_dense: reduce ``tf.IndexedSlices`` (embedding gradients) as dense tensors.
         gradient_predivide_factor: with Average, scale by ``1/f`` before the sum and ``f/size``
