@@ -305,8 +305,11 @@ if wants cpp; then
     run "C++ configure (cmake, Ninja)" \
       cmake -S . -B build/cpp -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
     run "C++ build" cmake --build build/cpp -j "$JOBS"
+    # Two at a time in the quick tier: the long ones mostly wait on timeouts they check.
+    CTEST_JOBS=1
+    [ "$FULL" = 0 ] && CTEST_JOBS=2
     run "C++ unit tests (ctest)" \
-      ctest --test-dir build/cpp --output-on-failure --timeout 300
+      ctest --test-dir build/cpp --output-on-failure --timeout 300 -j "$CTEST_JOBS"
   else
     echo "WARNING: tests/cpp/CMakeLists.txt is missing: no C++ unit tests to run"
   fi
@@ -317,8 +320,11 @@ fi
 
 if wants single; then
   stage single
+  # The quick tier leaves out the tests marked full_tier (pyproject.toml: the benchmarks' real runs).
+  SINGLE_ARGS=()
+  [ "$FULL" = 0 ] && SINGLE_ARGS=(-m "not full_tier")
   run "pytest tests/single" \
-    pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider tests/single
+    pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider "${SINGLE_ARGS[@]}" tests/single
   # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
   run "mypy (public API)" "$PY" -m mypy
 fi

@@ -265,6 +265,7 @@ SMALLEST = {
 }
 
 
+@pytest.mark.full_tier  # each runs a benchmark (2-9 s): the quick tier checks the rest
 @pytest.mark.parametrize("name", sorted(SMALLEST))  # "benchmark" is pytest-benchmark's
 def test_smallest_run_writes_the_schema(name: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")

@@ -7,10 +7,9 @@ from typing import Any, Callable, TypeVar
 
 import mxnet as mx
 
-from hora.common import basics
+from hora.common import basics, objects
 from hora.common.elastic import ObjectState, State, run_fn
-from hora.common.objects import broadcast_object
-from hora.mxnet.functions import broadcast_parameters
+from hora.mxnet import functions
 
 T = TypeVar("T")
 
@@ -45,7 +44,7 @@ def _updaters(trainer: Any) -> list[Any]:
 
 
 def _broadcast_states(obj: Any) -> Any:
-    return broadcast_object(obj, root_rank=0, name="elastic.state")
+    return objects.broadcast_object(obj, root_rank=0, name="elastic.state")
 
 
 class MXNetState(ObjectState):
@@ -80,7 +79,7 @@ class MXNetState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
-        broadcast_parameters(self.params, root_rank=0, prefix="elastic")
+        functions.broadcast_parameters(self.params, root_rank=0, prefix="elastic")
         updaters = _updaters(self.trainer)
         if updaters:
             states = _broadcast_states([u.get_states(dump_optimizer=False) for u in updaters])

@@ -14,10 +14,10 @@ from typing import Any, Callable, TypeVar
 
 import tensorflow as tf
 
+from hora import errors
 from hora.common import basics
 from hora.common.elastic import ObjectState, State, run_fn
-from hora.errors import HoraError, NotSupportedError
-from hora.tensorflow.functions import broadcast_object, broadcast_variables
+from hora.tensorflow import functions
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
             return func(state, *args, **kwargs)
         except tf.errors.OpError as exc:
             if _engine_failure(exc):
-                raise HoraError(str(exc.message)) from exc
+                raise errors.HoraError(str(exc.message)) from exc
             raise
 
     return run_fn(wrapper, _reset)
@@ -55,8 +55,8 @@ def _reset() -> None:
 
 def _require_eager(what: str) -> None:
     if not tf.executing_eagerly():
-        raise NotSupportedError(f"{what} needs eager execution (TensorFlow 2); TF1-style graphs "
-                                "and sessions are not supported in elastic mode")
+        raise errors.NotSupportedError(f"{what} needs eager execution (TensorFlow 2); TF1-style "
+                                       "graphs and sessions are not supported in elastic mode")
 
 
 def optimizer_variables(optimizer: Any) -> list[Any]:
@@ -75,7 +75,7 @@ def _assign(variables: Sequence[Any], values: Sequence[Any]) -> None:
 
 
 def _broadcast_state(obj: Any) -> Any:
-    return broadcast_object(obj, root_rank=0, name="elastic.state")
+    return functions.broadcast_object(obj, root_rank=0, name="elastic.state")
 
 
 class TensorFlowKerasState(ObjectState):
@@ -121,7 +121,8 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
-        broadcast_variables(list(self.model.variables) + self._optimizer_variables(), root_rank=0)
+        functions.broadcast_variables(list(self.model.variables) + self._optimizer_variables(),
+                                      root_rank=0)
         self._save_model()
         super().sync()
 
@@ -147,8 +148,8 @@ class TensorFlowState(ObjectState):
                  **kwargs: Any) -> None:
         _require_eager("TensorFlowState")
         if session is not None:
-            raise NotSupportedError("TensorFlowState takes no session: TF1-style sessions are "
-                                    "not supported in elastic mode")
+            raise errors.NotSupportedError("TensorFlowState takes no session: TF1-style sessions "
+                                           "are not supported in elastic mode")
         if not variables:
             raise ValueError("TensorFlowState needs the list of variables to track")
         self.variables = list(variables)
@@ -164,7 +165,7 @@ class TensorFlowState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
-        broadcast_variables(self.variables, root_rank=0)
+        functions.broadcast_variables(self.variables, root_rank=0)
         self._saved_values = _snapshot(self.variables)
         super().sync()
 

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import torch
 
+from hora.common import ops
 from hora.common.comm_hooks import GradBucket, HookFuture
-from hora.common.ops import Sum
 from hora.torch._hook_ops import allreduce, allreduce_tensors
 from hora.torch.powersgd import PowerSGD
 
@@ -32,7 +32,7 @@ CommHook = Callable[[GradBucket], Any]
 def _compress_hook(bucket: GradBucket, wire: torch.dtype, label: str) -> HookFuture:
     sent = [t.to(wire).div_(bucket.size()) for t in bucket.tensors]
     names = [f"hooks.{label}.{n}" for n in bucket.names]
-    work = allreduce_tensors(sent, names, Sum, bucket.process_set)
+    work = allreduce_tensors(sent, names, ops.Sum, bucket.process_set)
 
     def finish() -> list[torch.Tensor]:
         work.wait()
