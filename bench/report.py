@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from common.launch import REPO
@@ -63,26 +64,26 @@ def main(argv: list[str] | None = None) -> int:
     texts = pages(docs)
     images = plots.plots(docs)
     problems: list[str] = []
+
+    def refresh(path: Path, current: bool, make: Callable[[Path], object], verb: str) -> None:
+        """A current file stays; under --check another is listed, otherwise made again."""
+        if current:
+            return
+        if args.check:
+            problems.append(f"{shown(path)}: {'stale' if path.exists() else 'missing'}")
+            return
+        args.out.mkdir(parents=True, exist_ok=True)
+        make(path)
+        print(f"{verb} {shown(path)}")
+
     for name, text in texts.items():
         path = args.out / name
-        if path.exists() and path.read_text() == text:
-            continue
-        if args.check:
-            problems.append(f"{shown(path)}: {'stale' if path.exists() else 'missing'}")
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {shown(path)}")
+        refresh(path, path.exists() and path.read_text() == text,
+                lambda p, text=text: p.write_text(text), "wrote")
     for name, data in images.items():
         path = args.out / name
-        if plots.is_current(path, data):
-            continue
-        if args.check:
-            problems.append(f"{shown(path)}: {'stale' if path.exists() else 'missing'}")
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            plots.draw(path, data)
-            print(f"drew {shown(path)}")
+        refresh(path, plots.is_current(path, data), lambda p, data=data: plots.draw(p, data),
+                "drew")
     made = set(texts) | set(images)
     for path in sorted(args.out.glob("[!.]*")) if args.out.exists() else []:
         if path.name not in made:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from allreduce import STEP_CASE, by_implementation
 from common.sizes import KIB, MIB, format_size
 from common.tables import markdown_table, ratio_cell, time_cell
 
-from reporting.inputs import date_of
+from reporting.inputs import command_of, date_of
 
 SOURCE = "allreduce-np2"
 START = "<!-- bench:headline:start -->"
 END = "<!-- bench:headline:end -->"
 SIZES = (4, 4 * KIB, 1 * MIB, 64 * MIB)
-STEP = "step"
 HORA = "hora shm"
 # Implementation in the results -> column title; the Horovod column only when it was measured.
 PEERS = (("mpi4py", "Open MPI (mpi4py)"), ("gloo", "torch gloo"), ("horovod", "Horovod"))
@@ -26,22 +26,23 @@ def headline(doc: dict[str, Any] | None) -> str:
     if doc is None:
         return (f"No results yet: `python bench/allreduce.py --np 2`, then "
                 f"`python bench/report.py`, write this table from bench/results/{SOURCE}.json.")
-    times: dict[tuple[str, Any], float] = {}
-    for r in doc["results"]:
-        key = STEP if r["case"] == STEP else r["bytes"]
-        times[r["implementation"], key] = r["median_s"]
-    peers = [(impl, title) for impl, title in PEERS if any(k[0] == impl for k in times)]
+    runs = by_implementation(doc["results"])
+
+    def time_of(impl: str, key: Any) -> float | None:
+        return runs.get(impl, {}).get(key, {}).get("median_s")
+
+    peers = [(impl, title) for impl, title in PEERS if impl in runs]
     if "horovod" in doc["versions"]:
         peers = [(i, f"{t} {doc['versions']['horovod']}" if i == "horovod" else t)
                  for i, t in peers]
-    step = next((r for r in doc["results"] if r["case"] == STEP), None)
+    step = runs.get(HORA, {}).get(STEP_CASE)
     cases: list[tuple[str, Any]] = [(format_size(n), n) for n in SIZES]
     if step:
-        cases.append((f"{step['tensors']} x {format_size(step['bytes'])} step", STEP))
+        cases.append((f"{step['tensors']} x {format_size(step['bytes'])} step", STEP_CASE))
     rows = []
     for label, key in cases:
-        base = times.get((HORA, key))
-        peer_times = [times.get((impl, key)) for impl, _ in peers]
+        base = time_of(HORA, key)
+        peer_times = [time_of(impl, key) for impl, _ in peers]
         rows.append([label, time_cell(base), *(time_cell(t) for t in peer_times),
                      *(ratio_cell(t, base) for t in peer_times)])
     header = ["2 ranks, float32 Sum allreduce", "Hora", *(t for _, t in peers),
@@ -49,7 +50,7 @@ def headline(doc: dict[str, Any] | None) -> str:
     m = doc["machine"]
     note = (f"Median times on one machine ({m['cpu']}, {m['cores']} cores, load average "
             f"{m['load_average_before'][0]:.2f} at the start), {date_of(doc)}, from "
-            f"`{' '.join(doc['argv'])}`; ratio = time / Hora's (above 1: Hora is faster). "
+            f"`{command_of(doc)}`; ratio = time / Hora's (above 1: Hora is faster). "
             "More in docs/benchmarks.")
     return "\n".join([*markdown_table(header, rows), "", note])
 
