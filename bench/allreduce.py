@@ -93,6 +93,22 @@ def float_buffer(count: int) -> np.ndarray:
     return np.frombuffer(block, dtype=np.float32)
 
 
+def size_sweep(sizes: list[int], iters: int, new_buffer: Callable[[int], Any],
+               allreduce: Callable[[Any, int], object], barrier: Callable[[], object]
+               ) -> list[dict[str, Any]]:
+    """Every worker's loop: per size, a float32 buffer of that many bytes, the ranks lined up,
+    then the median time of an in-place Sum allreduce of it (``allreduce(buffer, nbytes)``)."""
+    results = []
+    for nbytes in sizes:
+        buf = new_buffer(nbytes // 4)
+        barrier()
+        stats = median_time(lambda buf=buf, n=nbytes: allreduce(buf, n),
+                            *iterations(nbytes, iters))
+        results.append({"bytes": nbytes, **stats})
+        del buf
+    return results
+
+
 def hora_step() -> Callable[[], None]:
     """Hora's 200-tensor step: every tensor submitted asynchronously, then every one waited for
     (the shape of a backward pass). bench/wait_cpu.py runs the same step."""
@@ -118,17 +134,9 @@ def hora_worker(sizes: list[int], iters: int, out: str) -> None:
     import hora
 
     hora.init()
-    results = []
-    for nbytes in sizes:
-        buf = float_buffer(nbytes // 4)
-        name = f"bench.{nbytes}"
-        hora.barrier()
-        stats = median_time(
-            lambda buf=buf, name=name: hora.allreduce_(buf, op=hora.Sum, name=name),
-            *iterations(nbytes, iters),
-        )
-        results.append({"bytes": nbytes, **stats})
-        del buf
+    results = size_sweep(
+        sizes, iters, float_buffer,
+        lambda buf, n: hora.allreduce_(buf, op=hora.Sum, name=f"bench.{n}"), hora.barrier)
     step = hora_step()
     hora.barrier()
     step_stats = median_time(step, 3, iters)
@@ -150,13 +158,8 @@ def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    results = []
-    for nbytes in sizes:
-        t = torch.zeros(nbytes // 4, dtype=torch.float32)
-        dist.barrier()
-        stats = median_time(lambda t=t: dist.all_reduce(t), *iterations(nbytes, iters))
-        results.append({"bytes": nbytes, **stats})
-        del t
+    results = size_sweep(sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+                         lambda t, _: dist.all_reduce(t), dist.barrier)
     ts = [torch.zeros(STEP_TENSOR_BYTES // 4, dtype=torch.float32) for _ in range(STEP_TENSORS)]
 
     def step() -> None:
@@ -181,16 +184,9 @@ def mpi4py_worker(sizes: list[int], iters: int, out: str, bind: bool) -> None:
         from hora.runner.env import bind_like_horarun
 
         bind_like_horarun(comm.Get_rank(), comm.Get_size())
-    results = []
-    for nbytes in sizes:
-        buf = np.zeros(nbytes // 4, dtype=np.float32)
-        comm.Barrier()
-        stats = median_time(
-            lambda buf=buf: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
-            *iterations(nbytes, iters),
-        )
-        results.append({"bytes": nbytes, **stats})
-        del buf
+    results = size_sweep(sizes, iters, lambda count: np.zeros(count, dtype=np.float32),
+                         lambda buf, _: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+                         comm.Barrier)
     bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
 
     def step() -> None:
@@ -207,20 +203,14 @@ def horovod_worker(sizes: list[int], iters: int, out: str) -> None:
     """Runs under mpirun with Horovod's interpreter: horovod.torch's in-place Sum allreduce per
     size, then 200 allreduce_async_ + synchronize. Its ranks stay unbound whatever --bind-to
     says, as horovodrun starts them: bound like the others, each rank's threads share one CPU
-    and a 4-byte allreduce takes about 4 ms instead of its 1 ms cycle."""
+    and every small allreduce takes 3-4 ms, where unbound most take one 1 ms cycle."""
     import horovod.torch as hvd
     import torch
 
     hvd.init()
-    results = []
-    for nbytes in sizes:
-        t = torch.zeros(nbytes // 4, dtype=torch.float32)
-        name = f"bench.{nbytes}"
-        hvd.allreduce_(t, op=hvd.Sum, name=name)
-        stats = median_time(lambda t=t, name=name: hvd.allreduce_(t, op=hvd.Sum, name=name),
-                            *iterations(nbytes, iters))
-        results.append({"bytes": nbytes, **stats})
-        del t
+    results = size_sweep(sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+                         lambda t, n: hvd.allreduce_(t, op=hvd.Sum, name=f"bench.{n}"),
+                         hvd.barrier)
     ts = [torch.zeros(STEP_TENSOR_BYTES // 4, dtype=torch.float32) for _ in range(STEP_TENSORS)]
 
     def step() -> None:
