@@ -5,7 +5,7 @@
 #      docs (the site built and checked; its code blocks' markers), chaos (the launcher tests and
 #      20 random fault scenarios) and elastic
 #   --full (what CI runs): every stage below at 1-4 ranks, and the stages the quick tier leaves
-#      out: torchsuite, clients, fuzz, asan, tsan
+#      out: torchsuite, clients, ray, spark, fuzz, asan, tsan
 # The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
@@ -31,6 +31,11 @@
 #      the Hugging Face Trainer), pinned in tests/clients/requirements.txt with torch held by
 #      tests/clients/constraints.txt, in their own virtual environment: each trains over hora and
 #      over gloo, with the same parameters (tests/clients/README.md)
+#   ray: hora.ray on a local Ray instance (tests/ray): RayExecutor at 2 and 3 workers against
+#      NumPy, a failing worker, the job secret, an elastic job that loses a worker, the Ray Train
+#      backend, and examples/ray training like horarun -np 2 (in the clients' environment)
+#   spark: hora.spark on local-mode Spark (tests/spark, Java from .ci/run): run at 2 and 3 ranks,
+#      failures, too few slots, and examples/spark training like horarun -np 2
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
@@ -66,7 +71,8 @@
 #   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
 #                    torch uses >= 2)
 #   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
-#                    gpu,mpi,clients,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan (default:
+#                    gpu,mpi,clients,ray,spark,mxnet,tensorflow,docs,chaos,elastic,fuzz,
+#                    asan,tsan (default:
 #                    the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
@@ -86,7 +92,7 @@ FULL=0
 PLAN=0
 NPS=""
 ONLY=""
-ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
 QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,docs,chaos,elastic"
 
 while [ $# -gt 0 ]; do
@@ -575,16 +581,46 @@ framework_gpu_tests() {
   done
 }
 
-if wants clients; then
-  stage clients
+# clients_venv: build/venv-clients, made once per run for the clients, ray and spark stages.
+CLIENTS_VENV_MADE=0
+clients_venv() {
+  [ "$CLIENTS_VENV_MADE" = 1 ] && return 0
   framework_venv clients -c "$ROOT/tests/clients/constraints.txt" \
     -r "$ROOT/tests/clients/requirements.txt" numpy ml_dtypes
-  run "venv clients: hora.torch and the clients import" "$ROOT/build/venv-clients/bin/python" -c \
-    "import hora.torch, torch, lightning, ray, accelerate, transformers, deepspeed; \
-print('torch', torch.__version__, 'hora', hora.__version__)"
+  run "venv clients: hora.torch, the clients and the cluster engines import" \
+    "$ROOT/build/venv-clients/bin/python" -c \
+    "import hora.torch, hora.ray, hora.spark, torch, lightning, ray, pyspark, accelerate, \
+transformers, deepspeed; print('torch', torch.__version__, 'ray', ray.__version__, 'pyspark', \
+pyspark.__version__, 'hora', hora.__version__)"
+  CLIENTS_VENV_MADE=1
+}
+
+if wants clients; then
+  stage clients
+  clients_venv
   run "clients: Lightning, Ray Train, Accelerate, DeepSpeed, HF Trainer over hora and gloo" \
     timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
     -p no:cacheprovider tests/clients
+fi
+
+if wants ray; then
+  stage ray
+  clients_venv
+  run "ray: RayExecutor, the elastic executor, Ray Train and examples/ray" \
+    timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
+    -p no:cacheprovider tests/ray
+  run "ray: the code blocks of docs/launching/ray.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
+    tests/docs/check_docs.py snippets --env clients --python "$ROOT/build/venv-clients/bin/python" \
+    docs/launching/ray.md
+fi
+
+if wants spark; then
+  stage spark
+  clients_venv
+  run "spark: a Java runtime for Spark" java -version
+  run "spark: hora.spark.run and examples/spark on local-mode Spark" \
+    timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
+    -p no:cacheprovider tests/spark
 fi
 
 if wants mxnet; then
@@ -645,6 +681,10 @@ if wants docs; then
   run "docs: API reference = __all__ (hora.mxnet)" "$ROOT/build/venv-mxnet/bin/python" \
     tests/docs/check_docs.py api build/site/objects.inv hora.mxnet hora.mxnet.elastic \
     hora.mxnet.hooks
+  if [ -x "$ROOT/build/venv-clients/bin/python" ]; then  # made by the clients, ray or spark stage
+    run "docs: API reference = __all__ (hora.ray, hora.spark)" "$ROOT/build/venv-clients/bin/python" \
+      tests/docs/check_docs.py api build/site/objects.inv hora.ray hora.spark
+  fi
   run "docs: benchmark pages and README table = bench/results" "$PY" bench/report.py --check
   if [ "$FULL" = 1 ]; then
     run "docs: code blocks (main environment)" timeout -k 20 "$RUN_TIMEOUT" \

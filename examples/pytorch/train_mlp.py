@@ -45,8 +45,8 @@ def build_model(features: int, classes: int) -> nn.Module:
     )
 
 
-def parse_args() -> argparse.Namespace:
-    """Command-line flags."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags (``argv``: the flags to parse instead of the command line's)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step")
@@ -55,12 +55,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--classes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=42)
-    return parser.parse_args()
+    parser.add_argument("--save-params", metavar="PATH",
+                        help="rank 0 saves the trained parameters here (torch.save)")
+    return parser.parse_args(argv)
 
 
-def main() -> None:
-    """Train, printing the loss per epoch and the final test accuracy on rank 0."""
-    args = parse_args()
+def train(args: argparse.Namespace) -> dict[str, torch.Tensor]:
+    """Train, printing the loss per epoch and the final test accuracy on rank 0; the trained
+    parameters (equal on every rank). The launchers' examples (examples/ray, examples/spark) run
+    this same function."""
     hvd.init()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed + hvd.rank())  # different initial weights: broadcast fixes them
@@ -112,7 +115,16 @@ def main() -> None:
             f"({hvd.size()} ranks, {time.time() - start:.1f} s)",
             flush=True,
         )
+    params = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    if args.save_params and hvd.rank() == 0:
+        torch.save(params, args.save_params)
     hvd.shutdown()
+    return params
+
+
+def main() -> None:
+    """Train with the command line's flags."""
+    train(parse_args())
 
 
 if __name__ == "__main__":

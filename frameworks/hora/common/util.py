@@ -1,12 +1,16 @@
 """Helpers with the names ``horovod.common.util`` gives them (Horovod's test files and some user
-scripts import them from there): version comparison and ``env``."""
+scripts import them from there): version comparison, ``env`` and the build queries
+(``gloo_built``, ``mpi_built``, ... with Horovod's ``verbose`` parameter)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hora.common import basics
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -48,3 +52,23 @@ def env(**variables: str | None) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _built(query: Callable[[], Any]) -> Callable[..., Any]:
+    """``horovod.common.util``'s spelling of a build query: it takes ``verbose``, which Hora's
+    queries do not need (they never load a framework extension)."""
+
+    def built(verbose: bool = False) -> Any:
+        del verbose
+        return query()
+
+    built.__name__ = query.__name__
+    built.__doc__ = query.__doc__
+    return built
+
+
+mpi_built = _built(basics.mpi_built)
+gloo_built = _built(basics.gloo_built)
+nccl_built = _built(basics.nccl_built)
+ddl_built = _built(basics.ddl_built)
+ccl_built = _built(basics.ccl_built)

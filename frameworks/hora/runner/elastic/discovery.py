@@ -37,17 +37,31 @@ def parse_discovery_output(text: str, default_slots: int | None) -> dict[str, in
     return hosts
 
 
-class FixedHosts:
+class HostDiscovery:
+    """Where workers may run, asked again at every poll (Horovod's
+    ``horovod.runner.elastic.discovery.HostDiscovery``): subclasses implement
+    ``find_available_hosts_and_slots``."""
+
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
+        """``{host: slots}`` of the hosts usable now."""
+        raise NotImplementedError
+
+    def find(self) -> dict[str, int]:
+        """The driver's name for :meth:`find_available_hosts_and_slots`."""
+        return self.find_available_hosts_and_slots()
+
+
+class FixedHosts(HostDiscovery):
     """The hosts of ``-H`` / ``--hostfile`` (or localhost): they never change."""
 
     def __init__(self, hosts: list[HostSlots]) -> None:
         self._hosts = {h.hostname: h.slots for h in hosts}
 
-    def find(self) -> dict[str, int]:
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
         return dict(self._hosts)
 
 
-class ScriptHosts:
+class ScriptHosts(HostDiscovery):
     """Runs the discovery script at each ``find()``."""
 
     def __init__(self, script: str, default_slots: int | None,
@@ -58,7 +72,7 @@ class ScriptHosts:
         self._last: dict[str, int] = {}
         self._complained = ""
 
-    def find(self) -> dict[str, int]:
+    def find_available_hosts_and_slots(self) -> dict[str, int]:
         try:
             done = subprocess.run([self._script], capture_output=True, text=True,
                                   timeout=SCRIPT_TIMEOUT_SECONDS, check=False)

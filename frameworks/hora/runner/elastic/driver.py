@@ -27,7 +27,8 @@ from hora.runner.elastic.placement import place
 from hora.runner.elastic.workers import LaunchInfo, Worker, WorkerPool
 from hora.runner.local_exec import describe_exit, exit_code_of
 
-DISCOVERY_INTERVAL_SECONDS = 1.0
+DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
+"""Seconds between host discovery polls (Horovod's name; read at every poll)."""
 READY_TIMEOUT_SECONDS = 120.0
 _TICK_SECONDS = 0.1
 
@@ -52,7 +53,9 @@ class ElasticDriver:
 
     def __init__(self, info: LaunchInfo, discover: Callable[[], dict[str, int]],
                  limits: ElasticLimits, blacklist: Blacklist, pool: WorkerPool,
-                 bind_host: str, control: _core.StoreClient) -> None:
+                 bind_host: str, control: _core.StoreClient,
+                 speaker: Callable[[str], None] = say) -> None:
+        self._say = speaker  # where the driver's messages go (horarun's stderr by default)
         self._info = info
         self._discover = discover
         self._limits = limits
@@ -92,7 +95,8 @@ class ElasticDriver:
         urgent = False  # a member is gone: re-form without waiting for starting workers
         while True:
             if self._stop_signal is not None:
-                say(f"received {signal.Signals(self._stop_signal).name}; stopping all workers")
+                self._say(f"received {signal.Signals(self._stop_signal).name}; "
+                          "stopping all workers")
                 return 128 + self._stop_signal
             urgent |= self._reap()
             if self._finished:
@@ -103,11 +107,11 @@ class ElasticDriver:
             now = time.monotonic()
             if now >= next_discovery:
                 urgent |= self._poll_hosts()
-                next_discovery = now + DISCOVERY_INTERVAL_SECONDS
+                next_discovery = now + DISCOVER_HOSTS_FREQUENCY_SECS
             try:
                 self._start_missing()
             except OSError as exc:
-                say(f"cannot start {exc.filename or self._info.command[0]!r}: "
+                self._say(f"cannot start {exc.filename or self._info.command[0]!r}: "
                     f"{exc.strerror or exc}")
                 return 127
             self._check_ready()
@@ -133,7 +137,7 @@ class ElasticDriver:
             if code == 0 and not worker.stopping:
                 if not self._finished:
                     self._finishing_generation = self._formed(worker_id)
-                    say(f"worker {worker_id} finished in generation "
+                    self._say(f"worker {worker_id} finished in generation "
                         f"{self._finishing_generation}; waiting for the others to finish")
                 self._finished = True
             elif not worker.stopping:
@@ -167,7 +171,7 @@ class ElasticDriver:
                      if finishing >= 0 and self._waits_after(w.id) >= finishing]
         if deserters:
             ids = [w.id for w in deserters]
-            say(f"stopping workers {ids}: they left generation {finishing}, in which the job "
+            self._say(f"stopping workers {ids}: they left generation {finishing}, in which the job "
                 "finished, to re-form, and no newer generation can form")
             why = (f"worker(s) {ids} left generation {finishing} after another worker had "
                    "finished in it (to re-form: a collective failed on them, or new workers "
@@ -177,22 +181,22 @@ class ElasticDriver:
         unneeded = [w for w in self._pool.alive()
                     if w not in deserters and self._formed(w.id) != finishing]
         if unneeded:
-            say(f"stopping workers {[w.id for w in unneeded]}: they are not part of generation "
-                f"{self._finishing_generation}, in which the job finished")
+            self._say(f"stopping workers {[w.id for w in unneeded]}: they are not part of "
+                      f"generation {self._finishing_generation}, in which the job finished")
             self._pool.stop(unneeded)
 
     def _on_failure(self, worker: Worker, what: str) -> None:
         cooldown = self._blacklist.record_failure(worker.host)
         when = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
-        say(f"worker {worker.id} on {worker.host} {what}; {worker.host} takes no new "
+        self._say(f"worker {worker.id} on {worker.host} {what}; {worker.host} takes no new "
             f"workers {when}")
 
     def _final_code(self) -> int:
         if self._failure is None:
-            say("job finished")
+            self._say("job finished")
             return 0
         why, code = self._failure
-        say(f"job failed: {why}")
+        self._say(f"job failed: {why}")
         return code
 
     def _poll_hosts(self) -> bool:
@@ -202,7 +206,7 @@ class ElasticDriver:
         gone = [w for w in self._pool.alive() if w.host not in self._hosts]
         if not gone:
             return False
-        say(f"hosts {sorted({w.host for w in gone})} are no longer discovered; stopping "
+        self._say(f"hosts {sorted({w.host for w in gone})} are no longer discovered; stopping "
             f"their workers {[w.id for w in gone]}")
         self._pool.stop(gone)
         return any(w.id in self._members for w in gone)
@@ -253,7 +257,7 @@ class ElasticDriver:
         if value is None or int(value) <= 0:
             return False
         self._reset_seen = self._generation
-        say(f"a worker of generation {self._generation} asked for a reset")
+        self._say(f"a worker of generation {self._generation} asked for a reset")
         return True
 
     def _form(self) -> int | None:
@@ -265,7 +269,7 @@ class ElasticDriver:
         self._below_min_since = None
         if self._generation >= 0 and self._limits.reset_limit is not None and \
                 self._generation >= self._limits.reset_limit:
-            say(f"job failed: one more re-formation would exceed --reset-limit "
+            self._say(f"job failed: one more re-formation would exceed --reset-limit "
                 f"{self._limits.reset_limit}")
             return 1
         target = self._target()
@@ -279,14 +283,15 @@ class ElasticDriver:
         if self._below_min_since is None:
             self._below_min_since = now
             if self._generation >= 0:
-                say(f"{ready} worker(s) ready, fewer than --min-np {self._limits.min_np}; "
+                self._say(f"{ready} worker(s) ready, fewer than --min-np {self._limits.min_np}; "
                     f"waiting up to {self._limits.elastic_timeout:g} s (--elastic-timeout)")
         if now - self._below_min_since < self._limits.elastic_timeout:
             return None
         hosts = ", ".join(f"{h}:{s}{'' if self._blacklist.usable(h) else ' (blacklisted)'}"
                           for h, s in self._hosts.items()) or "none"
-        say(f"job failed: fewer than --min-np {self._limits.min_np} workers ({ready} ready) for "
-            f"{self._limits.elastic_timeout:g} s (--elastic-timeout); hosts: {hosts}")
+        self._say(f"job failed: fewer than --min-np {self._limits.min_np} workers ({ready} "
+                  f"ready) for {self._limits.elastic_timeout:g} s (--elastic-timeout); hosts: "
+                  f"{hosts}")
         return 1
 
     def _publish(self, members: list[Worker]) -> None:
@@ -307,6 +312,6 @@ class ElasticDriver:
         self._generation = generation
         self._members = [w.id for w in members]
         order = sorted(members, key=lambda w: coordinates[w.id].rank)
-        say(f"generation {generation} at {time.monotonic() - self._started:.2f} s: "
+        self._say(f"generation {generation} at {time.monotonic() - self._started:.2f} s: "
             f"{len(members)} workers (" + ", ".join(
                 f"rank {coordinates[w.id].rank}: worker {w.id} on {w.host}" for w in order) + ")")

@@ -1,0 +1,1 @@
+"""Helpers kept under the module names ``horovod.runner.util`` gives them."""
