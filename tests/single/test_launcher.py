@@ -482,7 +482,7 @@ def test_mpirun_command_lines():
     openmpi = mpirun.mpirun_command(mpirun.OPENMPI, 4, host_slots, variables, ["python", "t.py"],
                                     mpi_args="--oversubscribe")
     assert openmpi == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "4",
-                       "-H", "h1:2,h2:2", "-bind-to", "none", "-map-by", "slot",
+                       "-H", "h1:2,h2:2", "--bind-to", "none", "--map-by", "slot",
                        "-x", "HORA_RANKS", "-x", "HORA_SECRET", "-x", "PATH",
                        "--oversubscribe", "python", "t.py"]
     mpich = mpirun.mpirun_command(mpirun.MPICH, 4, host_slots, variables, ["python", "t.py"])
@@ -521,7 +521,7 @@ def test_mpi_execs_mpirun_with_the_environment(tmp_path):
     assert result.returncode == 7, result.stderr
     argv = result.stdout.splitlines()[0]
     assert argv.startswith("argv: --allow-run-as-root --tag-output -np 2 -H localhost:2 "
-                           "-bind-to none -map-by slot -x ")
+                           "--bind-to none --map-by slot -x ")
     assert argv.endswith(" python t.py")
     assert "-x HORA_SECRET" in argv and "-x HORA_FUSION_THRESHOLD" in argv
     assert result.stdout.splitlines()[1] == "secret: 64 controller: mpi fusion: 1048576"

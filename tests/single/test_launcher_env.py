@@ -259,6 +259,22 @@ def test_elastic_workers_are_not_bound():
     assert [workers.worker_spec(info, i, "localhost", 2).cpus for i in range(2)] == [None, None]
 
 
+def test_elastic_remote_workers_do_not_get_the_drivers_interface():
+    """The driver's own interface name (``hrbr0``) means nothing on another host: only workers
+    on the driver's machine get it; an explicit ``--network-interface`` goes to every worker."""
+    from hora.runner.elastic import workers
+
+    def iface(info: workers.LaunchInfo, host: str) -> str | None:
+        return workers.worker_env(info, 0, host, 1).get("HORA_IFACE")
+
+    derived = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, None,
+                                 frozenset({"hostB"}), "/w", local_interface="hrbr0")
+    assert (iface(derived, "localhost"), iface(derived, "hostB")) == ("hrbr0", None)
+    explicit = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, "eth1",
+                                  frozenset({"hostB"}), "/w", local_interface="hrbr0")
+    assert (iface(explicit, "localhost"), iface(explicit, "hostB")) == ("eth1", "eth1")
+
+
 def test_bind_like_horarun_binds_every_thread_of_the_process():
     """What the benchmarks' peers use to run with horarun's binding."""
     script = """

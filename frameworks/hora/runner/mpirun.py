@@ -2,12 +2,15 @@
 
 Open MPI::
 
-    mpirun --allow-run-as-root --tag-output -np N -H h1:2,h2:2 -bind-to none -map-by slot
+    mpirun --allow-run-as-root --tag-output -np N -H h1:2,h2:2 --bind-to none --map-by slot
            -x NAME ... [--mpi-args] command...
 
 MPICH / Intel MPI (Hydra)::
 
     mpirun -l -np N -hosts h1:2,h2:2 [-ppn SLOTS] -genv NAME VALUE ... [--mpi-args] command...
+
+The binding flags are spelled with two dashes: Open MPI 4 takes both spellings, Open MPI 5's
+``prterun`` only this one (it reads ``-bind-to none`` as a program named ``none``).
 
 Open MPI's ``-x NAME`` takes the value from mpirun's own environment, so no value shows on the
 command line. Hydra forwards mpirun's whole environment by default, so the job secret is left to
@@ -83,8 +86,8 @@ def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
     values must also be in mpirun's own environment)."""
     extra = shlex.split(mpi_args) if mpi_args else []
     if flavour == OPENMPI:
-        binding = shlex.split(binding_args) if binding_args else ["-bind-to", "none",
-                                                                  "-map-by", "slot"]
+        binding = shlex.split(binding_args) if binding_args else ["--bind-to", "none",
+                                                                  "--map-by", "slot"]
         argv = [mpirun, "--allow-run-as-root", "--tag-output", "-np", str(num_proc),
                 "-H", format_hosts(list(hosts)), *binding]
         for name in env:

@@ -103,9 +103,9 @@ def run_elastic(args: argparse.Namespace, command: Sequence[str],
     sink = PrefixSink()
     try:
         control = _core.StoreClient("127.0.0.1", control_server.port, secret, 10.0)
-        interface = first_interface(args.network_interface) or rendezvous.local_interface
         info = launch_info(args, list(command), base, secret, rendezvous.address,
-                           control_server.port, interface,
+                           control_server.port, first_interface(args.network_interface),
+                           rendezvous.local_interface,
                            frozenset(remote) | frozenset(args.force_ssh or ()))
         driver = ElasticDriver(info, discover, limits, Blacklist(cooldown), WorkerPool(sink),
                                rendezvous.bind_host, control)

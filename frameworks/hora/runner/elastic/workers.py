@@ -30,7 +30,7 @@ class LaunchInfo:
     secret: str
     address: str  # where workers reach the driver's stores
     control_port: int
-    interface: str | None
+    interface: str | None  # --network-interface: every worker listens there
     remote_hosts: frozenset[str]
     cwd: str
     ssh_port: int | None = None
@@ -38,6 +38,9 @@ class LaunchInfo:
     ssh_host_key_checking: str = "accept-new"
     # -x exports and settings: a remote worker gets these besides the exported part of base_env.
     forwarded: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Without --network-interface, the driver's interface to the store: for workers on its own
+    # machine only (a remote host's interfaces have their own names).
+    local_interface: str | None = None
 
 
 def worker_env(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -> dict[str, str]:
@@ -50,7 +53,8 @@ def worker_env(info: LaunchInfo, worker_id: int, host: str, local_slots: int) ->
         "HORA_HOSTNAME": host, "HOROVOD_HOSTNAME": host,
         "HORA_CONTROLLER": "tcp", "HORA_CPU_OPERATIONS": "tcp",
     })
-    env.update(envs.interface_env(info.interface))
+    remote = host in info.remote_hosts
+    env.update(envs.interface_env(info.interface or (None if remote else info.local_interface)))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -164,6 +168,7 @@ class WorkerPool:
 
 def launch_info(args: object, command: list[str], base_env: Mapping[str, str], secret: str,
                 address: str, control_port: int, interface: str | None,
+                local_interface: str | None,
                 remote_hosts: frozenset[str]) -> LaunchInfo:
     """:class:`LaunchInfo` from the parsed command line."""
     env = envs.without_secrets(base_env)
@@ -172,7 +177,8 @@ def launch_info(args: object, command: list[str], base_env: Mapping[str, str], s
     env.update(forwarded)
     return LaunchInfo(
         command=list(command), base_env=env, secret=secret, address=address,
-        control_port=control_port, interface=interface, remote_hosts=remote_hosts,
+        control_port=control_port, interface=interface, local_interface=local_interface,
+        remote_hosts=remote_hosts,
         cwd=os.getcwd(), ssh_port=getattr(args, "ssh_port", None),
         ssh_identity_file=getattr(args, "ssh_identity_file", None),
         ssh_host_key_checking=getattr(args, "ssh_host_key_checking", "accept-new"),
