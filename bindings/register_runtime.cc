@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,7 +39,10 @@ struct State {
   std::shared_ptr<Runtime> runtime;
 
   std::mutex lifecycleMu;  // serialises start/shutdown; taken only without the GIL; guards:
-  int generation = 0;      // inits attempted by this process (store keys of each live apart)
+  // Inits attempted per store ("host:port/secret"): the store keys of each init live apart. Per
+  // store, not per process: a process reused for another job (Spark's and Ray's workers) starts
+  // that job's count at 0 like the job's fresh processes.
+  std::map<std::string, int> generations;
   // The rendezvous store rank 0 serves when no launcher does (torchrun, mpirun, Slurm). It
   // outlives shutdown() so that a re-init on the same port finds it; the generation keeps the
   // keys of each init apart.
@@ -128,7 +132,7 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
   if (serveStore) serveRendezvous(storeHost, storePort, secret);
   // Every rank of an elastic job passes the driver's generation: the processes' own counts of
   // inits differ (survivors have more than new workers).
-  int own = state().generation++;
+  int own = state().generations[storeHost + ":" + std::to_string(storePort) + "/" + secret]++;
   options.generation = generation >= 0 ? generation : own;
   std::shared_ptr<Runtime> rt = Runtime::start(options);
   setCurrent(std::move(rt));

@@ -633,6 +633,9 @@ if wants spark; then
   run "spark: hora.spark.run and examples/spark on local-mode Spark" \
     timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
     -p no:cacheprovider tests/spark
+  run "spark: the code blocks of docs/launching/spark.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
+    tests/docs/check_docs.py snippets --env clients --python "$ROOT/build/venv-clients/bin/python" \
+    docs/launching/spark.md
 fi
 
 if wants mxnet; then

@@ -95,6 +95,9 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"ELASTIC_WORKER_ID", "", "the elastic driver's name for this worker process"},
       {"ELASTIC_PORT", "", "port of the elastic driver's control store (on RENDEZVOUS_ADDR)"},
       {"ELASTIC_TIMEOUT", "600", "seconds a worker waits for the driver to form a new generation"},
+      // Cluster engines (frameworks/hora/spark/).
+      {"SPARK_START_TIMEOUT", "600",
+       "seconds hora.spark.run waits for the Spark cluster to offer a task slot per rank"},
       // GPU tensors (core/transport/nccl/).
       {"NCCL_LIBRARY", "",
        "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},

@@ -98,3 +98,16 @@ def test_the_reference_must_list_exactly_the_public_names(tmp_path: Path, capsys
     assert out == ["fake_frontend: 3 public names, 2 documented",
                    "fake_frontend.Sum: in __all__ but not in the API reference",
                    "fake_frontend.extra: in the API reference but not in __all__"]
+
+
+def test_the_environment_page_lists_exactly_the_declared_variables() -> None:
+    """docs/reference/environment.md has one row per variable of the engine's table
+    (core/common/settings.cc), none missing and none extra."""
+    import re
+
+    from hora import _core
+
+    text = (ROOT / "docs" / "reference" / "environment.md").read_text()
+    documented = set(re.findall(r"^\| `HORA_([A-Z0-9_]+)`", text, re.MULTILINE))
+    declared = {name for name, _default, _doc in _core.env_vars()}
+    assert (sorted(declared - documented), sorted(documented - declared)) == ([], [])
