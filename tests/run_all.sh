@@ -283,7 +283,7 @@ if wants install; then
   stage install
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest
+    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \

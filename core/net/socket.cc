@@ -240,7 +240,18 @@ Socket connectWithRetry(const std::string& host, int port, Clock::time_point dea
   for (;;) {
     bool pending = false;
     int err = 0;
-    Socket s = startConnect(host, port, &pending, &err);
+    Socket s;
+    try {
+      s = startConnect(host, port, &pending, &err);
+    } catch (const IoError& e) {
+      // A name not published yet (a Kubernetes pod's, until its Service lists it) may resolve
+      // later: retried like a refused connection until the deadline.
+      lastError = e.what();
+      if (Clock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, Millis(500));
+      continue;
+    }
     if (s.valid() && pending) {
       if (!waitFor(s.fd(), POLLOUT, deadline)) {
         lastError = "timed out";

@@ -364,6 +364,20 @@ TEST(ServerBindHost, APortInUseSaysWhatToDo) {
   }
 }
 
+TEST(ConnectWithRetry, ANameThatDoesNotResolveIsRetriedUntilTheDeadline) {
+  // .invalid never resolves (RFC 2606); a pod's name does once its Service lists it.
+  const auto start = Clock::now();
+  try {
+    net::connectWithRetry("hora-no-such-host.invalid", 9, start + std::chrono::milliseconds(600));
+    FAIL() << "connected to a name that does not resolve";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot resolve host 'hora-no-such-host.invalid'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150)) << "gave up without retrying";
+}
+
 // After the handshake, frames are plain bytes: neither encrypted nor signed (docs/security.md).
 TEST(TcpStore, FramesAfterTheHandshakeArePlainBytes) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
