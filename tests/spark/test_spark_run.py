@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import hora
 import hora.spark
@@ -133,7 +134,10 @@ TRAIN_ARGS = ["--epochs", "2"]
 def test_the_demo_trains_as_under_horarun(tmp_path):
     """The README's Spark line (examples/spark/spark_mlp.py, a session of its own) ends with
     the parameters ``horarun -np 2`` gives, to the last bit."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "frameworks")}
+    # The hora being tested: this checkout's (PYTHONPATH) or the installed one (CI's wheel).
+    hora_root = str(Path(hora.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [hora_root, os.environ.get("PYTHONPATH")]))}
     paths = {how: tmp_path / f"{how}.pt" for how in ("horarun", "spark")}
     subprocess.run([sys.executable, "-m", "hora.runner", "-np", "2", sys.executable,
                     str(REPO / "examples" / "pytorch" / "train_mlp.py"), *TRAIN_ARGS,
