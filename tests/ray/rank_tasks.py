@@ -128,3 +128,13 @@ def ray_train_loop(config: dict[str, Any]) -> None:
             torch.save({"total": total}, os.path.join(folder, "state.pt"))
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)
+
+
+class BrokenExecutable:
+    """An executable whose constructor fails (after ``hvd.init()``)."""
+
+    def __init__(self) -> None:
+        import hora
+
+        hora.init()
+        raise ValueError(f"rank {hora.rank()} cannot build its executable")

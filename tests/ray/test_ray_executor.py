@@ -102,6 +102,21 @@ def test_an_impossible_placement_times_out_saying_why(ray_cluster: None) -> None
     executor.shutdown()
 
 
+def _cpus_free(expected: float, seconds: float = 15.0) -> float:
+    deadline = time.monotonic() + seconds
+    while ray.available_resources().get("CPU", 0) < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return float(ray.available_resources().get("CPU", 0))
+
+
+def test_a_failing_start_leaves_nothing_running(ray_cluster: None) -> None:
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=2)
+    with pytest.raises(ray.exceptions.RayTaskError, match="cannot build its executable"):
+        executor.start(executable_cls=rank_tasks.BrokenExecutable)
+    # The workers and their placement group are gone: every CPU is free again.
+    assert _cpus_free(4) == 4
+
+
 def test_shutdown_leaves_no_worker_process(ray_cluster: None) -> None:
     executor = _executor(2)
     pids = executor.execute(lambda _: os.getpid())

@@ -200,7 +200,17 @@ class StaticAdapter:
               executable_args: Sequence[Any] | None = None,
               executable_kwargs: Mapping[str, Any] | None = None,
               extra_env_vars: Mapping[str, Any] | None = None) -> None:
-        """Create and connect the workers, then make each one's executable."""
+        """Create and connect the workers, then make each one's executable; on failure (no
+        placement in time, an executable that raises) nothing of the job is left running."""
+        try:
+            self._start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start(self, executable_cls: type | None, executable_args: Sequence[Any] | None,
+               executable_kwargs: Mapping[str, Any] | None,
+               extra_env_vars: Mapping[str, Any] | None) -> None:
         import ray
 
         self.strategy = self._create_strategy()

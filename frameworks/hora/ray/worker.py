@@ -64,14 +64,6 @@ class BaseHorovodWorker:
         """``func(executable)``: run a function of the executable on this worker."""
         return func(self.executable)
 
-    def stop_hora(self) -> None:
-        """Shut Hora down in this process if a function left it running (before the actor is
-        killed, so that peers see an orderly exit)."""
-        import hora
-
-        if hora.is_initialized():
-            hora.shutdown()
-
 
 BaseHoraWorker = BaseHorovodWorker
 """Hora's name for :class:`BaseHorovodWorker`."""
