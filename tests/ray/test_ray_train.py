@@ -56,3 +56,14 @@ def test_a_failing_worker_fails_the_run_quickly(ray_cluster: None, tmp_path: obj
         if result.error is not None:
             raise result.error
     assert time.monotonic() - started < 60
+
+
+def test_workers_not_numbered_node_by_node_are_refused() -> None:
+    from hora.ray.train import _HoraBackend
+
+    class Group:  # Ray Train's worker group, as far as the backend uses it before connecting
+        def execute(self, fn: object) -> list[tuple[str, str]]:
+            return [("node-a", "10.0.0.1"), ("node-b", "10.0.0.2"), ("node-a", "10.0.0.1")]
+
+    with pytest.raises(RuntimeError, match="not numbered node by node"):
+        _HoraBackend().on_start(Group(), HoraConfig())

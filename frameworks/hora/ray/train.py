@@ -79,6 +79,11 @@ class _HoraBackend(Backend):
         self._stop_store()
         places = worker_group.execute(_where)
         nodes = [node for node, _ in places]
+        # Ray Train numbers its workers node by node; Hora's host groups rely on that.
+        if any(node in nodes[:i] and nodes[i - 1] != node for i, node in enumerate(nodes)):
+            raise RuntimeError(f"hora.ray: Ray Train's workers are not numbered node by node "
+                               f"(nodes by rank: {nodes}); Hora needs each node's ranks "
+                               "consecutive")
         here = str(ray.get_runtime_context().get_node_id())
         address = "127.0.0.1" if set(nodes) <= {here} else ray.util.get_node_ip_address()
         secret = secrets.token_hex(32)
