@@ -36,7 +36,8 @@
 #      NumPy, a failing worker, the job secret, an elastic job that loses a worker, the Ray Train
 #      backend, and examples/ray training like horarun -np 2 (in the clients' environment)
 #   spark: hora.spark on local-mode Spark (tests/spark, Java from .ci/run): run at 2 and 3 ranks,
-#      failures, too few slots, and examples/spark training like horarun -np 2
+#      failures, too few slots, run_elastic losing a worker and a task, and examples/spark
+#      training like horarun -np 2
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
@@ -630,7 +631,7 @@ if wants spark; then
   stage spark
   clients_venv
   run "spark: a Java runtime for Spark" java -version
-  run "spark: hora.spark.run and examples/spark on local-mode Spark" \
+  run "spark: hora.spark.run, run_elastic and examples/spark on local-mode Spark" \
     timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
     -p no:cacheprovider tests/spark
   run "spark: the code blocks of docs/launching/spark.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \

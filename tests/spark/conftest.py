@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import hora
 import psutil
 import pytest
 from pyspark.sql import SparkSession
@@ -26,20 +27,34 @@ LEFTOVER_WAIT = 10.0
 """Seconds a rank's process may take to stop Hora (or be killed by Spark) after a job."""
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    """A quiet local[3] session whose Python workers run this interpreter and import this
-    checkout's ``hora``."""
+def _session(master: str, name: str, **conf: str) -> SparkSession:
+    """A quiet session at ``master`` whose Python workers run this interpreter and import the
+    hora under test (this checkout's through PYTHONPATH, or the installed one in CI)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [str(REPO / "frameworks"), os.environ.get("PYTHONPATH", "")]
-    session = (SparkSession.builder.master(f"local[{SLOTS}]")
-               .appName("hora-spark-tests")
+    paths = [str(Path(hora.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    builder = (SparkSession.builder.master(master).appName(name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.log.level", "WARN")
-               .config("spark.task.maxFailures", "1")
-               .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in paths if p))
-               .getOrCreate())
+               .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in paths if p)))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """A local[3] session whose failed tasks are not tried again."""
+    session = _session(f"local[{SLOTS}]", "hora-spark-tests", **{"spark.task.maxFailures": "1"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_retrying() -> Iterator[SparkSession]:
+    """As ``spark``, but a failed task is tried again (up to 4 attempts; in local mode only the
+    master URL sets this): what ``hora.spark.run_elastic`` meets on a cluster."""
+    session = _session(f"local[{SLOTS},4]", "hora-spark-elastic-tests")
     yield session
     session.stop()
 
