@@ -160,3 +160,12 @@ def test_coordinator_orders_hosts_like_horovod() -> None:
     assert got == [(0, 3, 0, 3), (1, 3, 0, 1), (0, 1, 1, 3), (2, 3, 0, 1), (0, 1, 2, 3)]
     assert coordinator.node_id_string == "a:3,b:1,c:1"
     assert np.all([info[r]["HOROVOD_RANK"] == r for r in range(5)])
+
+
+def test_elastic_messages_use_the_executors_parameter_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hora.ray.elastic_v2 import _say
+
+    _say("job failed: fewer than --min-np 2 workers (1 ready) for 60 s (--elastic-timeout)")
+    assert capsys.readouterr().err == ("hora.ray: job failed: fewer than min_workers 2 workers "
+                                       "(1 ready) for 60 s (elastic_timeout)\n")

@@ -29,7 +29,7 @@ from hora.ray.worker import BaseHorovodWorker
 from hora.runner import env as envs
 from hora.runner.elastic.blacklist import Blacklist
 from hora.runner.elastic.discovery import HostDiscovery
-from hora.runner.elastic.driver import ElasticDriver, ElasticLimits
+from hora.runner.elastic.driver import ElasticDriver, ElasticLimits, with_names
 from hora.runner.elastic.workers import LaunchInfo, worker_env
 from hora.runner.util.network import get_driver_ip
 
@@ -38,8 +38,12 @@ _STOP_WAIT_SECONDS = 10.0
 _KILLED = -9  # what the driver sees for a worker whose actor died: killed
 
 
+_NAMES = {"--min-np": "min_workers", "--max-np": "max_workers",
+          "--elastic-timeout": "elastic_timeout", "--reset-limit": "reset_limit"}
+
+
 def _say(text: str) -> None:
-    print(f"hora.ray: {text}", file=sys.stderr, flush=True)
+    print(f"hora.ray: {with_names(text, _NAMES)}", file=sys.stderr, flush=True)
 
 
 class RayHostDiscovery(HostDiscovery):

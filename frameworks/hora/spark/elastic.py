@@ -31,7 +31,7 @@ from hora.common.elastic import protocol
 from hora.errors import HoraTimeoutError
 from hora.runner.elastic import limits_of
 from hora.runner.elastic.blacklist import Blacklist
-from hora.runner.elastic.driver import ElasticDriver
+from hora.runner.elastic.driver import ElasticDriver, with_names
 from hora.runner.elastic.workers import LaunchInfo, worker_env
 from hora.runner.local_exec import describe_exit
 from hora.spark.agent import AGENTS_KEY, DONE_KEY, AgentSpec, agent_key, run_agent
@@ -56,9 +56,7 @@ _FLAGS = {"--min-np": "min_num_proc", "--max-np": "max_num_proc", "-np": "num_pr
 
 def _python_names(text: str) -> str:
     """The driver's and ``limits_of``'s messages with ``run_elastic``'s parameter names."""
-    for flag, name in _FLAGS.items():
-        text = text.replace(flag, name)
-    return text
+    return with_names(text, _FLAGS)
 
 
 @dataclasses.dataclass

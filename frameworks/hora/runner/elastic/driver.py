@@ -18,7 +18,7 @@ import queue
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hora import _core
 from hora.common.elastic import protocol
@@ -46,6 +46,14 @@ class ElasticLimits:
 
 def say(text: str) -> None:
     print(f"horarun: {text}", file=sys.stderr, flush=True)
+
+
+def with_names(text: str, names: Mapping[str, str]) -> str:
+    """``text`` (a message of the driver) with horarun's flags replaced by the names another
+    front end gives them (``{"--min-np": "min_workers", ...}``)."""
+    for flag, name in names.items():
+        text = text.replace(flag, name)
+    return text
 
 
 class ElasticDriver:
