@@ -80,11 +80,13 @@ void setCurrent(std::shared_ptr<Runtime> rt) {
 }
 
 // Rank 0 of a job without a launcher serves the store on the address the ranks reach it at (see
-// net::serverBindHost: the loopback for a local job). Lifecycle lock held.
-void serveRendezvous(const std::string& storeHost, int port, const std::string& secret) {
+// net::serverBindHost: the loopback for a local job), waiting until `deadline` for that name to
+// resolve. Lifecycle lock held.
+void serveRendezvous(const std::string& storeHost, int port, const std::string& secret,
+                     Clock::time_point deadline) {
   if (port <= 0) throw InvalidArgument("serve_store needs a store port");
   State& s = state();
-  std::string host = net::serverBindHost(storeHost);
+  std::string host = net::serverBindHost(storeHost, deadline);
   std::string identity = host + ":" + std::to_string(port) + "/" + secret;
   if (s.store && s.storeIdentity == identity) return;
   if (s.store) s.store->stop();
@@ -129,7 +131,10 @@ void init(int rank, int size, int localRank, int localSize, int crossRank, int c
     existing->shutdown();             // a runtime that died (peer failure) is replaced
     setCurrent(nullptr);
   }
-  if (serveStore) serveRendezvous(storeHost, storePort, secret);
+  if (serveStore) {
+    serveRendezvous(storeHost, storePort, secret,
+                    Clock::now() + secondsToMillis(options.settings.startTimeoutSeconds));
+  }
   // Every rank of an elastic job passes the driver's generation: the processes' own counts of
   // inits differ (survivors have more than new workers).
   int own = state().generations[storeHost + ":" + std::to_string(storePort) + "/" + secret]++;

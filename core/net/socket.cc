@@ -346,6 +346,19 @@ bool isLoopbackHost(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
 }
 
+std::string serverBindHost(const std::string& host, Clock::time_point deadline) {
+  auto backoff = Millis(10);
+  for (;;) {
+    try {
+      return serverBindHost(host);
+    } catch (const IoError&) {
+      if (Clock::now() + backoff >= deadline) throw;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, Millis(500));
+    }
+  }
+}
+
 std::string serverBindHost(const std::string& host) {
   if (host.empty() || host == "0.0.0.0" || host == "*") return "";
   sockaddr_in resolved = resolveIpv4(host, 0);

@@ -92,6 +92,9 @@ std::string advertisedHost(const std::string& listenHost);
 // address here (a hosts file mapping this host's name to 127.0.1.1: the address other hosts use
 // cannot be known). Throws IoError when host does not resolve.
 std::string serverBindHost(const std::string& host);
+// serverBindHost, retrying a name that does not resolve yet (this host's own name may be
+// published after it starts: a Kubernetes pod's) until the deadline; then throws its IoError.
+std::string serverBindHost(const std::string& host, Clock::time_point deadline);
 // True for "localhost" and 127.0.0.0/8 literals.
 bool isLoopbackHost(const std::string& host);
 // "host:port" <-> parts. parseHostPort throws InvalidArgument on malformed input.

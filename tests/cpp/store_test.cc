@@ -378,6 +378,18 @@ TEST(ConnectWithRetry, ANameThatDoesNotResolveIsRetriedUntilTheDeadline) {
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150)) << "gave up without retrying";
 }
 
+TEST(ServerBindHost, ANameThatDoesNotResolveIsRetriedUntilTheDeadline) {
+  const auto start = Clock::now();
+  EXPECT_EQ(net::serverBindHost("127.0.0.1", start + std::chrono::milliseconds(600)), "127.0.0.1");
+  try {
+    net::serverBindHost("hora-no-such-host.invalid", start + std::chrono::milliseconds(600));
+    FAIL() << "a name that does not resolve gave a bind address";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot resolve host"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150)) << "gave up without retrying";
+}
+
 // After the handshake, frames are plain bytes: neither encrypted nor signed (docs/security.md).
 TEST(TcpStore, FramesAfterTheHandshakeArePlainBytes) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
