@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hora.ray.strategy import BaseStrategy, ColocatedStrategy, PGStrategy
@@ -65,6 +65,15 @@ def nics_env(nics: set[str] | Sequence[str] | None) -> dict[str, str]:
         raise ValueError(f"hora.ray: nics={names}: Hora's ranks listen on one interface; "
                          "give one name")
     return {"HORA_IFACE": names[0]} if names else {}
+
+
+def store_address(nodes: Iterable[str]) -> str:
+    """Where a store served from this process is reached by workers on ``nodes`` (Ray node
+    ids): 127.0.0.1 when every one is this process's node, else this node's address."""
+    import ray
+
+    here = str(ray.get_runtime_context().get_node_id())
+    return "127.0.0.1" if set(nodes) <= {here} else ray.util.get_node_ip_address()
 
 
 class Coordinator:
@@ -121,13 +130,9 @@ class Coordinator:
         address. The secret (``settings.key``) is among the variables: they travel to the
         workers only through Ray.
         """
-        import ray
-
         from hora import _core
 
-        here = str(ray.get_runtime_context().get_node_id())
-        local = set(self.node_id_by_rank) <= {here}
-        address = "127.0.0.1" if local else ray.util.get_node_ip_address()
+        address = store_address(self.node_id_by_rank)
         self._store = _core.StoreServer(address, 0, self.settings.key)
         env = {"HORA_RENDEZVOUS_ADDR": address, "HORA_RENDEZVOUS_PORT": str(self._store.port),
                "HORA_SECRET": self.settings.key,

@@ -26,8 +26,9 @@ if is_v2_enabled():  # the trainer Ray Train gives users, as ray.train.torch.Tor
 else:
     from ray.train.data_parallel_trainer import DataParallelTrainer  # type: ignore[assignment]
 
-from hora.ray.runner import nics_env
-from hora.runner.slots import local_and_cross
+from hora.ray.runner import nics_env, store_address
+from hora.runner.env import topology_env
+from hora.runner.slots import SlotInfo, local_and_cross
 
 
 @dataclasses.dataclass
@@ -84,8 +85,7 @@ class _HoraBackend(Backend):
             raise RuntimeError(f"hora.ray: Ray Train's workers are not numbered node by node "
                                f"(nodes by rank: {nodes}); Hora needs each node's ranks "
                                "consecutive")
-        here = str(ray.get_runtime_context().get_node_id())
-        address = "127.0.0.1" if set(nodes) <= {here} else ray.util.get_node_ip_address()
+        address = store_address(nodes)
         secret = secrets.token_hex(32)
         self._store = _core.StoreServer(address, 0, secret)
         common = {"HORA_RENDEZVOUS_ADDR": address, "HORA_RENDEZVOUS_PORT": str(self._store.port),
@@ -94,11 +94,7 @@ class _HoraBackend(Backend):
         size = len(nodes)
         calls = []
         for rank, (node, coordinates) in enumerate(zip(nodes, local_and_cross(nodes))):
-            env = dict(common)
-            for prefix in ("HORA_", "HOROVOD_"):
-                env.update({prefix + name: str(value) for name, value in zip(
-                    ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE",
-                     "HOSTNAME"), (rank, size, *coordinates, node))})
+            env = {**common, **topology_env(SlotInfo(node, rank, size, *coordinates))}
             calls.append(worker_group.execute_single_async(rank, _set_env, env))
         ray.get(calls)
 
