@@ -36,7 +36,8 @@
 #      NumPy, a failing worker, the job secret, an elastic job that loses a worker, the Ray Train
 #      backend, and examples/ray training like horarun -np 2 (in the clients' environment)
 #   spark: hora.spark on local-mode Spark (tests/spark, Java from .ci/run): run at 2 and 3 ranks,
-#      failures, too few slots, run_elastic losing a worker and a task, and examples/spark
+#      failures, too few slots, run_elastic losing a worker and a task, TorchEstimator against
+#      one process, and examples/spark
 #      training like horarun -np 2
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
@@ -631,7 +632,7 @@ if wants spark; then
   stage spark
   clients_venv
   run "spark: a Java runtime for Spark" java -version
-  run "spark: hora.spark.run, run_elastic and examples/spark on local-mode Spark" \
+  run "spark: hora.spark.run, run_elastic, TorchEstimator and examples/spark on local-mode Spark" \
     timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
     -p no:cacheprovider tests/spark
   run "spark: the code blocks of docs/launching/spark.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
@@ -698,8 +699,9 @@ if wants docs; then
     tests/docs/check_docs.py api build/site/objects.inv hora.mxnet hora.mxnet.elastic \
     hora.mxnet.hooks
   if [ -x "$ROOT/build/venv-clients/bin/python" ]; then  # made by the clients, ray or spark stage
-    run "docs: API reference = __all__ (hora.ray, hora.spark)" "$ROOT/build/venv-clients/bin/python" \
-      tests/docs/check_docs.py api build/site/objects.inv hora.ray hora.spark
+    run "docs: API reference = __all__ (hora.ray, hora.spark, its estimators)" "$ROOT/build/venv-clients/bin/python" \
+      tests/docs/check_docs.py api build/site/objects.inv hora.ray hora.spark hora.spark.torch \
+      hora.spark.common.store hora.spark.common.backend
   fi
   run "docs: benchmark pages and README table = bench/results" "$PY" bench/report.py --check
   if [ "$FULL" = 1 ]; then
