@@ -564,6 +564,7 @@ fi
 # TensorFlow asks for).
 MXNET_PACKAGES="mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4"
 TENSORFLOW_PACKAGES="tensorflow-cpu==2.21.0 ml_dtypes==0.5.4"
+SPARK_KERAS_PACKAGES="pyspark==4.3.0 pyarrow==26.0.1 pandas==3.1.1 fsspec==2026.9.0 psutil==7.2.2"
 
 # framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
 framework_venv() {
@@ -671,6 +672,14 @@ if wants tensorflow; then
   done
   # Eager GPU tensors through the emulation (a stand-in plays TensorFlow's GPU).
   framework_gpu_tests tensorflow tests/gpu/test_tensorflow_gpu.py
+  if [ "$FULL" = 1 ]; then  # the Keras estimator on local-mode Spark, as the spark stage
+    # shellcheck disable=SC2086
+    run "tensorflow: pyspark and pyarrow for the Keras estimator" \
+      "$ROOT/build/venv-tensorflow/bin/pip" install -q $SPARK_KERAS_PACKAGES
+    run "tensorflow: hora.spark.keras.KerasEstimator on local-mode Spark" \
+      timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-tensorflow/bin/python" -m pytest -q \
+      -p no:cacheprovider tests/spark/test_spark_keras_estimator.py
+  fi
 fi
 
 # ------------------------------------------------------------------------------------------------
