@@ -429,3 +429,35 @@ def test_horovod_version_helper() -> None:
     assert not is_version_greater_equal_than("2.5.9", "2.6.0")
     with pytest.raises(ValueError):
         is_version_greater_equal_than(2.6, "2.6.0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("optimizer_built", [False, True], ids=["fit", "fit_after_build"])
+def test_shutdown_unmaps_the_shared_arena_while_the_model_lives(optimizer_built: bool) -> None:
+    """A fitted model's graph nodes keep private copies of their tensors in the job's shared
+    arena, and a broadcast can give an optimizer variable a buffer there: shutdown must let go
+    of both, or the ended job's arena stays mapped for as long as the model lives (Spark and
+    Ray reuse their processes for job after job)."""
+    import gc
+
+    from hora.common import shared_arrays
+
+    if not shared_arrays.enabled():
+        pytest.skip("this job has no shared arena (ranks on several hosts, or it is disabled)")
+    model = build_model(tag="arena")
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    model.compile(optimizer=optimizer, loss="mse")
+    if optimizer_built:  # as when a checkpoint's optimizer state is loaded before fit
+        optimizer.build(model.trainable_variables)
+    x = make_input(rank(), (4 * LOCAL_BATCH, FEATURES), "float32", "arena.x")
+    y = make_input(rank(), (4 * LOCAL_BATCH, OUTPUTS), "float32", "arena.y")
+    model.fit(x, y, batch_size=LOCAL_BATCH, epochs=1, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                         hvd.callbacks.MetricAverageCallback()])
+    hora.shutdown()
+    try:
+        gc.collect()
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            assert "hora-shm" not in maps.read()
+    finally:
+        hora.init()
+    assert model.layers  # the model outlived the check

@@ -8,8 +8,6 @@ skipped where TensorFlow is missing.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -20,22 +18,6 @@ from hora.spark.common.store import Store
 from hora.spark.keras import KerasEstimator, KerasModel, remote
 from pyspark.ml.linalg import DenseVector, Vectors, VectorUDT
 from pyspark.sql.types import DoubleType
-
-
-@pytest.fixture(autouse=True)
-def no_rank_left_running_hora():
-    """Overrides conftest's check, which fails here: a Keras fit's graph nodes keep blocks of
-    the shared arena (hora.tensorflow._host.PrivatePool slabs) after hora.shutdown(), so the
-    memfd stays mapped in the Spark workers although the engine has stopped. Reported as a
-    warning until hora.tensorflow releases them on shutdown."""
-    from conftest import ranks_running_hora
-
-    yield
-    left = ranks_running_hora()
-    if left:
-        warnings.warn(f"processes {left} still map Hora's shared arena after the test",
-                      stacklevel=1)
-
 
 TRUE_W = np.array([1.5, -2.0, 0.5])
 START_W = np.array([[0.1], [0.2], [-0.3]], dtype=np.float32)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
-from hora.common import shared_arrays
+from hora.common import basics, shared_arrays
 from hora.tensorflow import _device
 
 ALIGNMENT = 64
@@ -105,13 +106,21 @@ class PrivatePool:
     slabs are kept, reused on the same terms.
     """
 
-    __slots__ = ("_lock", "_shared", "_slabs", "_slots")
+    __slots__ = ("__weakref__", "_lock", "_shared", "_slabs", "_slots")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: list[list[np.ndarray]] = []
         self._slabs: list[tuple[object, list[np.ndarray]]] = []
         self._shared: bool | None = None  # decided on the first run, once the job is running
+        _POOLS.add(self)
+
+    def release_shared(self) -> None:
+        """Drop the slabs: the job whose arena holds them has ended. A graph that runs again
+        in a later job decides afresh whether that job has an arena."""
+        with self._lock:
+            self._slabs.clear()
+            self._shared = None
 
     def _take_slab(self, layout: list[tuple[tuple, np.dtype]]) -> list[np.ndarray] | None:
         for k in range(len(self._slabs)):
@@ -161,6 +170,21 @@ class PrivatePool:
             for buf, view in zip(out, views):
                 np.copyto(buf, view)
         return list(out)
+
+
+_POOLS: weakref.WeakSet[PrivatePool] = weakref.WeakSet()
+"""Every live pool: graph nodes keep theirs for as long as their graph lives, which may be
+longer than the job (a Keras model's compiled train function)."""
+
+
+def _release_shared_slabs() -> None:
+    """Shutdown hook: without it, a pool's slabs kept the ended job's arena mapped for as long
+    as its graph lived."""
+    for pool in list(_POOLS):
+        pool.release_shared()
+
+
+basics.add_shutdown_hook(_release_shared_slabs)
 
 
 def as_numpy_dtype(array: np.ndarray, dtype: tf.DType) -> np.ndarray:

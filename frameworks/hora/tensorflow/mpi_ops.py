@@ -335,7 +335,10 @@ def assign_from_root(variables: list, root_rank: int, name: str | None,
     base = group_base_name("broadcast", "HorovodBroadcastInplace", values, name)
     names = [base] if len(values) == 1 else grouped_names(base, len(values))
     received = _raw.grouped_broadcast(values, names, root_rank, process_set)
-    return [var.assign(value) for var, value in zip(variables, received)]
+    # A deep copy: the received buffers may lie in the job's shared arena, and a variable
+    # assigned a tensor nothing else holds takes over its buffer, which then kept the arena
+    # mapped for the variable's lifetime, past shutdown.
+    return [var.assign(tf.raw_ops.DeepCopy(x=value)) for var, value in zip(variables, received)]
 
 
 @no_autograph

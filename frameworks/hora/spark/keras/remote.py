@@ -179,11 +179,12 @@ def train(spec: TrainSpec, keras_spec: KerasSpec,
 
     ``checkpoint`` (a previous run's) gives the starting weights and optimizer state.
     """
+    import importlib
+
     from pyspark import cloudpickle
     from tensorflow import keras
 
-    import hora.tensorflow.keras as hvd
-
+    hvd: Any = importlib.import_module("hora.tensorflow.keras")
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     if spec.random_seed is not None:
