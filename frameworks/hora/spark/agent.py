@@ -61,6 +61,9 @@ class AgentSpec:
     store_port: int
     secret: str
     payload: bytes
+    task_attempts: int = 1
+    """Attempts Spark gives a task (``spark.task.maxFailures``): a worker that fails on its own
+    fails its task while Spark would start it again, so that a new agent replaces it."""
 
 
 def _client(spec: AgentSpec) -> _core.StoreClient:
@@ -104,8 +107,9 @@ def _end_child(child: subprocess.Popen[bytes]) -> None:
 
 
 def _supervise(spec: AgentSpec, client: _core.StoreClient, index: int,
-               worker_env: Mapping[str, str], stopped: threading.Event) -> None:
-    """Run the worker as a child process until it ends or is stopped; record its end."""
+               worker_env: Mapping[str, str], stopped: threading.Event) -> int | None:
+    """Run the worker as a child process until it ends or is stopped; record its end. Returns
+    the worker's exit code when it ended on its own, None when it was stopped."""
     with tempfile.TemporaryDirectory(prefix="hora-spark-") as tmp:
         outcome_path = os.path.join(tmp, "outcome")
         child = subprocess.Popen([sys.executable, "-c", _CHILD, outcome_path],
@@ -113,11 +117,14 @@ def _supervise(spec: AgentSpec, client: _core.StoreClient, index: int,
         assert child.stdin is not None
         child.stdin.write(spec.payload)
         child.stdin.close()
+        ended_alone = False
         try:
             while child.poll() is None:
                 if stopped.is_set() or _told_to_stop(client, index):
                     break
                 time.sleep(POLL_SECONDS)
+            else:
+                ended_alone = True
         finally:
             _end_child(child)
         outcome = b""
@@ -126,6 +133,7 @@ def _supervise(spec: AgentSpec, client: _core.StoreClient, index: int,
                 outcome = f.read()
     client.set(agent_key(index, "outcome"), outcome)
     client.set(agent_key(index, "exit"), str(child.returncode).encode())
+    return child.returncode if ended_alone else None
 
 
 def run_agent(spec: AgentSpec, partition: Iterable[int]) -> Iterator[int]:
@@ -147,7 +155,13 @@ def run_agent(spec: AgentSpec, partition: Iterable[int]) -> Iterator[int]:
         while not stopped.is_set():
             start = client.try_get(agent_key(index, "start"))
             if start is not None:
-                _supervise(spec, client, index, json.loads(start.decode()), stopped)
+                code = _supervise(spec, client, index, json.loads(start.decode()), stopped)
+                if code and ctx.attemptNumber() + 1 < spec.task_attempts:
+                    # As Horovod's tasks do: Spark starts the task again, and its new agent
+                    # (another name, so not excluded) lets the job grow back.
+                    raise RuntimeError(f"hora.spark.run_elastic: the worker of {name} failed "
+                                       f"(exit code {code}); failing the task so that Spark "
+                                       "starts it again")
                 return
             if _told_to_stop(client, index):
                 return

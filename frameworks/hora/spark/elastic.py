@@ -41,6 +41,7 @@ from hora.spark.runner import (
     interface_env,
     start_timeout_from,
     store_addresses,
+    task_attempts,
 )
 
 STALE_SECONDS = 5.0
@@ -314,7 +315,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
     bind, address = store_addresses(sc)
     secret = secrets.token_hex(32)
     server = _core.StoreServer(bind, 0, secret)
-    spec = AgentSpec(address, server.port, secret, payload)
+    spec = AgentSpec(address, server.port, secret, payload, task_attempts(sc))
     base = {**(env or {}), "HORA_ELASTIC_TIMEOUT": str(limits.elastic_timeout),
             "HORA_START_TIMEOUT": str(timeout)}
     info = LaunchInfo(command=["a Spark task"], base_env=base, secret=secret, address=address,

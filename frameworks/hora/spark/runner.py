@@ -105,6 +105,18 @@ def wait_for_slots(sc: Any, num_proc: int, timeout: float,
         time.sleep(min(SLOT_POLL_SECONDS, remaining))
 
 
+def task_attempts(sc: Any) -> int:
+    """How many times Spark runs a task before it fails the job: ``F`` of a ``local[N,F]``
+    master, 1 for other local masters (where ``spark.task.maxFailures`` is not read), else
+    ``spark.task.maxFailures`` (default 4)."""
+    master = str(sc.master)
+    if master == "local" or master.startswith("local["):
+        inside = master[len("local["):-1] if master.endswith("]") else ""
+        parts = inside.split(",")
+        return int(parts[1]) if len(parts) == 2 and parts[1].strip().isdigit() else 1
+    return int(sc.getConf().get("spark.task.maxFailures", "4"))
+
+
 def store_addresses(sc: Any) -> tuple[str, str]:
     """``(bind, advertised)`` address of the driver's store: 127.0.0.1 for both in local mode;
     else Spark's own choice for the driver, ``spark.driver.bindAddress`` (default
