@@ -5,7 +5,7 @@
 #      docs (the site built and checked; its code blocks' markers), chaos (the launcher tests and
 #      20 random fault scenarios) and elastic
 #   --full (what CI runs): every stage below at 1-4 ranks, and the stages the quick tier leaves
-#      out: torchsuite, clients, ray, spark, fuzz, asan, tsan
+#      out: torchsuite, clients, ray, spark, jax, fuzz, asan, tsan
 # The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
@@ -39,6 +39,9 @@
 #      failures, too few slots, run_elastic losing a worker and a task, TorchEstimator against
 #      one process, and examples/spark
 #      training like horarun -np 2
+#   jax: hora.jax in its own virtual environment (CPU JAX and optax, JAX_PACKAGES):
+#      tests/parallel/test_jax_*.py under horarun -np 2 and 3, examples/jax/train_mlp.py at 2
+#      ranks, and the code blocks of docs/frameworks/jax.md
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
@@ -74,7 +77,7 @@
 #   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
 #                    torch uses >= 2)
 #   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
-#                    gpu,mpi,clients,ray,spark,mxnet,tensorflow,docs,chaos,elastic,fuzz,
+#                    gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,fuzz,
 #                    asan,tsan (default:
 #                    the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
@@ -95,7 +98,7 @@ FULL=0
 PLAN=0
 NPS=""
 ONLY=""
-ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
 QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,docs,chaos,elastic"
 
 while [ $# -gt 0 ]; do
@@ -564,6 +567,8 @@ fi
 # TensorFlow asks for).
 MXNET_PACKAGES="mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4"
 TENSORFLOW_PACKAGES="tensorflow-cpu==2.21.0 ml_dtypes==0.5.4"
+# JAX on the CPU, with optax for hora.jax.DistributedOptimizer.
+JAX_PACKAGES="jax==0.10.2 jaxlib==0.10.2 optax==0.2.8 ml_dtypes==0.6.0"
 SPARK_KERAS_PACKAGES="pyspark==4.3.0 pyarrow==26.0.1 pandas==3.1.1 fsspec==2026.9.0 psutil==7.2.2"
 
 # framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
@@ -641,6 +646,26 @@ if wants spark; then
     docs/launching/spark.md
 fi
 
+if wants jax; then
+  stage jax
+  framework_venv jax $JAX_PACKAGES
+  framework_imports jax
+  for np in 2 3; do
+    has_np "$np" || continue
+    for f in tests/parallel/test_jax_*.py; do
+      run "jax np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
+        "$ROOT/build/venv-jax/bin/python" -m hora.runner -np "$np" \
+        "$ROOT/build/venv-jax/bin/python" -m pytest -q -p no:cacheprovider "$f"
+    done
+  done
+  run "jax: examples/jax/train_mlp.py at 2 ranks" timeout -k 20 "$RUN_TIMEOUT" \
+    "$ROOT/build/venv-jax/bin/python" -m hora.runner -np 2 \
+    "$ROOT/build/venv-jax/bin/python" examples/jax/train_mlp.py
+  run "jax: the code blocks of docs/frameworks/jax.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
+    tests/docs/check_docs.py snippets --env jax --python "$ROOT/build/venv-jax/bin/python" \
+    docs/frameworks/jax.md
+fi
+
 if wants mxnet; then
   stage mxnet
   framework_venv mxnet $MXNET_PACKAGES
@@ -707,6 +732,10 @@ if wants docs; then
   run "docs: API reference = __all__ (hora.mxnet)" "$ROOT/build/venv-mxnet/bin/python" \
     tests/docs/check_docs.py api build/site/objects.inv hora.mxnet hora.mxnet.elastic \
     hora.mxnet.hooks
+  if [ -x "$ROOT/build/venv-jax/bin/python" ]; then  # made by the jax stage
+    run "docs: API reference = __all__ (hora.jax)" "$ROOT/build/venv-jax/bin/python" \
+      tests/docs/check_docs.py api build/site/objects.inv hora.jax hora.jax.elastic
+  fi
   if [ -x "$ROOT/build/venv-clients/bin/python" ]; then  # made by the clients, ray or spark stage
     run "docs: API reference = __all__ (hora.ray, hora.spark, its estimators)" "$ROOT/build/venv-clients/bin/python" \
       tests/docs/check_docs.py api build/site/objects.inv hora.ray hora.spark hora.spark.torch \

@@ -1,0 +1,50 @@
+"""Elastic training for JAX: ``run`` and ``JaxState`` (parameters, optax state and any other
+attributes, all plain pytrees)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from hora.common import basics, objects
+from hora.common.elastic import ObjectState, State, run_fn
+
+__all__ = ["JaxState", "ObjectState", "State", "run"]
+
+T = TypeVar("T")
+
+
+def run(func: Callable[..., T]) -> Callable[..., T]:
+    """Decorator: run ``func(state, ...)`` so that it survives lost and added workers (see
+    ``hora.torch.elastic.run``)."""
+    return run_fn(func, _reset)
+
+
+def _reset() -> None:
+    basics.shutdown()
+    basics.init()
+
+
+def _broadcast_state(obj: Any) -> Any:
+    return objects.broadcast_object(obj, root_rank=0, name="elastic.state")
+
+
+class JaxState(ObjectState):
+    """Elastic state of a JAX training loop, exposed as attributes (``state.params``,
+    ``state.opt_state``, ``state.epoch``).
+
+    JAX values are immutable pytrees, so the generic object state serves as it is: ``commit``
+    keeps a copy, ``restore`` puts it back, ``sync`` gives every rank rank 0's values (pickled,
+    as one object).
+
+    Args:
+        params: the parameter pytree.
+        opt_state: the optax state (from ``opt.init(params)``), or None.
+        kwargs: more attributes (epoch, batch, ...), pickled and broadcast.
+
+    Raises:
+        HoraError: from ``sync`` when the broadcast fails.
+    """
+
+    def __init__(self, params: Any, opt_state: Any = None, **kwargs: Any) -> None:
+        super().__init__(bcast_object=_broadcast_state, get_rank=basics.rank, params=params,
+                         opt_state=opt_state, **kwargs)

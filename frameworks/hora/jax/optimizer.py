@@ -1,0 +1,129 @@
+"""``DistributedOptimizer``: an optax ``GradientTransformation`` that averages the gradients of
+every rank (one grouped allreduce per step) before the wrapped transformation sees them.
+
+The step runs eagerly, outside ``jax.jit``: compute the gradients in a jitted function, then call
+``update``::
+
+    grads = jax.jit(jax.grad(loss))(params, batch)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+
+With ``backward_passes_per_step = k`` the gradients of k calls are summed locally (as autograd
+sums them in Horovod's torch optimizer); every k-th call reduces that sum across ranks and
+applies the wrapped transformation, the others return zero updates (as ``optax.MultiSteps``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+
+from hora.common.compression import CompressionTable, Compressor, make_compression
+from hora.common.ops import Adasum, Average, Sum
+from hora.common.process_sets import ProcessSet, global_process_set
+from hora.jax.mpi_ops import grouped_allreduce
+
+__all__ = ["Compression", "DistributedOptimizer", "DistributedState"]
+
+Compression: type[CompressionTable]
+"""The available compressors, used as ``compression=hvd.Compression.fp16``: ``none``, ``fp16``
+and ``bf16`` (floating-point leaves travel in that dtype and come back in their own)."""
+_, _, Compression = make_compression(
+    np.dtype("float16"), np.dtype(ml_dtypes.bfloat16),
+    dtype_of=lambda array: np.dtype(array.dtype),
+    is_floating=lambda dtype: bool(jnp.issubdtype(dtype, jnp.floating)),
+    cast=lambda array, dtype: array.astype(dtype),
+)
+
+_REDUCE_NAME = "DistributedOptimizer"
+
+
+class DistributedState(NamedTuple):
+    """The state of a ``DistributedOptimizer``: the wrapped transformation's state, the local
+    gradient sum of the passes since the last reduction (None when
+    ``backward_passes_per_step`` is 1) and how many passes that sum holds."""
+
+    inner_state: Any
+    accumulated: Any
+    passes: jax.Array
+
+
+def _reduce(grads: Any, compression: type[Compressor], op: int,
+            process_set: ProcessSet) -> Any:
+    """Every leaf of ``grads`` reduced across the set in one grouped allreduce."""
+    leaves, treedef = jax.tree_util.tree_flatten(grads)
+    compressed = [compression.compress(leaf) for leaf in leaves]
+    reduced = grouped_allreduce([c for c, _ in compressed], name=_REDUCE_NAME, op=op,
+                                process_set=process_set)
+    restored = [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+    return jax.tree_util.tree_unflatten(treedef, restored)
+
+
+def DistributedOptimizer(
+    optimizer: optax.GradientTransformation,
+    compression: type[Compressor] = Compression.none,
+    backward_passes_per_step: int = 1,
+    op: int = Average,
+    process_set: ProcessSet = global_process_set,
+) -> optax.GradientTransformationExtraArgs:
+    """Wrap an optax transformation so that it sees gradients reduced over every rank.
+
+    Args:
+        optimizer: the optax ``GradientTransformation`` to wrap (``optax.sgd(...)``, a chain).
+        compression: ``Compression.none`` (default), ``.fp16`` or ``.bf16``: the dtype of the
+            floating-point gradients on the wire.
+        backward_passes_per_step: calls of ``update`` whose gradients are summed locally before
+            each reduction and update of the wrapped transformation.
+        op: Average (default), Sum or Adasum.
+        process_set: the ranks taking part.
+
+    Returns:
+        A ``GradientTransformationExtraArgs`` whose ``init(params)`` and
+        ``update(grads, state, params=None, **extra_args)`` run eagerly (not under ``jax.jit``:
+        the reduction is a collective). Extra arguments reach the wrapped transformation.
+
+    Raises:
+        ValueError: ``backward_passes_per_step`` is not a positive int, or ``op`` is not
+            Average, Sum or Adasum.
+        TypeError: ``optimizer`` is not an optax transformation.
+    """
+    if (isinstance(backward_passes_per_step, bool)
+            or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1):
+        raise ValueError(
+            f"backward_passes_per_step must be a positive int, got {backward_passes_per_step!r}"
+        )
+    if op not in (Average, Sum, Adasum):
+        raise ValueError(f"op must be Average, Sum or Adasum, got {op!r}")
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(f"expected an optax GradientTransformation, got {type(optimizer).__name__}")
+    inner = optax.with_extra_args_support(optimizer)
+    passes_per_step = backward_passes_per_step
+
+    def init(params: Any) -> DistributedState:
+        accumulated = None
+        if passes_per_step > 1:
+            accumulated = jax.tree_util.tree_map(jnp.zeros_like, params)
+        return DistributedState(inner.init(params), accumulated, jnp.zeros((), jnp.int32))
+
+    def update(grads: Any, state: DistributedState, params: Any = None,
+               **extra_args: Any) -> tuple[Any, DistributedState]:
+        if passes_per_step == 1:
+            reduced = _reduce(grads, compression, op, process_set)
+            updates, inner_state = inner.update(reduced, state.inner_state, params, **extra_args)
+            return updates, DistributedState(inner_state, None, state.passes)
+        summed = jax.tree_util.tree_map(jnp.add, state.accumulated, grads)
+        passes = int(state.passes) + 1
+        if passes < passes_per_step:
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, grads)
+            return zeros, DistributedState(state.inner_state, summed, jnp.asarray(passes, jnp.int32))
+        reduced = _reduce(summed, compression, op, process_set)
+        updates, inner_state = inner.update(reduced, state.inner_state, params, **extra_args)
+        cleared = jax.tree_util.tree_map(jnp.zeros_like, summed)
+        return updates, DistributedState(inner_state, cleared, jnp.zeros((), jnp.int32))
+
+    return optax.GradientTransformationExtraArgs(init, update)
