@@ -640,7 +640,7 @@ if wants spark; then
   run "spark: a Java runtime for Spark" java -version
   run "spark: hora.spark.run, run_elastic, TorchEstimator and examples/spark on local-mode Spark" \
     timeout -k 20 "$RUN_TIMEOUT" "$ROOT/build/venv-clients/bin/python" -m pytest -q \
-    -p no:cacheprovider tests/spark
+    -p no:cacheprovider --ignore tests/spark/test_spark_keras_estimator.py tests/spark
   run "spark: the code blocks of docs/launching/spark.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
     tests/docs/check_docs.py snippets --env clients --python "$ROOT/build/venv-clients/bin/python" \
     docs/launching/spark.md
