@@ -16,12 +16,7 @@ T = TypeVar("T")
 def run(func: Callable[..., T]) -> Callable[..., T]:
     """Decorator: run ``func(state, ...)`` so that it survives lost and added workers (see
     ``hora.torch.elastic.run``)."""
-    return run_fn(func, _reset)
-
-
-def _reset() -> None:
-    basics.shutdown()
-    basics.init()
+    return run_fn(func)
 
 
 def _broadcast_state(obj: Any) -> Any:

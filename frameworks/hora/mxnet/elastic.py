@@ -17,12 +17,7 @@ T = TypeVar("T")
 def run(func: Callable[..., T]) -> Callable[..., T]:
     """Decorator: run ``func(state, ...)`` so that it survives lost and added workers (see
     ``hora.torch.elastic.run``)."""
-    return run_fn(func, _reset)
-
-
-def _reset() -> None:
-    basics.shutdown()
-    basics.init()
+    return run_fn(func)
 
 
 def _parameters(params: Any) -> dict[str, Any]:

@@ -45,12 +45,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
                 raise errors.HoraError(str(exc.message)) from exc
             raise
 
-    return run_fn(wrapper, _reset)
-
-
-def _reset() -> None:
-    basics.shutdown()
-    basics.init()
+    return run_fn(wrapper)
 
 
 def _require_eager(what: str) -> None:

@@ -16,7 +16,16 @@ _log = logging.getLogger("hora.elastic")
 T = TypeVar("T")
 
 
-def run_fn(func: Callable[..., T], reset: Callable[[], None]) -> Callable[..., T]:
+def reform_job() -> None:
+    """Leave the job and join the driver's next generation of it: ``shutdown()`` then
+    ``init()`` (what every frontend's ``run`` does between attempts)."""
+    from hora.common import basics  # basics imports this package: import at call time
+
+    basics.shutdown()
+    basics.init()
+
+
+def run_fn(func: Callable[..., T], reset: Callable[[], None] = reform_job) -> Callable[..., T]:
     """Wrap ``func(state, *args, **kwargs)`` so that it survives re-formations of the job.
 
     Before each attempt every worker gets rank 0's state (``state.sync()``). A collective that

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from hora.common import basics
 from hora.common.elastic import ObjectState, State, run_fn
 from hora.torch.elastic.sampler import ElasticSampler
 from hora.torch.elastic.state import TorchState
@@ -33,12 +32,7 @@ def run(func: Callable[..., T]) -> Callable[..., T]:
     the restore). ``func`` itself must not start with a collective other than through ``state``:
     new workers sync first.
     """
-    return run_fn(func, _reset)
-
-
-def _reset() -> None:
-    basics.shutdown()
-    basics.init()
+    return run_fn(func)
 
 
 __all__ = ["ElasticSampler", "ObjectState", "State", "TorchState", "run"]
