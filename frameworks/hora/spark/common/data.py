@@ -213,6 +213,11 @@ def read_shard(store: Store, path: str, metadata: dict[str, ColumnInfo], rank: i
     return {name: _to_numpy(table.column(name), info) for name, info in metadata.items()}
 
 
+def row_count(arrays: dict[str, np.ndarray]) -> int:
+    """Rows of a shard :func:`read_shard` returned (every column has as many)."""
+    return len(next(iter(arrays.values())))
+
+
 def _to_numpy(column: Any, info: ColumnInfo) -> np.ndarray:
     if column.null_count:
         raise ValueError(f"column {info.name!r} has null values; fill or drop them before fit")

@@ -21,6 +21,7 @@ from hora.spark.common import data
 from hora.spark.common.backend import Backend, SparkBackend
 from hora.spark.common.params import EstimatorParams, ModelParams
 from hora.spark.common.store import Store
+from hora.spark.common.unsupported import check_unsupported
 
 PREDICT_BATCH_ROWS = 1024
 
@@ -78,6 +79,22 @@ class HoraEstimator(Estimator, EstimatorParams):  # type: ignore[misc]
     the framework."""
 
     run_id_prefix = "hora"
+    supported_extras: tuple[str, ...] = ()
+    """Horovod parameters of features Hora otherwise lacks that this estimator has."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.setParams(**kwargs)
+
+    def setParams(self, **kwargs: Any) -> HoraEstimator:
+        """Set the parameters named in ``kwargs`` (None leaves one as it is); returns ``self``.
+
+        Raises:
+            TypeError: a name that is not a parameter, or one of a feature Hora lacks.
+        """
+        check_unsupported(type(self).__name__, kwargs, supported=self.supported_extras)
+        self._set_from(kwargs)
+        return self
 
     def _fit(self, df: Any) -> HoraModel:
         self._check_params(df)
@@ -169,6 +186,19 @@ class HoraEstimator(Estimator, EstimatorParams):  # type: ignore[misc]
 class HoraModel(Model, ModelParams):  # type: ignore[misc]
     """A trained model whose ``transform(df)`` appends one prediction column per label
     (``getOutputCols()``); the Torch and Keras models fill in the framework."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.setParams(**kwargs)
+
+    def setParams(self, **kwargs: Any) -> HoraModel:
+        """Set the parameters named in ``kwargs``; returns ``self``.
+
+        Raises:
+            TypeError: a name that is not a parameter.
+        """
+        self._set_from(kwargs)
+        return self
 
     def _predictor(self) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
         """A picklable function from one array per feature column (a batch of rows) to one

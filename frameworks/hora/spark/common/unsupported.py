@@ -5,7 +5,7 @@ data path does not use (accepted with a warning), and those whose feature Hora d
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection
 from typing import Any
 
 READER_PARAMS = ("train_reader_num_workers", "val_reader_num_workers", "reader_pool_type",
@@ -21,7 +21,7 @@ MISSING_FEATURES = ("data_module", "loss_constructors", "train_minibatch_fn",
 
 
 def check_unsupported(owner: str, kwargs: dict[str, Any],
-                      supported: Mapping[str, Any] | None = None) -> None:
+                      supported: Collection[str] = ()) -> None:
     """Drop the reader parameters from ``kwargs`` with a warning; refuse the others.
 
     Raises:
@@ -35,7 +35,7 @@ def check_unsupported(owner: str, kwargs: dict[str, Any],
         warnings.warn(f"{owner}: {', '.join(ignored)} ignored: Hora's ranks read the "
                       "training data with pyarrow, not Petastorm", stacklevel=3)
     refused = [name for name in MISSING_FEATURES
-               if kwargs.get(name) is not None and name not in (supported or {})]
+               if kwargs.get(name) is not None and name not in supported]
     for name in MISSING_FEATURES:
         if name in kwargs and kwargs[name] is None:
             kwargs.pop(name)

@@ -11,7 +11,6 @@ import numpy as np
 
 from hora.spark.common.estimator import HoraEstimator, HoraModel, TrainSpec
 from hora.spark.common.params import declare
-from hora.spark.common.unsupported import check_unsupported
 from hora.spark.keras import remote
 
 _SUPPORTED = {"custom_objects": "Keras custom objects for (de)serializing the model"}
@@ -51,16 +50,7 @@ class KerasEstimator(HoraEstimator):
     """
 
     run_id_prefix = "keras"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        check_unsupported(type(self).__name__, kwargs, supported=_SUPPORTED)
-        self._set_from(kwargs)
-
-    def setParams(self, **kwargs: Any) -> KerasEstimator:
-        check_unsupported(type(self).__name__, kwargs, supported=_SUPPORTED)
-        self._set_from(kwargs)
-        return self
+    supported_extras = ("custom_objects",)
 
     def _optimizer(self) -> Any:
         """The optimizer parameter (a name is looked up), else the compiled model's."""
@@ -122,14 +112,6 @@ class KerasModel(HoraModel):
     model, ``getHistory()`` the metrics of each epoch (``keras.callbacks.History.history``:
     name -> one value per epoch, averaged over the ranks), ``transform(df)`` adds the
     predictions."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self._set_from(kwargs)
-
-    def setParams(self, **kwargs: Any) -> KerasModel:
-        self._set_from(kwargs)
-        return self
 
     def _predictor(self) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
         return functools.partial(remote.predict,

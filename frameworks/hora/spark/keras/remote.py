@@ -5,6 +5,7 @@ checkpoint after every epoch and return it with the history; and the prediction 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -47,15 +48,22 @@ def model_to_bytes(model: Any) -> bytes:
             return f.read()
 
 
+@contextlib.contextmanager
+def _as_file(blob: bytes) -> Iterator[str]:
+    """The path of a temporary ``.keras`` file holding ``blob`` (Keras loads only files)."""
+    with tempfile.TemporaryDirectory(prefix="hora-keras-") as tmp:
+        path = os.path.join(tmp, MODEL_FILENAME)
+        with open(path, "wb") as f:
+            f.write(blob)
+        yield path
+
+
 def model_from_bytes(blob: bytes, custom_objects: dict[str, Any] | None,
                      compile: bool = True) -> Any:
     """The model :func:`model_to_bytes` saved."""
     from tensorflow import keras
 
-    with tempfile.TemporaryDirectory(prefix="hora-keras-") as tmp:
-        path = os.path.join(tmp, MODEL_FILENAME)
-        with open(path, "wb") as f:
-            f.write(blob)
+    with _as_file(blob) as path:
         return keras.models.load_model(path, custom_objects=custom_objects or None,
                                        compile=compile)
 
@@ -63,10 +71,7 @@ def model_from_bytes(blob: bytes, custom_objects: dict[str, Any] | None,
 def _load_state(model: Any, blob: bytes) -> None:
     """Load the weights and the optimizer state of the saved model ``blob`` into ``model``
     (same architecture, compiled and its optimizer built)."""
-    with tempfile.TemporaryDirectory(prefix="hora-keras-") as tmp:
-        path = os.path.join(tmp, MODEL_FILENAME)
-        with open(path, "wb") as f:
-            f.write(blob)
+    with _as_file(blob) as path:
         model.load_weights(path)
 
 
@@ -117,7 +122,7 @@ def _training_dataset(rows: dict[str, np.ndarray], spec: TrainSpec, seed: int,
     ``data.batches`` (so a fit with ``shuffle=False`` is reproducible)."""
     import tensorflow as tf
 
-    shard_rows = len(next(iter(rows.values())))
+    shard_rows = data.row_count(rows)
 
     def generate() -> Iterator[tuple[Any, ...]]:
         for idx in data.batches(shard_rows, spec.batch_size, spec.shuffle, seed):
@@ -215,7 +220,7 @@ def train(spec: TrainSpec, keras_spec: KerasSpec,
     # Every rank validates or none does: MetricAverageCallback averages the same keys on all.
     if spec.data.val_path and spec.data.val_rows >= size:
         val_rows = spec.read(spec.data.val_path, rank, size)
-        shard_rows = len(next(iter(val_rows.values())))
+        shard_rows = data.row_count(val_rows)
         validation = {"validation_data": _batch(val_rows, np.arange(shard_rows), spec,
                                                 input_shapes, label_shapes),
                       "validation_batch_size": spec.val_batch_size,

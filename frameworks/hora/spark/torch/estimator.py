@@ -12,7 +12,6 @@ import numpy as np
 
 from hora.spark.common.estimator import HoraEstimator, HoraModel, TrainSpec
 from hora.spark.common.params import declare
-from hora.spark.common.unsupported import check_unsupported
 from hora.spark.torch import remote
 
 
@@ -50,16 +49,6 @@ class TorchEstimator(HoraEstimator):
     """
 
     run_id_prefix = "pytorch"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        check_unsupported(type(self).__name__, kwargs)
-        self._set_from(kwargs)
-
-    def setParams(self, **kwargs: Any) -> TorchEstimator:
-        check_unsupported(type(self).__name__, kwargs)
-        self._set_from(kwargs)
-        return self
 
     def _check_params(self, df: Any) -> None:
         super()._check_params(df)
@@ -111,14 +100,6 @@ declare(TorchEstimator, [
 class TorchModel(HoraModel):
     """The result of ``TorchEstimator.fit``: ``getModel()`` is the trained module,
     ``getHistory()`` the metrics of each epoch, ``transform(df)`` adds the predictions."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self._set_from(kwargs)
-
-    def setParams(self, **kwargs: Any) -> TorchModel:
-        self._set_from(kwargs)
-        return self
 
     def _predictor(self) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
         from pyspark import cloudpickle

@@ -168,7 +168,7 @@ def train(spec: TrainSpec, torch_spec: TorchSpec,
         return loss, values
 
     train_rows = spec.read(spec.data.train_path, rank, size)
-    shard_rows = len(next(iter(train_rows.values())))
+    shard_rows = data.row_count(train_rows)
     stream = data.batches(shard_rows, spec.batch_size, spec.shuffle, spec.seed(rank))
     steps = max(passes, spec.steps_per_epoch(size) // passes * passes)
     val_rows = (spec.read(spec.data.val_path, rank, size) if spec.data.val_path else None)
@@ -211,7 +211,7 @@ def _validate(spec: TrainSpec, rows: dict[str, np.ndarray], names: list[str],
 
     model.eval()
     meter = _Meter(names)
-    shard_rows = len(next(iter(rows.values())))
+    shard_rows = data.row_count(rows)
     with torch.no_grad():
         for step in range(spec.validation_steps(shard_rows)):
             idx = np.arange(step * spec.val_batch_size,
