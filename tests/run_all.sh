@@ -589,6 +589,18 @@ framework_imports() {
     "import hora.$1, $1; print('$1', $1.__version__, 'hora', hora.__version__)"
 }
 
+# framework_parallel_tests NAME: tests/parallel/test_NAME_*.py in build/venv-NAME, at 2 and 3 ranks.
+framework_parallel_tests() {
+  local python=$ROOT/build/venv-$1/bin/python np f
+  for np in 2 3; do
+    has_np "$np" || continue
+    for f in tests/parallel/test_"$1"_*.py; do
+      run "$1 np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
+        "$python" -m hora.runner -np "$np" "$python" -m pytest -q -p no:cacheprovider "$f"
+    done
+  done
+}
+
 # framework_gpu_tests NAME FILE: FILE in build/venv-NAME through the GPU emulation, at 2 and 4 ranks.
 framework_gpu_tests() {
   local python=$ROOT/build/venv-$1/bin/python np
@@ -650,14 +662,7 @@ if wants jax; then
   stage jax
   framework_venv jax $JAX_PACKAGES
   framework_imports jax
-  for np in 2 3; do
-    has_np "$np" || continue
-    for f in tests/parallel/test_jax_*.py; do
-      run "jax np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
-        "$ROOT/build/venv-jax/bin/python" -m hora.runner -np "$np" \
-        "$ROOT/build/venv-jax/bin/python" -m pytest -q -p no:cacheprovider "$f"
-    done
-  done
+  framework_parallel_tests jax
   run "jax: examples/jax/train_mlp.py at 2 ranks" timeout -k 20 "$RUN_TIMEOUT" \
     "$ROOT/build/venv-jax/bin/python" -m hora.runner -np 2 \
     "$ROOT/build/venv-jax/bin/python" examples/jax/train_mlp.py
@@ -670,14 +675,7 @@ if wants mxnet; then
   stage mxnet
   framework_venv mxnet $MXNET_PACKAGES
   framework_imports mxnet
-  for np in 2 3; do
-    has_np "$np" || continue
-    for f in tests/parallel/test_mxnet_*.py; do
-      run "mxnet np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
-        "$ROOT/build/venv-mxnet/bin/python" -m hora.runner -np "$np" \
-        "$ROOT/build/venv-mxnet/bin/python" -m pytest -q -p no:cacheprovider "$f"
-    done
-  done
+  framework_parallel_tests mxnet
   # GPU NDArrays through the emulation (stand-ins: a CPU build of MXNet makes no GPU arrays).
   framework_gpu_tests mxnet tests/gpu/test_mxnet_gpu.py
 fi
@@ -687,14 +685,7 @@ if wants tensorflow; then
   framework_venv tensorflow $TENSORFLOW_PACKAGES
   export TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0
   framework_imports tensorflow
-  for np in 2 3; do
-    has_np "$np" || continue
-    for f in tests/parallel/test_tensorflow_*.py; do
-      run "tensorflow np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
-        "$ROOT/build/venv-tensorflow/bin/python" -m hora.runner -np "$np" \
-        "$ROOT/build/venv-tensorflow/bin/python" -m pytest -q -p no:cacheprovider "$f"
-    done
-  done
+  framework_parallel_tests tensorflow
   # Eager GPU tensors through the emulation (a stand-in plays TensorFlow's GPU).
   framework_gpu_tests tensorflow tests/gpu/test_tensorflow_gpu.py
   if [ "$FULL" = 1 ]; then  # the Keras estimator on local-mode Spark, as the spark stage

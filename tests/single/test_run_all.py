@@ -145,6 +145,7 @@ def test_the_summary_names_skips_disk_use_and_framework_imports() -> None:
     assert 'echo "skipped tests:"' in text
     assert "tests skipped" in text and "disk left under build/" in text
     # The framework stages check the import before their tests, so importorskip cannot hide it.
-    for name in ("mxnet", "tensorflow"):
+    for name in ("mxnet", "tensorflow", "jax"):
         stage = text[text.index(f"if wants {name}; then"):]
-        assert stage.index(f"framework_imports {name}") < stage.index("for np in")
+        assert stage.index(f"framework_imports {name}") < stage.index(
+            f"framework_parallel_tests {name}")
