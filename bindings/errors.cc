@@ -6,15 +6,15 @@
 #include <exception>
 #include <new>
 
+#include "bindings/errors.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
 
 namespace py = pybind11;
 
 namespace hora::bindings {
-namespace {
 
-const char* className(ErrorCode code) {
+const char* errorClassName(ErrorCode code) {
   switch (code) {
     case ErrorCode::Internal: return "InternalError";
     case ErrorCode::InvalidArgument: return nullptr;  // builtin ValueError
@@ -27,6 +27,8 @@ const char* className(ErrorCode code) {
   }
   return "InternalError";
 }
+
+namespace {
 
 // hora.errors is imported lazily so that the module loads even outside the hora package; there
 // the errors degrade to RuntimeError.
@@ -51,7 +53,7 @@ void registerErrors(py::module_& /*m*/) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      raise(className(e.code()), e.what());
+      raise(errorClassName(e.code()), e.what());
     } catch (const py::error_already_set&) {
       throw;
     } catch (const py::builtin_exception&) {

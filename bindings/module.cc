@@ -14,4 +14,5 @@ PYBIND11_MODULE(_core, m) {
   hora::bindings::registerCallSite(m);
   hora::bindings::registerSubmit(m);
   hora::bindings::registerP2p(m);
+  hora::bindings::registerJaxFfi(m);
 }

@@ -14,5 +14,6 @@ void registerShared(pybind11::module_& m);    // register_shared.cc: blocks of t
 void registerCallSite(pybind11::module_& m);  // call_site.cc: the user's file:line of a call
 void registerSubmit(pybind11::module_& m);    // submit.cc: the frontends' submission
 void registerP2p(pybind11::module_& m);       // register_p2p.cc: PointToPoint
+void registerJaxFfi(pybind11::module_& m);    // jax_ffi.cc: XLA FFI handlers for hora.jax
 
 }  // namespace hora::bindings

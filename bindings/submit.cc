@@ -5,6 +5,7 @@
 // work on every call (each a few hundred nanoseconds of frames, attribute lookups and lists),
 // and a backward pass makes hundreds of calls.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -73,8 +74,7 @@ py::object checkRegistered(int kind, const py::handle& processSet) {
   return members;
 }
 
-void checkRequest(int kind, const py::list& tensors, int op, int rootRank,
-                  const py::object& members, int worldRank) {
+void checkRequest(int kind, int op, int rootRank, const py::object& members, int worldRank) {
   if (!isMember(members, worldRank)) {
     throw InvalidArgument(what(kind) + ": Rank " + std::to_string(worldRank) +
                           " is not a member of the provided process set.");
@@ -93,13 +93,12 @@ void checkRequest(int kind, const py::list& tensors, int op, int rootRank,
     throw InvalidArgument("broadcast received invalid root rank " + std::to_string(rootRank) +
                           " for provided process set");
   }
-  if (!takesRows(opKind)) return;
-  for (py::handle tensor : tensors) {
-    py::object shape = py::getattr(tensor, "shape", py::none());
-    if (!shape.is_none() && py::len(shape) == 0) {
-      throw InvalidArgument(what(kind) +
-                            " needs a tensor of at least one dimension; reshape the scalar to [1]");
-    }
+}
+
+void checkDimensions(int kind, size_t ndim) {
+  if (takesRows(static_cast<OpKind>(kind)) && ndim == 0) {
+    throw InvalidArgument(what(kind) +
+                          " needs a tensor of at least one dimension; reshape the scalar to [1]");
   }
 }
 
@@ -141,7 +140,13 @@ py::list submit(int kind, const py::list& tensors, const py::list& names, int op
   if (!h.prepare) throw InternalError("hora._core.submit: hora.common.ops set no helpers");
   py::object members = checkRegistered(kind, processSet);
   auto rt = requireRuntime();
-  checkRequest(kind, tensors, op, rootRank, members, rt->topology().rank);
+  checkRequest(kind, op, rootRank, members, rt->topology().rank);
+  if (takesRows(static_cast<OpKind>(kind))) {
+    for (py::handle tensor : tensors) {
+      py::object shape = py::getattr(tensor, "shape", py::none());
+      if (!shape.is_none()) checkDimensions(kind, py::len(shape));
+    }
+  }
 
   EnqueueArgs args;
   args.kind = kind;
@@ -183,6 +188,19 @@ void registerSubmit(py::module_& m) {
       py::arg("prepare"), py::arg("exporters"), py::arg("ndarray"),
       "What submit borrows from hora.common.ops: its _prepare, its exporter table (read on "
       "every call, so later registrations count) and numpy.ndarray.");
+  m.def(
+      "check_submission",
+      [](int kind, const std::vector<size_t>& ndims, int op, int rootRank,
+         const py::object& processSet) {
+        py::object members = checkRegistered(kind, processSet);
+        checkRequest(kind, op, rootRank, members, requireRuntime()->topology().rank);
+        for (size_t ndim : ndims) checkDimensions(kind, ndim);
+      },
+      py::arg("kind"), py::arg("ndims"), py::arg("op"), py::arg("root_rank"),
+      py::arg("process_set"),
+      "submit's checks alone, for a call traced now and run later (hora.jax inside jit): the "
+      "set is registered and has this rank, the op and root fit, no scalar where rows are "
+      "needed.");
   m.def("submit", &submit, py::arg("kind"), py::arg("tensors"), py::arg("names"), py::arg("op"),
         py::arg("prescale"), py::arg("postscale"), py::arg("root_rank"), py::arg("splits"),
         py::arg("process_set"), py::arg("process_set_id"), py::arg("skip"),

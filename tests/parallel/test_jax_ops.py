@@ -277,37 +277,6 @@ def test_topology_barrier_and_join() -> None:
     assert hvd.join() in range(size())
 
 
-# --------------------------------------------------------------------------- tracing is refused
-
-
-TRACED_CALLS = {
-    "allreduce": lambda x: hvd.allreduce(x, name="jax.jit.ar"),
-    "grouped_allreduce": lambda x: hvd.grouped_allreduce([x], name="jax.jit.gar")[0],
-    "allgather": lambda x: hvd.allgather(x, name="jax.jit.ag"),
-    "broadcast": lambda x: hvd.broadcast(x, 0, name="jax.jit.bc"),
-    "alltoall": lambda x: hvd.alltoall(x, name="jax.jit.a2a"),
-    "reducescatter": lambda x: hvd.reducescatter(x, name="jax.jit.rs"),
-    "broadcast_parameters": lambda x: hvd.broadcast_parameters({"x": x})["x"],
-}
-
-
-@pytest.mark.parametrize("call", list(TRACED_CALLS))
-def test_collectives_under_jit_are_refused_clearly(call: str) -> None:
-    with pytest.raises(hvd.NotSupportedError, match="run eagerly in this release; call them "
-                                                    "outside jax.jit"):
-        jax.jit(TRACED_CALLS[call])(jnp.ones((size(), 2)))
-    # Nothing was submitted: the ranks are still in step.
-    out = hvd.allreduce(jnp.ones(3), op=hvd.Sum, name=f"jax.jit.after.{call}")
-    assert host(out).tolist() == [size()] * 3
-
-
-def test_vmap_and_jitted_grad_are_refused() -> None:
-    with pytest.raises(hvd.NotSupportedError, match="jax.jit"):
-        jax.vmap(lambda x: hvd.allreduce(x, name="jax.vmap"))(jnp.ones((2, 3)))
-    with pytest.raises(hvd.NotSupportedError, match="jax.jit"):
-        jax.jit(jax.grad(lambda x: hvd.allreduce(x, name="jax.jitgrad").sum()))(jnp.ones(3))
-
-
 # ----------------------------------------------------------------- gradients under eager jax.grad
 
 

@@ -164,12 +164,65 @@ def test_invalid_arguments_are_refused() -> None:
         hvd.DistributedOptimizer("sgd")
 
 
-def test_jitted_update_is_refused() -> None:
-    opt = hvd.DistributedOptimizer(optax.sgd(0.1))
-    params = init_mlp(4)
+def jitted_train(params: dict, opt: optax.GradientTransformation, steps: int,
+                 distributed: bool, loss_fn: object = loss) -> dict:
+    """``train`` with the whole step (gradient, reduction, update) in one jitted function."""
+
+    @jax.jit
+    def step(p: dict, state: object, batch: tuple) -> tuple:
+        grads = jax.grad(loss_fn)(p, batch)
+        updates, state = opt.update(grads, state, p)
+        return optax.apply_updates(p, updates), state
+
     state = opt.init(params)
-    with pytest.raises(hvd.NotSupportedError, match="jax.jit"):
-        jax.jit(opt.update)(params, state, params)
+    for i in range(steps):
+        batch = global_batch(i)
+        params, state = step(params, state,
+                             my_part(batch) if distributed else tuple(map(jnp.asarray, batch)))
+    return params
+
+
+def test_a_jitted_step_of_200_leaves_is_one_custom_call_and_equals_one_process() -> None:
+    params = {f"p{i:03d}": jnp.full((i % 5 + 1,), 0.01 * i, jnp.float32) for i in range(200)}
+
+    def wide_loss(p: dict, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
+        x, _ = batch
+        return sum(jnp.sum(v ** 2) * jnp.mean(x[:, i % 5]) for i, v in enumerate(p.values()))
+
+    opt = hvd.DistributedOptimizer(optax.sgd(0.5))
+
+    def step(p: dict, state: object, batch: tuple) -> tuple:
+        updates, state = opt.update(jax.grad(wide_loss)(p, batch), state, p)
+        return optax.apply_updates(p, updates), state
+
+    text = jax.jit(step).lower(params, opt.init(params), my_part(global_batch(0))).as_text()
+    assert text.count("custom_call @hora_collective") == 1
+    local = jitted_train(params, opt, 2, True, wide_loss)
+    reference = train(params, optax.sgd(0.5), 2, False, wide_loss)
+    assert_trees_close(local, reference)
+
+
+def test_a_jitted_adam_step_equals_the_eager_one() -> None:
+    start = init_mlp(4)
+    inner = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-2))
+    jitted = jitted_train(start, hvd.DistributedOptimizer(inner), 4, distributed=True)
+    eager = train(start, hvd.DistributedOptimizer(inner), 4, distributed=True)
+    assert_trees_close(jitted, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compression", ["none", "bf16"])
+def test_jitted_backward_passes_per_step_equal_the_eager_ones(compression: str) -> None:
+    start = init_mlp(5)
+
+    def make() -> optax.GradientTransformation:
+        return hvd.DistributedOptimizer(optax.sgd(0.05), backward_passes_per_step=2,
+                                        compression=getattr(hvd.Compression, compression))
+
+    jitted = jitted_train(start, make(), 4, distributed=True)
+    eager = train(start, make(), 4, distributed=True)
+    assert_trees_close(jitted, eager, rtol=1e-6, atol=1e-7)
+    assert not all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+                   zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(start)))
 
 
 def test_broadcast_parameters_and_optimizer_state_return_the_roots() -> None:

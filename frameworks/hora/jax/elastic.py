@@ -3,10 +3,15 @@ attributes, all plain pytrees)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, TypeVar
+
+import jax
 
 from hora.common import basics, objects
 from hora.common.elastic import ObjectState, State, run_fn
+from hora.common.elastic.run import reform_job
+from hora.jax import _ffi
 
 __all__ = ["JaxState", "ObjectState", "State", "run"]
 
@@ -15,8 +20,35 @@ T = TypeVar("T")
 
 def run(func: Callable[..., T]) -> Callable[..., T]:
     """Decorator: run ``func(state, ...)`` so that it survives lost and added workers (see
-    ``hora.torch.elastic.run``)."""
-    return run_fn(func)
+    ``hora.torch.elastic.run``).
+
+    A collective that fails inside a jitted function reaches Python as XLA's
+    ``JaxRuntimeError``; it counts as the Hora error it carries. After each re-formation the
+    compiled programs are dropped (``jax.clear_caches()``): they hold the old job's size and
+    rank in their shapes.
+    """
+    return run_fn(raising_engine_errors(func), reset=_reform_and_recompile)
+
+
+def raising_engine_errors(func: Callable[..., T]) -> Callable[..., T]:
+    """``func`` raising the Hora error inside a ``JaxRuntimeError`` as that error."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return func(*args, **kwargs)
+        except jax.errors.JaxRuntimeError as exc:
+            error = _ffi.reraise(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    return wrapper
+
+
+def _reform_and_recompile() -> None:
+    reform_job()
+    jax.clear_caches()
 
 
 def _broadcast_state(obj: Any) -> Any:

@@ -1,17 +1,23 @@
-"""Collective operations on JAX arrays with Horovod's signatures, run eagerly.
+"""Collective operations on JAX arrays with Horovod's signatures, eagerly and inside ``jax.jit``.
 
-Every operation takes concrete ``jax.Array`` values (NumPy arrays are accepted too), waits for the
-engine and returns new ``jax.Array`` values; JAX arrays are immutable, so there is no in-place
-form. Inputs the engine only reads (allgather, alltoall, reducescatter) cross through DLPack
-without a copy; allreduce and broadcast work on one host copy of their input. Results come back
-with ``jnp.asarray``. bfloat16 travels as its 16 bits and is restored on the way back.
+Every operation returns new ``jax.Array`` values; JAX arrays are immutable, so there is no
+in-place form.
 
-Tracing: a value under ``jax.jit``, ``jax.vmap`` or ``jax.lax`` control flow is a
-``jax.core.Tracer`` with no data yet, and this release runs no collective inside compiled code
-(that is planned through XLA FFI custom calls, not Python callbacks), so such calls raise
-``NotSupportedError``. ``jax.grad`` of an eager function is different: JAX calls the rules of a
-``jax.custom_vjp`` with concrete values there, so allreduce, allgather, broadcast, alltoall and
-reducescatter (and their grouped forms) carry Horovod's gradients from ``hora.common.gradients``.
+Eagerly (concrete arrays; NumPy arrays are accepted too) each call waits for the engine. Inputs
+the engine only reads (allgather, alltoall, reducescatter) cross through DLPack without a copy;
+allreduce and broadcast work on one host copy of their input. bfloat16 travels as its 16 bits.
+
+Traced (inside ``jax.jit``, ``jax.lax`` loops and conditionals, ``jax.checkpoint``) each call
+becomes one XLA custom call that runs in compiled code without Python (``hora.jax._ffi``), in
+program order on every rank; a grouped call is one custom call for all its tensors. Shapes are
+fixed at trace time: allgather then needs the same first dimension on every rank and alltoall
+equal splits. An engine error surfaces from XLA as ``jax.errors.JaxRuntimeError`` whose message
+starts with the Hora class (``hora.errors.MismatchError: ...``); ``hora.jax.engine_error``
+turns it back into that class. ``jax.vmap`` of a collective raises ``NotSupportedError``.
+
+``jax.grad`` works both ways: allreduce, allgather, broadcast, alltoall and reducescatter (and
+their grouped forms) carry Horovod's gradients, from ``hora.common.gradients`` eagerly and from
+``hora.jax._traced`` under jit.
 """
 
 from __future__ import annotations
@@ -30,14 +36,12 @@ from hora.common.api import *
 from hora.common.ops import Average
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import NotSupportedError
+from hora.jax import _ffi, _traced
 
 __all__ = api.__all__ + [
-    "EAGER_ONLY", "allgather", "allreduce", "alltoall", "barrier", "broadcast",
+    "allgather", "allreduce", "alltoall", "barrier", "broadcast", "engine_error",
     "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "join", "reducescatter",
 ]
-
-EAGER_ONLY = "hora.jax collectives run eagerly in this release; call them outside jax.jit"
-"""The start of the message of the ``NotSupportedError`` raised for a traced argument."""
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -49,21 +53,43 @@ def _is_traced(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
+def _any_traced(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in values)
+
+
 def refuse_traced(values: Sequence[Any], what: str) -> None:
-    """Raise when any of ``values`` is being traced (it has no data for the engine to send).
+    """Raise when any of ``values`` is being traced: for the calls that exchange Python
+    objects as well as arrays, which have no form inside compiled code.
 
     Raises:
         NotSupportedError: a value is a ``jax.core.Tracer``.
     """
-    for value in values:
-        if _is_traced(value):
-            raise NotSupportedError(
-                f"{EAGER_ONLY} (nor under jax.vmap, jax.lax loops or other transformations "
-                f"that trace); {what} got the traced value {type(value).__name__}. Compute "
-                "gradients with jax.jit(jax.grad(loss)) and reduce them after the jitted call "
-                "(hvd.DistributedOptimizer does this). Collectives inside compiled code are "
-                "planned through XLA FFI custom calls."
-            )
+    if _any_traced(values):
+        raise NotSupportedError(
+            f"{what} runs eagerly only: call it outside jax.jit (it also exchanges Python "
+            "objects, which compiled code cannot); allreduce, allgather, broadcast, alltoall, "
+            "reducescatter and DistributedOptimizer.update work inside jax.jit"
+        )
+
+
+def engine_error(exc: BaseException) -> BaseException:
+    """The Hora error inside a ``jax.errors.JaxRuntimeError`` raised by a jitted function's
+    collective (the class and message the eager call raises), or ``exc`` unchanged::
+
+        try:
+            params = train_step(params, batch)
+        except jax.errors.JaxRuntimeError as e:
+            raise hvd.engine_error(e) from e
+    """
+    return _ffi.reraise(exc)
+
+
+def _traced_call(prefix: str, name: str | None, arrays: Sequence[Any],
+                 process_set: ProcessSet, grouped: bool = False) -> _traced.Call | None:
+    """The names of a call on traced arrays, fixed now (None for concrete arrays)."""
+    if not _any_traced(arrays):
+        return None
+    return _traced.Call(prefix, name, arrays, process_set, grouped)
 
 
 def _check_array(value: Any, what: str) -> None:
@@ -124,27 +150,24 @@ def _dispatch(arrays: list, what: str, forward: Forward, backward: Backward) -> 
     """Run ``forward`` on concrete ``arrays``; on traced ones, through a ``jax.custom_vjp``.
 
     ``forward(arrays) -> (outputs, residuals)`` and ``backward(residuals, cotangents) ->
-    input cotangents`` see concrete values only: eager ``jax.grad`` gives them those; every
-    other trace (jit, vmap) reaches ``refuse_traced``.
+    input cotangents`` see concrete values under eager ``jax.grad`` and traced ones under jit;
+    each takes the eager or the traced path by what it is given.
     """
     for array in arrays:
         if not _is_traced(array):
             _check_array(array, what)
-    if not any(_is_traced(a) for a in arrays):
+    if not _any_traced(arrays):
         return forward(arrays)[0]
 
     @jax.custom_vjp
     def collective(*xs: Any) -> tuple:
-        refuse_traced(xs, what)
         return tuple(forward(list(xs))[0])
 
     def collective_fwd(*xs: Any) -> tuple:
-        refuse_traced(xs, what)
         outputs, residuals = forward(list(xs))
         return tuple(outputs), residuals
 
     def collective_bwd(residuals: Any, cotangents: tuple) -> tuple:
-        refuse_traced(cotangents, f"the gradient of {what}")
         return tuple(backward(residuals, list(cotangents)))
 
     collective.defvjp(collective_fwd, collective_bwd)
@@ -154,19 +177,24 @@ def _dispatch(arrays: list, what: str, forward: Forward, backward: Backward) -> 
 # ----------------------------------------------------------------------------------- allreduce
 
 
-def _allreduce_list(arrays: list, names: list[str], what: str, op: int | None,
+def _allreduce_list(arrays: list, name: str | None, grouped: bool, what: str, op: int | None,
                     average: bool | None, prescale: float, postscale: float,
                     process_set: ProcessSet) -> list[jax.Array]:
     resolved = ops.handle_average_backwards_compatibility(op, average)
+    call = _traced_call("allreduce", name, arrays, process_set, grouped)
 
     def forward(xs: list) -> tuple[list, Any]:
+        if call is not None and _any_traced(xs):
+            return _traced.allreduce(call, xs, resolved, prescale, postscale), None
         hosts = [_host_copy(x) for x in xs]
-        _run("allreduce", hosts, names, op=resolved, prescale=prescale, postscale=postscale,
-             process_set=process_set)
+        _run("allreduce", hosts, _names("allreduce", name, len(xs), grouped, process_set),
+             op=resolved, prescale=prescale, postscale=postscale, process_set=process_set)
         return [_to_jax(h, h.dtype) for h in hosts], None
 
     def backward(_: Any, cts: list) -> list:
         gradients.check_differentiable(resolved, what)
+        if call is not None and _any_traced(cts):
+            return _traced.allreduce_grad(call, cts, resolved, prescale, postscale)
         hosts = [_host_copy(c) for c in cts]
         out = gradients.allreduce_grad(hosts, resolved, prescale, postscale, process_set)()
         return [_to_jax(g, g.dtype) for g in out]
@@ -181,7 +209,7 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
     """Return the reduction of ``tensor`` over the process set as a new array.
 
     Args:
-        tensor: a concrete ``jax.Array`` of uint8, int8, uint16, int16, int32, int64, float16,
+        tensor: a ``jax.Array`` (concrete, or traced inside ``jax.jit``) of uint8, int8, uint16, int16, int32, int64, float16,
             bfloat16, float32, float64 or bool.
         average: deprecated; use ``op`` (``average=True`` is Average, ``False`` is Sum).
         name: tensor name, equal on every rank (default: an automatic name, which needs every
@@ -192,13 +220,12 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
         process_set: the ranks taking part.
 
     Raises:
-        NotSupportedError: ``tensor`` is traced (inside jax.jit or jax.vmap).
+        NotSupportedError: called under ``jax.vmap``.
         TypeError: ``tensor`` is not an array.
         ValueError: bad arguments or an unsupported dtype.
         HoraError: the ranks disagree (MismatchError) or the job failed.
     """
-    names = _names("allreduce", name, 1, False, process_set)
-    return _allreduce_list([tensor], names, "allreduce", op, average, prescale_factor,
+    return _allreduce_list([tensor], name, False, "allreduce", op, average, prescale_factor,
                            postscale_factor, process_set)[0]
 
 
@@ -211,24 +238,28 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
     Tensor names are ``grouped_allreduce.<name>_<i>of<n>``; other arguments and errors as in
     :func:`allreduce`.
     """
-    tensors = list(tensors)
-    names = _names("allreduce", name, len(tensors), True, process_set)
-    return _allreduce_list(tensors, names, "grouped_allreduce", op, average, prescale_factor,
-                           postscale_factor, process_set)
+    return _allreduce_list(list(tensors), name, True, "grouped_allreduce", op, average,
+                           prescale_factor, postscale_factor, process_set)
 
 
 # ----------------------------------------------------------------------------------- allgather
 
 
-def _allgather_list(arrays: list, names: list[str], what: str,
+def _allgather_list(arrays: list, name: str | None, grouped: bool, what: str,
                     process_set: ProcessSet) -> list[jax.Array]:
     dims = [int(a.shape[0]) if a.ndim > 0 else 1 for a in arrays]
+    call = _traced_call("allgather", name, arrays, process_set, grouped)
 
     def forward(xs: list) -> tuple[list, Any]:
+        if call is not None and _any_traced(xs):
+            return _traced.allgather(call, xs), None
+        names = _names("allgather", name, len(xs), grouped, process_set)
         handles = _run("allgather", [_readable(x) for x in xs], names, process_set=process_set)
         return _outputs(handles, xs), None
 
     def backward(_: Any, cts: list) -> list:
+        if call is not None and _any_traced(cts):
+            return _traced.allgather_grad(call, cts, dims)
         hosts = [_host_copy(c) for c in cts]
         out = gradients.allgather_grad(hosts, dims, process_set)()
         return [_to_jax(np.ascontiguousarray(g), g.dtype) for g in out]
@@ -243,12 +274,11 @@ def allgather(tensor: Any, name: str | None = None,
     The first dimension may differ between ranks; the others must match.
 
     Raises:
-        NotSupportedError: ``tensor`` is traced.
+        NotSupportedError: called under ``jax.vmap``.
         ValueError: a scalar tensor or an unsupported dtype.
         HoraError: the ranks disagree on dtype or trailing shape.
     """
-    names = _names("allgather", name, 1, False, process_set)
-    return _allgather_list([tensor], names, "allgather", process_set)[0]
+    return _allgather_list([tensor], name, False, "allgather", process_set)[0]
 
 
 def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
@@ -256,12 +286,10 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
     """Allgather every tensor as one group; returns the gathered arrays in order.
 
     Raises:
-        NotSupportedError: a tensor is traced.
+        NotSupportedError: called under ``jax.vmap``.
         HoraError: the ranks disagree on a tensor's dtype or trailing shape.
     """
-    tensors = list(tensors)
-    names = _names("allgather", name, len(tensors), True, process_set)
-    return _allgather_list(tensors, names, "grouped_allgather", process_set)
+    return _allgather_list(list(tensors), name, True, "grouped_allgather", process_set)
 
 
 # ----------------------------------------------------------------------------------- broadcast
@@ -272,35 +300,47 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new array.
 
     Raises:
-        NotSupportedError: ``tensor`` is traced.
+        NotSupportedError: called under ``jax.vmap``.
         ValueError: ``root_rank`` is not in the process set.
         HoraError: the ranks disagree on root, dtype or shape.
     """
-    names = _names("broadcast", name, 1, False, process_set)
-    return grouped_broadcast_as([tensor], names, root_rank, "broadcast", process_set)[0]
+    call = _traced_call("broadcast", name, [tensor], process_set)
+
+    def names() -> list[str]:
+        return _names("broadcast", name, 1, False, process_set)
+
+    return _broadcast_list([tensor], names, call, root_rank, "broadcast", process_set)[0]
 
 
 def grouped_broadcast_as(tensors: list, names: list[str], root_rank: int, what: str,
                          process_set: ProcessSet) -> list[jax.Array]:
-    """Broadcast ``tensors`` from ``root_rank`` as one group under the given engine ``names``
-    (used by :func:`broadcast` and ``broadcast_parameters``).
+    """Broadcast concrete ``tensors`` from ``root_rank`` as one group under the given engine
+    ``names`` (``broadcast_parameters``' path).
 
     Raises:
-        NotSupportedError: a tensor is traced.
         ValueError: ``root_rank`` is not in the process set.
         HoraError: the ranks disagree on root, dtype or shape.
     """
+    return _broadcast_list(list(tensors), lambda: names, None, root_rank, what, process_set)
+
+
+def _broadcast_list(arrays: list, names: Callable[[], list[str]], call: _traced.Call | None,
+                    root_rank: int, what: str, process_set: ProcessSet) -> list[jax.Array]:
 
     def forward(xs: list) -> tuple[list, Any]:
+        if call is not None and _any_traced(xs):
+            return _traced.broadcast(call, xs, root_rank), None
         hosts = [_host_copy(x) for x in xs]
-        _run("broadcast", hosts, names, root_rank=root_rank, process_set=process_set)
+        _run("broadcast", hosts, names(), root_rank=root_rank, process_set=process_set)
         return [_to_jax(h, h.dtype) for h in hosts], None
 
     def backward(_: Any, cts: list) -> list:
+        if call is not None and _any_traced(cts):
+            return _traced.broadcast_grad(call, cts, root_rank)
         out = gradients.broadcast_grad([_host_copy(c) for c in cts], root_rank, process_set)()
         return [_to_jax(g, g.dtype) for g in out]
 
-    return _dispatch(list(tensors), what, forward, backward)
+    return _dispatch(arrays, what, forward, backward)
 
 
 # ------------------------------------------------------------------------------------ alltoall
@@ -321,21 +361,27 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
         ``splits`` was given.
 
     Raises:
-        NotSupportedError: ``tensor`` or ``splits`` is traced.
+        NotSupportedError: called under ``jax.vmap``, or inside ``jax.jit`` with ``splits``.
         InvalidCollectiveError: splits that do not fit the set or the tensor.
     """
-    refuse_traced([splits], "alltoall (splits)")
+    call = _traced_call("alltoall", name, [tensor], process_set)
     host_splits = None if splits is None else np.asarray(splits)
-    names = _names("alltoall", name, 1, False, process_set)
     dim0 = int(tensor.shape[0]) if getattr(tensor, "ndim", 0) > 0 else 0
 
     def forward(xs: list) -> tuple[list, Any]:
-        handles = _run("alltoall", [_readable(xs[0])], names, splits=host_splits,
+        if call is not None and _any_traced(xs):
+            _traced.refuse_splits(splits)
+            out = _traced.alltoall(call, xs[0])
+            return [*out, jnp.zeros((0,), jnp.int32)], None
+        handles = _run("alltoall", [_readable(xs[0])],
+                       _names("alltoall", name, 1, False, process_set), splits=host_splits,
                        process_set=process_set)
         received = np.asarray(handles[0].received_splits(), dtype=np.int32)
         return [*_outputs(handles, xs), jnp.asarray(received)], received
 
     def backward(received: Any, cts: list) -> list:
+        if call is not None and _any_traced(cts):
+            return _traced.alltoall(call, cts[0], grad=True)
         back = gradients.alltoall_grad(_host_copy(cts[0]), [int(r) for r in received], dim0,
                                        process_set)()
         return [_to_jax(np.ascontiguousarray(back), np.dtype(cts[0].dtype))]
@@ -347,16 +393,24 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
 # ------------------------------------------------------------------------------- reducescatter
 
 
-def _reducescatter_list(arrays: list, names: list[str], what: str, op: int, prescale: float,
-                        postscale: float, process_set: ProcessSet) -> list[jax.Array]:
+def _reducescatter_list(arrays: list, name: str | None, grouped: bool, what: str, op: int,
+                        prescale: float, postscale: float,
+                        process_set: ProcessSet) -> list[jax.Array]:
+    call = _traced_call("reducescatter", name, arrays, process_set, grouped)
+    dims = [int(a.shape[0]) if a.ndim > 0 else 0 for a in arrays]
 
     def forward(xs: list) -> tuple[list, Any]:
+        if call is not None and _any_traced(xs):
+            return _traced.reducescatter(call, xs, op, prescale, postscale), None
+        names = _names("reducescatter", name, len(xs), grouped, process_set)
         handles = _run("reducescatter", [_readable(x) for x in xs], names, op=op,
                        prescale=prescale, postscale=postscale, process_set=process_set)
         return _outputs(handles, xs), None
 
     def backward(_: Any, cts: list) -> list:
         gradients.check_differentiable(op, what)
+        if call is not None and _any_traced(cts):
+            return _traced.reducescatter_grad(call, cts, dims, op, prescale, postscale)
         out = gradients.reducescatter_grad([_host_copy(c) for c in cts], op, prescale,
                                            postscale, process_set)()
         return [_to_jax(np.ascontiguousarray(g), np.dtype(c.dtype)) for g, c in zip(out, cts)]
@@ -371,12 +425,11 @@ def reducescatter(tensor: Any, op: int = Average, name: str | None = None,
     result; the first ``dim0 % size`` ranks of the set get one row more than the others.
 
     Raises:
-        NotSupportedError: ``tensor`` is traced.
+        NotSupportedError: called under ``jax.vmap``.
         InvalidCollectiveError: an op other than Sum or Average.
         ValueError: a scalar tensor.
     """
-    names = _names("reducescatter", name, 1, False, process_set)
-    return _reducescatter_list([tensor], names, "reducescatter", op, prescale_factor,
+    return _reducescatter_list([tensor], name, False, "reducescatter", op, prescale_factor,
                                postscale_factor, process_set)[0]
 
 
@@ -387,13 +440,11 @@ def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str |
     """Reducescatter every tensor as one group; returns this rank's shares in order.
 
     Raises:
-        NotSupportedError: a tensor is traced.
+        NotSupportedError: called under ``jax.vmap``.
         InvalidCollectiveError: an op other than Sum or Average.
     """
-    tensors = list(tensors)
-    names = _names("reducescatter", name, len(tensors), True, process_set)
-    return _reducescatter_list(tensors, names, "grouped_reducescatter", op, prescale_factor,
-                               postscale_factor, process_set)
+    return _reducescatter_list(list(tensors), name, True, "grouped_reducescatter", op,
+                               prescale_factor, postscale_factor, process_set)
 
 
 # ----------------------------------------------------------------------------- other functions

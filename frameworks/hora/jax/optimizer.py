@@ -1,16 +1,19 @@
 """``DistributedOptimizer``: an optax ``GradientTransformation`` that averages the gradients of
 every rank (one grouped allreduce per step) before the wrapped transformation sees them.
 
-The step runs eagerly, outside ``jax.jit``: compute the gradients in a jitted function, then call
-``update``::
+``update`` runs eagerly or inside ``jax.jit``; a jitted training step holds the reduction as one
+custom call for every gradient leaf::
 
-    grads = jax.jit(jax.grad(loss))(params, batch)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    @jax.jit
+    def step(params, opt_state, batch):
+        grads = jax.grad(loss)(params, batch)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
 
 With ``backward_passes_per_step = k`` the gradients of k calls are summed locally (as autograd
 sums them in Horovod's torch optimizer); every k-th call reduces that sum across ranks and
 applies the wrapped transformation, the others return zero updates (as ``optax.MultiSteps``).
+Under jit that choice is a ``jax.lax.cond`` on the pass count, which every rank takes alike.
 """
 
 from __future__ import annotations
@@ -84,8 +87,8 @@ def DistributedOptimizer(
 
     Returns:
         A ``GradientTransformationExtraArgs`` whose ``init(params)`` and
-        ``update(grads, state, params=None, **extra_args)`` run eagerly (not under ``jax.jit``:
-        the reduction is a collective). Extra arguments reach the wrapped transformation.
+        ``update(grads, state, params=None, **extra_args)`` run eagerly or inside ``jax.jit``.
+        Extra arguments reach the wrapped transformation.
 
     Raises:
         ValueError: ``backward_passes_per_step`` is not a positive int, or ``op`` is not
@@ -117,13 +120,22 @@ def DistributedOptimizer(
             updates, inner_state = inner.update(reduced, state.inner_state, params, **extra_args)
             return updates, DistributedState(inner_state, None, state.passes)
         summed = jax.tree_util.tree_map(jnp.add, state.accumulated, grads)
-        passes = int(state.passes) + 1
-        if passes < passes_per_step:
+        passes = state.passes + 1
+
+        def apply(_: Any) -> tuple[Any, DistributedState]:
+            reduced = _reduce(summed, compression, op, process_set)
+            updates, inner_state = inner.update(reduced, state.inner_state, params,
+                                                **extra_args)
+            cleared = jax.tree_util.tree_map(jnp.zeros_like, summed)
+            return updates, DistributedState(inner_state, cleared, jnp.zeros((), jnp.int32))
+
+        def hold(_: Any) -> tuple[Any, DistributedState]:
             zeros = jax.tree_util.tree_map(jnp.zeros_like, grads)
-            return zeros, DistributedState(state.inner_state, summed, jnp.asarray(passes, jnp.int32))
-        reduced = _reduce(summed, compression, op, process_set)
-        updates, inner_state = inner.update(reduced, state.inner_state, params, **extra_args)
-        cleared = jax.tree_util.tree_map(jnp.zeros_like, summed)
-        return updates, DistributedState(inner_state, cleared, jnp.zeros((), jnp.int32))
+            return zeros, DistributedState(state.inner_state, summed,
+                                           jnp.asarray(passes, jnp.int32))
+
+        if isinstance(passes, jax.core.Tracer):
+            return jax.lax.cond(passes >= passes_per_step, apply, hold, None)
+        return apply(None) if int(passes) >= passes_per_step else hold(None)
 
     return optax.GradientTransformationExtraArgs(init, update)
