@@ -71,7 +71,9 @@ void copyOutput(const Handle& handle, const XLA_FFI_Buffer& out, const std::stri
 
 void runCollective(const XlaCall& call) {
   std::shared_ptr<Runtime> rt = currentRuntime();
-  if (!rt) throw ShutdownError("Hora is not initialized (hora.jax.init() first, or after shutdown)");
+  if (!rt) {
+    throw ShutdownError("Hora is not initialized (hora.jax.init() first, or after shutdown)");
+  }
   const auto kind = static_cast<OpKind>(call.intAttr("kind"));
   std::vector<std::string> names = splitNames(call.stringAttr("names"));
   // Operand 0 and result 0 are the ordering token.
@@ -153,8 +155,7 @@ extern "C" XLA_FFI_Error* horaCollective(XLA_FFI_CallFrame* frame) {
   } catch (const Error& e) {
     return xlaError(frame, xlaCode(e.code()), tagged(e.code(), e.what()));
   } catch (const std::exception& e) {
-    return xlaError(frame, XLA_FFI_Error_Code_INTERNAL,
-                    tagged(ErrorCode::Internal, e.what()));
+    return xlaError(frame, XLA_FFI_Error_Code_INTERNAL, tagged(ErrorCode::Internal, e.what()));
   } catch (...) {
     return xlaError(frame, XLA_FFI_Error_Code_INTERNAL,
                     tagged(ErrorCode::Internal, "unknown exception in a Hora custom call"));
@@ -170,8 +171,7 @@ void registerJaxFfi(py::module_& m) {
         py::dict targets;
         // An unnamed capsule holding the handler's address: what jax.ffi.register_ffi_target
         // takes (jax.ffi.pycapsule makes the same).
-        targets["hora_collective"] =
-            py::capsule(reinterpret_cast<void*>(&horaCollective));
+        targets["hora_collective"] = py::capsule(reinterpret_cast<void*>(&horaCollective));
         return targets;
       },
       "XLA FFI handlers for hora.jax inside jax.jit: {target name: PyCapsule}, for "

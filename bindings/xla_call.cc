@@ -47,7 +47,8 @@ const void* XlaCall::attr(std::string_view name, XLA_FFI_AttrType type) const {
     const XLA_FFI_ByteSpan* key = attrs.names[i];
     if (std::string_view(key->ptr, key->len) != name) continue;
     if (attrs.types[i] != type) {
-      throw InvalidArgument("attribute '" + std::string(name) + "' of a Hora custom call has the "
+      throw InvalidArgument("attribute '" + std::string(name) +
+                            "' of a Hora custom call has the "
                             "wrong type");
     }
     return attrs.attrs[i];
