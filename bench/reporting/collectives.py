@@ -9,6 +9,7 @@ from typing import Any
 import allreduce as allreduce_script
 import call_overhead as call_overhead_script
 import gather as gather_script
+import jax_allreduce as jax_allreduce_script
 import mpi_allreduce as mpi_allreduce_script
 from common.sizes import format_size
 from common.tables import markdown_table, time_cell
@@ -54,6 +55,10 @@ def gather(doc: dict[str, Any]) -> Table:
                f"best of {s['repeats']} medians of {s['iters']} calls; ratio = time / hora "
                "windows time (above 1: the windows are faster).")
     return caption, gather_script.table(doc["results"])
+
+
+def jax_allreduce(doc: dict[str, Any]) -> Table:
+    return jax_allreduce_script.report_table(doc)
 
 
 def call_overhead(doc: dict[str, Any]) -> Table:

@@ -8,7 +8,7 @@ from typing import Any
 from common.results import load
 
 # Every benchmark script of bench/, in the order the documentation lists them.
-BENCHMARKS = ("allreduce", "mpi_allreduce", "gather", "call_overhead", "wait_cpu",
+BENCHMARKS = ("allreduce", "mpi_allreduce", "gather", "jax_allreduce", "call_overhead", "wait_cpu",
               "torch_synthetic", "torch_ddp_backends", "torch_zero", "powersgd",
               "torch_import_cost", "tensorflow_synthetic", "clients")
 

@@ -14,6 +14,7 @@ RENDERERS: dict[str, Renderer] = {
     "allreduce": collectives.allreduce,
     "mpi_allreduce": collectives.mpi_allreduce,
     "gather": collectives.gather,
+    "jax_allreduce": collectives.jax_allreduce,
     "call_overhead": collectives.call_overhead,
     "wait_cpu": collectives.wait_cpu,
     "torch_synthetic": training.torch_synthetic,
