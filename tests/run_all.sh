@@ -40,8 +40,8 @@
 #      one process, and examples/spark
 #      training like horarun -np 2
 #   jax: hora.jax in its own virtual environment (CPU JAX and optax, JAX_PACKAGES):
-#      tests/parallel/test_jax_*.py under horarun -np 2 and 3, examples/jax/train_mlp.py at 2
-#      ranks, and the code blocks of docs/frameworks/jax.md
+#      tests/parallel/test_jax_*.py (eager and jitted) under horarun -np 2, 3 and 4,
+#      examples/jax/train_mlp.py at 2 ranks, and the code blocks of docs/frameworks/jax.md
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
@@ -57,10 +57,10 @@
 #      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
 #      job below --min-np, an ElasticSampler that resumes mid-epoch, a worker over ssh, a worker
 #      that outlives the finished generation
-#   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, from its
-#      committed seeds, with the executions per target; asan / tsan: the C++ unit tests (with the
-#      MPI driver at 1-4 ranks and the runtime's multi-rank thread tests) under AddressSanitizer +
-#      UndefinedBehaviorSanitizer, and under ThreadSanitizer
+#   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
+#      at a time, from its committed seeds, with the executions per target; asan / tsan: the C++
+#      unit tests (with the MPI driver at 1-4 ranks and the runtime's multi-rank thread tests)
+#      under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer
 # Stops at the first failure (unless --keep-going) and ends with a timing table, the line
 # "summary: N passed, M failed, K tests skipped" (N and M count stages and test runs, K the pytest
 # tests skipped in them), every skip reason with its stage, and the disk space left under build/.
@@ -589,10 +589,11 @@ framework_imports() {
     "import hora.$1, $1; print('$1', $1.__version__, 'hora', hora.__version__)"
 }
 
-# framework_parallel_tests NAME: tests/parallel/test_NAME_*.py in build/venv-NAME, at 2 and 3 ranks.
+# framework_parallel_tests NAME [RANKS]: tests/parallel/test_NAME_*.py in build/venv-NAME, at each
+# rank count of RANKS (default "2 3") that the tier runs.
 framework_parallel_tests() {
   local python=$ROOT/build/venv-$1/bin/python np f
-  for np in 2 3; do
+  for np in ${2:-2 3}; do
     has_np "$np" || continue
     for f in tests/parallel/test_"$1"_*.py; do
       run "$1 np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
@@ -662,7 +663,7 @@ if wants jax; then
   stage jax
   framework_venv jax $JAX_PACKAGES
   framework_imports jax
-  framework_parallel_tests jax
+  framework_parallel_tests jax "2 3 4"
   run "jax: examples/jax/train_mlp.py at 2 ranks" timeout -k 20 "$RUN_TIMEOUT" \
     "$ROOT/build/venv-jax/bin/python" -m hora.runner -np 2 \
     "$ROOT/build/venv-jax/bin/python" examples/jax/train_mlp.py
@@ -780,18 +781,14 @@ if wants fuzz; then
       -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DHORA_BUILD_FUZZERS=ON -DHORA_WITH_MPI=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo
     run "fuzz: build" cmake --build build/fuzz -j "$JOBS"
-    FUZZ_STATS=()
-    for src in tests/fuzz/fuzz_*.cc; do
-      target=$(basename "$src" .cc)
-      target=${target#fuzz_}
-      rm -f "build/fuzz/work/$target/stats"
-      run "fuzz $target (${FUZZ_SECONDS}s)" bash tests/fuzz/run_fuzzer.sh \
-        "build/fuzz/tests/fuzz/fuzz_$target" "tests/fuzz/corpus/$target" "$FUZZ_SECONDS" \
-        "build/fuzz/work/$target"
-      [ -f "build/fuzz/work/$target/stats" ] && FUZZ_STATS+=("$(cat "build/fuzz/work/$target/stats")")
-    done
+    rm -rf build/fuzz/work
+    # Each target is single-threaded: JOBS of them at a time use the cores.
+    run "fuzz: every target for ${FUZZ_SECONDS}s, $JOBS at a time" \
+      bash tests/fuzz/run_fuzzers.sh build/fuzz "$FUZZ_SECONDS" "$JOBS"
     # The executions per target also go to the summary table at the end.
-    for line in "${FUZZ_STATS[@]}"; do TIMINGS+=("  $line"); done
+    for stats in build/fuzz/work/*/stats; do
+      [ -f "$stats" ] && TIMINGS+=("  $(cat "$stats")")
+    done
   fi
 fi
 
