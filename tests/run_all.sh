@@ -667,9 +667,9 @@ if wants jax; then
   run "jax: examples/jax/train_mlp.py at 2 ranks" timeout -k 20 "$RUN_TIMEOUT" \
     "$ROOT/build/venv-jax/bin/python" -m hora.runner -np 2 \
     "$ROOT/build/venv-jax/bin/python" examples/jax/train_mlp.py
-  run "jax: the code blocks of docs/frameworks/jax.md" timeout -k 20 "$RUN_TIMEOUT" "$PY" \
-    tests/docs/check_docs.py snippets --env jax --python "$ROOT/build/venv-jax/bin/python" \
-    docs/frameworks/jax.md
+  run "jax: the code blocks of docs/frameworks/jax.md and docs/comm-hooks.md" \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" tests/docs/check_docs.py snippets --env jax \
+    --python "$ROOT/build/venv-jax/bin/python" docs/frameworks/jax.md docs/comm-hooks.md
 fi
 
 if wants mxnet; then
@@ -726,7 +726,7 @@ if wants docs; then
     hora.mxnet.hooks
   if [ -x "$ROOT/build/venv-jax/bin/python" ]; then  # made by the jax stage
     run "docs: API reference = __all__ (hora.jax)" "$ROOT/build/venv-jax/bin/python" \
-      tests/docs/check_docs.py api build/site/objects.inv hora.jax hora.jax.elastic
+      tests/docs/check_docs.py api build/site/objects.inv hora.jax hora.jax.elastic hora.jax.hooks
   fi
   if [ -x "$ROOT/build/venv-clients/bin/python" ]; then  # made by the clients, ray or spark stage
     run "docs: API reference = __all__ (hora.ray, hora.spark, its estimators)" "$ROOT/build/venv-clients/bin/python" \

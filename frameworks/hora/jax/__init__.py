@@ -16,7 +16,7 @@ Arrays reach the engine through DLPack or one host copy; nothing here is compile
 
 from __future__ import annotations
 
-from hora.jax import elastic, mpi_ops
+from hora.jax import elastic, hooks, mpi_ops
 from hora.jax.functions import (
     allgather_object,
     broadcast_object,
@@ -28,5 +28,6 @@ from hora.jax.optimizer import Compression, DistributedOptimizer, DistributedSta
 
 __all__ = mpi_ops.__all__ + [
     "Compression", "DistributedOptimizer", "DistributedState", "allgather_object",
-    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "elastic", "mpi_ops",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "elastic", "hooks",
+    "mpi_ops",
 ]

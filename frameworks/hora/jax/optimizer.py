@@ -27,8 +27,10 @@ import numpy as np
 import optax
 
 from hora.common.compression import CompressionTable, Compressor, make_compression
+from hora.common.hook_driver import check_hook_options, reduce_buckets
 from hora.common.ops import Adasum, Average, Sum
 from hora.common.process_sets import ProcessSet, global_process_set
+from hora.errors import NotSupportedError
 from hora.jax.mpi_ops import grouped_allreduce
 
 __all__ = ["Compression", "DistributedOptimizer", "DistributedState"]
@@ -57,14 +59,30 @@ class DistributedState(NamedTuple):
 
 
 def _reduce(grads: Any, compression: type[Compressor], op: int,
-            process_set: ProcessSet) -> Any:
-    """Every leaf of ``grads`` reduced across the set in one grouped allreduce."""
+            process_set: ProcessSet, comm_hook: Any = None) -> Any:
+    """Every leaf of ``grads`` reduced across the set in one grouped allreduce, or by
+    ``comm_hook`` as one bucket."""
     leaves, treedef = jax.tree_util.tree_flatten(grads)
+    if comm_hook is not None:
+        return jax.tree_util.tree_unflatten(treedef, _hooked(leaves, comm_hook, process_set))
     compressed = [compression.compress(leaf) for leaf in leaves]
     reduced = grouped_allreduce([c for c, _ in compressed], name=_REDUCE_NAME, op=op,
                                 process_set=process_set)
     restored = [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
     return jax.tree_util.tree_unflatten(treedef, restored)
+
+
+def _hooked(leaves: list, comm_hook: Any, process_set: ProcessSet) -> list:
+    """The leaves averaged by ``comm_hook`` (eagerly, on NumPy copies), as JAX arrays."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        raise NotSupportedError(
+            "DistributedOptimizer(comm_hook=...) runs the hook eagerly: call update outside "
+            "jax.jit (inside it, compression=hvd.Compression.fp16 or .bf16 compresses)"
+        )
+    arrays = [np.asarray(leaf) for leaf in leaves]
+    names = [f"{_REDUCE_NAME}.{i}" for i in range(len(arrays))]
+    reduced = reduce_buckets(comm_hook, [list(range(len(arrays)))], names, arrays, process_set)
+    return [jnp.asarray(r, dtype=leaf.dtype) for r, leaf in zip(reduced, leaves)]
 
 
 def DistributedOptimizer(
@@ -73,6 +91,7 @@ def DistributedOptimizer(
     backward_passes_per_step: int = 1,
     op: int = Average,
     process_set: ProcessSet = global_process_set,
+    comm_hook: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap an optax transformation so that it sees gradients reduced over every rank.
 
@@ -84,6 +103,9 @@ def DistributedOptimizer(
             each reduction and update of the wrapped transformation.
         op: Average (default), Sum or Adasum.
         process_set: the ranks taking part.
+        comm_hook: ``hook(bucket) -> future`` averaging the gradients instead of the grouped
+            allreduce (``hora.jax.hooks``: ``fp16_compress``, ``bf16_compress``,
+            ``PowerSGD(...)``); every leaf of a step is in one bucket. Eager only.
 
     Returns:
         A ``GradientTransformationExtraArgs`` whose ``init(params)`` and
@@ -91,9 +113,11 @@ def DistributedOptimizer(
         Extra arguments reach the wrapped transformation.
 
     Raises:
-        ValueError: ``backward_passes_per_step`` is not a positive int, or ``op`` is not
-            Average, Sum or Adasum.
-        TypeError: ``optimizer`` is not an optax transformation.
+        ValueError: ``backward_passes_per_step`` is not a positive int, ``op`` is not
+            Average, Sum or Adasum, or ``comm_hook`` comes with compression or another op.
+        TypeError: ``optimizer`` is not an optax transformation, or ``comm_hook`` is not
+            callable.
+        NotSupportedError: from ``update`` inside ``jax.jit`` with a ``comm_hook``.
     """
     if (isinstance(backward_passes_per_step, bool)
             or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1):
@@ -104,6 +128,9 @@ def DistributedOptimizer(
         raise ValueError(f"op must be Average, Sum or Adasum, got {op!r}")
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"expected an optax GradientTransformation, got {type(optimizer).__name__}")
+    if comm_hook is not None:
+        check_hook_options(comm_hook, compression is not Compression.none, op, Average, 1.0,
+                           "hora.jax.hooks")
     inner = optax.with_extra_args_support(optimizer)
     passes_per_step = backward_passes_per_step
 
@@ -116,14 +143,14 @@ def DistributedOptimizer(
     def update(grads: Any, state: DistributedState, params: Any = None,
                **extra_args: Any) -> tuple[Any, DistributedState]:
         if passes_per_step == 1:
-            reduced = _reduce(grads, compression, op, process_set)
+            reduced = _reduce(grads, compression, op, process_set, comm_hook)
             updates, inner_state = inner.update(reduced, state.inner_state, params, **extra_args)
             return updates, DistributedState(inner_state, None, state.passes)
         summed = jax.tree_util.tree_map(jnp.add, state.accumulated, grads)
         passes = state.passes + 1
 
         def apply(_: Any) -> tuple[Any, DistributedState]:
-            reduced = _reduce(summed, compression, op, process_set)
+            reduced = _reduce(summed, compression, op, process_set, comm_hook)
             updates, inner_state = inner.update(reduced, state.inner_state, params,
                                                 **extra_args)
             cleared = jax.tree_util.tree_map(jnp.zeros_like, summed)
