@@ -5,7 +5,7 @@
 #      docs (the site built and checked; its code blocks' markers), chaos (the launcher tests and
 #      20 random fault scenarios) and elastic
 #   --full (what CI runs): every stage below at 1-4 ranks, and the stages the quick tier leaves
-#      out: torchsuite, clients, ray, spark, jax, fuzz, asan, tsan
+#      out: torchsuite, clients, ray, spark, jax, multihost, fuzz, asan, tsan
 # The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
@@ -57,6 +57,10 @@
 #      negotiation, a collective and commit(), a host back after its cooldown, growth 2 -> 4, a
 #      job below --min-np, an ElasticSampler that resumes mid-epoch, a worker over ssh, a worker
 #      that outlives the finished generation
+#   multihost: hosts as network namespaces of this machine, each with its own host name, address
+#      and sshd (tests/multihost, as root): horarun -H over ssh at 2 and 3 hosts x 2 ranks, every
+#      collective against NumPy, shared memory within a host and TCP across, the hierarchical
+#      algorithms against flat, a host with another secret, a host's link cut mid-job
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
 #      at a time, from its committed seeds, with the executions per target; asan / tsan: the C++
 #      unit tests (with the MPI driver at 1-4 ranks and the runtime's multi-rank thread tests)
@@ -77,9 +81,8 @@
 #   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
 #                    torch uses >= 2)
 #   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
-#                    gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,fuzz,
-#                    asan,tsan (default:
-#                    the tier's)
+#                    gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,multihost,
+#                    fuzz,asan,tsan (default: the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++), HORA_CHAOS_COUNT
@@ -98,7 +101,7 @@ FULL=0
 PLAN=0
 NPS=""
 ONLY=""
-ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,fuzz,asan,tsan"
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,multihost,fuzz,asan,tsan"
 QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,docs,chaos,elastic"
 
 while [ $# -gt 0 ]; do
@@ -766,6 +769,20 @@ if wants elastic; then
   stage elastic
   run "elastic: horarun elastic jobs (kills, cooldown, growth, below --min-np, sampler)" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/elastic
+fi
+
+# 8c. Multi-host: hosts as network namespaces (tests/multihost/testbed.py), reached over ssh with
+#     the key of tests/ssh_setup.sh, which runs first when that key or the host keys are missing.
+#     The tests skip, saying why, where namespaces cannot be made (not root, no ip netns).
+
+if wants multihost; then
+  stage multihost
+  if [ "$(id -u)" = 0 ] && { [ ! -f "${HORA_TEST_SSH_KEY:-$HOME/.ssh/hora_test_ed25519}" ] ||
+                             [ ! -f /etc/ssh/ssh_host_ed25519_key ]; }; then
+    run "multihost: ssh key and host keys (tests/ssh_setup.sh)" bash tests/ssh_setup.sh
+  fi
+  run "multihost: 2 and 3 hosts x 2 ranks over ssh (ops, transports, hierarchical, faults)" \
+    timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/multihost
 fi
 
 # 9. Fuzzing and sanitizers (C++ only: build trees of their own under build/)

@@ -148,6 +148,36 @@ std::string describe(const IoResult& r) {
   return "unknown";
 }
 
+std::string peerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw =
+      addr.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr);
+  if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return "";
+  return ::inet_ntop(addr.ss_family, raw, text, sizeof(text)) ? std::string(text) : "";
+}
+
+void setKeepalive(int fd, Millis idle, Millis interval, int count) {
+  int domain = 0;
+  socklen_t length = sizeof(domain);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain != AF_INET &&
+      domain != AF_INET6) {
+    return;
+  }
+  int one = 1;
+  int idleS = static_cast<int>(std::max<int64_t>(1, idle.count() / 1000));
+  int intervalS = static_cast<int>(std::max<int64_t>(1, interval.count() / 1000));
+  bool ok = setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0 &&
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idleS, sizeof(idleS)) == 0 &&
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intervalS, sizeof(intervalS)) == 0 &&
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) == 0;
+  if (!ok) throw IoError("cannot set keepalive options: " + errnoText(errno));
+}
+
 void setNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {

@@ -52,6 +52,15 @@ IoResult recvSome(int fd, void* data, size_t bytes);
 // "connection closed by peer", "Connection reset by peer", ...
 std::string describe(const IoResult& r);
 
+// The numeric address of a connected socket's peer ("10.0.0.2"), or "" when it has none.
+std::string peerAddress(int fd);
+
+// Kernel keepalive that notices an unreachable peer host: probes after `idle` of silence, then
+// every `interval`, and `count` unanswered ones fail the socket with ETIMEDOUT. A live peer's
+// kernel answers them whatever its process does (busy, stopped), so only a host that is down or
+// cut off fails. Does nothing to a socket that is not TCP. Throws IoError when refused.
+void setKeepalive(int fd, Millis idle, Millis interval, int count);
+
 void setNonBlocking(int fd);
 // TCP_NODELAY, keep-alive and large kernel buffers: for every connection the engine opens.
 void tuneConnection(int fd);

@@ -1,5 +1,6 @@
-// The TCP control channel sizes TCP keepalive from the op timeout, so that an idle connection to
-// a crashed host or across a cut network fails within about that timeout.
+// The TCP control channel sizes TCP keepalive from the op timeout (at most kUnreachableAfter), so
+// that an idle connection to a crashed host or across a cut network fails within about that
+// time; data sockets get keepalive of their own (net::setKeepalive).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -61,6 +62,33 @@ TEST(ControlLiveness, TheChannelAppliesItToEveryConnection) {
   EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 8000);
 }
 
+// A long op timeout does not stretch the time an unreachable host takes to notice: the channel
+// caps keepalive and the user timeout at kUnreachableAfter.
+TEST(ControlLiveness, AnUnreachableHostIsNoticedWithinTheBoundWhateverTheTimeout) {
+  LoopbackPair p = connectedPair();
+  int fd = p.server.fd();
+  std::vector<net::Socket> sockets(2);
+  sockets[1] = std::move(p.server);
+  tcp::TcpControlChannel channel(0, 2, std::move(sockets), Millis(600000));
+  int idle = intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE);
+  int interval = intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL);
+  int count = intOption(fd, IPPROTO_TCP, TCP_KEEPCNT);
+  EXPECT_LE(idle + interval * count, tcp::kUnreachableAfter.count() / 1000);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), tcp::kUnreachableAfter.count());
+}
+
+TEST(ControlLiveness, KeepaliveForDataSocketsProbesAsAsked) {
+  LoopbackPair p = connectedPair();
+  int fd = p.client.fd();
+  net::setKeepalive(fd, Millis(3000), Millis(1000), 5);
+  EXPECT_EQ(intOption(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPIDLE), 3);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPINTVL), 1);
+  EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_KEEPCNT), 5);
+  EXPECT_EQ(net::peerAddress(fd), "127.0.0.1");
+  EXPECT_EQ(net::peerAddress(p.server.fd()), "127.0.0.1");
+}
+
 // A local socket pair has no keepalive to set: the channel takes it as it is (the control-frame
 // fuzz target and tests run the channel over socket pairs).
 TEST(ControlLiveness, ALocalSocketPairIsLeftAsItIs) {
@@ -68,6 +96,8 @@ TEST(ControlLiveness, ALocalSocketPairIsLeftAsItIs) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
   net::Socket a(fds[0]), b(fds[1]);
   EXPECT_NO_THROW(tcp::setLivenessTimeout(a.fd(), Millis(8000)));
+  EXPECT_NO_THROW(net::setKeepalive(a.fd(), Millis(3000), Millis(1000), 5));
+  EXPECT_EQ(net::peerAddress(a.fd()), "");
   std::vector<net::Socket> sockets(2);
   sockets[1] = std::move(b);
   EXPECT_NO_THROW(tcp::TcpControlChannel(0, 2, std::move(sockets), Millis(8000)));

@@ -55,7 +55,7 @@ def test_the_quick_tier_is_the_default_and_leaves_the_long_stages_to_full() -> N
     full = _plan("--full")
     assert full == {"tier": "full", "rank counts": "1 2 3 4", "chaos scenarios": "200",
                     "stages": "install cpp single core torch torchsuite gpu mpi clients ray spark jax "
-                              "mxnet tensorflow docs chaos elastic fuzz asan tsan"}
+                              "mxnet tensorflow docs chaos elastic multihost fuzz asan tsan"}
     # What the user asks for wins over the tier's choice.
     assert _plan("--full", "--skip-install", "--np", "3", "--only", "core,install")["stages"] == \
         "core"

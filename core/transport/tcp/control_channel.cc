@@ -65,8 +65,9 @@ TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket
     : rank_(rank), size_(size), opTimeout_(opTimeout) {
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
     if (sockets[r].valid()) {
-      setLivenessTimeout(sockets[r].fd(), opTimeout);
-      peers_.push_back({r, std::move(sockets[r]), std::string()});
+      setLivenessTimeout(sockets[r].fd(), std::min(opTimeout, kUnreachableAfter));
+      std::string address = net::peerAddress(sockets[r].fd());
+      peers_.push_back({r, std::move(sockets[r]), std::string(), std::move(address)});
     }
   }
   // wakeup() may come from any thread while the background thread sleeps in poll(2): an eventfd
@@ -89,6 +90,22 @@ TcpControlChannel::Peer& TcpControlChannel::peer(int rank) {
   throw InvalidArgument("rank " + std::to_string(rank_) + ": no control connection to rank " +
                         std::to_string(rank) +
                         " (rank 0 talks to every rank, the others only to rank 0)");
+}
+
+// Keepalive (or the user timeout) failed p's connection: its host stopped answering. Worded as
+// TcpLinks::unreachable() words it for data connections.
+std::string TcpControlChannel::unreachable(const Peer& p) const {
+  std::string ranks;
+  for (const auto& q : peers_) {
+    if (!p.address.empty() && q.address == p.address) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(q.rank);
+    }
+  }
+  const auto seconds = std::min(opTimeout_, kUnreachableAfter).count() / 1000;
+  return "failed: the host of rank " + std::to_string(p.rank) +
+         (p.address.empty() ? "" : " (" + p.address + ")") + " is unreachable: no answer for " +
+         std::to_string(seconds) + " s" + (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
+         "; the host is down or the network to it is cut";
 }
 
 void TcpControlChannel::fail(int peer, const std::string& why) const {
@@ -122,6 +139,7 @@ bool TcpControlChannel::takeWakeups() {
 // socket stays readable at its end).
 void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   std::string hangUp;
+  bool timedOut = false;
   for (;;) {
     size_t old = p.in.size();
     p.in.resize(old + kReadChunk);
@@ -130,6 +148,7 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     if (r.status == net::IoStatus::WouldBlock) break;
     if (r.status != net::IoStatus::Ok) {
       hangUp = net::describe(r);
+      timedOut = r.error == ETIMEDOUT;
       break;
     }
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
@@ -138,6 +157,7 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   std::string bad = takeControlMessages(p.rank, p.in, out);
   if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
   if (!hangUp.empty() && out.size() == before) {
+    if (timedOut) fail(p.rank, unreachable(p));
     fail(p.rank, "closed (" + hangUp + "); that rank probably exited or failed, see its log");
   }
 }
@@ -157,8 +177,10 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
       sent += r.bytes;
       continue;
     }
-    if (r.status != net::IoStatus::WouldBlock)
+    if (r.status != net::IoStatus::WouldBlock) {
+      if (r.error == ETIMEDOUT) fail(to, unreachable(target));
       fail(to, "closed while sending (" + net::describe(r) + ")");
+    }
     // The peer's window is full: wait for room, draining what peers send us meanwhile. Rank 0 and
     // a rank that both send a large message at once would otherwise each wait for the other to
     // read. What arrives here goes to stash_ and is handed out by the next poll(), in order.

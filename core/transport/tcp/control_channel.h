@@ -10,8 +10,9 @@
 // window is full it keeps reading incoming frames into a stash (so two ranks sending to each
 // other never deadlock) and fails with TimeoutError when nothing moves for the op timeout. A
 // closed connection or a malformed frame throws IoError naming the peer. An idle connection to a
-// crashed host or across a cut network fails within about the op timeout (TCP keepalive sized
-// from it, setLivenessTimeout()), so an idle rank does not sleep on it for hours.
+// crashed host or across a cut network fails within kUnreachableAfter (or the op timeout when
+// shorter; TCP keepalive sized from it, setLivenessTimeout()), naming the peer's address and the
+// ranks there, so a rank does not wait on it for the op timeout.
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -29,6 +30,12 @@ namespace tcp {
 // is. Throws IoError when the options cannot be set.
 void setLivenessTimeout(int fd, Millis timeout);
 
+// How long a peer's host may leave keepalive probes unanswered (and, on control connections,
+// data unacknowledged) before the connection fails with ETIMEDOUT, when the op timeout is longer:
+// a cut link or a dead host is reported within this. A live host's kernel answers whatever the
+// peer process does (busy, stopped), so only an unreachable host is reported.
+constexpr Millis kUnreachableAfter{8000};
+
 class TcpControlChannel : public ControlChannel {
  public:
   // sockets: indexed by world rank, as MeshSockets::control.
@@ -45,12 +52,15 @@ class TcpControlChannel : public ControlChannel {
   struct Peer {
     int rank;
     net::Socket sock;
-    std::string in;  // received bytes not yet parsed into whole frames
+    std::string in;       // received bytes not yet parsed into whole frames
+    std::string address;  // the peer's address ("" unknown)
   };
 
   Peer& peer(int rank);
   // Reads everything available from p, appending whole messages to out.
   void readAvailable(Peer& p, std::vector<Message>& out);
+  // "failed: the host of rank 3 (10.0.0.3) is unreachable: ...; ranks 2, 3 run there; ...".
+  std::string unreachable(const Peer& p) const;
   [[noreturn]] void fail(int peer, const std::string& why) const;
 
   int rank_;

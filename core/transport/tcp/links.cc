@@ -1,6 +1,9 @@
 #include "core/transport/tcp/links.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +13,12 @@
 
 namespace hora {
 namespace tcp {
+namespace {
+
+// How often a blocked wait looks whether its peers still acknowledge what it sent.
+constexpr Millis kReachabilityCheck{1000};
+
+}  // namespace
 
 void TcpPeerSockets::markFailed(const std::string& why) {
   if (failure.empty()) failure = why;
@@ -40,7 +49,41 @@ std::string TcpLinks::alsoClosed(int peer) const {
   return names.empty() ? "" : "; the connections to " + names + " are closed too";
 }
 
+// The peer's host did not answer for unreachableAfter (keepalive failed the socket, or data sent
+// to it stayed unacknowledged). Every rank reached at the same address is on that host.
+void TcpLinks::unreachable(int peer, const char* direction) const {
+  const int world = worldRanks_[peer];
+  const std::vector<std::string>& at = peers_->addresses;
+  const std::string address = world < static_cast<int>(at.size()) ? at[world] : "";
+  std::string ranks;
+  for (size_t r = 0; r < at.size() && !address.empty(); ++r) {
+    if (at[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  throw IoError("rank " + std::to_string(peers_->worldRank) + ": the host of rank " +
+                std::to_string(world) + (address.empty() ? "" : " (" + address + ")") +
+                " is unreachable: no answer for " +
+                std::to_string(peers_->unreachableAfter.count() / 1000) + " s while " + direction +
+                " during " + op_ + (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
+                "; the host is down or the network to it is cut");
+}
+
+// Data this rank sent that the peer's kernel has not acknowledged for unreachableAfter: its host
+// is down or cut off (keepalive, which covers the idle direction, stays silent while data is
+// unacknowledged). A peer that is alive but not reading still acknowledges (a zero window).
+void TcpLinks::checkAcknowledged(const Want* wants, size_t count) const {
+  for (size_t i = 0; i < count; ++i) {
+    tcp_info info{};
+    socklen_t length = sizeof(info);
+    if (::getsockopt(fdOf(wants[i].peer), IPPROTO_TCP, TCP_INFO, &info, &length) != 0) continue;
+    if (info.tcpi_unacked > 0 &&
+        info.tcpi_last_ack_recv >= static_cast<uint32_t>(peers_->unreachableAfter.count())) {
+      unreachable(wants[i].peer, "sending");
+    }
+  }
+}
+
 void TcpLinks::closed(int peer, const net::IoResult& r, const char* direction) const {
+  if (r.error == ETIMEDOUT) unreachable(peer, direction);
   throw IoError("rank " + std::to_string(peers_->worldRank) + ": connection to rank " +
                 std::to_string(worldRanks_[peer]) + " closed while " + direction + " during " +
                 op_ + " (" + net::describe(r) + ")" + alsoClosed(peer) +
@@ -83,11 +126,13 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     return;
   auto deadline = Clock::now() + peers_->opTimeout;
   for (;;) {
-    int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(deadline));
+    auto tick = std::min(deadline, Clock::now() + kReachabilityCheck);
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(tick));
     if (rc > 0) return;
     if (rc < 0 && errno != EINTR)
       throw IoError(std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0 && Clock::now() >= deadline) break;
+    if (rc == 0) checkAcknowledged(wants, count);
   }
   std::string who;
   for (size_t i = 0; i < count; ++i) {

@@ -4,10 +4,13 @@
 // and every subset view of it; a TcpLinks maps its group's ranks onto world ranks.
 //
 // Waits poll for up to the spin budget (yielding the core), then block in poll(2) for at most
-// the op timeout; error messages name world ranks and the collective in progress (setOp). Once
-// any collective fails, markFailed() shuts every data socket down: the peers blocked on this rank
-// see EOF at once instead of waiting out their timeouts, and the communicators that share the
-// sockets refuse further work. Single-threaded.
+// the op timeout; error messages name world ranks and the collective in progress (setOp). A peer
+// whose host stops answering fails the wait sooner, after unreachableAfter: keepalive fails the
+// socket, and a blocked wait checks each second that what it sent is acknowledged (TCP_INFO);
+// the error names the host's address and the ranks there. Once any collective fails,
+// markFailed() shuts every data socket down: the peers blocked on this rank see EOF at once
+// instead of waiting out their timeouts, and the communicators that share the sockets refuse
+// further work. Single-threaded.
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +27,11 @@ struct TcpPeerSockets {
   int worldRank = 0;
   int worldSize = 1;
   Millis opTimeout{60000};
-  Micros spin{0};                    // polling before a wait blocks (core/common/spin.h)
-  std::vector<net::Socket> sockets;  // by world rank; invalid for this rank
-  std::string failure;               // why the mesh became unusable ("" while healthy)
+  Micros spin{0};                      // polling before a wait blocks (core/common/spin.h)
+  std::vector<net::Socket> sockets;    // by world rank; invalid for this rank
+  std::vector<std::string> addresses;  // by world rank: the peer's address ("" unknown)
+  Millis unreachableAfter{8000};       // keepalive silence that fails a socket (ETIMEDOUT)
+  std::string failure;                 // why the mesh became unusable ("" while healthy)
   collectives::ScratchBuffers scratch;
 
   void markFailed(const std::string& why);
@@ -52,6 +57,8 @@ class TcpLinks : public collectives::Links {
   int fdOf(int peer) const;
   [[noreturn]] void closed(int peer, const net::IoResult& r, const char* direction) const;
   std::string alsoClosed(int peer) const;  // "" or "; the connections to rank 3 are closed too"
+  [[noreturn]] void unreachable(int peer, const char* direction) const;
+  void checkAcknowledged(const Want* wants, size_t count) const;
 
   std::shared_ptr<TcpPeerSockets> peers_;
   std::vector<int> worldRanks_;

@@ -1,5 +1,6 @@
 #include "core/transport/tcp/transport.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/common/errors.h"
@@ -9,6 +10,15 @@
 
 namespace hora {
 namespace tcp {
+namespace {
+
+// Keepalive on the data sockets: a cut link or a dead host fails the collectives waiting on it
+// within kUnreachableAfter (control_channel.h; the op timeout when shorter) instead of at the op
+// timeout. Probes start after 3 s of silence, one a second, and five unanswered ones fail it.
+constexpr Millis kProbeInterval{1000};
+constexpr int kProbes = 5;
+
+}  // namespace
 
 Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
@@ -25,6 +35,14 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   peers->opTimeout = options.opTimeout;
   peers->spin = options.spin;
   peers->sockets = std::move(mesh.data);
+  peers->unreachableAfter = std::min(options.opTimeout, kUnreachableAfter);
+  const Millis idle = std::max(kProbeInterval, peers->unreachableAfter - kProbes * kProbeInterval);
+  peers->addresses.resize(options.size);
+  for (int r = 0; r < options.size; ++r) {
+    if (!peers->sockets[r].valid()) continue;
+    net::setKeepalive(peers->sockets[r].fd(), idle, kProbeInterval, kProbes);
+    peers->addresses[r] = net::peerAddress(peers->sockets[r].fd());
+  }
   std::vector<int> world(options.size);
   std::iota(world.begin(), world.end(), 0);
   Connection c;
