@@ -395,3 +395,23 @@ def test_elastic_run_sees_the_hora_error_of_a_jitted_step() -> None:
         step(jnp.ones(rank() + 1))
     assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
     check_next_op_works("jit.elastic.after")
+
+
+def test_elastic_run_drops_compiled_programs_after_a_reformation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hora.jax import elastic
+
+    calls: list[str] = []
+    monkeypatch.setattr(elastic, "reform_job", lambda: calls.append("reform"))
+    monkeypatch.setattr(jax, "clear_caches", lambda: calls.append("clear caches"))
+    attempts: list[int] = []
+
+    @hvd.elastic.run
+    def train(state: object) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:  # as the driver interrupts every rank when hosts change
+            raise hora.HostsUpdatedInterrupt(skip_sync=True)
+        return "done"
+
+    assert train(hvd.elastic.JaxState(params={"w": jnp.ones(2)})) == "done"
+    assert calls == ["reform", "clear caches"] and len(attempts) == 2
