@@ -333,11 +333,15 @@ fi
 # ------------------------------------------------------------------------------------------------
 # 3. Single-process tests
 
+# The one test of tests/single that needs build/venv-jax (made by the jax stage, which runs it).
+JAX_BENCH_RUN=tests/single/test_bench_jax_allreduce.py::test_smallest_run_writes_the_schema
+
 if wants single; then
   stage single
   # The quick tier leaves out the tests marked full_tier (pyproject.toml: the benchmarks' real runs).
-  SINGLE_ARGS=()
-  [ "$FULL" = 0 ] && SINGLE_ARGS=(-m "not full_tier")
+  # JAX_BENCH_RUN runs in the jax stage instead.
+  SINGLE_ARGS=(--deselect "$JAX_BENCH_RUN")
+  [ "$FULL" = 0 ] && SINGLE_ARGS+=(-m "not full_tier")
   run "pytest tests/single" \
     pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider "${SINGLE_ARGS[@]}" tests/single
   # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
@@ -667,6 +671,8 @@ if wants jax; then
   framework_venv jax $JAX_PACKAGES
   framework_imports jax
   framework_parallel_tests jax "2 3 4"
+  run "jax: bench/jax_allreduce.py, its smallest run" timeout -k 20 "$RUN_TIMEOUT" \
+    "$PY" -m pytest -q -p no:cacheprovider "$JAX_BENCH_RUN"
   run "jax: examples/jax/train_mlp.py at 2 ranks" timeout -k 20 "$RUN_TIMEOUT" \
     "$ROOT/build/venv-jax/bin/python" -m hora.runner -np 2 \
     "$ROOT/build/venv-jax/bin/python" examples/jax/train_mlp.py
