@@ -40,8 +40,9 @@
 #      one process, and examples/spark
 #      training like horarun -np 2
 #   jax: hora.jax in its own virtual environment (CPU JAX and optax, JAX_PACKAGES):
-#      tests/parallel/test_jax_*.py (eager and jitted) under horarun -np 2, 3 and 4,
-#      examples/jax/train_mlp.py at 2 ranks, and the code blocks of docs/frameworks/jax.md
+#      tests/parallel/test_jax_*.py (eager and jitted) under horarun -np 2, 3 and 4, the smallest
+#      run of bench/jax_allreduce.py, examples/jax/train_mlp.py at 2 ranks, and the code blocks of
+#      docs/frameworks/jax.md and docs/comm-hooks.md
 #   7. MXNet and TensorFlow frontends, each in its own virtual environment (MXNet needs NumPy 1.x),
 #      and their GPU tensors through the emulation at -np 2 and 4 (tests/gpu/test_mxnet_gpu.py,
 #      test_tensorflow_gpu.py: stand-ins play the frameworks' GPU arrays)
