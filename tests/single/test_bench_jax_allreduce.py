@@ -116,14 +116,22 @@ def test_rows_fit_the_results_schema() -> None:
 
 
 def venv_env() -> dict[str, str] | None:
-    """The environment in which build/venv-jax's python imports hora.jax, or None."""
+    """The environment in which build/venv-jax's python imports hora.jax, or None: the venv's
+    own hora (CI installs the wheel there), else the hora under test put on its path (a source
+    tree, never a whole site-packages, whose packages would shadow the venv's)."""
     if not VENV_PYTHON.exists():
         return None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
-    env["PYTHONPATH"] = os.pathsep.join([HORA_PATH, *filter(None, [env.get("PYTHONPATH")])])
-    probe = subprocess.run([str(VENV_PYTHON), "-c", "import hora.jax, optax"], env=env,
-                           capture_output=True, timeout=120, check=False)
-    return env if probe.returncode == 0 else None
+    candidates = [dict(env)]
+    if not HORA_PATH.rstrip(os.sep).endswith("site-packages"):
+        candidates.append({**env, "PYTHONPATH": os.pathsep.join(
+            [HORA_PATH, *filter(None, [env.get("PYTHONPATH")])])})
+    for candidate in candidates:
+        probe = subprocess.run([str(VENV_PYTHON), "-c", "import hora.jax, optax"],
+                               env=candidate, capture_output=True, timeout=120, check=False)
+        if probe.returncode == 0:
+            return candidate
+    return None
 
 
 @pytest.mark.full_tier  # one job per implementation, each importing JAX: about 30 s
