@@ -30,32 +30,11 @@ from conftest import (
     resolve_count,
     size,
 )
+from jax_helpers import host, jx, my_rows, require_ranks
 
 jax = pytest.importorskip("jax")
 hvd = pytest.importorskip("hora.jax", exc_type=ImportError)
 jnp = jax.numpy
-
-jax.config.update("jax_enable_x64", True)
-
-
-def jx(x: np.ndarray) -> jax.Array:
-    return jnp.asarray(x)
-
-
-def host(x: jax.Array) -> np.ndarray:
-    assert isinstance(x, jax.Array), f"expected a jax.Array, got {type(x).__name__}"
-    return np.asarray(x)
-
-
-def require_ranks(n: int) -> None:
-    if size() < n:
-        pytest.skip(f"needs at least {n} ranks")
-
-
-def my_rows(dim0: int) -> slice:
-    rows = reducescatter_rows(dim0, size())
-    start = sum(rows[:rank()])
-    return slice(start, start + rows[rank()])
 
 
 def custom_calls(fn: object, *args: object) -> list[str]:

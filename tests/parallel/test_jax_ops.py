@@ -31,37 +31,11 @@ from conftest import (
     resolve_count,
     size,
 )
+from jax_helpers import host, jx, my_rows, require_ranks
 
 jax = pytest.importorskip("jax")
 hvd = pytest.importorskip("hora.jax", exc_type=ImportError)
 jnp = jax.numpy
-
-# int64 and float64 exist in JAX only with x64 on.
-jax.config.update("jax_enable_x64", True)
-
-
-def jx(x: np.ndarray) -> jax.Array:
-    """A JAX array copy of ``x`` with its dtype."""
-    return jnp.asarray(x)
-
-
-def host(x: jax.Array) -> np.ndarray:
-    """``x`` as a NumPy array, checking first that it is a JAX array."""
-    assert isinstance(x, jax.Array), f"expected a jax.Array, got {type(x).__name__}"
-    return np.asarray(x)
-
-
-def require_ranks(n: int) -> None:
-    """Skip on every rank alike when the job has fewer than ``n`` ranks."""
-    if size() < n:
-        pytest.skip(f"needs at least {n} ranks")
-
-
-def my_rows(dim0: int) -> slice:
-    """This rank's rows of a reducescatter result over ``dim0`` rows."""
-    rows = reducescatter_rows(dim0, size())
-    start = sum(rows[:rank()])
-    return slice(start, start + rows[rank()])
 
 
 # ------------------------------------------------------------------------------------ allreduce
