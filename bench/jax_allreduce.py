@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from allreduce import STEP_CASE, STEP_TENSOR_BYTES, STEP_TENSORS, iterations
-from common.launch import REPO, find_mpirun, free_port, horarun_command, mpi_env
+from common.launch import REPO, find_mpirun, free_port, horarun_command, load_script, mpi_env
 from common.results import Recorder, json_help
 from common.sizes import MIB, format_size, parse_sizes
 from common.tables import markdown_table, ratio_cell, time_cell
@@ -149,13 +149,7 @@ def time_step(impl: str, iters: int, world: int, rank: int, make: Callable[[int,
 
 def load_mlp_example() -> Any:
     """examples/jax/train_mlp.py as a module: its data, model and loss."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hora_jax_train_mlp", MLP_EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(MLP_EXAMPLE, "hora_jax_train_mlp")
 
 
 def mlp_steps_per_s(steps: int, jitted: bool) -> dict[str, Any]:

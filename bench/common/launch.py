@@ -63,10 +63,15 @@ def mpi_env() -> dict[str, str]:
     return env
 
 
-def load_synthetic_benchmark() -> ModuleType:
-    """examples/pytorch/synthetic_benchmark.py as a module: its models, flags and timing loop."""
-    spec = importlib.util.spec_from_file_location("hora_synthetic_benchmark", SYNTHETIC_BENCHMARK)
+def load_script(path: Path, name: str) -> ModuleType:
+    """The script at ``path`` (an example) imported as the module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_synthetic_benchmark() -> ModuleType:
+    """examples/pytorch/synthetic_benchmark.py as a module: its models, flags and timing loop."""
+    return load_script(SYNTHETIC_BENCHMARK, "hora_synthetic_benchmark")
