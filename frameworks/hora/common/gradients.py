@@ -58,7 +58,12 @@ def scale_array(array: Any, factor: float) -> Any:
     return (array.astype(np.float64) * factor).astype(array.dtype)
 
 
-def _members(process_set: ProcessSet) -> int:
+def set_size(process_set: ProcessSet) -> int:
+    """The number of ranks of ``process_set``.
+
+    Raises:
+        ValueError: the set is not registered.
+    """
     size = process_set.size()
     if size is None:
         raise ValueError(f"the process set {process_set} is not registered")
@@ -96,7 +101,7 @@ def allgather_grad(grads: Sequence[Any], dims: Sequence[int], process_set: Proce
 
     def finish() -> list:
         ops.wait_all(handles + dims_handles)
-        gathered = ops.allocated_output(dims_handles[0]).reshape(_members(process_set),
+        gathered = ops.allocated_output(dims_handles[0]).reshape(set_size(process_set),
                                                                  len(grads))
         starts = np.concatenate([np.zeros((1, len(grads)), np.int64),
                                  np.cumsum(gathered, axis=0)])
@@ -161,7 +166,7 @@ def reducescatter_grad(grads: Sequence[Any], op: int, prescale: float, postscale
 
     def finish() -> list:
         ops.wait_all(handles)
-        factors = reducescatter_grad_factors(op, prescale, postscale, _members(process_set))
+        factors = reducescatter_grad_factors(op, prescale, postscale, set_size(process_set))
         outs = [wrap(ops.allocated_output(h), g) for h, g in zip(handles, grads)]
         for factor in factors:
             outs = [scale(o, factor) for o in outs]

@@ -45,10 +45,7 @@ class Call:
         return [f"{n}.grad" for n in self.names]
 
     def set_size(self) -> int:
-        size = self.process_set.size()
-        if size is None:
-            raise ValueError(f"the process set {self.process_set} is not registered")
-        return int(size)
+        return gradients.set_size(self.process_set)
 
     def set_rank(self) -> int:
         return int(self.process_set.rank() or 0)
