@@ -115,7 +115,7 @@ def test_allgather_of_different_first_dimensions_fails_inside_jit() -> None:
             jnp.ones((rows, 2))))
     error = hvd.engine_error(info.value)
     assert isinstance(error, ValueError) and "same shape" in str(error)
-    check_next_op_works("jit.ag.uneven.after")
+    check_next_jitted_op_works("jit.ag.uneven.after")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -170,7 +170,7 @@ def test_reducescatter_min_is_refused_when_traced() -> None:
 # ------------------------------------------------------------------ order, names, control flow
 
 
-def check_next_op_works(tag: str) -> None:
+def check_next_jitted_op_works(tag: str) -> None:
     xs = all_inputs(5, "float32", tag)
     out = jax.jit(lambda x: hvd.allreduce(x, op=hvd.Sum, name=tag))(jx(xs[rank()]))
     assert_same(host(out), reduce_ref(xs, "sum", "float32"), "float32")
@@ -241,7 +241,7 @@ def test_branches_that_differ_between_ranks_fail_on_every_rank() -> None:
     error = hvd.engine_error(info.value)
     assert isinstance(error, hora.MismatchError), repr(error)
     assert "jit.diverge" in str(error)
-    check_next_op_works("jit.diverge.after")
+    check_next_jitted_op_works("jit.diverge.after")
 
 
 def test_mismatched_dtypes_inside_jit_raise_the_engine_error() -> None:
@@ -249,14 +249,14 @@ def test_mismatched_dtypes_inside_jit_raise_the_engine_error() -> None:
     x = jnp.ones(4, dtype=jnp.float32 if rank() % 2 == 0 else jnp.int32)
     with pytest.raises(jax.errors.JaxRuntimeError, match="hora.errors.MismatchError"):
         jax.block_until_ready(jax.jit(lambda v: hvd.allreduce(v, name="jit.mm.dtype"))(x))
-    check_next_op_works("jit.mm.dtype.after")
+    check_next_jitted_op_works("jit.mm.dtype.after")
 
 
 def test_unsupported_dtypes_fail_inside_jit() -> None:
     with pytest.raises(jax.errors.JaxRuntimeError, match="not supported"):
         jax.block_until_ready(jax.jit(lambda v: hvd.allreduce(v, name="jit.u32"))(
             jnp.ones(3, jnp.uint32)))
-    check_next_op_works("jit.u32.after")
+    check_next_jitted_op_works("jit.u32.after")
 
 
 def test_vmap_is_refused() -> None:
@@ -373,7 +373,7 @@ def test_elastic_run_sees_the_hora_error_of_a_jitted_step() -> None:
     with pytest.raises(hora.MismatchError, match="jit.elastic") as info:
         step(jnp.ones(rank() + 1))
     assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
-    check_next_op_works("jit.elastic.after")
+    check_next_jitted_op_works("jit.elastic.after")
 
 
 def test_elastic_run_drops_compiled_programs_after_a_reformation(
