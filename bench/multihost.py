@@ -6,10 +6,12 @@
 Makes a test bed of ``--hosts`` hosts on this machine (tests/multihost/testbed.py: network
 namespaces with their own host names, addresses and sshd, each host's link shaped to ``--rate``
 both ways with a token bucket), then runs itself as workers under ``horarun -H
-hostA:S,hostB:S`` from the bed's launcher namespace, over ssh, twice: flat (the default
-algorithms) and with ``--hierarchical-allreduce`` (shared memory within each host, TCP across).
-Rank 0 of each writes its timings as JSON; this process prints, per size (float32, in place,
-Sum), the median time of each, hierarchical / flat, and the link's lower bound: each host must
+hostA:S,hostB:S`` from the bed's launcher namespace, over ssh, three times: flat
+(``--no-hierarchical-allreduce``), hierarchical (``--hierarchical-allreduce``: shared memory
+within each host, TCP across) and with no flag (what the engine chooses by itself). Rank 0 of each
+writes its timings as JSON; this process prints, per size (float32, in place, Sum), the median
+time of each, hierarchical / flat, the default against the better of the two, and the link's
+lower bound: each host must
 send (H-1)/H of the tensor and receive as much while reducing, then the same again while
 spreading the result, at the link's rate each way: 2 (H-1) / H x bytes / rate.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,8 @@ sys.path.insert(0, str(REPO / "tests" / "multihost"))
 
 # Below this the link's bandwidth bounds nothing (latency does): no ratio to the bound.
 LATENCY_BOUND_S = 1e-5
-MODES = {"flat": ["--no-hierarchical-allreduce"], "hierarchical": ["--hierarchical-allreduce"]}
+MODES = {"flat": ["--no-hierarchical-allreduce"], "hierarchical": ["--hierarchical-allreduce"],
+         "default": []}
 
 
 def iterations(nbytes: int, iters: int) -> tuple[int, int]:
@@ -85,21 +89,32 @@ def run_mode(bed: Any, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         return json.load(f)
 
 
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's results over several rounds: per size, the median of the rounds' medians."""
+    merged = dict(rounds[0])
+    merged["results"] = [
+        {"bytes": first["bytes"],
+         "median_s": statistics.median(r["results"][i]["median_s"] for r in rounds)}
+        for i, first in enumerate(rounds[0]["results"])]
+    return merged
+
+
 def table(runs: dict[str, dict[str, Any]], hosts: int, rate: str) -> list[str]:
     from testbed import rate_bits
 
     bits = rate_bits(rate)
-    flat = {r["bytes"]: r["median_s"] for r in runs["flat"]["results"]}
-    hier = {r["bytes"]: r["median_s"] for r in runs["hierarchical"]["results"]}
+    flat, hier, default = ({r["bytes"]: r["median_s"] for r in runs[mode]["results"]}
+                           for mode in MODES)
     rows = []
     for nbytes, flat_s in flat.items():
         bound = lower_bound(nbytes, hosts, bits)
         best = min(flat_s, hier[nbytes])
         rows.append([format_size(nbytes), time_cell(flat_s), time_cell(hier[nbytes]),
-                     ratio_cell(hier[nbytes], flat_s), time_cell(bound),
-                     ratio_cell(best, bound) if bound >= LATENCY_BOUND_S else "-"])
-    header = ["size", "flat", "hierarchical", "hier / flat", f"link bound ({rate})",
-              "best / bound"]
+                     ratio_cell(hier[nbytes], flat_s), time_cell(default[nbytes]),
+                     ratio_cell(default[nbytes], best), time_cell(bound),
+                     ratio_cell(default[nbytes], bound) if bound >= LATENCY_BOUND_S else "-"])
+    header = ["size", "flat", "hierarchical", "hier / flat", "default (no flag)",
+              "default / best", f"link bound ({rate})", "default / bound"]
     return markdown_table(header, rows)
 
 
@@ -110,6 +125,9 @@ def main() -> None:
     parser.add_argument("--rate", default="1gbit", help="each host's link, both ways (tc tbf)")
     parser.add_argument("--sizes", type=parse_sizes, default=[4, 1 * MIB, 64 * MIB])
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the modes this many times in turn; report each size's median "
+                        "over the rounds (evens out a busy moment of the machine)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,7 +140,9 @@ def main() -> None:
     if reason is not None:
         raise SystemExit(f"bench/multihost.py: {reason}")
     with testbed.testbed(args.hosts, rate=args.rate) as bed:
-        runs = {mode: run_mode(bed, mode, args) for mode in MODES}
+        rounds = [{mode: run_mode(bed, mode, args) for mode in MODES}
+                  for _ in range(args.rounds)]
+    runs = {mode: merge_rounds([r[mode] for r in rounds]) for mode in MODES}
     print(f"allreduce, float32 Sum in place, {args.hosts} hosts x {args.slots} ranks over ssh, "
           f"each host's link shaped to {args.rate} both ways (median of each size's iterations)")
     print("\n".join(table(runs, args.hosts, args.rate)))

@@ -169,8 +169,7 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
   std::vector<int> all(topology_.size);
   for (int i = 0; i < topology_.size; ++i) all[i] = i;
   collectives::RankPlace place{topology_.crossRank, topology_.crossSize, topology_.localSize};
-  HierarchicalCommunicator::Choice requested{settings_.hierarchicalAllreduce,
-                                             settings_.hierarchicalAllgather};
+  HierarchyRequest requested{settings_.hierarchicalAllreduce, settings_.hierarchicalAllgather};
   // When the world's data runs over TCP alone (not every rank on one host), the ranks of each
   // host of a hierarchical path try a shared segment of their own for their local steps.
   HostLocalFactory hostLocal = [this](int host, int index, const std::vector<int>& hostRanks,
@@ -249,7 +248,7 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
       // Only the global set (never removed, so its communicator lives as long as the runtime)
       // runs hierarchically.
       Communicator* global = op.request.processSetId == 0 ? sets_.communicator(0) : nullptr;
-      gpu::checkGpuRequest(op, lib, global != nullptr && global->hierarchicalAllreduce());
+      gpu::checkGpuRequest(op, lib, gpuHierarchy(global) != nullptr);
       checkAndCompleteRequest(op, topology_.rank, sets_,
                               gpu::NcclCommunicator::gpuCapabilities(lib));
     }

@@ -431,11 +431,9 @@ void RuntimeImpl::runData(const Response& r) {
                                            secondsToMillis(settings_.timeoutSeconds),
                                            secondsToMillis(settings_.startTimeoutSeconds));
     }
-    // The global set's allreduce runs hierarchically on GPUs too when the CPU path does.
-    HierarchicalCommunicator* hierarchy = nullptr;
-    if (r.kind == OpKind::Allreduce && comm != nullptr && comm->hierarchicalAllreduce()) {
-      hierarchy = dynamic_cast<HierarchicalCommunicator*>(comm);
-    }
+    // The global set's allreduce runs hierarchically on GPUs too when every rank asked for it.
+    HierarchicalCommunicator* hierarchy =
+        r.kind == OpKind::Allreduce ? gpuHierarchy(comm) : nullptr;
     gpu_->run(r, std::move(owned), setRanks, &timeline_, hierarchy);
     return;
   }

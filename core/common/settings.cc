@@ -77,12 +77,14 @@ const std::vector<EnvVarInfo>& allEnvVars() {
       {"SHM_HOST_BY_NAME", "0",
        "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
        "horarun places on two names of one machine share memory only with their own host"},
-      {"HIERARCHICAL_ALLREDUCE", "0",
+      {"HIERARCHICAL_ALLREDUCE", "",
        "1 runs allreduces of the global set (CPU and GPU tensors) within each host, then across "
-       "hosts, then within each host again (jobs over several hosts with equal ranks per host)"},
+       "hosts, then within each host again (jobs over several hosts with equal ranks per host); "
+       "0 never; unset (or auto) does so for CPU tensors when each host runs two ranks or more"},
       {"HIERARCHICAL_ALLGATHER", "0",
        "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
-       "each host again (jobs over several hosts with equal ranks per host)"},
+       "each host again (jobs over several hosts with equal ranks per host); auto as for "
+       "HIERARCHICAL_ALLREDUCE"},
       {"SHM_CONTROL", "1",
        "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
       {"SHM_LOCAL_AGREEMENT", "1",
@@ -165,6 +167,12 @@ bool envBool(const std::string& name) {
   return std::strtol(v.c_str(), nullptr, 10) > 0;
 }
 
+Preference envPreference(const std::string& name) {
+  std::string v = envString(name);
+  if (v.empty() || strcasecmp(v.c_str(), "auto") == 0) return Preference::Auto;
+  return envBool(name) ? Preference::On : Preference::Off;
+}
+
 Settings Settings::fromEnvironment() {
   Settings s;
   s.cycleTimeMs = envDouble("CYCLE_TIME");
@@ -178,8 +186,8 @@ Settings Settings::fromEnvironment() {
   s.shmWindowBytes = envInt("SHM_WINDOW_BYTES");
   s.shmArenaBytes = envInt("SHM_ARENA_BYTES");
   s.shmHostByName = envBool("SHM_HOST_BY_NAME");
-  s.hierarchicalAllreduce = envBool("HIERARCHICAL_ALLREDUCE");
-  s.hierarchicalAllgather = envBool("HIERARCHICAL_ALLGATHER");
+  s.hierarchicalAllreduce = envPreference("HIERARCHICAL_ALLREDUCE");
+  s.hierarchicalAllgather = envPreference("HIERARCHICAL_ALLGATHER");
   s.shmControl = envBool("SHM_CONTROL");
   s.shmLocalAgreement = envBool("SHM_LOCAL_AGREEMENT");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");

@@ -27,21 +27,26 @@ int64_t envInt(const std::string& name);
 bool envBool(const std::string& name);  // true when the integer value is > 0, or "true"/"yes"
 bool envIsSet(const std::string& name);
 
+// A choice the engine may also make by itself: 1/true/yes (On), 0 (Off), unset or "auto" (Auto).
+enum class Preference { Off, On, Auto };
+Preference envPreference(const std::string& name);
+
 struct Settings {
-  double cycleTimeMs = 1.0;                 // CYCLE_TIME
-  int64_t fusionThreshold = 128ll << 20;    // FUSION_THRESHOLD (bytes; 0 disables fusion)
-  int64_t cacheCapacity = 1024;             // CACHE_CAPACITY (0 disables the response cache)
-  int64_t spinMicroseconds = 50;            // SPIN_MICROSECONDS: polling before a wait sleeps
-  bool spinAdaptive = true;                 // SPIN_ADAPTIVE: stop polling while waits outlast it
-  double timeoutSeconds = 60.0;             // TIMEOUT_SECONDS: a silent peer fails pending work
-  double startTimeoutSeconds = 30.0;        // START_TIMEOUT: rendezvous and connection set-up
-  bool shmDisable = false;                  // SHM_DISABLE: collectives stay on TCP on one host
-  int64_t shmRingBytes = 512 << 10;         // SHM_RING_BYTES: each rank-pair ring
-  int64_t shmWindowBytes = 512 << 10;       // SHM_WINDOW_BYTES: each rank's window (0: none)
-  int64_t shmArenaBytes = 1ll << 30;        // SHM_ARENA_BYTES: each rank's arena (0: none)
-  bool shmHostByName = false;               // SHM_HOST_BY_NAME (testing aid, see setup.h)
-  bool hierarchicalAllreduce = false;       // HIERARCHICAL_ALLREDUCE: local + cross allreduce
-  bool hierarchicalAllgather = false;       // HIERARCHICAL_ALLGATHER: local + cross allgather
+  double cycleTimeMs = 1.0;               // CYCLE_TIME
+  int64_t fusionThreshold = 128ll << 20;  // FUSION_THRESHOLD (bytes; 0 disables fusion)
+  int64_t cacheCapacity = 1024;           // CACHE_CAPACITY (0 disables the response cache)
+  int64_t spinMicroseconds = 50;          // SPIN_MICROSECONDS: polling before a wait sleeps
+  bool spinAdaptive = true;               // SPIN_ADAPTIVE: stop polling while waits outlast it
+  double timeoutSeconds = 60.0;           // TIMEOUT_SECONDS: a silent peer fails pending work
+  double startTimeoutSeconds = 30.0;      // START_TIMEOUT: rendezvous and connection set-up
+  bool shmDisable = false;                // SHM_DISABLE: collectives stay on TCP on one host
+  int64_t shmRingBytes = 512 << 10;       // SHM_RING_BYTES: each rank-pair ring
+  int64_t shmWindowBytes = 512 << 10;     // SHM_WINDOW_BYTES: each rank's window (0: none)
+  int64_t shmArenaBytes = 1ll << 30;      // SHM_ARENA_BYTES: each rank's arena (0: none)
+  bool shmHostByName = false;             // SHM_HOST_BY_NAME (testing aid, see setup.h)
+  // HIERARCHICAL_ALLREDUCE, _ALLGATHER: steps within and across hosts (Auto: the engine decides)
+  Preference hierarchicalAllreduce = Preference::Auto;
+  Preference hierarchicalAllgather = Preference::Off;
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0
   std::string logLevel = "warning";         // LOG_LEVEL

@@ -31,51 +31,74 @@ void HierarchicalCommunicator::allgatherv(const void* in, void* out,
 
 namespace {
 
-// Why the flat path runs although some rank asked for `what` ("" when it may run).
-std::string whyNot(int asking, int size, const char* variable, const std::string& hostsWhyNot) {
-  if (asking < size) {
-    return std::to_string(asking) + " of " + std::to_string(size) + " ranks set " + variable;
+// One collective's verdict from every rank's preference for it.
+struct Verdict {
+  bool run = false;
+  bool asked = false;  // every rank set On (not left it to the engine)
+  std::string whyNot;  // logged: why a path that some rank set On does not run
+};
+
+Verdict decide(const std::vector<Preference>& prefs, const collectives::HostGroups& groups,
+               const char* variable) {
+  const int size = static_cast<int>(prefs.size());
+  const int on = static_cast<int>(std::count(prefs.begin(), prefs.end(), Preference::On));
+  const int off = static_cast<int>(std::count(prefs.begin(), prefs.end(), Preference::Off));
+  auto ranksSet = [&](int n, const char* value) {
+    return std::to_string(n) + " of " + std::to_string(size) + " ranks set " + variable + value;
+  };
+  Verdict v;
+  if (off > 0) {
+    if (on > 0) v.whyNot = ranksSet(off, "=0");
+    return v;
   }
-  return hostsWhyNot;
+  const bool hostsAllow = groups.whyNot.empty();
+  if (on == size) {
+    v.run = v.asked = hostsAllow;
+    v.whyNot = groups.whyNot;
+    return v;
+  }
+  // Left to the engine: a host of one rank has nothing to share within it, so the flat path
+  // crosses the links no more often and saves the two local steps.
+  v.run = hostsAllow && groups.hosts[0].size() >= 2;
+  if (on > 0 && !v.run) v.whyNot = hostsAllow ? ranksSet(on, "") : groups.whyNot;
+  return v;
 }
 
 }  // namespace
 
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const std::vector<int>& all,
-                                                     HierarchicalCommunicator::Choice requested,
+                                                     const HierarchyRequest& requested,
                                                      const collectives::RankPlace& mine,
                                                      const HostLocalFactory& hostLocal) {
   const int size = world.size();
   if (size == 1) return world.subset(all);
-  // Each rank's requests and place, gathered on every rank (5 x int32 each).
-  int32_t own[5] = {requested.allreduce ? 1 : 0, requested.allgather ? 1 : 0, mine.host,
-                    mine.hostCount, mine.hostRanks};
+  // Each rank's preferences and place, gathered on every rank (5 x int32 each).
+  int32_t own[5] = {static_cast<int32_t>(requested.allreduce),
+                    static_cast<int32_t>(requested.allgather), mine.host, mine.hostCount,
+                    mine.hostRanks};
   std::vector<int32_t> every(5 * static_cast<size_t>(size));
   world.allgatherv(own, every.data(), std::vector<size_t>(size, sizeof(own)));
   std::vector<collectives::RankPlace> places(size);
-  int askReduce = 0, askGather = 0;
+  std::vector<Preference> reducePrefs(size), gatherPrefs(size);
   for (int r = 0; r < size; ++r) {
     const int32_t* e = &every[5 * static_cast<size_t>(r)];
-    askReduce += e[0];
-    askGather += e[1];
+    reducePrefs[r] = static_cast<Preference>(e[0]);
+    gatherPrefs[r] = static_cast<Preference>(e[1]);
     places[r] = {e[2], e[3], e[4]};
   }
-  if (askReduce == 0 && askGather == 0) return world.subset(all);
   const collectives::HostGroups groups = collectives::groupHosts(places);
+  const Verdict reduce = decide(reducePrefs, groups, "HORA_HIERARCHICAL_ALLREDUCE");
+  const Verdict gather = decide(gatherPrefs, groups, "HORA_HIERARCHICAL_ALLGATHER");
   const bool lead = world.rank() == 0;
-  HierarchicalCommunicator::Choice choice;
-  if (askReduce > 0) {
-    std::string why = whyNot(askReduce, size, "HORA_HIERARCHICAL_ALLREDUCE", groups.whyNot);
-    choice.allreduce = why.empty();
-    if (lead && !why.empty()) HORA_LOG(Info, "hierarchical allreduce not used: " << why);
+  if (lead && !reduce.whyNot.empty()) {
+    HORA_LOG(Info, "hierarchical allreduce not used: " << reduce.whyNot);
   }
-  if (askGather > 0) {
-    std::string why = whyNot(askGather, size, "HORA_HIERARCHICAL_ALLGATHER", groups.whyNot);
-    choice.allgather = why.empty();
-    if (lead && !why.empty()) HORA_LOG(Info, "hierarchical allgather not used: " << why);
+  if (lead && !gather.whyNot.empty()) {
+    HORA_LOG(Info, "hierarchical allgather not used: " << gather.whyNot);
   }
-  if (!choice.allreduce && !choice.allgather) return world.subset(all);
+  if (!reduce.run && !gather.run) return world.subset(all);
+  HierarchicalCommunicator::Choice choice{reduce.run, gather.run, reduce.asked};
   collectives::HostLayout layout = collectives::layoutFor(groups, world.rank());
   std::vector<int> cross;
   for (const auto& host : layout.hosts) cross.push_back(host[layout.index]);
@@ -93,8 +116,18 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
     std::ostringstream shape;
     shape << layout.hosts.size() << " hosts x " << perHost << " ranks; within rank 0's host over "
           << local->backendName() << ", across hosts over " << crossComm->backendName();
-    if (choice.allreduce) HORA_LOG(Info, "hierarchical allreduce: " << shape.str());
-    if (choice.allgather) HORA_LOG(Info, "hierarchical allgather: " << shape.str());
+    auto why = [](const Verdict& v, const char* variable) {
+      return v.asked ? std::string()
+                     : std::string(" (chosen by the engine; ") + variable + "=0 keeps it flat)";
+    };
+    if (reduce.run) {
+      HORA_LOG(Info, "hierarchical allreduce: " << shape.str()
+                                                << why(reduce, "HORA_HIERARCHICAL_ALLREDUCE"));
+    }
+    if (gather.run) {
+      HORA_LOG(Info, "hierarchical allgather: " << shape.str()
+                                                << why(gather, "HORA_HIERARCHICAL_ALLGATHER"));
+    }
     if (!localWhyNot.empty()) {
       HORA_LOG(Info, "within rank 0's host the hierarchical steps stay on " << local->backendName()
                                                                             << ": " << localWhyNot);

@@ -1,7 +1,8 @@
 #pragma once
 // HierarchicalCommunicator: the global process set's communicator when a hierarchical collective
-// is chosen (HORA_HIERARCHICAL_ALLREDUCE or _ALLGATHER on every rank, a job over several hosts
-// with the same number of ranks on each). The chosen ones (allreduce, allgatherv) run the
+// is chosen: a job over several hosts with the same number of ranks on each, where every rank
+// sets HORA_HIERARCHICAL_ALLREDUCE or _ALLGATHER, or leaves it to the engine (see
+// makeGlobalCommunicator). The chosen ones (allreduce, allgatherv) run the
 // algorithms of collectives/hierarchical.h over two subsets of the world (this host's ranks, and
 // the ranks of the other hosts with the same local index); every other collective runs on the
 // flat communicator it wraps. Same contract as Communicator;
@@ -12,16 +13,20 @@
 #include <vector>
 
 #include "core/collectives/hierarchical.h"
+#include "core/common/settings.h"
 #include "core/transport/communicator.h"
 
 namespace hora {
 
 class HierarchicalCommunicator final : public Communicator {
  public:
-  // Which collectives run hierarchically.
+  // Which collectives run hierarchically. gpuAllreduce: GPU tensors' allreduces too (only when
+  // every rank asked for it: NCCL is aware of hosts on its own, and the hierarchical GPU path
+  // crosses hosts through host memory).
   struct Choice {
     bool allreduce = false;
     bool allgather = false;
+    bool gpuAllreduce = false;
   };
   HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
                            std::unique_ptr<Communicator> cross, collectives::HostLayout layout,
@@ -33,6 +38,7 @@ class HierarchicalCommunicator final : public Communicator {
   Capabilities capabilities() const override { return flat_->capabilities(); }
   bool hierarchicalAllreduce() const override { return choice_.allreduce; }
   bool hierarchicalAllgather() const override { return choice_.allgather; }
+  bool hierarchicalGpuAllreduce() const { return choice_.gpuAllreduce; }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;
@@ -66,10 +72,26 @@ class HierarchicalCommunicator final : public Communicator {
   std::vector<uint8_t> scratch_;
 };
 
-// The global set's communicator over `all` (every world rank): hierarchical for the collectives
-// `requested` on every rank when the hosts allow it, else world.subset(all). Collective over the
-// world: every rank reports its requests and place (an allgather of a few bytes) and all reach
-// the same verdict; rank 0 logs it at Info, and why when a requested path does not run.
+// comm as the hierarchical communicator whose GPU allreduces run hierarchically, else null.
+inline HierarchicalCommunicator* gpuHierarchy(Communicator* comm) {
+  auto* h = dynamic_cast<HierarchicalCommunicator*>(comm);
+  return h != nullptr && h->hierarchicalGpuAllreduce() ? h : nullptr;
+}
+
+// What each rank asks for, from HORA_HIERARCHICAL_ALLREDUCE and _ALLGATHER.
+struct HierarchyRequest {
+  Preference allreduce = Preference::Auto;
+  Preference allgather = Preference::Off;
+};
+
+// The global set's communicator over `all` (every world rank): hierarchical for each collective
+// when the hosts allow it and the ranks ask for it: On on every rank, or Auto on some and On or
+// Auto on the others with at least two ranks on each host (measured on hosts with 1 Gbit/s links,
+// bench/multihost.py: 0.57-0.66x the flat time from 64 KiB to 64 MiB, on a par below, within
+// 1.15x of the links' bound at 64 MiB); Off on any rank keeps it flat. Otherwise
+// world.subset(all). Collective over the world: every rank reports its requests and place (an
+// allgather of a few bytes) and all reach the same verdict; rank 0 logs it at Info, and why when
+// a path that every rank asked for does not run.
 // hostLocal, when given, may return a communicator of this rank's host over other means (shared
 // memory); it is called by every rank of every host, with the host's index, this rank's index on
 // it and the host's ranks (world ranks, by index), and returns null (with why) to keep the
@@ -78,7 +100,7 @@ using HostLocalFactory = std::function<std::unique_ptr<Communicator>(
     int host, int index, const std::vector<int>& hostRanks, std::string* why)>;
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const std::vector<int>& all,
-                                                     HierarchicalCommunicator::Choice requested,
+                                                     const HierarchyRequest& requested,
                                                      const collectives::RankPlace& mine,
                                                      const HostLocalFactory& hostLocal = nullptr);
 

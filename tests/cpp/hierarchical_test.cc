@@ -25,11 +25,13 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
-std::unique_ptr<Communicator> hierarchical(Connection& conn, int rank, int size, int hosts) {
+std::unique_ptr<Communicator> hierarchical(Connection& conn, int rank, int size, int hosts,
+                                           HierarchyRequest request = {Preference::On,
+                                                                       Preference::On}) {
   std::vector<int> all(size);
   std::iota(all.begin(), all.end(), 0);
   collectives::RankPlace place{rank % hosts, hosts, size / hosts};
-  return makeGlobalCommunicator(*conn.world, all, {true, true}, place);
+  return makeGlobalCommunicator(*conn.world, all, request, place);
 }
 
 void runJob(int size, int hosts) {
@@ -71,6 +73,52 @@ void runJob(int size, int hosts) {
 TEST(Hierarchical, TwoHostsOfThreeInterleaved) { runJob(6, 2); }
 TEST(Hierarchical, ThreeHostsOfTwoInterleaved) { runJob(6, 3); }
 TEST(Hierarchical, TwoHostsOfOne) { runJob(2, 2); }
+
+// What makeGlobalCommunicator grants each rank of a job of `size` ranks on `hosts` hosts when
+// rank r asks for the allreduce with prefs[r] (the allgather left Off).
+struct Granted {
+  bool allreduce = false, gpuAllreduce = false;
+};
+std::vector<Granted> grantedFor(int size, int hosts, const std::vector<Preference>& prefs) {
+  MemoryStore store;
+  std::vector<Granted> granted(size);
+  test::spawnRanks(size, [&](int rank) {
+    ConnectOptions o = test::loopbackOptions(rank, size, "hierarchical-choice-test");
+    Connection conn = makeTransport("tcp")->connect(o, store);
+    auto comm = hierarchical(conn, rank, size, hosts, {prefs[rank], Preference::Off});
+    granted[rank] = {comm->hierarchicalAllreduce(), gpuHierarchy(comm.get()) != nullptr};
+    require(!comm->hierarchicalAllgather(), "allgather granted though Off");
+  });
+  return granted;
+}
+
+TEST(Hierarchical, LeftToTheEngineItRunsForCpuTensorsWhenHostsShareRanks) {
+  using P = Preference;
+  for (const Granted& g : grantedFor(4, 2, {P::Auto, P::Auto, P::Auto, P::Auto})) {
+    EXPECT_TRUE(g.allreduce);
+    EXPECT_FALSE(g.gpuAllreduce);  // NCCL knows the hosts itself: GPU tensors only when asked
+  }
+  for (const Granted& g : grantedFor(4, 2, {P::On, P::On, P::On, P::On})) {
+    EXPECT_TRUE(g.allreduce);
+    EXPECT_TRUE(g.gpuAllreduce);
+  }
+  for (const Granted& g : grantedFor(4, 2, {P::On, P::Auto, P::Auto, P::Auto})) {
+    EXPECT_TRUE(g.allreduce);
+    EXPECT_FALSE(g.gpuAllreduce);
+  }
+}
+
+TEST(Hierarchical, OffOnAnyRankOrOneRankPerHostKeepsTheFlatPath) {
+  using P = Preference;
+  for (const Granted& g : grantedFor(4, 2, {P::Auto, P::Auto, P::Off, P::On})) {
+    EXPECT_FALSE(g.allreduce);
+  }
+  for (const Granted& g : grantedFor(2, 2, {P::Auto, P::Auto})) EXPECT_FALSE(g.allreduce);
+  for (const Granted& g : grantedFor(2, 2, {P::On, P::On})) EXPECT_TRUE(g.allreduce);
+  for (const Granted& g : grantedFor(3, 1, {P::Auto, P::Auto, P::Auto})) {
+    EXPECT_FALSE(g.allreduce);  // one host
+  }
+}
 
 TEST(Hierarchical, GroupingVerdicts) {
   using collectives::RankPlace;

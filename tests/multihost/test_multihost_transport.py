@@ -51,7 +51,7 @@ def run_measured(bed: TestBed, hosts: str, flags: list[str] = (), **env: str) ->
 
 
 def test_each_rank_runs_on_its_host_over_ssh_with_tcp_between_hosts(bed2: TestBed):
-    job, sent = run_measured(bed2, bed2.host_list(2, names=True))
+    job, sent = run_measured(bed2, bed2.host_list(2, names=True), ["--no-hierarchical-allreduce"])
     got = reports(job, 4)
     assert [(g["host"], g["local_rank"], g["cross_rank"]) for g in got] == [
         ("hostA", 0, 0), ("hostA", 1, 0), ("hostB", 0, 1), ("hostB", 1, 1)]
@@ -63,12 +63,14 @@ def test_each_rank_runs_on_its_host_over_ssh_with_tcp_between_hosts(bed2: TestBe
     assert sent["eth0"] > PAYLOAD_BYTES // 2, sent
 
 
-def test_hierarchical_steps_use_shared_memory_within_a_host_and_tcp_across(bed2: TestBed):
-    job, sent = run_measured(bed2, bed2.host_list(2), ["--hierarchical-allreduce"])
+def test_by_default_hierarchical_steps_use_shared_memory_within_a_host_and_tcp_across(
+        bed2: TestBed):
+    job, sent = run_measured(bed2, bed2.host_list(2))
     got = reports(job, 4)
     assert all(g["ok"] and g["transport"] == "tcp" for g in got), got
     assert ("hierarchical allreduce: 2 hosts x 2 ranks; within rank 0's host over shm, across "
-            "hosts over tcp") in job.stderr, job.stderr
+            "hosts over tcp (chosen by the engine; HORA_HIERARCHICAL_ALLREDUCE=0 keeps it flat)"
+            ) in job.stderr, job.stderr
     # Host A's ranks reduce through shared memory: loopback carries no payload, the link does.
     assert sent["lo"] < 2 * MIB, sent
     assert sent["eth0"] > PAYLOAD_BYTES // 4, sent

@@ -46,6 +46,10 @@ def test_two_hosts_take_the_hierarchical_paths_from_the_horarun_flags() -> None:
     assert "hierarchical allgather" not in err
     err = _run(["--hierarchical-allgather", "-np", "4", "-H", "localhost:2,127.0.0.1:2"])
     assert "hierarchical allgather: 2 hosts x 2 ranks" in err
+    assert "hierarchical allreduce: 2 hosts x 2 ranks" in err  # the default, flag or not
+    err = _run(["--no-hierarchical-allreduce", "--hierarchical-allgather", "-np", "4", "-H",
+                "localhost:2,127.0.0.1:2"])
+    assert "hierarchical allgather: 2 hosts x 2 ranks" in err
     assert "hierarchical allreduce" not in err
 
 
@@ -76,14 +80,28 @@ def test_unequal_hosts_stay_flat_and_say_why() -> None:
     assert "hierarchical allreduce not used: hosts run different numbers of ranks" in err
 
 
-def test_every_rank_must_ask() -> None:
+def test_one_rank_per_host_runs_it_only_when_every_rank_asks() -> None:
     err = _run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"], HORA_HIERARCHICAL_ALLREDUCE="1",
                ONLY_RANK0="1")
     assert "hierarchical allreduce not used: 1 of 2 ranks set HORA_HIERARCHICAL_ALLREDUCE" in err
 
 
-def test_without_the_variable_nothing_is_logged() -> None:
+def test_by_default_hosts_of_two_ranks_take_the_hierarchical_allreduce() -> None:
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_SHM_HOST_BY_NAME="1")
+    assert "hierarchical allreduce: 2 hosts x 2 ranks; within rank 0's host over shm, across " \
+        "hosts over tcp (chosen by the engine; HORA_HIERARCHICAL_ALLREDUCE=0 keeps it flat)" in err
+    assert "hierarchical allgather" not in err
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_HIERARCHICAL_ALLGATHER="auto")
+    assert "hierarchical allgather: 2 hosts x 2 ranks; within rank 0's host over shm, across " \
+        "hosts over shm (chosen by the engine; HORA_HIERARCHICAL_ALLGATHER=0 keeps it flat)" in err
+
+
+def test_one_rank_per_host_and_the_off_switch_keep_the_flat_path_silently() -> None:
     err = _run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"])
+    assert "hierarchical allreduce" not in err
+    err = _run(["--no-hierarchical-allreduce", "-np", "4", "-H", "localhost:2,127.0.0.1:2"])
+    assert "hierarchical allreduce" not in err
+    err = _run(["-np", "4", "-H", "localhost:2,127.0.0.1:2"], HORA_HIERARCHICAL_ALLREDUCE="0")
     assert "hierarchical allreduce" not in err
 
 

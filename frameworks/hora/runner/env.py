@@ -130,7 +130,7 @@ class Switch:
 SWITCHES: tuple[Switch, ...] = (
     Switch("hierarchical-allreduce", "HIERARCHICAL_ALLREDUCE",
            "allreduce within each host, then across hosts, then within each host again "
-           "(CPU, global set; hosts with equal ranks)"),
+           "(global set; hosts with equal ranks; default: CPU tensors when hosts run 2+ ranks)"),
     Switch("hierarchical-allgather", "HIERARCHICAL_ALLGATHER",
            "allgather within each host, then across hosts, then within each host again"),
 )
