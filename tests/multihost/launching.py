@@ -34,7 +34,9 @@ def _hora_parent() -> str:
 
 
 HORA_PARENT = _hora_parent()
-_RANK_LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$")
+# horarun tags each line of a rank "[r]<stdout>:". Open MPI's mpirun (horarun --mpi) tags each
+# piece a rank writes "[job,r]<stdout>:", so one line can hold several pieces, each tagged.
+_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
 
 
 @dataclass
@@ -51,13 +53,22 @@ class Job:
         return self.stdout + self.stderr
 
     def rank_lines(self, rank: int, stream: str = "stdout") -> list[str]:
-        """What rank ``rank`` printed on ``stream``, without horarun's ``[r]<stream>:`` prefix."""
+        """What rank ``rank`` printed on ``stream``, without the ``[r]<stream>:`` prefix."""
         text = self.stdout if stream == "stdout" else self.stderr
-        found = []
+        found, pending = [], ""
         for line in text.splitlines():
-            match = _RANK_LINE.match(line)
-            if match and int(match.group(1)) == rank and match.group(2) == stream:
-                found.append(match.group(3))
+            tags = list(_TAG.finditer(line))
+            if not tags or tags[0].start() != 0:
+                continue
+            mine = False  # whether the line's last piece is this rank's (its newline, then)
+            for i, tag in enumerate(tags):
+                end = tags[i + 1].start() if i + 1 < len(tags) else len(line)
+                mine = int(tag.group(1)) == rank and tag.group(2) == stream
+                if mine:
+                    pending += line[tag.end():end]
+            if mine:
+                found.append(pending)
+                pending = ""
         return found
 
 

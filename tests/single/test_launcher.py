@@ -495,12 +495,29 @@ def test_mpirun_command_lines():
     assert bound[7:10] == ["-bind-to", "core", "t"]
 
 
+def test_mpirun_reaches_other_hosts_with_horaruns_ssh_options():
+    args = launch.parse_args(["--mpi", "-p", "2222", "-i", "/k", "cmd"])
+    options = mpirun.ssh_options(args)
+    assert options == ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+                       "-p", "2222", "-i", "/k"]
+    assert mpirun.ssh_options(launch.parse_args(["--mpi", "cmd"])) == []
+    argv = mpirun.mpirun_command(mpirun.OPENMPI, 2, slots.parse_hosts("h1:1,h2:1"), {}, ["t"],
+                                 ssh_options=options)
+    at = argv.index("plm_rsh_args")
+    assert argv[at - 1:at + 2] == ["--mca", "plm_rsh_args", " ".join(options)]
+    with pytest.raises(mpirun.MpiError, match="MPICH's mpirun takes no ssh options"):
+        mpirun.mpirun_command(mpirun.MPICH, 2, slots.parse_hosts("h1:1,h2:1"), {}, ["t"],
+                              ssh_options=options)
+
+
 def test_mpirun_rank_env():
     args = launch.parse_args(["--mpi", "--cycle-time-ms", "3", "-x", "FOO", "cmd"])
     local = mpirun.rank_env(args, slots.parse_hosts("localhost:2"),
-                            {"FOO": "f", "HORA_X": "1", "HOME": "/h", "HORA_SECRET": "old"})
+                            {"FOO": "f", "HORA_X": "1", "HOME": "/h", "HORA_SECRET": "old",
+                             "PYTHONPATH": "/p"})
     assert local["HORA_CONTROLLER"] == "mpi" and local["HORA_CYCLE_TIME"] == "3"
     assert local["FOO"] == "f" and local["HORA_X"] == "1" and "HOME" not in local
+    assert local["PYTHONPATH"] == "/p"  # as horarun carries it to ranks it starts over ssh
     assert local["HORA_RENDEZVOUS_ADDR"] == "127.0.0.1" and int(local["HORA_RENDEZVOUS_PORT"]) > 0
     assert len(local["HORA_SECRET"]) == 64
     assert env.undeclared(local, DECLARED + ["X"]) == []

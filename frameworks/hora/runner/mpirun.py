@@ -3,7 +3,7 @@
 Open MPI::
 
     mpirun --allow-run-as-root --tag-output -np N -H h1:2,h2:2 --bind-to none --map-by slot
-           -x NAME ... [--mpi-args] command...
+           [--mca plm_rsh_args "-p PORT -i KEY"] -x NAME ... [--mpi-args] command...
 
 MPICH / Intel MPI (Hydra)::
 
@@ -11,6 +11,10 @@ MPICH / Intel MPI (Hydra)::
 
 The binding flags are spelled with two dashes: Open MPI 4 takes both spellings, Open MPI 5's
 ``prterun`` only this one (it reads ``-bind-to none`` as a program named ``none``).
+
+horarun's ssh options (``-p``, ``-i``, ``--ssh-host-key-checking``) reach the ssh that Open MPI
+starts its daemons with on the other hosts; Hydra has no such option, so with MPICH they are
+refused (put them in ``~/.ssh/config`` instead).
 
 Open MPI's ``-x NAME`` takes the value from mpirun's own environment, so no value shows on the
 command line. Hydra forwards mpirun's whole environment by default, so the job secret is left to
@@ -32,6 +36,7 @@ from hora.runner import env as envs
 from hora.runner import hosts as hostlib
 from hora.runner.env import SECRET_NAMES
 from hora.runner.slots import HostSlots, format_hosts
+from hora.runner.ssh_exec import ssh_base
 
 OPENMPI = "openmpi"
 MPICH = "mpich"
@@ -81,18 +86,28 @@ def detect_flavour(mpirun: str) -> str:
 def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
                    env: Mapping[str, str], command: Sequence[str],
                    mpi_args: str | None = None, binding_args: str | None = None,
-                   mpirun: str = "mpirun") -> list[str]:
+                   mpirun: str = "mpirun", ssh_options: Sequence[str] = ()) -> list[str]:
     """The mpirun argv for ``flavour``; ``env`` lists the variables every rank must get (their
-    values must also be in mpirun's own environment)."""
+    values must also be in mpirun's own environment); ``ssh_options`` are the options of the ssh
+    that reaches the other hosts (``-p 2222 -i KEY``).
+
+    Raises:
+        MpiError: ssh options with MPICH, which cannot take them.
+    """
     extra = shlex.split(mpi_args) if mpi_args else []
     if flavour == OPENMPI:
         binding = shlex.split(binding_args) if binding_args else ["--bind-to", "none",
                                                                   "--map-by", "slot"]
         argv = [mpirun, "--allow-run-as-root", "--tag-output", "-np", str(num_proc),
                 "-H", format_hosts(list(hosts)), *binding]
+        if ssh_options:
+            argv += ["--mca", "plm_rsh_args", shlex.join(ssh_options)]
         for name in env:
             argv += ["-x", name]
     elif flavour == MPICH:
+        if ssh_options:
+            raise MpiError(f"MPICH's mpirun takes no ssh options ({shlex.join(ssh_options)}); "
+                           "set them for these hosts in ~/.ssh/config instead")
         argv = [mpirun, "-l", "-np", str(num_proc), "-hosts", format_hosts(list(hosts))]
         counts = {h.slots for h in hosts}
         if len(counts) == 1:
@@ -121,12 +136,12 @@ def exec_mpirun(argv: Sequence[str], env: Mapping[str, str]) -> None:
 
 def rank_env(args: argparse.Namespace, hosts: Sequence[HostSlots],
              environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables an mpirun job carries to every rank: the launcher's HORA_/HOROVOD_/NCCL_
-    variables, ``-x`` exports, the engine settings, the MPI transport choice, a fresh secret, and
-    where rank 0 serves the rendezvous store (the first host; a free port when it is this one,
-    else the engine's default port)."""
-    env = {k: v for k, v in envs.exported_env(environ).items()
-           if k.startswith(envs.EXPORTED_PREFIXES)}
+    """The variables an mpirun job carries to every rank: what horarun carries to remote ranks
+    (the launcher's PATH, PYTHONPATH, ... and HORA_/HOROVOD_/NCCL_ variables), ``-x`` exports,
+    the engine settings, the MPI transport choice, a fresh secret, and where rank 0 serves the
+    rendezvous store (the first host; a free port when it is this one, else the engine's default
+    port)."""
+    env = envs.exported_env(environ)
     env.update(envs.parse_exports(args.env or [], environ))
     env.update(envs.settings_env(args))
     first = hosts[0].hostname
@@ -141,6 +156,13 @@ def rank_env(args: argparse.Namespace, hosts: Sequence[HostSlots],
     return env
 
 
+def ssh_options(args: argparse.Namespace) -> list[str]:
+    """The options horarun's ssh would take beyond its defaults (port, key, host key checking),
+    for the ssh that mpirun starts on the other hosts."""
+    options = ssh_base(args.ssh_port, args.ssh_identity_file, args.ssh_host_key_checking)[1:]
+    return [] if options == ssh_base()[1:] else options
+
+
 def run(args: argparse.Namespace, command: Sequence[str], hosts: Sequence[HostSlots],
         num_proc: int) -> int:
     """``horarun --mpi``: exec mpirun (returns only when that fails: exit code 127)."""
@@ -149,7 +171,7 @@ def run(args: argparse.Namespace, command: Sequence[str], hosts: Sequence[HostSl
         flavour = detect_flavour(path)
         env = rank_env(args, hosts, os.environ)
         argv = mpirun_command(flavour, num_proc, hosts, env, command, args.mpi_args,
-                              args.binding_args, mpirun=path)
+                              args.binding_args, mpirun=path, ssh_options=ssh_options(args))
         if args.verbose:
             print(f"horarun: {shlex.join(argv)}", file=sys.stderr, flush=True)
         exec_mpirun(argv, {**os.environ, **env})
