@@ -12,8 +12,9 @@ once through torch.multiprocessing with an env-based ``init_process_group("gloo"
 and once under ``mpirun -np N`` with mpi4py's ``Allreduce`` (Open MPI) when mpi4py and mpirun are
 installed. With ``--hierarchical``, three more with the ranks on two host names of this machine
 (``-H localhost:N/2,127.0.0.1:N/2``) that, with ``HORA_SHM_HOST_BY_NAME=1``, do not share one
-segment, as on two machines: flat (TCP), with ``HORA_HIERARCHICAL_ALLREDUCE=1`` (shared memory
-within each host, TCP across), and the same with ``HORA_SHM_DISABLE=1`` (TCP only). With
+segment, as on two machines: flat (TCP, ``HORA_HIERARCHICAL_ALLREDUCE=0``), hierarchical
+(``HORA_HIERARCHICAL_ALLREDUCE=1``: shared memory within each host, TCP across), and the same
+with ``HORA_SHM_DISABLE=1`` (TCP only). With
 ``--horovod PYTHON`` (the interpreter of an environment with Horovod), once more under ``mpirun``
 with Horovod's torch allreduce. Rank 0 of each writes its timings as JSON to a temporary file;
 this process prints the tables and writes every figure to the results file (``--json``, by
@@ -347,7 +348,8 @@ def run_all(args: argparse.Namespace, sizes: list[int], tmp: str) -> list[dict]:
     if args.hierarchical:
         hosts = f"localhost:{args.np // 2},127.0.0.1:{args.np // 2}"
         hier = {"HORA_SHM_HOST_BY_NAME": "1", "HORA_HIERARCHICAL_ALLREDUCE": "1"}
-        hora_runs += [("2 hosts flat", {"HORA_SHM_HOST_BY_NAME": "1"}, hosts),
+        flat = {"HORA_SHM_HOST_BY_NAME": "1", "HORA_HIERARCHICAL_ALLREDUCE": "0"}
+        hora_runs += [("2 hosts flat", flat, hosts),
                       ("2 hosts hier", hier, hosts),
                       ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}, hosts)]
     runs = [run_hora(args, sizes, path(label), extra, label, hosts)
