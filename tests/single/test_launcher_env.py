@@ -295,6 +295,22 @@ def test_an_elastic_host_discovered_after_the_start_is_local_or_remote_by_its_ow
     assert workers.unreachable(info, "192.0.2.7") is None
 
 
+def test_an_elastic_workers_ssh_gives_up_on_a_silent_host_in_bounded_time():
+    """A remote worker's ssh client ends (exit 255) after 3 unanswered asks 5 s apart, so a host
+    whose network is cut fails its workers (and is blacklisted) even while the discovery script
+    still lists it; a static job's ssh has no such option (its ranks notice a lost host
+    themselves)."""
+    from hora.runner import ssh_exec
+    from hora.runner.elastic import workers
+
+    info = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, None, frozenset({"hostB"}),
+                              "/w", uses_ssh=True)
+    argv = workers.worker_spec(info, 0, "hostB", 2).argv
+    host = argv.index("hostB")
+    assert argv[:host][-4:] == ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    assert not any("ServerAlive" in word for word in ssh_exec.ssh_base())
+
+
 def test_an_elastic_job_on_the_loopback_starts_no_workers_on_a_remote_host():
     """A job whose first discovery was only this machine serves its stores on 127.0.0.1: a
     remote host discovered later gets no workers (they could not reach the stores), and the

@@ -21,6 +21,11 @@ from hora.runner.output import Sink
 from hora.runner.rank_discovery import is_loopback
 
 _POLL_SECONDS = 0.05
+SSH_ALIVE_INTERVAL_SECONDS = 5
+"""A remote worker's ssh client asks its host for an answer after this long a silence and ends
+after ``ssh_exec.SERVER_ALIVE_COUNT`` unanswered asks (about 15 s): a host whose network is cut
+then counts as a failed host (blacklisted, its workers out of the next generation), as one whose
+workers crashed, even while the discovery script still lists it."""
 
 
 @dataclasses.dataclass
@@ -103,7 +108,8 @@ def worker_spec(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -
         remote_env.update({k: v for k, v in env.items() if k not in info.base_env})
         argv = ssh_exec.ssh_command(host, info.cwd, remote_env, info.command,
                                     max(1, int(GRACE_SECONDS) - 2), info.ssh_port,
-                                    info.ssh_identity_file, info.ssh_host_key_checking)
+                                    info.ssh_identity_file, info.ssh_host_key_checking,
+                                    SSH_ALIVE_INTERVAL_SECONDS)
         return RankSpec(worker_id, host, argv, envs.without_secrets(info.base_env),
                         ssh_exec.stdin_payload(private), remote=True)
     env.update(private)
