@@ -107,8 +107,12 @@ def test_an_elastic_job_that_loses_a_host_finishes_on_the_other(fresh_bed2_hrbr0
 
     dropped = when("hosts ['hostB'] are no longer discovered; stopping their workers [2, 3]")
     reformed = when("generation 1 at ")
+    def seconds(t: float | None) -> str:
+        return "never" if t is None else f"{t:.1f} s"
+
     print(f"4 workers at step {HOLD_STEP} {reached:.1f} s after the start; after the cut: "
-          f"hostB dropped at {dropped}, generation 1 at {reformed}, job ended at {ended:.1f} s")
+          f"hostB dropped at {seconds(dropped)}, generation 1 at {seconds(reformed)}, the job "
+          f"ended at {ended:.1f} s")
     assert proc.returncode == 0, stderr[-4000:]
     # Every remote worker found its own route: none was handed the launcher's hrbr0.
     assert "HORA_IFACE" not in stderr, stderr[-4000:]
