@@ -62,7 +62,8 @@
 #      and sshd (tests/multihost, as root): horarun -H over ssh at 2 and 3 hosts x 2 ranks, every
 #      collective against NumPy, shared memory within a host and TCP across, the hierarchical
 #      algorithms against flat (and chosen by default), horarun --mpi across hosts, a host with
-#      another secret, a host's link cut mid-job
+#      another secret, a host's link cut mid-job, an elastic job (--host-discovery-script) that
+#      loses a host and finishes on the other
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
 #      at a time, from its committed seeds, with the executions per target; asan / tsan: the C++
 #      unit tests (with the MPI driver at 1-4 ranks and the runtime's multi-rank thread tests)
@@ -789,7 +790,7 @@ if wants multihost; then
                              [ ! -f /etc/ssh/ssh_host_ed25519_key ]; }; then
     run "multihost: ssh key and host keys (tests/ssh_setup.sh)" bash tests/ssh_setup.sh
   fi
-  run "multihost: 2 and 3 hosts x 2 ranks over ssh (ops, transports, hierarchical, MPI, faults)" \
+  run "multihost: 2 and 3 hosts x 2 ranks over ssh (ops, transports, hierarchical, MPI, faults, elastic)" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/multihost
 fi
 

@@ -10,11 +10,11 @@ import pytest
 import testbed
 
 
-def _bed(count: int) -> Iterator[testbed.TestBed]:
+def _bed(count: int, launcher_device: str = "eth0") -> Iterator[testbed.TestBed]:
     reason = testbed.unavailable()
     if reason is not None:
         pytest.skip(reason)
-    with testbed.testbed(count) as bed:
+    with testbed.testbed(count, launcher_device=launcher_device) as bed:
         yield bed
     assert testbed.leftovers(bed.tag) == [], "the bed left namespaces behind"
 
@@ -35,3 +35,10 @@ def bed3() -> Iterator[testbed.TestBed]:
 def fresh_bed2() -> Iterator[testbed.TestBed]:
     """Two hosts of the test's own, for a test that cuts links or leaves ranks behind."""
     yield from _bed(2)
+
+
+@pytest.fixture
+def fresh_bed2_hrbr0() -> Iterator[testbed.TestBed]:
+    """Like ``fresh_bed2``, the launcher's interface named ``hrbr0`` (the hosts' is ``eth0``), so
+    a name that only the launcher has shows up when it is handed to a host."""
+    yield from _bed(2, launcher_device="hrbr0")

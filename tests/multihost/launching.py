@@ -83,11 +83,13 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def horarun_argv(bed: TestBed, hosts: str, flags: Sequence[str],
+def horarun_argv(bed: TestBed, hosts: str | None, flags: Sequence[str],
                  command: Sequence[str]) -> list[str]:
     """``python -m hora.runner -H HOSTS -p 22 -i KEY FLAGS... COMMAND...`` in the launcher's
-    namespace."""
-    return bed.in_launcher([sys.executable, "-m", "hora.runner", "-H", hosts, *bed.ssh_args(),
+    namespace (without ``-H`` when ``hosts`` is None: the flags say where, e.g. with
+    ``--host-discovery-script``)."""
+    where = ["-H", hosts] if hosts is not None else []
+    return bed.in_launcher([sys.executable, "-m", "hora.runner", *where, *bed.ssh_args(),
                             *flags, *command])
 
 
@@ -112,7 +114,7 @@ def horarun(bed: TestBed, hosts: str, command: Sequence[str], flags: Sequence[st
     return Job(result.returncode, result.stdout, result.stderr, time.monotonic() - start)
 
 
-def start_horarun(bed: TestBed, hosts: str, command: Sequence[str], flags: Sequence[str] = (),
+def start_horarun(bed: TestBed, hosts: str | None, command: Sequence[str], flags: Sequence[str] = (),
                   env: Mapping[str, str] | None = None) -> subprocess.Popen:
     """horarun started in the background, its stdout and stderr as text pipes."""
     return subprocess.Popen(horarun_argv(bed, hosts, flags, command),

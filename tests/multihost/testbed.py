@@ -9,7 +9,9 @@ beds never collide and a later run can tell a dead run's leftovers by their PID)
                           launcher)
     hrmh<PID>-<N>-h0 ...  one namespace per host: lo, eth0 = 10.213.0.<2+i>/24, an sshd on that
                           address in a UTS namespace of its own (host name hostA, hostB, ...)
-    hrmh<PID>-<N>-l       the launcher's namespace: eth0 = 10.213.0.1/24; horarun runs here
+    hrmh<PID>-<N>-l       the launcher's namespace: eth0 = 10.213.0.1/24 (or another name, e.g.
+                          ``hrbr0``: launch nodes and hosts rarely share interface names);
+                          horarun runs here
 
 Nothing is created in the root namespace: every link is made inside the bed's namespaces, and the
 addresses exist only there. Names resolve inside the bed (not on this machine) through
@@ -79,6 +81,7 @@ class TestBed:
     launcher_namespace: str
     bridge_namespace: str
     workdir: str
+    launcher_device: str = "eth0"
     _namespaces: list[str] = field(default_factory=list)
 
     def host_list(self, slots: int, count: int | None = None, names: bool = False) -> str:
@@ -141,9 +144,11 @@ def unavailable() -> str | None:
 
 
 @contextlib.contextmanager
-def testbed(count: int = 2, rate: str | None = None) -> Iterator[TestBed]:
+def testbed(count: int = 2, rate: str | None = None,
+            launcher_device: str = "eth0") -> Iterator[TestBed]:
     """A bed of ``count`` hosts (``hostA``, ``hostB``, ...), each link shaped to ``rate`` when
-    given; torn down on exit, whatever happens.
+    given, the launcher's interface named ``launcher_device``; torn down on exit, whatever
+    happens.
 
     Raises:
         RuntimeError: a host's sshd does not come up.
@@ -151,6 +156,7 @@ def testbed(count: int = 2, rate: str | None = None) -> Iterator[TestBed]:
     """
     sweep_stale()
     bed = _plan(count)
+    bed.launcher_device = launcher_device
 
     def at_exit() -> None:
         teardown(bed)
@@ -179,7 +185,7 @@ def _build(bed: TestBed) -> None:
     _add_namespace(bed, bed.bridge_namespace)
     _ip("-n", bed.bridge_namespace, "link", "add", "br0", "type", "bridge")
     _ip("-n", bed.bridge_namespace, "link", "set", "br0", "up")
-    _join(bed, bed.launcher_namespace, "vl", LAUNCHER_ADDRESS)
+    _join(bed, bed.launcher_namespace, "vl", LAUNCHER_ADDRESS, bed.launcher_device)
     for host in bed.hosts:
         _join(bed, host.namespace, host.bridge_port, host.address)
     _write_hosts_files(bed)
@@ -195,15 +201,15 @@ def _add_namespace(bed: TestBed, name: str) -> None:
     _ip("-n", name, "link", "set", "lo", "up")
 
 
-def _join(bed: TestBed, namespace: str, port: str, address: str) -> None:
-    """A namespace with eth0 at ``address``, its veth peer ``port`` on the bridge."""
+def _join(bed: TestBed, namespace: str, port: str, address: str, device: str = "eth0") -> None:
+    """A namespace with ``device`` at ``address``, its veth peer ``port`` on the bridge."""
     _add_namespace(bed, namespace)
-    _ip("-n", bed.bridge_namespace, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+    _ip("-n", bed.bridge_namespace, "link", "add", port, "type", "veth", "peer", "name", device,
         "netns", namespace)
     _ip("-n", bed.bridge_namespace, "link", "set", port, "master", "br0")
     _ip("-n", bed.bridge_namespace, "link", "set", port, "up")
-    _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
-    _ip("-n", namespace, "link", "set", "eth0", "up")
+    _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
+    _ip("-n", namespace, "link", "set", device, "up")
 
 
 def _write_hosts_files(bed: TestBed) -> None:

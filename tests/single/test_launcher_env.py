@@ -1,7 +1,9 @@
 """horarun: the environment each rank sees beyond Hora's own variables: horovodrun's
 HOROVOD_* topology names, the default OMP_NUM_THREADS and the binding of local ranks to CPUs
 (--bind-to auto, core, none).
-Only loopback addresses are used."""
+Only loopback addresses are used (a documentation address is named, never reached)."""
+
+from __future__ import annotations
 
 import os
 import shlex
@@ -214,7 +216,7 @@ def test_auto_binding_leaves_ranks_unbound_beside_a_pinned_process():
     if len(cores) < 2:
         return  # one CPU: two ranks are never bound by auto; the test above covers it
     pinned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))  # noqa: PLW1509
     try:
         found = env.pinned_processes(cores)
         assert (pinned.pid, "python3", [cores[0]]) in [(p, n[:7], c) for p, n, c in found]
@@ -273,6 +275,56 @@ def test_elastic_remote_workers_do_not_get_the_drivers_interface():
     explicit = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, "eth1",
                                   frozenset({"hostB"}), "/w", local_interface="hrbr0")
     assert (iface(explicit, "localhost"), iface(explicit, "hostB")) == ("eth1", "eth1")
+
+
+def test_an_elastic_host_discovered_after_the_start_is_local_or_remote_by_its_own_name():
+    """A discovery script may name a host only later: whether its workers start over ssh (and
+    then find their own route to the rendezvous, without the driver's interface name) is decided
+    from the host itself, not from the hosts of the first discovery. 192.0.2.7 is a documentation
+    address (nothing is sent to it)."""
+    from hora.runner.elastic import workers
+
+    info = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, None, frozenset({"hostB"}),
+                              "/w", local_interface="hrbr0", uses_ssh=True)
+    later = workers.worker_spec(info, 5, "192.0.2.7", 2)
+    assert later.remote and later.argv[0] == "ssh", later.argv
+    assert "HORA_IFACE" not in " ".join(later.argv)
+    assert workers.worker_env(info, 5, "192.0.2.7", 2).get("HORA_IFACE") is None
+    local = workers.worker_spec(info, 6, "127.0.0.1", 2)
+    assert not local.remote and local.env["HORA_IFACE"] == "hrbr0"
+    assert workers.unreachable(info, "192.0.2.7") is None
+
+
+def test_an_elastic_workers_ssh_gives_up_on_a_silent_host_in_bounded_time():
+    """A remote worker's ssh client ends (exit 255) after 3 unanswered asks 5 s apart, so a host
+    whose network is cut fails its workers (and is blacklisted) even while the discovery script
+    still lists it; a static job's ssh has no such option (its ranks notice a lost host
+    themselves)."""
+    from hora.runner import ssh_exec
+    from hora.runner.elastic import workers
+
+    info = workers.LaunchInfo(["python"], {}, "s", "10.0.0.1", 4242, None, frozenset({"hostB"}),
+                              "/w", uses_ssh=True)
+    argv = workers.worker_spec(info, 0, "hostB", 2).argv
+    host = argv.index("hostB")
+    assert argv[:host][-4:] == ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    assert not any("ServerAlive" in word for word in ssh_exec.ssh_base())
+
+
+def test_an_elastic_job_on_the_loopback_starts_no_workers_on_a_remote_host():
+    """A job whose first discovery was only this machine serves its stores on 127.0.0.1: a
+    remote host discovered later gets no workers (they could not reach the stores), and the
+    reason names the way out; Spark and Ray place their own workers and are not asked."""
+    from hora.runner.elastic import workers
+
+    info = workers.LaunchInfo(["python"], {}, "s", "127.0.0.1", 4242, None, frozenset(), "/w",
+                              local_interface="lo", uses_ssh=True)
+    why = workers.unreachable(info, "192.0.2.7")
+    assert why is not None and "listens on 127.0.0.1 only" in why and "--network-interface" in why
+    assert workers.unreachable(info, "localhost") is None
+    placed_elsewhere = workers.LaunchInfo(["a Ray actor"], {}, "s", "127.0.0.1", 4242, None,
+                                          frozenset(), "/w")
+    assert workers.unreachable(placed_elsewhere, "192.0.2.7") is None
 
 
 def test_bind_like_horarun_binds_every_thread_of_the_process():

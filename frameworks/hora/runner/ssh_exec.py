@@ -6,7 +6,8 @@ The ssh command line is::
         'cd CWD >/dev/null 2>&1; exec sh -c WRAPPER horarun-rank GRACE WATCHER env VAR=VALUE...
         COMMAND...'
 
-with every word quoted by ``shlex.quote``. The job secret is not on it (it would show in ``ps``
+with every word quoted by ``shlex.quote`` (an elastic worker's adds ``-o ServerAliveInterval=5 -o
+ServerAliveCountMax=3``, see ``ssh_base``). The job secret is not on it (it would show in ``ps``
 on both hosts): the launcher writes ``NAME=VALUE`` lines for such private variables, then an
 empty line, to the ssh client's stdin, and the wrapper exports them before it starts the rank.
 
@@ -50,14 +51,21 @@ WRAPPER = "; ".join(_WRAPPER_STEPS)
 """The remote shell program: reads private variables, runs the rank, stops it on stdin EOF."""
 
 
+SERVER_ALIVE_COUNT = 3
+"""Unanswered ServerAlive asks after which an ssh client started with an alive interval ends."""
+
 HOST_KEY_CHECKING = ("accept-new", "yes", "no")
 """Values of ``horarun --ssh-host-key-checking`` (ssh's StrictHostKeyChecking); the first is the
 default."""
 
 
 def ssh_base(port: int | None = None, identity_file: str | None = None,
-             host_key_checking: str = "accept-new") -> list[str]:
-    """``ssh`` and its options, up to (not including) the host.
+             host_key_checking: str = "accept-new",
+             alive_interval: int | None = None) -> list[str]:
+    """``ssh`` and its options, up to (not including) the host. With ``alive_interval`` the
+    client asks the server for an answer after that many seconds of silence and gives up (exit
+    code 255) after ``SERVER_ALIVE_COUNT`` unanswered asks: a host whose network is cut then ends
+    the ssh client in bounded time instead of leaving it waiting for TCP.
 
     Raises:
         ValueError: ``host_key_checking`` is not one of ``HOST_KEY_CHECKING``.
@@ -66,6 +74,9 @@ def ssh_base(port: int | None = None, identity_file: str | None = None,
         raise ValueError(f"ssh host key checking must be one of {', '.join(HOST_KEY_CHECKING)}, "
                          f"got {host_key_checking!r}")
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={host_key_checking}"]
+    if alive_interval is not None:
+        argv += ["-o", f"ServerAliveInterval={alive_interval}",
+                 "-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT}"]
     if port is not None:
         argv += ["-p", str(port)]
     if identity_file:
@@ -93,9 +104,12 @@ def remote_command(cwd: str, env: Mapping[str, str], command: Sequence[str],
 def ssh_command(host: str, cwd: str, env: Mapping[str, str], command: Sequence[str],
                 grace_seconds: int, port: int | None = None,
                 identity_file: str | None = None,
-                host_key_checking: str = "accept-new") -> list[str]:
-    """The full ssh argv that runs ``command`` on ``host`` in ``cwd`` with ``env``."""
-    return ssh_base(port, identity_file, host_key_checking) + [host, remote_command(cwd, env, command, grace_seconds)]
+                host_key_checking: str = "accept-new",
+                alive_interval: int | None = None) -> list[str]:
+    """The full ssh argv that runs ``command`` on ``host`` in ``cwd`` with ``env`` (see
+    :func:`ssh_base` for ``alive_interval``)."""
+    return ssh_base(port, identity_file, host_key_checking, alive_interval) + [
+        host, remote_command(cwd, env, command, grace_seconds)]
 
 
 def stdin_payload(private: Mapping[str, str]) -> bytes:

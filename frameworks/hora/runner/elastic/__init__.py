@@ -76,7 +76,13 @@ def run_elastic(args: argparse.Namespace, command: Sequence[str],
         ValueError: bad flags, hosts or interface (before any worker started).
     """
     from hora import _core
-    from hora.runner.job import _signals_stop, choose_rendezvous, first_interface, remote_hosts
+    from hora.runner.job import (
+        Rendezvous,
+        _signals_stop,
+        choose_rendezvous,
+        first_interface,
+        remote_hosts,
+    )
 
     base = dict(os.environ if base_env is None else base_env)
     limits = limits_of(args, base)
@@ -97,15 +103,18 @@ def run_elastic(args: argparse.Namespace, command: Sequence[str],
         discover = FixedHosts(fixed).find
         first = discover()
     remote = remote_hosts(list(first), args.force_ssh or ())
-    rendezvous = choose_rendezvous(remote, first_interface(args.network_interface))
+    interface = first_interface(args.network_interface)
+    rendezvous = choose_rendezvous(remote, interface)
+    if not remote and interface is not None and args.host_discovery_script:
+        # Remote hosts may be discovered later: listen where they can reach the stores.
+        rendezvous = Rendezvous("0.0.0.0", hostlib.interface_addresses()[interface], interface)
     secret = secrets.token_hex(32)
     control_server = _core.StoreServer(rendezvous.bind_host, 0, secret)
     sink = PrefixSink()
     try:
         control = _core.StoreClient("127.0.0.1", control_server.port, secret, 10.0)
         info = launch_info(args, list(command), base, secret, rendezvous.address,
-                           control_server.port, first_interface(args.network_interface),
-                           rendezvous.local_interface,
+                           control_server.port, interface, rendezvous.local_interface,
                            frozenset(remote) | frozenset(args.force_ssh or ()))
         driver = ElasticDriver(info, discover, limits, Blacklist(cooldown), WorkerPool(sink),
                                rendezvous.bind_host, control)

@@ -24,7 +24,7 @@ from hora import _core
 from hora.common.elastic import protocol
 from hora.runner.elastic.blacklist import Blacklist
 from hora.runner.elastic.placement import place
-from hora.runner.elastic.workers import LaunchInfo, Worker, WorkerPool
+from hora.runner.elastic.workers import LaunchInfo, Worker, WorkerPool, unreachable
 from hora.runner.local_exec import describe_exit, exit_code_of
 
 DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
@@ -85,6 +85,7 @@ class ElasticDriver:
         self._failure: tuple[str, int] | None = None
         self._stop_signal: int | None = None
         self._started = time.monotonic()
+        self._unreachable: dict[str, str | None] = {}  # host -> why it takes no workers
 
     def request_stop(self, signum: int) -> None:
         """Make ``run()`` stop every worker (safe in a signal handler)."""
@@ -124,7 +125,8 @@ class ElasticDriver:
                 return 127
             self._check_ready()
             urgent |= self._reset_requested()
-            if urgent or self._below_min_since is not None or \
+            # No worker at all (no host takes one) counts as below --min-np, too.
+            if urgent or self._below_min_since is not None or not self._pool.alive() or \
                     (self._newcomers() and not self._pending()):
                 outcome = self._form()
                 if outcome is not None:
@@ -229,12 +231,20 @@ class ElasticDriver:
         """Start workers on free slots of usable hosts while fewer than the target run."""
         missing = self._target() - len(self._pool.alive())
         for host, slots in self._hosts.items():
-            if not self._blacklist.usable(host):
+            if not self._blacklist.usable(host) or not self._reachable(host):
                 continue
             while missing > 0 and self._pool.count_on(host) < slots:
                 worker = self._pool.start(self._info, host, slots)
                 self._started_at[worker.id] = time.monotonic()
                 missing -= 1
+
+    def _reachable(self, host: str) -> bool:
+        """False (said once) for a host whose workers could not reach the driver's stores."""
+        if host not in self._unreachable:
+            self._unreachable[host] = unreachable(self._info, host)
+            if self._unreachable[host] is not None:
+                self._say(f"{host} takes no workers: {self._unreachable[host]}")
+        return self._unreachable[host] is None
 
     def _pending(self) -> list[Worker]:
         return [w for w in self._pool.alive() if w.id not in self._ready]
@@ -295,12 +305,16 @@ class ElasticDriver:
                     f"waiting up to {self._limits.elastic_timeout:g} s (--elastic-timeout)")
         if now - self._below_min_since < self._limits.elastic_timeout:
             return None
-        hosts = ", ".join(f"{h}:{s}{'' if self._blacklist.usable(h) else ' (blacklisted)'}"
-                          for h, s in self._hosts.items()) or "none"
+        hosts = ", ".join(f"{h}:{s}{self._unusable(h)}" for h, s in self._hosts.items()) or "none"
         self._say(f"job failed: fewer than --min-np {self._limits.min_np} workers ({ready} "
                   f"ready) for {self._limits.elastic_timeout:g} s (--elastic-timeout); hosts: "
                   f"{hosts}")
         return 1
+
+    def _unusable(self, host: str) -> str:
+        if not self._blacklist.usable(host):
+            return " (blacklisted)"
+        return " (unreachable)" if self._unreachable.get(host) else ""
 
     def _publish(self, members: list[Worker]) -> None:
         generation = self._generation + 1

@@ -14,11 +14,18 @@ import time
 from collections.abc import Mapping
 
 from hora.runner import env as envs
+from hora.runner import hosts as hostlib
 from hora.runner import ssh_exec
 from hora.runner.local_exec import GRACE_SECONDS, RankSpec, _Child, _Reaper, _start
 from hora.runner.output import Sink
+from hora.runner.rank_discovery import is_loopback
 
 _POLL_SECONDS = 0.05
+SSH_ALIVE_INTERVAL_SECONDS = 5
+"""A remote worker's ssh client asks its host for an answer after this long a silence and ends
+after ``ssh_exec.SERVER_ALIVE_COUNT`` unanswered asks (about 15 s): a host whose network is cut
+then counts as a failed host (blacklisted, its workers out of the next generation), as one whose
+workers crashed, even while the discovery script still lists it."""
 
 
 @dataclasses.dataclass
@@ -31,7 +38,7 @@ class LaunchInfo:
     address: str  # where workers reach the driver's stores
     control_port: int
     interface: str | None  # --network-interface: every worker listens there
-    remote_hosts: frozenset[str]
+    remote_hosts: frozenset[str]  # reached with ssh: --force-ssh, and remote hosts seen at start
     cwd: str
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
@@ -41,6 +48,33 @@ class LaunchInfo:
     # Without --network-interface, the driver's interface to the store: for workers on its own
     # machine only (a remote host's interfaces have their own names).
     local_interface: str | None = None
+    # horarun's workers: this machine's as children, any other host's with ssh (Spark and Ray
+    # place their workers themselves, on hosts of their own naming).
+    uses_ssh: bool = False
+    # Host name -> started with ssh, for hosts discovered after the start (see is_remote).
+    _remote_seen: dict[str, bool] = dataclasses.field(default_factory=dict, repr=False)
+
+
+def is_remote(info: LaunchInfo, host: str) -> bool:
+    """True when workers on ``host`` are started with ssh: a host of ``info.remote_hosts``, or any
+    host name that is not this machine (``hosts.is_local_host``). A discovery script may name a
+    host only after the job started, so the answer is found at the first worker on each host,
+    not fixed by the hosts of the first discovery."""
+    if host in info.remote_hosts:
+        return True
+    if host not in info._remote_seen:
+        info._remote_seen[host] = not hostlib.is_local_host(host)
+    return info._remote_seen[host]
+
+
+def unreachable(info: LaunchInfo, host: str) -> str | None:
+    """Why horarun's workers on ``host`` cannot take part, or None: a remote host, when the
+    driver's stores listen on the loopback only (no host of the first discovery was remote)."""
+    if info.uses_ssh and is_loopback(info.address) and is_remote(info, host):
+        return (f"it is not this machine, but the job's rendezvous listens on {info.address} "
+                "only (no host of the first discovery was remote); list a remote host from the "
+                "start, or pass --network-interface")
+    return None
 
 
 def worker_env(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -> dict[str, str]:
@@ -53,8 +87,13 @@ def worker_env(info: LaunchInfo, worker_id: int, host: str, local_slots: int) ->
         "HORA_HOSTNAME": host, "HOROVOD_HOSTNAME": host,
         "HORA_CONTROLLER": "tcp", "HORA_CPU_OPERATIONS": "tcp",
     })
-    remote = host in info.remote_hosts
-    env.update(envs.interface_env(info.interface or (None if remote else info.local_interface)))
+    # A remote worker finds its own route to the rendezvous (as a rank of a static job over ssh
+    # does): the driver's interface name means nothing on another host. An explicit
+    # --network-interface goes to every worker.
+    if info.interface is not None:
+        env.update(envs.interface_env(info.interface))
+    elif info.local_interface is not None and not is_remote(info, host):
+        env.update(envs.interface_env(info.local_interface))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -63,13 +102,14 @@ def worker_spec(info: LaunchInfo, worker_id: int, host: str, local_slots: int) -
     """How to start worker ``worker_id`` on ``host`` (locally, or with ssh)."""
     env = worker_env(info, worker_id, host, local_slots)
     private = envs.private_env(info.secret)
-    if host in info.remote_hosts:
+    if is_remote(info, host):
         remote_env = envs.exported_env(env)
         remote_env.update(info.forwarded)
         remote_env.update({k: v for k, v in env.items() if k not in info.base_env})
         argv = ssh_exec.ssh_command(host, info.cwd, remote_env, info.command,
                                     max(1, int(GRACE_SECONDS) - 2), info.ssh_port,
-                                    info.ssh_identity_file, info.ssh_host_key_checking)
+                                    info.ssh_identity_file, info.ssh_host_key_checking,
+                                    SSH_ALIVE_INTERVAL_SECONDS)
         return RankSpec(worker_id, host, argv, envs.without_secrets(info.base_env),
                         ssh_exec.stdin_payload(private), remote=True)
     env.update(private)
@@ -178,7 +218,7 @@ def launch_info(args: object, command: list[str], base_env: Mapping[str, str], s
     return LaunchInfo(
         command=list(command), base_env=env, secret=secret, address=address,
         control_port=control_port, interface=interface, local_interface=local_interface,
-        remote_hosts=remote_hosts,
+        remote_hosts=remote_hosts, uses_ssh=True,
         cwd=os.getcwd(), ssh_port=getattr(args, "ssh_port", None),
         ssh_identity_file=getattr(args, "ssh_identity_file", None),
         ssh_host_key_checking=getattr(args, "ssh_host_key_checking", "accept-new"),
