@@ -22,7 +22,7 @@
 #include "bindings/register.h"
 #include "bindings/xla_call.h"
 #include "core/common/errors.h"
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 #include "core/runtime.h"
 
 namespace py = pybind11;

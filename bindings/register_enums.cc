@@ -1,12 +1,12 @@
 // The engine's enumerations as Python enums (convertible to int), so that the frontends read the
-// numbers the engine uses instead of declaring them again: OpKind (core/coordinator/messages.h)
+// numbers the engine uses instead of declaring them again: OpKind (core/messages/messages.h)
 // and ReduceOp (core/common/dtype.h). Only the kinds a frontend may submit are listed; the
 // control kinds (Error, AddProcessSet, RemoveProcessSet) stay inside the engine.
 #include <pybind11/pybind11.h>
 
 #include "bindings/register.h"
 #include "core/common/dtype.h"
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace py = pybind11;
 

@@ -18,7 +18,7 @@
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace py = pybind11;
 

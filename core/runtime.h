@@ -21,7 +21,7 @@
 #include "core/common/settings.h"
 #include "core/common/tensor.h"
 #include "core/coordinator/handle.h"
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 #include "core/store/store.h"
 #include "core/transport/shared_pool.h"
 

@@ -8,7 +8,9 @@
 #      out: torchsuite, clients, ray, spark, jax, multihost, fuzz, asan, tsan
 # The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
-#   2. the C++ style check (tests/check_format.sh), then C++ unit tests (CMake + Ninja + gtest, ctest)
+#   2. the C++ style check (tests/check_format.sh), the layer check (tests/check_layers.py: no
+#      include cycle between folders of core/, no backend including another), then C++ unit tests
+#      (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
 #      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3;
@@ -319,6 +321,7 @@ fi
 if wants cpp; then
   stage cpp
   run "clang-format check (C++ style)" bash tests/check_format.sh
+  run "layer check (no include cycle between core/ folders)" "$PY" tests/check_layers.py
   if [ -f tests/cpp/CMakeLists.txt ]; then
     run "C++ configure (cmake, Ninja)" \
       cmake -S . -B build/cpp -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release

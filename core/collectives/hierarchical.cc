@@ -62,8 +62,8 @@ HostLayout layoutFor(const HostGroups& groups, int worldRank) {
   return l;
 }
 
-void allreduceHierarchical(Communicator& local, Communicator& cross, void* buf, size_t count,
-                           DataType dtype, ReduceOp op, std::vector<uint8_t>& scratch) {
+void allreduceHierarchical(Group& local, Group& cross, void* buf, size_t count, DataType dtype,
+                           ReduceOp op, std::vector<uint8_t>& scratch) {
   if (count == 0) return;
   const int n = local.size(), me = local.rank();
   const size_t es = dtypeSize(dtype);
@@ -130,8 +130,8 @@ void placeHostRange(const HostLayout& l, int h, size_t from, size_t len, const u
 
 }  // namespace
 
-void allgathervHierarchical(Communicator& local, Communicator& cross, const HostLayout& l,
-                            const void* in, void* out, const std::vector<size_t>& bytesPerRank,
+void allgathervHierarchical(Group& local, Group& cross, const HostLayout& l, const void* in,
+                            void* out, const std::vector<size_t>& bytesPerRank,
                             std::vector<uint8_t>& scratch) {
   const int hosts = static_cast<int>(l.hosts.size());
   const int perHost = static_cast<int>(l.hosts[0].size());

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace hora {
 

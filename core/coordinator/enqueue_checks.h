@@ -5,8 +5,8 @@
 // in the caller's thread (InvalidArgument -> ValueError in Python): unknown or foreign process set,
 // unsupported dtype or device, bad root, bad splits, scalars where rows are needed. `data` is
 // what the data transport's communicators run (Communicator::capabilities()).
-#include "core/coordinator/messages.h"
 #include "core/coordinator/process_set_table.h"
+#include "core/messages/messages.h"
 #include "core/transport/capabilities.h"
 
 namespace hora {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace hora {
 

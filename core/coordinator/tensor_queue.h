@@ -16,7 +16,7 @@
 #include "core/common/tensor.h"
 #include "core/common/time.h"
 #include "core/coordinator/handle.h"
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace hora {
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace hora {
 

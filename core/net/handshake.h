@@ -2,13 +2,13 @@
 // The connection handshake: every TCP connection the engine accepts (store, data mesh, control
 // plane) starts with it, so a process that does not know the job secret never gets further.
 //
-// (clang-format leaves the diagram's columns as drawn.)
+// The exchange (byte layouts in handshake.cc; clang-format off/on keeps the columns as drawn):
 // clang-format off
 //   acceptor  -> connector  Challenge { nonceA }
 //   connector -> acceptor   Hello     { kind, rank, nonceC,
-//                                       HMAC(secret, "hello" nonceA kind rank nonceC) }
+//                                       HMAC(secret, "hora-hello" nonceA kind rank nonceC) }
 //   acceptor  -> connector  Welcome   { status, rank,
-//                                       HMAC(secret, "welcome" nonceC nonceA status rank) }
+//                                       HMAC(secret, "hora-welcome" nonceC nonceA status rank) }
 // clang-format on
 //
 // Both sides prove the secret over a fresh nonce chosen by the other, so neither a replay nor a

@@ -1,7 +1,7 @@
 #pragma once
 // Runs one response on this rank: finds the local entries of its tensors, picks the op function
 // from the table, and completes the handles (success, or the error on every tensor involved).
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 #include "core/ops/op_context.h"
 
 namespace hora {

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "core/common/time.h"
-#include "core/coordinator/messages.h"
 #include "core/coordinator/tensor_queue.h"
+#include "core/messages/messages.h"
 #include "core/store/store.h"
 #include "core/timeline/timeline.h"
 #include "core/transport/nccl/communicator.h"

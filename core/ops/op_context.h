@@ -2,9 +2,9 @@
 // What an op needs to execute one (possibly fused) response on this rank.
 #include <vector>
 
-#include "core/coordinator/messages.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
+#include "core/messages/messages.h"
 #include "core/timeline/timeline.h"
 #include "core/transport/communicator.h"
 

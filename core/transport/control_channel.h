@@ -30,6 +30,9 @@ class ControlChannel {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The backend that carries the messages ("tcp", "shm", "mpi"): how another backend asks whose
+  // channel it holds without knowing that backend's types.
+  virtual std::string backendName() const = 0;
   virtual void send(int to, const std::string& bytes) = 0;
   virtual void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) = 0;
   virtual void wakeup() = 0;

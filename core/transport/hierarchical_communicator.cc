@@ -8,6 +8,33 @@
 
 namespace hora {
 
+namespace {
+
+// A Communicator as the collectives' Group (core/collectives/hierarchical.h), which declares the
+// few collectives the hierarchical algorithms compose without depending on this folder.
+class CommunicatorGroup final : public collectives::Group {
+ public:
+  explicit CommunicatorGroup(Communicator& comm) : comm_(comm) {}
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override {
+    comm_.allreduce(buf, count, dtype, op);
+  }
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override {
+    comm_.allgatherv(in, out, bytesPerRank);
+  }
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes) override {
+    comm_.alltoallv(in, sendBytes, out, recvBytes);
+  }
+
+ private:
+  Communicator& comm_;
+};
+
+}  // namespace
+
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> flat,
                                                    std::unique_ptr<Communicator> local,
                                                    std::unique_ptr<Communicator> cross,
@@ -20,13 +47,16 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator>
 
 void HierarchicalCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (!choice_.allreduce) return flat_->allreduce(buf, count, dtype, op);
-  collectives::allreduceHierarchical(*local_, *cross_, buf, count, dtype, op, scratch_);
+  CommunicatorGroup localGroup(*local_), crossGroup(*cross_);
+  collectives::allreduceHierarchical(localGroup, crossGroup, buf, count, dtype, op, scratch_);
 }
 
 void HierarchicalCommunicator::allgatherv(const void* in, void* out,
                                           const std::vector<size_t>& bytesPerRank) {
   if (!choice_.allgather) return flat_->allgatherv(in, out, bytesPerRank);
-  collectives::allgathervHierarchical(*local_, *cross_, layout_, in, out, bytesPerRank, scratch_);
+  CommunicatorGroup localGroup(*local_), crossGroup(*cross_);
+  collectives::allgathervHierarchical(localGroup, crossGroup, layout_, in, out, bytesPerRank,
+                                      scratch_);
 }
 
 namespace {

@@ -45,6 +45,7 @@ class MpiControlChannel : public ControlChannel {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string backendName() const override { return "mpi"; }
   void send(int to, const std::string& bytes) override;
   void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) override;
   void wakeup() override;

@@ -1,7 +1,7 @@
 #pragma once
 // Enqueue-time checks of a request whose tensor lives on a CUDA device, so that what the GPU
 // path cannot run fails in the caller's thread with a clear message instead of in a collective.
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 #include "core/transport/nccl/gpu_library.h"
 
 namespace hora::gpu {

@@ -8,8 +8,7 @@
 #include "core/transport/shm/communicator.h"
 #include "core/transport/shm/control_channel.h"
 #include "core/transport/shm/setup.h"
-#include "core/transport/tcp/control_channel.h"
-#include "core/transport/tcp/transport.h"
+#include "core/transport/transport.h"
 
 namespace hora {
 namespace shm {
@@ -33,7 +32,7 @@ size_t arenaBytesOf(const ConnectOptions& o) { return o.shmWindowBytes > 0 ? o.s
 // would read them any more, and a local peer's exit is seen through the segment (pidfd, gone flag).
 // The agreement board comes with it. Returns true when it moved.
 bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
-  if (!a.control || dynamic_cast<tcp::TcpControlChannel*>(c.control.get()) == nullptr) return false;
+  if (!a.control || c.control->backendName() != "tcp") return false;
   c.control = std::make_unique<ShmControlChannel>(a.peers, o.opTimeout);
   c.board = std::make_unique<ShmAgreementBoard>(a.peers);
   return true;
@@ -42,7 +41,7 @@ bool moveControl(Connection& c, const Attachment& a, const ConnectOptions& o) {
 }  // namespace
 
 Connection ShmTransport::connect(const ConnectOptions& options, Store& store) {
-  Connection c = tcp::TcpTransport().connect(options, store);
+  Connection c = makeTransport("tcp")->connect(options, store);
   Attachment a = attachJob(options, store, false, ringBytesOf(options), options.shmWindowBytes,
                            arenaBytesOf(options));
   if (!a.peers) throw NotSupported("shm transport: cannot use shared memory: " + a.whyNot);

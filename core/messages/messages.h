@@ -1,8 +1,11 @@
 #pragma once
 // Negotiation messages. A Request says "this rank has tensor <name> ready for <op>"; the
 // coordinator (world rank 0) collects them and answers with Responses that every member of the
-// process set executes in the same order. Encoded with a small versioned binary codec (codec.cc);
-// the format is internal to one build of Hora.
+// process set executes in the same order. Encoded with a small versioned binary codec
+// (core/coordinator/codec.cc); the format is internal to one build of Hora.
+//
+// The vocabulary shared by every layer that names an operation: it sits below the coordinator,
+// fusion, ops and the transports' request checks, and includes nothing but core/common.
 //
 // Besides the fields every message has (kind, name(s), process set, dtype, device, reduction,
 // scale factors), each kind carries:

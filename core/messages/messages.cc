@@ -1,4 +1,4 @@
-#include "core/coordinator/messages.h"
+#include "core/messages/messages.h"
 
 namespace hora {
 

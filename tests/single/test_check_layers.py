@@ -1,0 +1,109 @@
+"""tests/check_layers.py: a cycle between folders of core/ or an include between two transport
+backends fails it, naming the includes; a clean tree and this repository pass."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKER = ROOT / "tests" / "check_layers.py"
+_spec = importlib.util.spec_from_file_location("check_layers", CHECKER)
+assert _spec is not None and _spec.loader is not None
+check_layers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_layers)
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    """A tree whose files (path -> the core/ paths it includes) hold only include lines."""
+    for path, includes in files.items():
+        file = root / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text("#pragma once\n" + "".join(f'#include "{inc}"\n' for inc in
+                                                   includes.split()))
+    return root
+
+
+def _check(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(CHECKER), "--root", str(root), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+# A small layered tree: common <- net <- transport (with two backends) <- coordinator <- runtime.
+CLEAN = {
+    "core/common/errors.h": "",
+    "core/net/socket.h": "core/common/errors.h",
+    "core/net/socket.cc": "core/net/socket.h core/common/errors.h",
+    "core/transport/communicator.h": "core/common/errors.h",
+    "core/transport/backends.cc": "core/transport/tcp/transport.h core/transport/shm/transport.h",
+    "core/transport/tcp/transport.h": "core/transport/communicator.h core/net/socket.h",
+    "core/transport/shm/transport.h": "core/transport/communicator.h",
+    "core/coordinator/coordinator.h": "core/transport/communicator.h",
+    "core/runtime.h": "core/coordinator/coordinator.h core/config.h",
+    "core/runtime_loop.cc": "core/runtime.h",
+}
+
+
+def test_a_clean_tree_passes(tmp_path: Path) -> None:
+    done = _check(_tree(tmp_path, CLEAN), "--no-allow-list")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no cycle" in done.stdout
+
+
+def test_a_cycle_between_folders_fails_naming_each_include_of_it(tmp_path: Path) -> None:
+    files = dict(CLEAN)
+    files["core/transport/agree.cc"] = "core/coordinator/coordinator.h"
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "core/coordinator -> core/transport -> core/coordinator" in done.stderr
+    assert ("core/coordinator/coordinator.h:2 includes core/transport/communicator.h"
+            in done.stderr)
+    assert "core/transport/agree.cc:2 includes core/coordinator/coordinator.h" in done.stderr
+
+
+def test_a_longer_cycle_is_named_whole(tmp_path: Path) -> None:
+    files = dict(CLEAN)
+    files["core/common/errors.h"] = "core/coordinator/coordinator.h"
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 1
+    assert "core/common -> core/coordinator -> core/transport -> core/common" in done.stderr
+
+
+def test_an_allowed_cycle_is_printed_and_a_stale_allowance_fails(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = dict(CLEAN)
+    files["core/transport/agree.cc"] = "core/coordinator/coordinator.h"
+    root = _tree(tmp_path, files)
+    cycle = ("core/coordinator", "core/transport")
+    assert check_layers.check(root, {cycle: "kept for now"}) == []
+    assert "allowed cycle (kept for now):" in capsys.readouterr().out
+    stale = ("core/common", "core/net")
+    problems = check_layers.check(root, {cycle: "kept for now", stale: "fixed since"})
+    assert problems == [("allowed cycle core/common -> core/net no longer occurs: remove it "
+                         "from ALLOWED_CYCLES in tests/check_layers.py")]
+
+
+def test_one_backend_including_another_fails(tmp_path: Path) -> None:
+    files = dict(CLEAN)
+    files["core/transport/shm/transport.cc"] = "core/transport/tcp/transport.h"
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 1
+    assert "core/transport/shm -> core/transport/tcp" in done.stderr
+    assert "core/transport/shm/transport.cc:2 includes core/transport/tcp/transport.h" in done.stderr
+
+
+def test_an_include_in_a_comment_does_not_count(tmp_path: Path) -> None:
+    files = dict(CLEAN)
+    root = _tree(tmp_path, files)
+    (root / "core/common/errors.h").write_text('// #include "core/runtime.h" would be a cycle\n')
+    assert _check(root, "--no-allow-list").returncode == 0
+
+
+def test_this_repository_passes() -> None:
+    done = subprocess.run([sys.executable, str(CHECKER)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
