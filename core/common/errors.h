@@ -57,6 +57,11 @@ class IoError : public Error {
  public:
   explicit IoError(const std::string& m) : Error(ErrorCode::Io, m) {}
 };
+// A handshake's proof of the job secret failed: the two ends hold different secrets.
+class AuthenticationError : public IoError {
+ public:
+  explicit AuthenticationError(const std::string& m) : IoError(m) {}
+};
 // A bounded wait ran out.
 class TimeoutError : public Error {
  public:

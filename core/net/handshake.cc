@@ -286,7 +286,12 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
                     "; wrong port, or the peer rejected us)");
     }
   }
-  if (hs.state() == Handshake::State::Failed) throw IoError(what + ": " + hs.failure());
+  if (hs.state() == Handshake::State::Failed) {
+    if (hs.failureKind() == HandshakeFailure::BadProof) {
+      throw AuthenticationError(what + ": " + hs.failure());
+    }
+    throw IoError(what + ": " + hs.failure());
+  }
 }
 
 }  // namespace net

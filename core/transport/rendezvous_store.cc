@@ -15,15 +15,21 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 void throwStoreFailure(const ConnectOptions& o, const Error& cause, const std::string& doing) {
+  const std::string who = "rank " + std::to_string(o.rank) + ": the rendezvous store, served by " +
+                          storeOwnerName(o.storeOwner);
+  // The store is there and well: it holds another secret than this rank.
+  if (dynamic_cast<const AuthenticationError*>(&cause) != nullptr) {
+    throw AuthenticationError(who + ", refused this rank while it was " + doing + ": " +
+                              cause.what());
+  }
   // What ends the store, so that the reader knows whose output explains it.
   const char* why = o.storeOwner == StoreOwner::Rank0
                         ? "rank 0 serves it from its hora.init() until its process exits: see "
                           "rank 0's output for why it ended"
                         : "the launcher serves it for the whole job: it stopped the job, or a "
                           "newer generation of an elastic job replaced this one";
-  std::string text = "rank " + std::to_string(o.rank) + ": the rendezvous store, served by " +
-                     storeOwnerName(o.storeOwner) + ", failed while this rank was " + doing + ": " +
-                     cause.what() + " (" + why + ")";
+  std::string text =
+      who + ", failed while this rank was " + doing + ": " + cause.what() + " (" + why + ")";
   if (cause.code() == ErrorCode::Timeout) throw TimeoutError(text);
   throw IoError(text);
 }

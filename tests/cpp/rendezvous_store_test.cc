@@ -162,6 +162,31 @@ TEST(RendezvousStore, UnreachableStoreOfRank0IsNamedAtStart) {
   EXPECT_NE(m.find("unreachable"), std::string::npos) << m;
 }
 
+TEST(RendezvousStore, AStoreWithAnotherSecretRefusesTheRankWithoutBlamingTheLauncher) {
+  TcpStoreServer server("127.0.0.1", 0, "the launcher's secret");
+  RuntimeOptions o;
+  o.topology.rank = 1;
+  o.topology.size = 2;
+  o.storeHost = "127.0.0.1";
+  o.storePort = server.port();
+  o.storeOwner = StoreOwner::Launcher;
+  o.secret = kSecret;
+  o.listenHost = "127.0.0.1";
+  o.settings.startTimeoutSeconds = 5;
+  std::string m = "no AuthenticationError";
+  try {
+    Runtime::start(o);
+  } catch (const AuthenticationError& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("rank 1: the rendezvous store, served by the launcher, refused this rank while "
+                   "it was connecting to it: store at 127.0.0.1:"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("is the secret the same on every rank?"), std::string::npos) << m;
+  EXPECT_EQ(m.find("stopped the job"), std::string::npos) << m;  // it did not
+}
+
 TEST(RendezvousStore, AwaitRanksReturnsValuesInOrderAndNamesEveryMissingRankAtTheDeadline) {
   MemoryStore store;
   auto keyOf = [](int r) { return "k/" + std::to_string(r); };

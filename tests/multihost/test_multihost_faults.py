@@ -73,6 +73,8 @@ def test_a_host_with_another_secret_is_refused_at_once(fresh_bed2: TestBed):
     # The launcher's store drops the connection, and the rank says why it cannot go on.
     assert "authentication failed: the peer's proof of the job secret is wrong" in job.stderr
     assert "is the secret the same on every rank?" in job.stderr, job.stderr
+    assert "the rendezvous store, served by the launcher, refused this rank" in job.stderr
+    assert "it stopped the job" not in job.stderr, job.stderr  # the store is alive and well
     assert "on hostB exited with exit code 1" in job.stderr, job.stderr
     assert not any(line.startswith("sum") for r in range(4) for line in job.rank_lines(r))
 
@@ -163,6 +165,9 @@ def test_a_cut_link_fails_the_surviving_ranks_within_10_s_naming_the_host(fresh_
     address = fresh_bed2.hosts[1].address
     assert f"({address}) is unreachable" in cut.stderr, cut.stderr[-4000:]
     assert "ranks 2, 3 run there" in cut.stderr, cut.stderr[-4000:]
+    # horarun's own word for it: hostB's ssh sessions never answered the stop.
+    assert ("ranks 2, 3 on hostB did not stop within 5 s of being asked (no answer over ssh: is "
+            "hostB reachable?)") in cut.stderr, cut.stderr[-4000:]
     assert cut.ended is not None and cut.returncode != 0, "horarun outlived the cut by 25 s"
 
 

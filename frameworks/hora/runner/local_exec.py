@@ -297,12 +297,28 @@ class Job:
             if all(c.process.poll() is not None for c in self._children):
                 break
             time.sleep(_POLL_SECONDS)
+        self._report_unstopped([c.spec for c in self._children if c.process.poll() is None])
         for child in self._children:
             child.signal(signal.SIGKILL)  # also reaches children a rank left behind
             child.release()
         for child in self._children:
             child.process.wait()
         self._drain()
+
+    def _report_unstopped(self, specs: Sequence[RankSpec]) -> None:
+        """Says which ranks outlived the grace period, host by host: a remote host whose ranks
+        all did is likely unreachable (its ssh sessions got no answer), which names the host that
+        a failure on the others' side came from."""
+        by_host: dict[tuple[str, bool], list[int]] = {}
+        for spec in specs:
+            by_host.setdefault((spec.host, spec.remote), []).append(spec.rank)
+        for (host, remote), ranks in by_host.items():
+            which, them = (f"rank {ranks[0]}", "it") if len(ranks) == 1 else \
+                (f"ranks {', '.join(map(str, ranks))}", "them")
+            where = f" on {host}" if remote else ""
+            why = f" (no answer over ssh: is {host} reachable?)" if remote else ""
+            _say(f"{which}{where} did not stop within {self._grace:g} s of being asked{why}; "
+                 f"killing {them}")
 
     def _drain(self, timeout: float = 2.0) -> None:
         """Let the reader threads copy what the ranks wrote last (bounded: a grandchild may still
