@@ -49,7 +49,19 @@ constexpr size_t kWindowBroadcastMinBytes = 512 << 10;
 // (core/transport/hierarchical_communicator.h) grants them once, at start, when the hosts allow.
 // Their steps inside and across hosts then pick their algorithms from this table as usual.
 
-enum class AllreduceAlgorithm { RecursiveDoubling, Ring, RankOrdered, SharedLine, Window };
+// When the order matters (needsRankOrder), an allreduce whose N-1 peers' buffers together hold at
+// most this many bytes gathers them all and folds them in rank order (gather_fold.cc): log2(N)
+// rounds instead of the rank-ordered allreduce's N, the same bits.
+constexpr size_t kGatherFoldMaxBytes = 64 << 10;
+
+enum class AllreduceAlgorithm {
+  RecursiveDoubling,
+  Ring,
+  RankOrdered,
+  GatherFold,
+  SharedLine,
+  Window
+};
 enum class BroadcastAlgorithm { BinomialTree, Chain };
 
 // Floating-point Sum and Product depend on the order of the operands. With two ranks every
@@ -75,7 +87,10 @@ inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
                                           bool window = false) {
   if (sharedLines && bytes <= kSharedLineMaxBytes) return AllreduceAlgorithm::SharedLine;
   if (window) return AllreduceAlgorithm::Window;
-  if (rankOrder) return AllreduceAlgorithm::RankOrdered;
+  if (rankOrder) {
+    return bytes * (size - 1) <= kGatherFoldMaxBytes ? AllreduceAlgorithm::GatherFold
+                                                     : AllreduceAlgorithm::RankOrdered;
+  }
   if (bytes < kAllreduceRingMinBytes || count < static_cast<size_t>(size)) {
     return AllreduceAlgorithm::RecursiveDoubling;
   }

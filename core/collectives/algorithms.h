@@ -38,6 +38,10 @@ void allreduceRing(Links& links, void* buf, size_t count, DataType dtype, Reduce
 // Allreduce that reduces every element in rank order, so results do not depend on the buffer's
 // size or an element's position in it (see rank_ordered.cc).
 void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+
+// The same result as allreduceRankOrdered in ceil(log2 N) rounds: every rank gathers every
+// buffer and folds them in rank order (see gather_fold.cc); for small buffers.
+void allreduceGatherFold(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 // Ring reduce-scatter with per-rank counts (zeros allowed). in holds sum(counts) elements; out
 // receives this rank's block.
 void reduceScatterRing(Links& links, const void* in, void* out, const std::vector<size_t>& counts,

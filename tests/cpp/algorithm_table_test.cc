@@ -1,0 +1,37 @@
+// The allreduce algorithm the table picks by size and rank count (core/collectives/
+// algorithm_table.h): the choices the collective matrix then checks bit for bit.
+#include <gtest/gtest.h>
+
+#include "core/collectives/algorithm_table.h"
+
+namespace hora {
+namespace collectives {
+namespace {
+
+AllreduceAlgorithm orderSensitive(size_t bytes, int size) {
+  return chooseAllreduce(bytes, bytes / 4, size, needsRankOrder(true, true, size));
+}
+
+TEST(AlgorithmTable, SmallOrderSensitiveAllreducesGatherAndFoldAtEveryRankCount) {
+  for (int size : {3, 4, 7, 64, 1024, 4096}) {
+    EXPECT_EQ(orderSensitive(4, size), AllreduceAlgorithm::GatherFold) << size;
+  }
+  // Up to kGatherFoldMaxBytes from the N-1 peers together, then the rank-ordered pipes.
+  EXPECT_EQ(orderSensitive(32 << 10, 3), AllreduceAlgorithm::GatherFold);
+  EXPECT_EQ(orderSensitive((32 << 10) + 4, 3), AllreduceAlgorithm::RankOrdered);
+  EXPECT_EQ(orderSensitive(64, 1025), AllreduceAlgorithm::GatherFold);
+  EXPECT_EQ(orderSensitive(128, 1025), AllreduceAlgorithm::RankOrdered);
+}
+
+TEST(AlgorithmTable, OrderFreeAllreducesTakeRecursiveDoublingOrTheRing) {
+  EXPECT_EQ(orderSensitive(4, 2), AllreduceAlgorithm::RecursiveDoubling);  // a + b == b + a
+  EXPECT_EQ(chooseAllreduce(4, 1, 4096, false), AllreduceAlgorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(64 << 20, 16 << 20, 4096, false), AllreduceAlgorithm::Ring);
+  // The shared segment's own paths come first.
+  EXPECT_EQ(chooseAllreduce(4, 1, 4, true, true), AllreduceAlgorithm::SharedLine);
+  EXPECT_EQ(chooseAllreduce(4096, 1024, 4, true, false, true), AllreduceAlgorithm::Window);
+}
+
+}  // namespace
+}  // namespace collectives
+}  // namespace hora
