@@ -13,6 +13,9 @@ best of ``--repeats``:
   submission that runs in Python;
 - call: wall time of one blocking call (submit and wait), as the README's latency tables use.
 
+A last row times ``hvd.allreduce`` (out of place, blocking, as a training script calls it) on a
+tensor that needs no gradient, against the in-place call.
+
 Prints a table with each one's times over Hora torch's and writes the figures to the results
 file (``--json``, by default bench/results/call_overhead.json).
 """
@@ -31,6 +34,7 @@ from common.results import Recorder, json_help
 from common.tables import markdown_table, ratio_cell
 
 Submit = Callable[[], Any]
+OUT_OF_PLACE = "hora torch, out of place"
 Wait = Callable[[Any], None]
 
 
@@ -59,10 +63,12 @@ def best_call(submit: Submit, wait: Wait, calls: int, repeats: int) -> float:
     return best
 
 
-def measure(submit: Submit, wait: Wait, calls: int, repeats: int) -> tuple[float, float]:
+def measure(submit: Submit, wait: Wait, calls: int, repeats: int,
+            asynchronous: bool = True) -> tuple[float | None, float]:
     for _ in range(200):  # warm-up: names cached, code paths hot
         wait(submit())
-    return best_submit_cpu(submit, wait, calls, repeats), best_call(submit, wait, calls, repeats)
+    cpu = best_submit_cpu(submit, wait, calls, repeats) if asynchronous else None
+    return cpu, best_call(submit, wait, calls, repeats)
 
 
 def hora_cases() -> dict[str, tuple[Submit, Wait]]:
@@ -79,6 +85,8 @@ def hora_cases() -> dict[str, tuple[Submit, Wait]]:
                        hvd.synchronize),
         "hora numpy": (lambda: hora.allreduce_async_(array, op=hora.Sum, name="n"),
                        hora.synchronize),
+        # Out of place, as a training script calls it: blocking only (no submit CPU column).
+        OUT_OF_PLACE: (lambda: hvd.allreduce(tensor, op=hvd.Sum, name="o"), lambda _r: None),
     }
 
 
@@ -99,9 +107,12 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     base = rows[0]
     return markdown_table(
         ["implementation", "submit CPU", "ratio", "blocking call", "ratio"],
-        [[r["implementation"], f"{r['submit_cpu_s'] * 1e6:.1f} us",
-          ratio_cell(r["submit_cpu_s"], base["submit_cpu_s"]), f"{r['call_s'] * 1e6:.1f} us",
-          ratio_cell(r["call_s"], base["call_s"])] for r in rows])
+        [[r["implementation"],
+          "-" if r["submit_cpu_s"] is None else f"{r['submit_cpu_s'] * 1e6:.1f} us",
+          "-" if r["submit_cpu_s"] is None else ratio_cell(r["submit_cpu_s"],
+                                                           base["submit_cpu_s"]),
+          f"{r['call_s'] * 1e6:.1f} us", ratio_cell(r["call_s"], base["call_s"])]
+         for r in rows])
 
 
 def main() -> None:
@@ -116,7 +127,7 @@ def main() -> None:
         os.environ.pop(name, None)
     rows = []
     for label, (submit, wait) in {**hora_cases(), **gloo_case()}.items():
-        cpu, call = measure(submit, wait, args.calls, args.repeats)
+        cpu, call = measure(submit, wait, args.calls, args.repeats, label != OUT_OF_PLACE)
         rows.append({"implementation": label, "case": "4 B allreduce", "bytes": 4,
                      "submit_cpu_s": cpu, "call_s": call})
     print("4-byte in-place Sum allreduce, 1 rank; best of "

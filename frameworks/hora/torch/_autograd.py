@@ -62,5 +62,13 @@ class CollectiveFunction(torch.autograd.Function):
 
 
 def run(collective: str, tensors: list[torch.Tensor], grouped: bool, **args: Any) -> tuple:
-    """Run a differentiable collective; returns its outputs as a tuple."""
-    return CollectiveFunction.apply(collective, grouped, args, *tensors)
+    """Run a differentiable collective; returns its outputs as a tuple. When no gradient can flow
+    (no input requires one, or grad mode is off) it runs without autograd's bookkeeping, which
+    would cost more than the collective's own call on a small tensor."""
+    if torch.is_grad_enabled() and (tensors[0].requires_grad if len(tensors) == 1 else
+                                    any(t.requires_grad for t in tensors)):
+        return CollectiveFunction.apply(collective, grouped, args, *tensors)
+    result = _a.call(collective, tensors, grouped, collective, **args).wait()
+    if collective == "alltoall" or grouped:
+        return tuple(result)
+    return (result,)
