@@ -4,6 +4,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
+#include "core/common/spin.h"
 #include "core/coordinator/enqueue_checks.h"
 #include "core/runtime_impl.h"
 #include "core/store/memory_store.h"
@@ -16,8 +17,6 @@
 #include "core/transport/nccl/communicator.h"
 #include "core/transport/nccl/gpu_checks.h"
 #include "core/transport/rendezvous_store.h"
-#include "core/transport/shm/transport.h"
-#include "core/transport/shm/wait.h"
 
 namespace hora {
 
@@ -43,7 +42,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   // Measured: with more ranks than CPUs a caller's spin often ends in a sleep anyway, and
   // stopping it lowers the caller's CPU; with a CPU per rank the spin mostly succeeds and a fixed
   // one costs less (docs/tuning.md).
-  if (settings_.spinAdaptive && shm::oversubscribed(t.localSize)) {
+  if (settings_.spinAdaptive && oversubscribed(t.localSize)) {
     handleSpin_ = std::make_shared<AdaptiveSpin>(Micros(settings_.spinMicroseconds));
   }
   setLogRank(t.rank);  // for threads this runtime does not own
@@ -94,7 +93,7 @@ void RuntimeImpl::connect(const RuntimeOptions& options) {
   // Ranks on one host move data through shared memory when TCP carries both roles (an explicit
   // MPI choice keeps MPI); negotiation moves there too unless a rank sets HORA_SHM_CONTROL=0.
   if (t.size > 1 && controller->name() == "tcp" && data->name() == "tcp" &&
-      shm::preferSharedMemory(conn, co, *store_, settings_.shmDisable)) {
+      makeTransport("shm")->takeOverHost(conn, co, *store_, settings_.shmDisable)) {
     transportName_ = "tcp+shm";
   }
   connectOptions_ = co;
@@ -184,7 +183,8 @@ void RuntimeImpl::addStaticProcessSets(const std::vector<std::vector<int>>& sets
     o.rank = index;
     o.size = static_cast<int>(hostRanks.size());
     PrefixStore hostStore(*store_, "host" + std::to_string(host) + "/");
-    return shm::hostCommunicator(o, hostStore, settings_.shmDisable, hostRanks, why);
+    return makeTransport("shm")->hostCommunicator(o, hostStore, settings_.shmDisable, hostRanks,
+                                                  why);
   };
   sets_.add(0, all, makeGlobalCommunicator(*world_, all, requested, place, hostLocal));
   int id = 1;

@@ -18,6 +18,10 @@ Fails (exit 1) on
 - an include from one backend into another (core/transport/tcp/x.h including core/transport/shm/...),
   whichever way: backends share code only through core/transport itself;
 - an ALLOWED_CYCLES entry that no longer occurs (remove it: the list only shrinks).
+- an include from the runtime (core/runtime*) into a CPU transport backend (tcp, shm, mpi): the
+  runtime reaches them only through core/transport's interfaces (Transport, Communicator,
+  ControlChannel). The NCCL backend is the GPU path's own (core/ops/gpu_executor.h), and the
+  runtime still checks GPU requests against it directly (RUNTIME_MAY_INCLUDE).
 
 Python standard library only. Usage: tests/check_layers.py [--root DIR] [--no-allow-list]
 (--root: the tree whose core/ is read, default this repository; --no-allow-list: no cycle allowed).
@@ -45,6 +49,10 @@ ALLOWED_CYCLES: dict[tuple[str, ...], str] = {
     # An entry looks like
     #   ("core/coordinator", "core/fusion"): "why it stays, and what would take it apart",
 }
+
+
+# Backends the runtime may include directly (see the module doc).
+RUNTIME_MAY_INCLUDE = ("nccl",)
 
 
 def layer_of(path: str) -> str:
@@ -135,6 +143,17 @@ def backend_crossings(includes: list[Include]) -> list[Include]:
     return out
 
 
+def runtime_reaches(includes: list[Include]) -> list[Include]:
+    """Includes from the runtime into a backend other than RUNTIME_MAY_INCLUDE's."""
+    out = []
+    for inc in includes:
+        backend = backend_of(inc.target)
+        if layer_of(inc.source) == "core/runtime" and backend is not None and \
+                backend.rsplit("/", 1)[1] not in RUNTIME_MAY_INCLUDE:
+            out.append(inc)
+    return out
+
+
 def check(root: Path, allowed: dict[tuple[str, ...], str]) -> list[str]:
     """The problems of root's core/ ([] when its layering is clean)."""
     includes = read_includes(root)
@@ -152,10 +171,13 @@ def check(root: Path, allowed: dict[tuple[str, ...], str]) -> list[str]:
     for inc in backend_crossings(includes):
         problems.append(f"one transport backend includes another ({backend_of(inc.source)} -> "
                         f"{backend_of(inc.target)}): {inc}; share code through core/transport")
+    for inc in runtime_reaches(includes):
+        problems.append(f"the runtime includes a transport backend ({backend_of(inc.target)}): "
+                        f"{inc}; reach it through core/transport's interfaces")
     if not problems:
         print(f"check_layers: {len(includes)} includes between {len(graph)} layers of core/, "
               f"no cycle outside the allow-list ({len(found)} allowed), no backend includes "
-              "another")
+              "another, the runtime reaches CPU backends through interfaces")
     return problems
 
 

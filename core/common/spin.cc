@@ -1,10 +1,19 @@
 #include "core/common/spin.h"
 
+#include <sched.h>
+
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
 
 namespace hora {
+
+bool oversubscribed(int localRanks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return true;
+  return localRanks > CPU_COUNT(&set);
+}
 
 void requestPreciseSleeps() {
 #ifdef __linux__

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/common/time.h"
 #include "core/store/store.h"
@@ -49,6 +50,26 @@ class Transport {
   virtual ~Transport() = default;
   virtual std::string name() const = 0;
   virtual Connection connect(const ConnectOptions& options, Store& store) = 0;
+
+  // A transport that can serve the ranks of one host beside another transport's connection (shared
+  // memory beside TCP) offers these two; the others keep the defaults (nothing taken over).
+  //
+  // Collective over all ranks of `connection`: true when its world (and control, where allowed)
+  // now runs over this transport; false, with a logged reason, when it kept what it had.
+  virtual bool takeOverHost(Connection& /*connection*/, const ConnectOptions& /*options*/,
+                            Store& /*store*/, bool /*disabled*/) {
+    return false;
+  }
+  // Collective over the ranks of one host (options.rank and size are this rank's index on the
+  // host and the host's rank count; store keeps this host's keys apart; jobRanks[i] is the job's
+  // rank of the host's rank i): a communicator of the host's ranks, or null with *whyNot set.
+  virtual std::unique_ptr<Communicator> hostCommunicator(const ConnectOptions& /*options*/,
+                                                         Store& /*store*/, bool /*disabled*/,
+                                                         const std::vector<int>& /*jobRanks*/,
+                                                         std::string* whyNot) {
+    *whyNot = "the " + name() + " transport cannot serve one host's ranks on its own";
+    return nullptr;
+  }
 };
 
 // "tcp" (alias "gloo"), "shm" (TCP plus shared memory, shm/transport.h) and, when built, "mpi".

@@ -96,6 +96,15 @@ def test_one_backend_including_another_fails(tmp_path: Path) -> None:
     assert "core/transport/shm/transport.cc:2 includes core/transport/tcp/transport.h" in done.stderr
 
 
+def test_the_runtime_including_a_cpu_backend_fails(tmp_path: Path) -> None:
+    files = dict(CLEAN)
+    files["core/runtime.cc"] = "core/runtime.h core/transport/shm/transport.h"
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 1
+    assert ("the runtime includes a transport backend (core/transport/shm): core/runtime.cc:3 "
+            "includes core/transport/shm/transport.h") in done.stderr, done.stderr
+
+
 def test_an_include_in_a_comment_does_not_count(tmp_path: Path) -> None:
     files = dict(CLEAN)
     root = _tree(tmp_path, files)

@@ -14,6 +14,7 @@
 #include "core/common/errors.h"
 #include "core/common/host_identity.h"
 #include "core/common/logging.h"
+#include "core/common/spin.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "core/transport/rendezvous_store.h"

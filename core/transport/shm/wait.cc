@@ -32,13 +32,6 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t seen, int ms) {
 
 }  // namespace
 
-bool oversubscribed(int localRanks) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return true;
-  return localRanks > CPU_COUNT(&set);
-}
-
 void ring(Doorbell& d) {
   d.bell.fetch_add(1, std::memory_order_seq_cst);
   if (d.sleepers.load(std::memory_order_seq_cst) > 0) {

@@ -26,9 +26,6 @@ struct WaitPolicy {
   Millis timeout{60000};
 };
 
-// A pause spin helps only when every rank of this host can run at once.
-bool oversubscribed(int localRanks);
-
 // Wakes the rank whose doorbell this is (after the caller published what it waits for).
 void ring(Doorbell& d);
 
