@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.results import Recorder, default_path
 from common.sizes import KIB, MIB, format_size, parse_sizes
 from common.tables import markdown_table, ratio_cell, time_cell
 from common.timing import median_time
@@ -99,23 +100,40 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def table(runs: dict[str, dict[str, Any]], hosts: int, rate: str) -> list[str]:
+def rows_of(runs: dict[str, dict[str, Any]], hosts: int, rate: str) -> list[dict[str, Any]]:
+    """The results file's rows: per mode and size, the median time and the links' bound."""
     from testbed import rate_bits
 
     bits = rate_bits(rate)
-    flat, hier, default = ({r["bytes"]: r["median_s"] for r in runs[mode]["results"]}
-                           for mode in MODES)
-    rows = []
-    for nbytes, flat_s in flat.items():
-        bound = lower_bound(nbytes, hosts, bits)
-        best = min(flat_s, hier[nbytes])
-        rows.append([format_size(nbytes), time_cell(flat_s), time_cell(hier[nbytes]),
-                     ratio_cell(hier[nbytes], flat_s), time_cell(default[nbytes]),
-                     ratio_cell(default[nbytes], best), time_cell(bound),
-                     ratio_cell(default[nbytes], bound) if bound >= LATENCY_BOUND_S else "-"])
+    return [{"implementation": mode, "case": format_size(r["bytes"]), "bytes": r["bytes"],
+             "median_s": r["median_s"], "bound_s": lower_bound(r["bytes"], hosts, bits)}
+            for mode in MODES for r in runs[mode]["results"]]
+
+
+def table(rows: list[dict[str, Any]], rate: str) -> list[str]:
+    """Per size: flat, hierarchical, their ratio, the default against the better of the two, the
+    links' bound and the default against it."""
+    times = {(r["implementation"], r["bytes"]): r["median_s"] for r in rows}
+    out = []
+    for r in (r for r in rows if r["implementation"] == "flat"):
+        nbytes, bound = r["bytes"], r["bound_s"]
+        flat, hier, default = (times[(mode, nbytes)] for mode in MODES)
+        out.append([format_size(nbytes), time_cell(flat), time_cell(hier),
+                    ratio_cell(hier, flat), time_cell(default),
+                    ratio_cell(default, min(flat, hier)), time_cell(bound),
+                    ratio_cell(default, bound) if bound >= LATENCY_BOUND_S else "-"])
     header = ["size", "flat", "hierarchical", "hier / flat", "default (no flag)",
               "default / best", f"link bound ({rate})", "default / bound"]
-    return markdown_table(header, rows)
+    return markdown_table(header, out)
+
+
+def caption(settings: dict[str, Any]) -> str:
+    s = settings
+    return (f"Allreduce, float32 Sum in place, {s['hosts']} hosts x {s['slots']} ranks over ssh "
+            f"on the multi-host test bed, each host's link shaped to {s['rate']} both ways; median "
+            f"of each size's iterations, then of {s['rounds']} rounds. Flat: "
+            "`--no-hierarchical-allreduce`; hierarchical: `--hierarchical-allreduce`; default: no "
+            "flag. The links' bound: 2 (H-1)/H x bytes / rate.")
 
 
 def main() -> None:
@@ -128,6 +146,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the modes this many times in turn; report each size's median "
                         "over the rounds (evens out a busy moment of the machine)")
+    parser.add_argument("--json", type=Path,
+                        help="write the results here (default bench/results/multihost-h<H>.json)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -139,13 +159,18 @@ def main() -> None:
     reason = testbed.unavailable()
     if reason is not None:
         raise SystemExit(f"bench/multihost.py: {reason}")
+    recorder = Recorder("multihost", packages=("numpy",))
     with testbed.testbed(args.hosts, rate=args.rate) as bed:
         rounds = [{mode: run_mode(bed, mode, args) for mode in MODES}
                   for _ in range(args.rounds)]
     runs = {mode: merge_rounds([r[mode] for r in rounds]) for mode in MODES}
-    print(f"allreduce, float32 Sum in place, {args.hosts} hosts x {args.slots} ranks over ssh, "
-          f"each host's link shaped to {args.rate} both ways (median of each size's iterations)")
-    print("\n".join(table(runs, args.hosts, args.rate)))
+    settings = {"hosts": args.hosts, "slots": args.slots, "rate": args.rate,
+                "rounds": args.rounds, "iters": args.iters}
+    rows = rows_of(runs, args.hosts, args.rate)
+    print(caption(settings))
+    print("\n".join(table(rows, args.rate)))
+    path = args.json or default_path("multihost").with_name(f"multihost-h{args.hosts}.json")
+    recorder.write(path, settings, rows)
 
 
 if __name__ == "__main__":

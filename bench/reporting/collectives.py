@@ -11,6 +11,7 @@ import call_overhead as call_overhead_script
 import gather as gather_script
 import jax_allreduce as jax_allreduce_script
 import mpi_allreduce as mpi_allreduce_script
+import multihost as multihost_script
 from common.sizes import format_size
 from common.tables import markdown_table, time_cell
 
@@ -59,6 +60,11 @@ def gather(doc: dict[str, Any]) -> Table:
 
 def jax_allreduce(doc: dict[str, Any]) -> Table:
     return jax_allreduce_script.report_table(doc)
+
+
+def multihost(doc: dict[str, Any]) -> Table:
+    return multihost_script.caption(doc["settings"]), multihost_script.table(
+        doc["results"], doc["settings"]["rate"])
 
 
 def call_overhead(doc: dict[str, Any]) -> Table:

@@ -15,6 +15,7 @@ RENDERERS: dict[str, Renderer] = {
     "mpi_allreduce": collectives.mpi_allreduce,
     "gather": collectives.gather,
     "jax_allreduce": collectives.jax_allreduce,
+    "multihost": collectives.multihost,
     "call_overhead": collectives.call_overhead,
     "wait_cpu": collectives.wait_cpu,
     "torch_synthetic": training.torch_synthetic,
