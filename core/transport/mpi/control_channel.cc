@@ -74,7 +74,7 @@ void MpiControlChannel::wakeup() {
 bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
   std::unique_lock<std::mutex> lock(wakeMu_);
   wakeCv_.wait_for(lock, wait, [this] { return woken_.load(); });
-  // exchange consumes the wakeup, so one wakeup() ends exactly one wait.
+  // exchange consumes the wakeup: one wakeup() ends at most one wait.
   return woken_.exchange(false);
 }
 

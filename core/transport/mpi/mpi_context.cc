@@ -168,6 +168,8 @@ MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks, Millis star
                           "] must list distinct MPI_COMM_WORLD ranks in [0, " +
                           std::to_string(worldSize_) + ")");
   }
+  // Only members of the group may call MPI_Comm_create_group, so a process outside the list is
+  // refused before it.
   if (std::find(worldRanks.begin(), worldRanks.end(), worldRank_) == worldRanks.end()) {
     throw InvalidArgument("mpi: this process (MPI_COMM_WORLD rank " + std::to_string(worldRank_) +
                           ") is not in comm=[" + listed +
@@ -244,6 +246,8 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
     if (commF > std::numeric_limits<MPI_Fint>::max()) {
       throw InvalidArgument("mpi: " + std::to_string(commF) + " is not an MPI communicator handle");
     }
+    // Communicators arrive from Python as Fortran handles, plain integers that need no MPI types in
+    // the bindings.
     comm = MPI_Comm_f2c(static_cast<MPI_Fint>(commF));
     if (comm == MPI_COMM_NULL) {
       throw InvalidArgument(
@@ -253,6 +257,7 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
     int inter = 0;
     checkMpi(MPI_Comm_test_inter(comm, &inter),
              "mpi: the communicator given to hora.init(comm=...)");
+    // An inter-communicator's rank and size describe only its local group, not one job.
     if (inter) throw InvalidArgument("mpi: hora.init(comm=...) needs an intra-communicator");
   }
   MpiCommInfo info;

@@ -136,7 +136,7 @@ size_t ShmLinks::tryRecv(int peer, void* data, size_t bytes) {
   if (n == 0) return 0;
   copyOutOfRing(s.ringData(from, me), s.ringBytes(), tail, static_cast<uint8_t*>(data), n);
   c.tail.store(tail + n, std::memory_order_release);
-  // The sender may be waiting for room; ring() costs one atomic add when nobody sleeps.
+  // The sender may be waiting for room; ring() makes no system call when nobody sleeps.
   ring(peers_->doorbell(from));
   return n;
 }

@@ -133,8 +133,8 @@ Segment Segment::attach(int fd) {
   // mapping a size taken on trust.
   if (::pread(fd, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) sysFail("pread");
   const size_t fixed = h.totalBytes;
-  // Every field that sizes or places something is checked against the file's real size, so a bad
-  // header cannot make later offsets point outside the mapping.
+  // The header's sizes must agree with each other and with the file's real size before anything
+  // is mapped from them.
   if (h.magic != kMagic || h.ranks < 1 || h.ranks > (1u << 16) ||
       h.controlRingBytes != kControlRingBytes || h.windowBytes % (2 * kLine) != 0 ||
       h.arenaBytes % pageBytes() != 0 ||

@@ -138,8 +138,6 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
     net::Socket conn(::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!conn.valid()) continue;
     auto validate = [&](net::PeerKind kind, int rank) -> std::string {
-      // Only ranks of this job that have not been served yet get the descriptor; a second claim to
-      // a rank is refused so a stranger cannot take a real rank's place.
       if (kind != net::PeerKind::Data || rank < 1 || rank >= o.size)
         return "not a rank of this job";
       if (served.count(rank)) return "rank already attached";

@@ -258,8 +258,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
       ssize_t ignored = ::read(wakeFd_, &count, sizeof(count));
       (void)ignored;
     }
-    // A wakeup() during the poll may have bumped the counter without writing the eventfd; look
-    // again.
+    // A wakeup() that came while the flag was down only bumped the counter; look again.
     woken = woken || takeWakeups();
     for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
       if (fds[i + 1].revents != 0) readAvailable(peers_[i], out);

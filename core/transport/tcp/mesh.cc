@@ -130,8 +130,8 @@ MeshSockets MeshBuilder::build() {
     int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
     // A signal interrupting poll() is not a failure; the loop simply goes round again.
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
-    // Only the attempts that were polled are pumped: the accept loop below appends new ones after
-    // them.
+    // Only the entries of fds, built before this pass, are pumped; the attempts accepted below are
+    // pumped as they are made.
     size_t polled = fds.size() - 1;
     for (size_t i = 0; i < polled && rc > 0; ++i) {
       if (fds[i + 1].revents != 0 && !attempts_[i]->dead) pump(*attempts_[i]);
@@ -259,7 +259,6 @@ void MeshBuilder::startDue(Clock::time_point now) {
     a->peer = net::joinHostPort(t.host, t.port);
     t.active = true;
     attempts_.push_back(std::move(a));
-    // A connect that completed at once gets no POLLOUT of its own to start the handshake.
     if (!pending) pump(*attempts_.back());
   }
 }
