@@ -9,6 +9,8 @@
 namespace hora {
 namespace {
 
+// A 64-bit FNV-1a digest: equal values always agree, and different ones collide too rarely to
+// matter for a check of start-up arguments.
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -33,6 +35,7 @@ void requireSameOnEveryRank(Communicator& world, const std::string& value,
   if (std::all_of(digests.begin(), digests.end(), [&](uint64_t d) { return d == digests[0]; })) {
     return;
   }
+  // The lengths travel first, since allgatherv needs every rank's byte count before the values.
   std::vector<uint64_t> lengths = gatherOne<uint64_t>(world, value.size());
   std::vector<size_t> bytes(lengths.begin(), lengths.end());
   size_t total = 0;

@@ -20,6 +20,7 @@ namespace {
 #endif
 
 bool transportBuilt(const std::string& name) {
+  // The CPU transports are always compiled in; MPI only when CMake found it (core/config.h).
   if (name == "tcp" || name == "gloo" || name == "shm") return true;
   if (name == "mpi") return HORA_HAVE_MPI != 0;
   return false;

@@ -102,12 +102,15 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const collectives::RankPlace& mine,
                                                      const HostLocalFactory& hostLocal) {
   const int size = world.size();
+  // One rank has no host to share and nothing to gather; the flat view is all it needs.
   if (size == 1) return world.subset(all);
   // Each rank's preferences and place, gathered on every rank (5 x int32 each).
   int32_t own[5] = {static_cast<int32_t>(requested.allreduce),
                     static_cast<int32_t>(requested.allgather), mine.host, mine.hostCount,
                     mine.hostRanks};
   std::vector<int32_t> every(5 * static_cast<size_t>(size));
+  // Every rank decides from the same gathered inputs, so all reach the same verdict: a hierarchical
+  // collective on some ranks and a flat one on others would never match.
   world.allgatherv(own, every.data(), std::vector<size_t>(size, sizeof(own)));
   std::vector<collectives::RankPlace> places(size);
   std::vector<Preference> reducePrefs(size), gatherPrefs(size);
@@ -120,6 +123,7 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   const collectives::HostGroups groups = collectives::groupHosts(places);
   const Verdict reduce = decide(reducePrefs, groups, "HORA_HIERARCHICAL_ALLREDUCE");
   const Verdict gather = decide(gatherPrefs, groups, "HORA_HIERARCHICAL_ALLGATHER");
+  // Only rank 0 logs the verdict: it is the same on every rank, and one line per job is enough.
   const bool lead = world.rank() == 0;
   if (lead && !reduce.whyNot.empty()) {
     HORA_LOG(Info, "hierarchical allreduce not used: " << reduce.whyNot);
@@ -131,15 +135,24 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   HierarchicalCommunicator::Choice choice{reduce.run, gather.run, reduce.asked};
   collectives::HostLayout layout = collectives::layoutFor(groups, world.rank());
   std::vector<int> cross;
+  // The cross group links the ranks that hold this rank's local index on every host.
   for (const auto& host : layout.hosts) cross.push_back(host[layout.index]);
+  // subset() takes ranks in ascending order.
   std::sort(cross.begin(), cross.end());
+  // Every host has the same number of ranks here (groupHosts() refuses otherwise), so host 0's
+  // count is every host's.
   const int perHost = static_cast<int>(layout.hosts[0].size());
   std::unique_ptr<Communicator> local;
   std::string localWhyNot;
+  // Every rank of each host calls the factory, and a host's ranks get one verdict from it, so
+  // either all of them use the host-local communicator or none does.
   if (hostLocal) {
     local = hostLocal(layout.host, layout.index, layout.hosts[layout.host], &localWhyNot);
   }
+  // Without a host-local communicator (no shared memory, say) the local steps run over the world's
+  // own connections.
   if (!local) local = world.subset(layout.hosts[layout.host]);
+  // The flat view still carries every collective that does not run hierarchically.
   auto flat = world.subset(all);
   auto crossComm = world.subset(cross);
   if (lead) {

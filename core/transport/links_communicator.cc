@@ -33,6 +33,7 @@ int LinksCommunicator::checkSubset(const std::vector<int>& ranks) const {
   int mine = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     checkPeer("subset", ranks[i]);
+    // Ascending, distinct ranks give the subset the same relative order as this communicator.
     if (i > 0 && ranks[i] <= ranks[i - 1]) {
       throw InvalidArgument(prefix("subset") + "ranks must be ascending and distinct");
     }
@@ -48,6 +49,8 @@ void LinksCommunicator::allreduce(void* buf, size_t count, DataType dtype, Reduc
         prefix("allreduce") + "reduce op " + reduceOpName(op) +
         " is not element-wise (Average is Sum then scaling; Adasum has its own op)");
   }
+  // The op is checked before this shortcut, so an unsupported op fails at every job size, not only
+  // on several ranks.
   if (size() == 1 || count == 0) return;
   run("allreduce", [&] {
     if (!allreduceDirect(buf, count, dtype, op)) {
@@ -75,6 +78,8 @@ void LinksCommunicator::alltoallv(const void* in, const std::vector<size_t>& sen
   checkPerRank("alltoallv", sendBytes.size());
   checkPerRank("alltoallv", recvBytes.size());
   int r = rank();
+  // This rank's block to itself never crosses a link, so what it sends and what it expects must be
+  // the same size.
   if (sendBytes[r] != recvBytes[r]) {
     throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " +
                           std::to_string(sendBytes[r]) + " bytes but expects " +
@@ -106,6 +111,7 @@ void LinksCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendByt
   if (recvBytes > 0) checkPeer("sendrecv", recvFrom);
   bool selfSend = sendBytes > 0 && sendTo == rank();
   bool selfRecv = recvBytes > 0 && recvFrom == rank();
+  // Links have no channel from a rank to itself, so an exchange with itself is a local copy.
   if (selfSend || selfRecv) {
     if (selfSend != selfRecv || sendBytes != recvBytes) {
       throw InvalidArgument(

@@ -18,6 +18,8 @@ void throwStoreFailure(const ConnectOptions& o, const Error& cause, const std::s
   const std::string who = "rank " + std::to_string(o.rank) + ": the rendezvous store, served by " +
                           storeOwnerName(o.storeOwner);
   // The store is there and well: it holds another secret than this rank.
+  // Kept as an AuthenticationError: a wrong secret is the user's to fix, not a store that went
+  // away.
   if (dynamic_cast<const AuthenticationError*>(&cause) != nullptr) {
     throw AuthenticationError(who + ", refused this rank while it was " + doing + ": " +
                               cause.what());
@@ -41,6 +43,8 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
   std::vector<std::string> values;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const std::string doing = "waiting for rank(s) " + std::to_string(ranks[i]) + " to " + purpose;
+    // One deadline for all the ranks: later ranks get what time the earlier ones left. A deadline
+    // that has passed still allows a zero-wait get, so a key already there is taken.
     auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
     try {
       values.push_back(store.get(keyOf(ranks[i]), left));
@@ -51,6 +55,7 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
       // The store answered that the key is still missing at the deadline: see which others are.
     }
     std::vector<int> missing;
+    // The timeout names every rank still missing, not only the first one found missing.
     for (size_t j = i; j < ranks.size(); ++j) {
       bool there = storeCall(o, doing, [&] { return store.check({keyOf(ranks[j])}); });
       if (!there) missing.push_back(ranks[j]);

@@ -11,6 +11,7 @@
 namespace hora {
 
 std::unique_ptr<Transport> makeTransport(const std::string& name) {
+  // "gloo" is what Horovod configurations name; the TCP transport plays Gloo's role here.
   if (name == "tcp" || name == "gloo") return std::make_unique<tcp::TcpTransport>();
   if (name == "shm") return std::make_unique<shm::ShmTransport>();
   if (name == "mpi") {

@@ -14,6 +14,8 @@ namespace hora {
 namespace mpi {
 namespace {
 
+// Exchanges and sendRecv use tags of their own, so point-to-point traffic of one never matches a
+// receive posted by the other.
 constexpr int kSendRecvTag = 1;
 constexpr int kExchangeTag = 2;
 constexpr size_t kMaxUnit = size_t(1) << 16;
@@ -48,10 +50,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount, 
     : context_(MpiContext::acquire()),
       comm_(comm),
       worldRank_(worldRank),
+      // MPI counts are ints: every call moves at most INT_MAX elements, and larger buffers go in
+      // chunks.
       maxCount_(std::max<size_t>(1, std::min<size_t>(maxCount, INT_MAX))),
       timeout_(timeout),
       watchdog_(timeout, comm, context_.threadLevel() == MPI_THREAD_MULTIPLE,
                 [this](const char* op, const char* call) { return timeoutMessage(op, call); }) {
+  // The default handler aborts the job on any error; returning codes lets a failure become an
+  // IoError that names the rank and the call.
   checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
            prefix("setup") + "MPI_Comm_set_errhandler");
   checkMpi(MPI_Comm_rank(comm_, &rank_), prefix("setup") + "MPI_Comm_rank");
@@ -61,8 +67,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int worldRank, size_t maxCount, 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  // After MPI_Finalize no MPI call is allowed, not even a free; the process is ending anyway.
   if (finalized) return;
   for (auto& entry : unitTypes_) MPI_Type_free(&entry.second);
+  // Not freed here: MPI could then reuse its context id for a later communicator, which would
+  // receive this one's stray messages (mpi_context.h).
   context_.retire(comm_);
 }
 
@@ -85,6 +94,8 @@ void MpiCommunicator::run(const char* op, Body&& body) {
   try {
     body();
   } catch (const std::exception& e) {
+    // MPI cannot cancel a collective that failed on some ranks, so the communicator is unusable
+    // afterwards; later calls fail at once with the first reason.
     failure_ = e.what();
     throw;
   }
@@ -114,6 +125,8 @@ void MpiCommunicator::checkElementwise(const char* op, ReduceOp reduceOp) const 
 
 size_t MpiCommunicator::unitFor(const std::vector<size_t>& counts,
                                 const std::vector<size_t>& offsets) const {
+  // The smallest power-of-two unit in which every count and offset is a whole number within MPI's
+  // int limit: byte counts beyond it are expressed in larger contiguous types.
   for (size_t unit = 1; unit <= kMaxUnit; unit <<= 1) {
     bool fits = true;
     for (const auto* values : {&counts, &offsets}) {
@@ -125,6 +138,8 @@ size_t MpiCommunicator::unitFor(const std::vector<size_t>& counts,
 }
 
 MPI_Datatype MpiCommunicator::unitType(size_t unit) {
+  // Committed types are cached for the communicator's life: creating one per call would cost a type
+  // commit each time.
   if (unit == 1) return MPI_BYTE;
   for (const auto& entry : unitTypes_) {
     if (entry.first == unit) return entry.second;
@@ -145,6 +160,8 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
   };
   // The cancelled requests of a failed post complete at once: MPI_Waitall is bounded there.
   try {
+    // Every chunk of one transfer uses the same tag; MPI's non-overtaking rule matches them to the
+    // receives in the order both were posted.
     // Receives first, so that eager sends find them posted.
     for (bool sending : {false, true}) {
       for (const Transfer& t : transfers) {
@@ -202,8 +219,12 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
   MpiReduction red = mpiReduction(context_, dtype, op);
   const size_t elem = dtypeSize(dtype);
   run("allreduce", [&] {
+    // Chunks of at most maxCount_ elements keep every count an int; all ranks chunk alike, so the
+    // calls pair up.
     for (size_t off = 0; off < count; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, count - off));
+      // The blocking form under the watchdog, not MPI_Iallreduce: it is much faster on Open MPI
+      // (mpi_wait.h).
       blocking("allreduce", "MPI_Allreduce", [&] {
         return MPI_Allreduce(MPI_IN_PLACE, bytesOf(buf) + off * elem, n, red.type, red.op, comm_);
       });
@@ -217,6 +238,8 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
   std::vector<size_t> offsets = offsetsOf(bytesPerRank);
   uint8_t* mine = bytesOf(out) + offsets[rank_];
   const size_t myBytes = bytesPerRank[rank_];
+  // MPI forbids a send buffer that aliases the receive buffer; an input that already is this rank's
+  // slot must go as MPI_IN_PLACE.
   const bool inPlace = in == mine;
   if (size_ == 1) {
     if (!inPlace && myBytes > 0) std::memmove(mine, in, myBytes);
@@ -225,6 +248,8 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
   run("allgatherv", [&] {
     size_t unit = unitFor(bytesPerRank, offsets);
     if (unit > 0) {
+      // One collective when the sizes fit MPI's int counts in some unit; otherwise the fallback
+      // below exchanges point to point, which has no such limit per call.
       MPI_Datatype type = unitType(unit);
       std::vector<int> counts = inUnits(bytesPerRank, unit), displs = inUnits(offsets, unit);
       blocking("allgatherv", "MPI_Allgatherv", [&] {
@@ -233,6 +258,7 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
       });
       return;
     }
+    // memmove, because the caller's input may overlap its own slot in the output.
     if (!inPlace && myBytes > 0) std::memmove(mine, in, myBytes);
     std::vector<Transfer> transfers;
     for (int p = 0; p < size_; ++p) {
@@ -247,6 +273,8 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
 void MpiCommunicator::broadcast(void* buf, size_t bytes, int root) {
   checkPeer("broadcast", root);
   if (size_ == 1 || bytes == 0) return;
+  // Every rank splits the buffer the same way, so the root's n-th MPI_Bcast meets every other
+  // rank's n-th.
   run("broadcast", [&] {
     for (size_t off = 0; off < bytes; off += maxCount_) {
       int n = static_cast<int>(std::min(maxCount_, bytes - off));
@@ -260,6 +288,7 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
                                 const std::vector<size_t>& recvBytes) {
   checkPerRank("alltoallv", sendBytes.size());
   checkPerRank("alltoallv", recvBytes.size());
+  // This rank's block to itself is a local copy, so both sides of it must have the same size.
   if (sendBytes[rank_] != recvBytes[rank_]) {
     throw InvalidArgument(prefix("alltoallv") + "this rank sends itself " +
                           std::to_string(sendBytes[rank_]) + " bytes but expects " +
@@ -277,6 +306,8 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
     all.insert(all.end(), recvBytes.begin(), recvBytes.end());
     std::vector<size_t> allOffsets = sendOffsets;
     allOffsets.insert(allOffsets.end(), recvOffsets.begin(), recvOffsets.end());
+    // One unit must serve both sides: MPI_Alltoallv is called with the same type for sending and
+    // receiving.
     size_t unit = unitFor(all, allOffsets);
     if (unit > 0) {
       MPI_Datatype type = unitType(unit);
@@ -288,6 +319,7 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
       });
       return;
     }
+    // The fallback exchange skips this rank, so its own block is copied here.
     if (sendBytes[rank_] > 0) std::memmove(myOut, myIn, sendBytes[rank_]);
     std::vector<Transfer> transfers;
     for (int p = 0; p < size_; ++p) {
@@ -332,6 +364,7 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
       for (size_t off = 0; off < countsPerRank[k]; off += maxCount_) {
         int n = static_cast<int>(std::min(maxCount_, countsPerRank[k] - off));
         const uint8_t* src = bytesOf(in) + (offsets[k] + off) * elem;
+        // Only the root's receive buffer is significant in MPI_Reduce.
         void* dst = k == rank_ ? bytesOf(out) + off * elem : nullptr;
         blocking("reducescatter", "MPI_Reduce",
                  [&] { return MPI_Reduce(src, dst, n, red.type, red.op, k, comm_); });
@@ -365,18 +398,23 @@ void MpiCommunicator::sendRecv(int sendTo, const void* sendBuf, size_t sendBytes
     if (sendBytes <= maxCount_ && recvBytes <= maxCount_) {
       MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
       MPI_Status statuses[2];
+      // MPI_PROC_NULL turns a missing direction into a request that completes at once, so one wait
+      // covers both directions.
       check(MPI_Irecv(recvBuf, static_cast<int>(recvBytes), MPI_BYTE,
                       recvBytes > 0 ? recvFrom : MPI_PROC_NULL, kSendRecvTag, comm_, &requests[0]),
             "sendrecv", "MPI_Irecv");
       int rc = MPI_Isend(sendBuf, static_cast<int>(sendBytes), MPI_BYTE,
                          sendBytes > 0 ? sendTo : MPI_PROC_NULL, kSendRecvTag, comm_, &requests[1]);
       if (rc != MPI_SUCCESS) {
+        // The posted receive must not outlive this call: it would write into the caller's buffer
+        // later. A cancelled receive completes at once, so this wait is bounded.
         MPI_Cancel(&requests[0]);
         MPI_Wait(&requests[0], MPI_STATUS_IGNORE);
         check(rc, "sendrecv", "MPI_Isend");
       }
       await(requests, 2, "sendrecv", "MPI_Isend/MPI_Irecv", statuses);
       int got = 0;
+      // A shorter message completes the receive without error in MPI; only the count shows it.
       MPI_Get_count(&statuses[0], MPI_BYTE, &got);
       if (recvBytes > 0 && static_cast<size_t>(got) != recvBytes) {
         throw IoError(prefix("sendrecv") + "rank " + std::to_string(recvFrom) + " sent " +
@@ -422,6 +460,7 @@ std::unique_ptr<Communicator> MpiCommunicator::subset(const std::vector<int>& ra
     MPI_Group_free(&group);
     check(rc, "subset", "MPI_Comm_create_group");
   });
+  // The new communicator takes `sub` over, and with it the duty to retire it.
   return std::make_unique<MpiCommunicator>(sub, worldRank_, maxCount_, timeout_);
 }
 

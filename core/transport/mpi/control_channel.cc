@@ -9,6 +9,8 @@ namespace hora {
 namespace mpi {
 namespace {
 
+// The communicator is a private duplicate, so one tag is enough; it only has to be the same on
+// every rank.
 constexpr int kControlTag = 7;
 // Largest control message accepted (as the TCP channel): coordinator messages are far smaller.
 constexpr size_t kMaxControlMessageBytes = size_t(256) << 20;
@@ -20,6 +22,8 @@ constexpr std::chrono::microseconds kMaxSleep{1000};
 
 MpiControlChannel::MpiControlChannel(MPI_Comm comm, int worldRank, Millis opTimeout)
     : context_(MpiContext::acquire()), comm_(comm), worldRank_(worldRank), opTimeout_(opTimeout) {
+  // Errors come back as codes, so a failed peer becomes an IoError rather than an abort of the job
+  // from inside MPI.
   int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm_, &rank_);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
@@ -38,6 +42,8 @@ MpiControlChannel::~MpiControlChannel() {
   if (!pending_.empty()) {
     // Sends to ranks that never received them (they failed or left). MPI may still read the
     // buffers after the requests are released, so those buffers are deliberately never freed.
+    // A freed request may still be in progress inside MPI, which keeps reading its buffer; leaking
+    // the list is the only way to keep those buffers valid.
     auto* orphans = new std::list<PendingSend>();
     orphans->splice(orphans->end(), pending_);
     for (auto& p : *orphans) {
@@ -45,6 +51,8 @@ MpiControlChannel::~MpiControlChannel() {
       MPI_Request_free(&p.request);
     }
   }
+  // Kept until exit rather than freed: a later communicator could otherwise reuse its context id
+  // and receive messages still in flight on this one (mpi_context.h).
   context_.retire(comm_);
 }
 
@@ -56,6 +64,8 @@ void MpiControlChannel::fail(const std::string& what, int rc) const {
 void MpiControlChannel::wakeup() {
   {
     std::lock_guard<std::mutex> lock(wakeMu_);
+    // Set under the mutex, so the flag cannot change between sleepFor()'s check and its wait, and
+    // the notification is never lost.
     woken_.store(true);
   }
   wakeCv_.notify_one();
@@ -64,6 +74,7 @@ void MpiControlChannel::wakeup() {
 bool MpiControlChannel::sleepFor(std::chrono::microseconds wait) {
   std::unique_lock<std::mutex> lock(wakeMu_);
   wakeCv_.wait_for(lock, wait, [this] { return woken_.load(); });
+  // exchange consumes the wakeup: one wakeup() ends at most one wait.
   return woken_.exchange(false);
 }
 
@@ -72,6 +83,8 @@ void MpiControlChannel::reapSends(Clock::duration waited) {
     int done = 0;
     int rc = MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) fail("sending to rank " + std::to_string(it->to) + " failed", rc);
+    // Only time spent waiting in poll() counts, as the header says: a receiver busy in a collective
+    // with this rank is not a dead one.
     if (!done) it->waited += waited;
     if (!done && it->waited >= opTimeout_) {
       throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(it->to) +
@@ -88,6 +101,8 @@ size_t MpiControlChannel::receiveAvailable(std::vector<Message>& out) {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
+    // A matched probe: the message whose size was read is the one MPI_Mrecv receives, whatever
+    // arrives in between.
     int rc = MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm_, &found, &message, &status);
     if (rc != MPI_SUCCESS) fail("MPI_Improbe failed", rc);
     if (!found) return received;
@@ -103,6 +118,7 @@ size_t MpiControlChannel::receiveAvailable(std::vector<Message>& out) {
 }
 
 void MpiControlChannel::send(int to, const std::string& bytes) {
+  // The same star as the other control channels: negotiation goes through rank 0 only.
   if (to < 0 || to >= size_ || to == rank_ || (rank_ != 0 && to != 0)) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": no control route to rank " +
                           std::to_string(to) +
@@ -112,6 +128,8 @@ void MpiControlChannel::send(int to, const std::string& bytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
+  // The channel keeps its own copy until the send completes; a std::list never moves its elements,
+  // so the buffer MPI was given stays where it is.
   pending_.push_back({MPI_REQUEST_NULL, bytes, to});
   auto mine = std::prev(pending_.end());
   int rc = MPI_Isend(mine->bytes.data(), static_cast<int>(mine->bytes.size()), MPI_BYTE, to,
@@ -128,6 +146,8 @@ void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   size_t before = out.size();
   const auto start = Clock::now();
   const bool forever = timeout.count() < 0;
+  // MPI offers nothing to block on for an incoming message together with a wakeup from another
+  // thread, so waiting is polling with a growing sleep.
   const auto deadline = forever ? Clock::time_point::max() : start + timeout;
   auto sleep = kFirstSleep;
   auto lastReap = start;
@@ -137,14 +157,18 @@ void MpiControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     lastReap = beforeReap;
     receiveAvailable(out);
     if (out.size() > before) return;
+    // A wakeup() that came while this thread was busy in MPI calls still ends this poll.
     if (woken_.exchange(false)) return;
     auto now = Clock::now();
     if (!forever && now >= deadline) return;
     if (now - start < spin) {
+      // Within the spin budget the thread only yields between probes, for the lowest latency while
+      // a reply is about to come.
       std::this_thread::yield();
       continue;
     }
     auto wait = sleep;
+    // The extra microsecond makes the last sleep end at or after the deadline, not just before.
     if (!forever) {
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now) +
                                 std::chrono::microseconds(1));

@@ -24,6 +24,8 @@ JobComm jobComm(const ConnectOptions& options) {
   int rank = 0, size = 1;
   checkMpi(MPI_Comm_rank(job.comm, &rank), "mpi transport: MPI_Comm_rank of " + job.what);
   checkMpi(MPI_Comm_size(job.comm, &size), "mpi transport: MPI_Comm_size of " + job.what);
+  // Hora's ranks come from the launcher and MPI's from the MPI job; collectives would pair the
+  // wrong peers if they differed, so the mismatch is refused here.
   if (rank != options.rank || size != options.size) {
     throw InvalidArgument(
         "mpi transport: this process is rank " + std::to_string(options.rank) + " of " +

@@ -21,6 +21,8 @@ const std::string kFailed = "error ";
 void bootstrapBcast(const JobComm& job, void* data, int count, MPI_Datatype type, Millis timeout) {
   const std::string what = "store bootstrap: MPI_Ibcast over " + job.what;
   MPI_Request request = MPI_REQUEST_NULL;
+  // The non-blocking form, so the wait can be bounded: MPI_Bcast would wait for ever on a rank that
+  // never comes.
   checkMpi(MPI_Ibcast(data, count, type, 0, job.comm, &request), what);
   checkMpi(awaitOrAbort(&request, 1, nullptr, timeout, job.comm,
                         [&] {
@@ -35,6 +37,7 @@ void bootstrapBcast(const JobComm& job, void* data, int count, MPI_Datatype type
 // Rank 0's text on every rank: the length first, then the bytes.
 std::string broadcastText(const JobComm& job, std::string text, Millis timeout) {
   unsigned long long length = text.size();
+  // Only rank 0 knows the length, so it travels first and every rank sizes its buffer from it.
   bootstrapBcast(job, &length, 1, MPI_UNSIGNED_LONG_LONG, timeout);
   text.resize(length);
   bootstrapBcast(job, &text[0], static_cast<int>(length), MPI_CHAR, timeout);
@@ -49,11 +52,13 @@ bool startsWith(const std::string& text, const std::string& prefix) {
 
 BootstrappedStore bootstrapStore(const ConnectOptions& options) {
   JobComm job = jobComm(options);
+  // Held while this function makes MPI calls, as every user of MPI holds one (mpi_context.h).
   MpiContext::Lease lease;
   BootstrappedStore out;
   std::string message;
   if (options.rank == 0) {
     try {
+      // Rank 0 makes the job's secret itself: under mpirun no launcher of Hora's hands one out.
       std::string random = net::randomBytes(kSecretBytes);
       std::string secret = toHex(reinterpret_cast<const uint8_t*>(random.data()), random.size());
       // Bound to the address it advertises, like every listener of the job.
@@ -66,6 +71,8 @@ BootstrappedStore bootstrapStore(const ConnectOptions& options) {
       message = kFailed + std::string(e.what());
     }
   }
+  // Rank 0 broadcasts even when it failed, so every rank learns why instead of waiting out the
+  // timeout.
   message = broadcastText(job, message, options.startTimeout);
   if (startsWith(message, kFailed)) {
     throw IoError(

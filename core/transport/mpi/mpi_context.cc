@@ -23,6 +23,8 @@ namespace {
 const std::string kNotEveryRankStarted = "not every rank of the MPI job called hora.init()";
 
 std::mutex& contextMutex() {
+  // Leaked on purpose, like gContext: the exit handler locks it after static destructors may have
+  // run.
   static auto* mu = new std::mutex();
   return *mu;
 }
@@ -54,9 +56,12 @@ int groupTag(const std::vector<int>& ranks) {
     h ^= static_cast<uint32_t>(r);
     h *= 16777619u;
   }
+  // Every member computes the same tag from the same list, which MPI_Comm_create_group requires;
+  // different lists get different tags so concurrent creations do not match each other's messages.
   return static_cast<int>(h & 0x7fff);  // MPI guarantees tags up to at least 32767
 }
 
+// A counter, not a lock: the exit handler only needs to know whether any MPI handle is still held.
 MpiContext::Lease::Lease() { gLeases.fetch_add(1); }
 MpiContext::Lease::~Lease() { gLeases.fetch_sub(1); }
 
@@ -102,6 +107,8 @@ MpiContext& MpiContext::acquire() {
 void MpiContext::initialise() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  // MPI cannot be initialised after MPI_Finalize, so this is an error the user must fix, not one to
+  // retry.
   if (finalized) {
     throw NotSupported(
         "mpi: MPI was already finalised in this process and cannot be initialised again; keep "
@@ -111,7 +118,10 @@ void MpiContext::initialise() {
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
+    // Before MPI_Init_thread, which is when MPI opens its plugins.
     promoteMpiSymbols();
+    // MPI can be initialised before any ConnectOptions exist, so the start timeout comes straight
+    // from the environment here.
     Millis bound = secondsToMillis(Settings::fromEnvironment().startTimeoutSeconds);
     ExitWatchdog watchdog(bound, "mpi: MPI_Init_thread did not return within HORA_START_TIMEOUT (" +
                                      std::to_string(bound.count() / 1000) +
@@ -119,8 +129,10 @@ void MpiContext::initialise() {
     checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
              "mpi: MPI_Init_thread");
     initialisedByHora_ = true;
+    // Registered only when Hora initialised MPI: whoever initialised it otherwise finalises it.
     std::atexit(&finalizeMpiAtExit);
   } else {
+    // Someone else initialised MPI: Hora cannot choose the thread level, only check it below.
     checkMpi(MPI_Query_thread(&provided), "mpi: MPI_Query_thread");
   }
   threadLevel_ = provided;
@@ -132,6 +144,7 @@ void MpiContext::initialise() {
   }
   checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &worldRank_), "mpi: MPI_Comm_rank");
   checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &worldSize_), "mpi: MPI_Comm_size");
+  // The user-defined ops can be made only once MPI is up, and are made once per process.
   createOwnOps(ops_);
 }
 
@@ -155,11 +168,15 @@ MPI_Comm MpiContext::worldSubset(const std::vector<int>& worldRanks, Millis star
                           "] must list distinct MPI_COMM_WORLD ranks in [0, " +
                           std::to_string(worldSize_) + ")");
   }
+  // Only members of the group may call MPI_Comm_create_group, so a process outside the list is
+  // refused before it.
   if (std::find(worldRanks.begin(), worldRanks.end(), worldRank_) == worldRanks.end()) {
     throw InvalidArgument("mpi: this process (MPI_COMM_WORLD rank " + std::to_string(worldRank_) +
                           ") is not in comm=[" + listed +
                           "]; only the listed ranks call hora.init(comm=...)");
   }
+  // A list seen before (hora.init() again after hora.shutdown()) gets the communicator made then,
+  // without another collective call.
   auto found = subsets_.find(worldRanks);
   if (found != subsets_.end()) return found->second;
   MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
@@ -206,6 +223,7 @@ void MpiContext::finalizeAtExit() {
                  alive);
     return;
   }
+  // Communicators and ops are freed before MPI_Finalize, which must be the last MPI call.
   for (auto& entry : subsets_) {
     if (entry.second != MPI_COMM_NULL) MPI_Comm_free(&entry.second);
   }
@@ -228,6 +246,8 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
     if (commF > std::numeric_limits<MPI_Fint>::max()) {
       throw InvalidArgument("mpi: " + std::to_string(commF) + " is not an MPI communicator handle");
     }
+    // Communicators arrive from Python as Fortran handles, plain integers that need no MPI types in
+    // the bindings.
     comm = MPI_Comm_f2c(static_cast<MPI_Fint>(commF));
     if (comm == MPI_COMM_NULL) {
       throw InvalidArgument(
@@ -237,6 +257,7 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
     int inter = 0;
     checkMpi(MPI_Comm_test_inter(comm, &inter),
              "mpi: the communicator given to hora.init(comm=...)");
+    // An inter-communicator's rank and size describe only its local group, not one job.
     if (inter) throw InvalidArgument("mpi: hora.init(comm=...) needs an intra-communicator");
   }
   MpiCommInfo info;
@@ -259,11 +280,14 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
                         }),
            "mpi: MPI_Ibarrier");
   MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  // Keyed by rank, so local ranks follow the communicator's order.
   checkMpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
            "mpi: MPI_Comm_split_type");
   MPI_Comm_rank(local, &info.localRank);
   MPI_Comm_size(local, &info.localSize);
+  // Only the local rank and size are kept; the split communicators themselves are not needed.
   MPI_Comm_free(&local);
+  // Ranks with the same local rank form one cross communicator: one rank per host, in rank order.
   checkMpi(MPI_Comm_split(comm, info.localRank, info.rank, &cross), "mpi: MPI_Comm_split");
   MPI_Comm_rank(cross, &info.crossRank);
   MPI_Comm_size(cross, &info.crossSize);

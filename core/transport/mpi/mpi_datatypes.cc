@@ -35,6 +35,8 @@ MPI_Datatype mpiElementType(DataType dtype) {
     case DataType::Int16: return MPI_INT16_T;
     case DataType::Int32: return MPI_INT32_T;
     case DataType::Int64: return MPI_INT64_T;
+    // MPI has no half-precision types: the 16-bit floats travel as 16-bit words and are reduced by
+    // the ops created below.
     case DataType::Float16: return MPI_UINT16_T;
     case DataType::BFloat16: return MPI_UINT16_T;
     case DataType::Float32: return MPI_FLOAT;
@@ -69,6 +71,8 @@ MpiReduction mpiReduction(const MpiContext& context, DataType dtype, ReduceOp op
   }
   if (ownReductionIndex(dtype) >= 0) return {mpiElementType(dtype), context.ownOp(dtype, op)};
   if (dtype == DataType::Bool) {
+    // For booleans, Sum and Max are true when any rank's value is, Min and Product only when all
+    // are.
     bool any = op == ReduceOp::Sum || op == ReduceOp::Max;
     return {MPI_C_BOOL, any ? MPI_LOR : MPI_LAND};
   }
@@ -99,6 +103,7 @@ void createOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
 void freeOwnOps(MPI_Op ops[kOwnReductionTypeCount][4]) {
   for (int d = 0; d < kOwnReductionTypeCount; ++d) {
     for (int i = 0; i < 4; ++i) {
+      // Each entry goes back to MPI_OP_NULL, so freeing twice, or ops never made, does no harm.
       if (ops[d][i] != MPI_OP_NULL) MPI_Op_free(&ops[d][i]);
       ops[d][i] = MPI_OP_NULL;
     }

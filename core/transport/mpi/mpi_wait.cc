@@ -14,6 +14,7 @@ int awaitOrAbort(MPI_Request* requests, int count, MPI_Status* statuses, Millis 
   const auto start = Clock::now();
   while (true) {
     int done = 0;
+    // Testing rather than MPI_Waitall is what makes the wait bounded: MPI_Waitall has no timeout.
     int rc = MPI_Testall(count, requests, &done, statuses ? statuses : MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return rc;
     if (done) return MPI_SUCCESS;
@@ -23,6 +24,8 @@ int awaitOrAbort(MPI_Request* requests, int count, MPI_Status* statuses, Millis 
       MPI_Abort(abortComm, kTimeoutAbortCode);
       throw TimeoutError(message);  // MPI_Abort does not return on a conforming MPI
     }
+    // MPI progresses transfers only inside its calls, so the loop tests again at once after
+    // yielding rather than sleeping (mpi_wait.h).
     std::this_thread::yield();
   }
 }
@@ -33,6 +36,7 @@ CallWatchdog::CallWatchdog(Millis timeout, MPI_Comm abortComm, bool abortFromAny
       abortComm_(abortComm),
       abortFromAnyThread_(abortFromAnyThread),
       describe_(std::move(describe)) {
+  // No bound means no thread: guard() then calls straight through.
   if (timeout_.count() > 0) thread_ = std::thread([this] { watch(); });
 }
 
@@ -58,6 +62,8 @@ void CallWatchdog::watch() {
   const int64_t boundNs = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count();
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    // Acquire pairs with guard()'s release store, so op_ and call_ read below are at least as new
+    // as this start; the second load below rules out a newer call.
     int64_t started = startedNs_.load(std::memory_order_acquire);
     if (started == 0 || nowNs() - started < boundNs) continue;
     const char* op = op_.load(std::memory_order_relaxed);
@@ -73,6 +79,8 @@ void CallWatchdog::watch() {
                         " (MPI runs below MPI_THREAD_MULTIPLE, where only the blocked "
                         "thread may call MPI_Abort: this process exits with code " +
                         std::to_string(kTimeoutAbortCode) + " and mpirun ends the others)");
+    // _Exit rather than exit: no exit handler or static destructor runs while another thread is
+    // blocked inside MPI.
     std::_Exit(kTimeoutAbortCode);
   }
 }

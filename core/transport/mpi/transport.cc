@@ -30,15 +30,20 @@ Connection MpiTransport::connect(const ConnectOptions& options, Store&) {
                                  "MPI cannot cancel a collective, so the MPI job is aborted.";
                         }),
            "mpi transport: MPI_Ibarrier");
+  // Two private duplicates: control messages and data traffic can never match each other's
+  // receives, nor the application's own messages on the job's communicator.
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
   checkMpi(MPI_Comm_dup(base, &data), "mpi transport: MPI_Comm_dup");
   int rc = MPI_Comm_dup(base, &control);
+  // The first duplicate has no owner yet; it is freed here so a failed set-up leaks nothing.
   if (rc != MPI_SUCCESS) {
     MPI_Comm_free(&data);
     checkMpi(rc, "mpi transport: MPI_Comm_dup");
   }
   Connection c;
   try {
+    // INT_MAX is MPI's largest count; the communicator splits larger buffers into calls of that
+    // size.
     c.world = std::make_unique<MpiCommunicator>(data, options.rank, INT_MAX, options.opTimeout);
   } catch (...) {
     MPI_Comm_free(&control);

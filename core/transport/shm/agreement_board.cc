@@ -9,6 +9,8 @@ namespace shm {
 
 ShmAgreementBoard::ShmAgreementBoard(std::shared_ptr<ShmPeers> peers) : peers_(std::move(peers)) {
   HORA_CHECK(peers_->controlInUse, "an agreement board needs the shared-memory control channel");
+  // From here on the control channel's waits also end when another rank publishes a round, which is
+  // how a rank waiting for messages learns of a new round.
   peers_->boardInUse = true;
 }
 
@@ -18,11 +20,15 @@ void ShmAgreementBoard::publish(uint32_t round, const Round& mine) {
   RankBlock& me = peers_->segment.rank(peers_->worldRank);
   HORA_CHECK(round == me.agreement.round.load(std::memory_order_relaxed) + 1,
              "agreement rounds are published in order");
+  // The other buffer holds the previous round, which peers may still be reading; this one held the
+  // round before it, which every rank has read (agreement_board.h).
   AgreementRound& buffer = me.rounds[round & 1];
   buffer.applied = mine.applied;
   buffer.joined = mine.joined;
   std::memcpy(buffer.ready, mine.ready, sizeof(buffer.ready));
   std::memcpy(buffer.handedOver, mine.handedOver, sizeof(buffer.handedOver));
+  // Release after the plain writes above: a peer that acquires the new round number sees the whole
+  // buffer.
   me.agreement.round.store(round, std::memory_order_release);
   for (int r = 0; r < peers_->worldSize; ++r) {
     if (r != peers_->worldRank) ring(peers_->doorbell(r));

@@ -27,9 +27,13 @@ namespace {
 bool reservePages(uint8_t* p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
   if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
+  // EINVAL means this kernel does not know the advice; any other error (such as ENOMEM) means the
+  // pages could not be had, which is what the caller must learn.
   if (errno != EINVAL) return false;
 #endif
   for (size_t at = 0; at < n; at += pageBytes()) {
+    // volatile keeps the compiler from dropping a store of zero to memory that already reads as
+    // zero.
     reinterpret_cast<volatile uint8_t*>(p)[at] = 0;
   }
   return true;
@@ -66,11 +70,15 @@ SharedArena::SharedArena(uint8_t* base, int ranks, int me, size_t areaBytes)
 SharedArena::~SharedArena() { ::munmap(base_, totalBytes_); }
 
 std::shared_ptr<void> SharedArena::allocate(size_t bytes) {
+  // Whole pages, because pages are what is reserved here and given back on release; a zero-byte
+  // request still gets a block of its own so its pointer is distinct.
   const size_t n = roundUpToPage(bytes == 0 ? 1 : bytes);
   size_t offset = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.begin();
+    // First fit in offset order: blocks come from the low end of the area and the free list stays
+    // short.
     while (it != free_.end() && it->second < n) ++it;
     if (it == free_.end()) return nullptr;
     offset = it->first;
@@ -78,10 +86,14 @@ std::shared_ptr<void> SharedArena::allocate(size_t bytes) {
     free_.erase(it);
     if (left > 0) free_[offset + n] = left;
   }
+  // Pages are reserved outside the lock: the block is already off the free list, and reserving can
+  // take long for a large block.
   if (!reservePages(mine_ + offset, n)) {
     release(offset, n);
     return nullptr;
   }
+  // The deleter holds the arena, so the mapping outlives the segment for as long as any block is in
+  // use.
   auto self = shared_from_this();
   return std::shared_ptr<void>(mine_ + offset,
                                [self, offset, n](void*) { self->release(offset, n); });
@@ -91,6 +103,7 @@ void SharedArena::release(size_t offset, size_t bytes) {
   // The pages go back to the system; the block reads as zeros when it is handed out again.
   if (::madvise(mine_ + offset, bytes, MADV_REMOVE) != 0) std::memset(mine_ + offset, 0, bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  // Coalescing with both neighbours keeps the free list from fragmenting into page-sized pieces.
   auto next = free_.lower_bound(offset);
   if (next != free_.end() && offset + bytes == next->first) {
     bytes += next->second;
@@ -115,6 +128,8 @@ size_t SharedArena::bytesFree() const {
 
 int64_t SharedArena::offsetOf(const void* p, size_t bytes) const {
   const auto* q = static_cast<const uint8_t*>(p);
+  // Written to avoid overflow: bytes is compared with the area first, so areaBytes_ - bytes cannot
+  // wrap.
   if (q < mine_ || bytes > areaBytes_ || static_cast<size_t>(q - mine_) > areaBytes_ - bytes) {
     return -1;
   }
@@ -122,6 +137,8 @@ int64_t SharedArena::offsetOf(const void* p, size_t bytes) const {
 }
 
 const uint8_t* SharedArena::at(uint64_t offset, size_t bytes) const {
+  // The offset comes from a peer's published line, so it is checked without an addition that could
+  // overflow.
   if (bytes > totalBytes_ || offset > totalBytes_ - bytes) return nullptr;
   return base_ + offset;
 }

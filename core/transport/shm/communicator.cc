@@ -15,6 +15,8 @@ ShmCommunicator::ShmCommunicator(std::shared_ptr<ShmPeers> peers, std::vector<in
     : peers_(peers), links_(std::move(peers), std::move(worldRanks), rank) {
   wholeJob_ = links_.size() == peers_->worldSize;
   for (int i = 0; i < links_.size(); ++i) {
+    // The per-rank lines and windows of the segment are indexed by world rank, so only a group that
+    // is the whole segment, in order, may use them directly.
     if (links_.worldRank(i) != i) wholeJob_ = false;
     if (i != rank) others_.push_back(i);
   }
@@ -34,6 +36,8 @@ bool ShmCommunicator::rankOrder(DataType dtype, ReduceOp op) const {
 
 collectives::AllreduceAlgorithm ShmCommunicator::algorithm(size_t count, DataType dtype,
                                                            ReduceOp op) const {
+  // Passing wholeJob_ as sharedLines keeps subsets off the shared lines, which belong to the whole
+  // segment.
   return collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder(dtype, op),
                                       wholeJob_, windows());
 }
@@ -45,6 +49,8 @@ bool ShmCommunicator::reducesPieces(size_t count, DataType dtype, ReduceOp op) c
 
 void ShmCommunicator::allreducePieces(const std::vector<BufferPiece>& pieces, size_t count,
                                       DataType dtype, ReduceOp op) {
+  // Callers must ask reducesPieces() first; every rank answers it alike, so all of them take this
+  // path or none does.
   HORA_CHECK(reducesPieces(count, dtype, op), "allreducePieces without a window");
   run("allreduce",
       [&] { windowAllreduce(links_, pieces, count, dtype, op, rankOrder(dtype, op)); });
@@ -70,6 +76,8 @@ bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, R
 
 bool ShmCommunicator::broadcastDirect(void* buf, size_t bytes, int root) {
   if (!windows() || bytes < collectives::kWindowBroadcastMinBytes) return false;
+  // A broadcast is a gather in which only the root contributes bytes: everyone else's range is
+  // empty, and every rank reads the root's data from its window into buf.
   std::vector<size_t> sizes(size(), 0);
   sizes[root] = bytes;
   windowGather(links_, buf, bytes, std::vector<size_t>(size(), 0), sizes, buf);
@@ -88,12 +96,15 @@ void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtyp
     RankBlock& b = s.rank(r);
     return (k & 1) ? b.spare.payload : b.line.payload;
   };
+  // The payload is written before seq is stored with release, so a peer that acquires the new seq
+  // reads a complete payload.
   std::memcpy(slot(p.worldRank), buf, bytes);
   s.rank(p.worldRank).line.seq.store(k, std::memory_order_release);
   for (int r = 0; r < p.worldSize; ++r) {
     if (r != p.worldRank) ring(p.doorbell(r));
   }
   auto published = [&](int r) {
+    // The signed difference keeps the comparison right when the 32-bit counter wraps.
     return static_cast<int32_t>(s.rank(r).line.seq.load(std::memory_order_acquire) - k) >= 0;
   };
   auto ready = [&] {
@@ -112,6 +123,8 @@ void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtyp
   // A rank that published its payload and then left (the job ending) does not fail this wait.
   links_.waitFor(ready, others_, missing, [&](int r) { return !published(r); });
   uint8_t acc[collectives::kSharedLineMaxBytes];
+  // Every rank folds the payloads in the same order, rank 0 first, so all ranks get bit-identical
+  // results even for floating point.
   std::memcpy(acc, slot(0), bytes);
   for (int r = 1; r < p.worldSize; ++r) reduceInto(acc, slot(r), count, dtype, op);
   std::memcpy(buf, acc, bytes);

@@ -15,6 +15,7 @@ namespace shm {
 namespace {
 
 // An unbounded poll() still wakes up now and then, only to wait again.
+// waitUntil() needs a finite timeout; an hour is long enough that the extra wake-ups cost nothing.
 constexpr Millis kForeverSlice{3600 * 1000};
 
 }  // namespace
@@ -24,11 +25,14 @@ ShmControlChannel::ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opT
       rank_(peers_->worldRank),
       size_(peers_->worldSize),
       opTimeout_(opTimeout) {
+  // The control rings form a star around rank 0, as the TCP control connections do.
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) inbound_.push_back({r, std::string()});
   } else {
     inbound_.push_back({0, std::string()});
   }
+  // From here on a failure leaves the segment mapped, so this channel can still deliver this rank's
+  // last messages, the reason for the failure among them.
   peers_->controlInUse = true;
 }
 
@@ -74,6 +78,8 @@ bool ShmControlChannel::anyInbound() const {
   const Segment& s = peers_->segment;
   for (const Inbound& in : inbound_) {
     RingControl& c = s.controlRingControl(in.rank, rank_);
+    // Only this rank moves the tail of its inbound rings; head is acquired so that bytes it covers
+    // are visible before they are read.
     if (c.head.load(std::memory_order_acquire) != c.tail.load(std::memory_order_relaxed)) {
       return true;
     }
@@ -98,6 +104,8 @@ void ShmControlChannel::readAvailable(Inbound& in, std::vector<Message>& out) {
     in.partial.resize(old + n);
     copyOutOfRing(s.controlRingData(in.rank, rank_), kControlRingBytes, tail,
                   reinterpret_cast<uint8_t*>(&in.partial[old]), n);
+    // Everything available is taken at once: frames are parsed from in.partial, so the ring is
+    // freed for the sender without waiting for a whole frame.
     c.tail.store(head, std::memory_order_release);
     // Wake the sender only when its send() waits for room: a needless wake-up would cost a
     // syscall here and a core there. Paired with the fence in send(): either it sees the new tail
@@ -114,6 +122,8 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
   }
+  // Only the rings between rank 0 and the others exist (segment.h); any other pair would index
+  // outside them.
   if (to == rank_ || to < 0 || to >= size_ || (rank_ != 0 && to != 0)) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": no control connection to rank " +
                           std::to_string(to) +
@@ -124,6 +134,7 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
   uint8_t* data = s.controlRingData(rank_, to);
   const std::string frame = controlFrame(bytes);
   WaitPolicy policy = peers_->policy;
+  // A send that waits for room is bounded by the op timeout, like the TCP channel's send().
   policy.timeout = opTimeout_;
   auto room = [&] {
     return c.head.load(std::memory_order_relaxed) - c.tail.load(std::memory_order_acquire) <
@@ -146,6 +157,8 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
     // The ring is full: wait for the peer to read, draining what it (or any peer) sends meanwhile,
     // or rank 0 and a rank both sending a large message would each wait for the other to read.
     // What arrives goes to stash_ and is handed out first by the next poll().
+    // A peer that has closed will never read again: fail now rather than wait for room that cannot
+    // come.
     std::string gone = controlGone(to);
     if (!gone.empty()) fail(to, "closed while sending (" + gone + ")");
     auto failed = [&]() -> std::string {
@@ -155,12 +168,16 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
              std::to_string(to) + " closed while sending (" + why + ")";
     };
     bool moved;
+    // The flag goes up before the wait checks for room, and the fence pairs with the one in
+    // readAvailable(): a reader that frees room after this point sees the flag and rings.
     c.writerWaiting.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     try {
       moved = waitUntil(
           peers_->doorbell(rank_), policy, [&] { return room() || anyInbound(); }, failed);
     } catch (...) {
+      // The flag comes down however the wait ends, so the reader does not keep ringing for a send
+      // that has given up.
       c.writerWaiting.store(0, std::memory_order_relaxed);
       throw;
     }
@@ -170,6 +187,8 @@ void ShmControlChannel::send(int to, const std::string& bytes) {
                          " accepted no control data for " + std::to_string(opTimeout_.count()) +
                          " ms");
     }
+    // Drained into stash_, not into a caller's vector: send() has none, and order is kept by poll()
+    // handing stash_ out first.
     for (Inbound& in : inbound_) readAvailable(in, stash_);
   }
 }
@@ -182,6 +201,7 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   const bool forever = timeout.count() < 0;
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
   WaitPolicy policy = peers_->policy;
+  // The caller's spin budget replaces the yield stage; the pause stage stays as configured.
   policy.yield = spin;
   auto woken = [&] { return wakeups_.load(std::memory_order_acquire) != wakeupsSeen_; };
   // A round another rank published on the agreement board ends the wait like a message.
@@ -190,6 +210,7 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   for (;;) {
     for (Inbound& in : inbound_) readAvailable(in, out);
     if (woken()) {
+      // Every wakeup() up to now is consumed by this return; several coalesce into one.
       wakeupsSeen_ = wakeups_.load(std::memory_order_acquire);
       return;
     }
@@ -197,6 +218,8 @@ void ShmControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     if (!forever) {
       const auto now = Clock::now();
       if (now >= deadline) return;
+      // Rounded up: a remainder under a millisecond would otherwise become a zero timeout, and
+      // the loop would spin until the deadline.
       policy.timeout = std::chrono::ceil<Millis>(deadline - now);
     } else {
       policy.timeout = kForeverSlice;

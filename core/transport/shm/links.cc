@@ -30,12 +30,16 @@ ShmPeers::ShmPeers(Segment seg, int rank, const WaitPolicy& p)
   const int self = static_cast<int>(::getpid());
   for (int r = 0; r < worldSize; ++r) {
     int pid = segment.rank(r).identity.pid.load(std::memory_order_acquire);
+    // A pidfd turns a peer's death into something poll(2) can see even when the peer died too
+    // abruptly to set its gone flag; ranks that share this process (threads in tests) get none.
     if (r != worldRank && pid > 0 && pid != self) pidfds[r] = openPidfd(pid);
   }
 }
 
 ShmPeers::~ShmPeers() {
   if (segment.mapped()) {
+    // Leaving is announced and every peer woken, so a peer still waiting on this rank fails at once
+    // instead of at its timeout.
     segment.rank(worldRank).identity.gone.store(1, std::memory_order_release);
     for (int r = 0; r < worldSize; ++r) {
       if (r != worldRank) ring(doorbell(r));
@@ -56,6 +60,8 @@ std::string ShmPeers::peerGone(int peer) const {
 std::string ShmPeers::processExited(int peer) const {
   if (pidfds[peer] >= 0) {
     pollfd p{pidfds[peer], POLLIN, 0};
+    // A pidfd becomes readable when its process exits; a zero timeout makes this a check, not a
+    // wait.
     if (::poll(&p, 1, 0) > 0) {
       return "rank " + std::to_string(jobRank(peer)) + " (pid " +
              std::to_string(segment.rank(peer).identity.pid.load()) + ") exited";
@@ -83,6 +89,7 @@ uint64_t ShmPeers::othersRounds() const {
 }
 
 void ShmPeers::markFailed(const std::string& why) {
+  // The first reason is kept: later failures are often consequences of this one.
   if (failure.empty()) failure = why;
   if (!segment.mapped()) return;
   segment.rank(worldRank).identity.gone.store(1, std::memory_order_release);
@@ -103,11 +110,14 @@ size_t ShmLinks::trySend(int peer, const void* data, size_t bytes) {
   const Segment& s = peers_->segment;
   const int me = peers_->worldRank, to = worldRanks_[peer];
   RingControl& c = s.ringControl(me, to);
+  // Only this rank writes head, so its own value needs no ordering; tail is acquired so the bytes
+  // the receiver consumed are really free before they are overwritten.
   const uint64_t head = c.head.load(std::memory_order_relaxed);
   const uint64_t tail = c.tail.load(std::memory_order_acquire);
   const size_t n = std::min<size_t>(bytes, s.ringBytes() - static_cast<size_t>(head - tail));
   if (n == 0) return 0;
   copyIntoRing(s.ringData(me, to), s.ringBytes(), head, static_cast<const uint8_t*>(data), n);
+  // Release publishes the copied bytes before the new head that lets the receiver read them.
   c.head.store(head + n, std::memory_order_release);
   ring(peers_->doorbell(to));
   return n;
@@ -118,12 +128,15 @@ size_t ShmLinks::tryRecv(int peer, void* data, size_t bytes) {
   const Segment& s = peers_->segment;
   const int me = peers_->worldRank, from = worldRanks_[peer];
   RingControl& c = s.ringControl(from, me);
+  // The mirror of trySend(): head is acquired so the bytes it covers are visible, and the tail
+  // store below releases the space only after they were copied out.
   const uint64_t tail = c.tail.load(std::memory_order_relaxed);
   const uint64_t head = c.head.load(std::memory_order_acquire);
   const size_t n = std::min<size_t>(bytes, static_cast<size_t>(head - tail));
   if (n == 0) return 0;
   copyOutOfRing(s.ringData(from, me), s.ringBytes(), tail, static_cast<uint8_t*>(data), n);
   c.tail.store(tail + n, std::memory_order_release);
+  // The sender may be waiting for room; ring() makes no system call when nobody sleeps.
   ring(peers_->doorbell(from));
   return n;
 }
@@ -134,6 +147,8 @@ void ShmLinks::waitFor(const std::function<bool()>& ready, const std::vector<int
   ShmPeers& p = *peers_;
   auto failed = [&]() -> std::string {
     for (int peer : peers) {
+      // A peer that already delivered everything this wait needs from it may leave without failing
+      // it.
       if (stillNeeded && !stillNeeded(peer)) continue;
       std::string why = p.peerGone(worldRanks_[peer]);
       if (!why.empty()) {
@@ -143,6 +158,8 @@ void ShmLinks::waitFor(const std::function<bool()>& ready, const std::vector<int
     }
     return "";
   };
+  // Every sender and receiver rings this rank's one doorbell, so a single wait covers all the peers
+  // in wants.
   if (waitUntil(p.doorbell(p.worldRank), p.policy, ready, failed)) return;
   throw TimeoutError("rank " + std::to_string(p.jobRank(p.worldRank)) + ": shm " + op_ +
                      " made no progress for " + std::to_string(p.policy.timeout.count()) + " ms (" +

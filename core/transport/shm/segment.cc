@@ -37,6 +37,8 @@ static_assert(sizeof(RankBlock) == 1024, "a rank's block is 1024 bytes");
 // Where the arena starts in the file: the first page after the fixed part.
 size_t arenaOffset(size_t fixedBytes) { return roundUpToPage(fixedBytes); }
 
+// Data rings exist for every ordered pair of distinct ranks; control rings only between rank 0 and
+// each other rank, one per direction.
 size_t pairs(int ranks) { return static_cast<size_t>(ranks) * (ranks - 1); }
 size_t controlRings(int ranks) { return 2 * static_cast<size_t>(ranks - 1); }
 
@@ -49,6 +51,8 @@ size_t Segment::bytesFor(int ranks, size_t ringBytes, size_t windowBytes) {
 }
 
 void copyIntoRing(uint8_t* ring, size_t cap, uint64_t pos, const uint8_t* src, size_t n) {
+  // Positions count bytes since the start of the stream, so the offset in the ring is taken modulo
+  // its capacity and a copy that crosses the end wraps to the start.
   size_t at = static_cast<size_t>(pos % cap), first = std::min(n, cap - at);
   std::memcpy(ring + at, src, first);
   if (first < n) std::memcpy(ring, src + first, n - first);
@@ -78,6 +82,8 @@ Segment& Segment::operator=(Segment&& o) noexcept {
 }
 
 Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes, size_t arenaBytes) {
+  // Whole lines keep every ring and window on its own cache lines; halves of a window must be whole
+  // lines too, hence multiples of 2 * kLine.
   HORA_CHECK(ranks >= 1 && ringBytes >= kLine && ringBytes % kLine == 0 &&
                  windowBytes % (2 * kLine) == 0 && arenaBytes % pageBytes() == 0,
              "bad segment shape");
@@ -93,6 +99,8 @@ Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes, size_t 
       ::ftruncate(s.fd_, static_cast<off_t>(arenaOffset(s.bytes_) + arenaBytes * ranks)) != 0) {
     sysFail("ftruncate");
   }
+  // Only the fixed part is mapped here; MAP_POPULATE takes its page faults now rather than in the
+  // first collective.
   void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd_, 0);
   if (p == MAP_FAILED) sysFail("mmap");
   s.base_ = static_cast<uint8_t*>(p);
@@ -108,6 +116,7 @@ Segment Segment::create(int ranks, size_t ringBytes, size_t windowBytes, size_t 
   h->totalBytes = s.bytes_;
   h->controlRingBytes = kControlRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
+  // The magic goes in last, so a header that carries it is complete.
   h->magic = kMagic;
   return s;
 }
@@ -120,8 +129,12 @@ Segment Segment::attach(int fd) {
   }
   // The header says how much of the file is the fixed part (the rest is the arena, mapped apart).
   Header h;
+  // Reading the header with pread before mapping anything means a malformed file is refused without
+  // mapping a size taken on trust.
   if (::pread(fd, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) sysFail("pread");
   const size_t fixed = h.totalBytes;
+  // The header's sizes must agree with each other and with the file's real size before anything
+  // is mapped from them.
   if (h.magic != kMagic || h.ranks < 1 || h.ranks > (1u << 16) ||
       h.controlRingBytes != kControlRingBytes || h.windowBytes % (2 * kLine) != 0 ||
       h.arenaBytes % pageBytes() != 0 ||
@@ -161,6 +174,8 @@ void Segment::release() {
 
 size_t Segment::pairIndex(int from, int to) const {
   HORA_CHECK(from != to && from >= 0 && to >= 0 && from < ranks_ && to < ranks_, "bad ring");
+  // Each sender owns ranks - 1 consecutive rings; destinations above the sender shift down by one
+  // because a rank has no ring to itself.
   return static_cast<size_t>(from) * (ranks_ - 1) + (to < from ? to : to - 1);
 }
 

@@ -37,6 +37,8 @@ sockaddr_un abstractAddress(const std::string& name, socklen_t* len) {
   a.sun_family = AF_UNIX;
   HORA_CHECK(name.size() + 1 < sizeof(a.sun_path), "socket name too long");
   std::memcpy(a.sun_path + 1, name.data(), name.size());
+  // The length counts only the bytes of the name: abstract names are not NUL-terminated, and any
+  // padding would become part of the name.
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   return a;
 }
@@ -57,11 +59,13 @@ bool waitFd(int fd, short events, Clock::time_point deadline) {
     int rc = ::poll(&p, 1, net::pollTimeoutMs(deadline));
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) return false;
+    // poll(2) may return early on a rounded timeout; only the deadline itself ends the wait.
     if (rc == 0 && Clock::now() >= deadline) return false;
   }
 }
 
 void sendFd(int sock, int fd) {
+  // SCM_RIGHTS needs at least one byte of ordinary data to travel with; its value means nothing.
   char byte = 'S';
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -88,6 +92,8 @@ int recvFd(int sock, Clock::time_point deadline) {
     m.msg_iovlen = 1;
     m.msg_control = control;
     m.msg_controllen = sizeof(control);
+    // MSG_CMSG_CLOEXEC marks the received descriptor close-on-exec atomically, so a child process
+    // started meanwhile never inherits the segment.
     ssize_t n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
     if (n == 1) {
       cmsghdr* c = CMSG_FIRSTHDR(&m);
@@ -116,6 +122,8 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
     }
     const std::string doing = "waiting for rank(s) " + rankList(unserved) + " to attach";
     for (int r : unserved) {
+      // A rank that could not attach publishes why under its "ok" key; looking for it here stops
+      // rank 0 from serving until the deadline a rank that will never connect.
       if (storeCall(o, doing, [&] { return store.check({key("ok", r)}); })) {
         std::string v = storeCall(o, doing, [&] { return store.get(key("ok", r), Millis(1000)); });
         if (v != "ok") return "rank " + std::to_string(r) + ": " + v.substr(1);
@@ -125,6 +133,7 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
       return "timed out after " + std::to_string(o.startTimeout.count()) +
              " ms waiting for rank(s) " + rankList(unserved) + " to attach";
     }
+    // Short waits, so a failure published in the store is noticed within about 50 ms.
     if (!waitFd(listenFd, POLLIN, std::min(deadline, Clock::now() + Millis(50)))) continue;
     net::Socket conn(::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!conn.valid()) continue;
@@ -141,6 +150,8 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
       sendFd(conn.fd(), seg.fd());
       served.insert(hs.peerRank());
     } catch (const std::exception& e) {
+      // One bad local connection must not end set-up for the ranks still to come; the real rank
+      // can still connect until the deadline.
       HORA_LOG(Warning, "shared-memory set-up: dropped a local connection: " << e.what());
     }
   }
@@ -166,6 +177,8 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
     int fd = recvFd(s.fd(), deadline);
     try {
       Segment seg = Segment::attach(fd);
+      // The arena is mapped from the same descriptor before it is closed; afterwards nothing could
+      // map it.
       seg.mapArena(fd, o.rank);
       ::close(fd);
       return seg;
@@ -182,6 +195,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
                      size_t windowBytes, size_t arenaBytes) {
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
+  // A disabled rank publishes that instead of its host, so the others learn it in the same step and
+  // every rank reaches the same verdict.
   const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
   storeCall(o, "saying which host it runs on", [&] { store.set(key("host", o.rank), mine); });
   std::vector<int> everyone;
@@ -194,6 +209,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
       a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
       return a;
     }
+    // Comparing every rank with rank 0, in rank order, gives every rank the same first mismatch and
+    // so the same message.
     if (hosts[r] != hosts[0]) {
       a.whyNot = "ranks 0 and " + std::to_string(r) + " run on different hosts";
       return a;
@@ -207,7 +224,11 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
     try {
       seg = Segment::create(o.size, ringBytes, windowBytes, arenaBytes);
       seg.mapArena(seg.fd(), 0);
+      // Each rank records its pid before it publishes "ok", so when ShmPeers is built, after every
+      // "ok", every peer's pid is there to open a pidfd on.
       seg.rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
+      // A random name keeps concurrent jobs on one host apart; the handshake, not the name, keeps
+      // strangers out.
       std::string name = "hora-shm-" + toHex(net::randomBytes(12));
       listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       socklen_t len;
@@ -219,6 +240,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
       }
       store.set("shm/addr", name);
     } catch (const std::exception& e) {
+      // The other ranks wait for this key; publishing the failure under it ends their wait with
+      // rank 0's reason instead of a timeout.
       storeCall(o, "publishing why it has no shared-memory segment",
                 [&] { store.set("shm/addr", std::string("!") + e.what()); });
       a.whyNot = std::string("rank 0: ") + e.what();
@@ -239,9 +262,13 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
       if (seg.ranks() != o.size) throw IoError("the segment is for another job size");
       seg.rank(o.rank).identity.pid.store(static_cast<int32_t>(::getpid()));
     } catch (const std::exception& e) {
+      // Kept and published below instead of thrown: every rank must still reach the "ok" step, or
+      // the others would wait there until their timeout.
       failure = e.what();
     }
   }
+  // The mapping keeps the memory alive; closing the descriptor now means the memory goes with the
+  // last rank that maps it.
   seg.closeFd();
   // "ok" carries the rank's HORA_SHM_CONTROL too: the control plane moves only if all agree.
   std::string ok = o.shmControl ? "ok" : "ok tcp-control";
@@ -261,6 +288,7 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
     if (v != "ok") a.control = false;
   }
   WaitPolicy policy;
+  // With more ranks than usable CPUs a spinning rank only delays the peer it waits for (wait.h).
   policy.pause = oversubscribed(o.size) ? Micros(0) : Micros(2);
   policy.yield = o.spin;
   policy.timeout = o.opTimeout;

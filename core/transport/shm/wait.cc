@@ -33,6 +33,8 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t seen, int ms) {
 }  // namespace
 
 void ring(Doorbell& d) {
+  // Bump first, then look for sleepers, the mirror of the waiter's announce-then-recheck: with both
+  // sequentially consistent, either the waiter sees the new state or this sees the sleeper.
   d.bell.fetch_add(1, std::memory_order_seq_cst);
   if (d.sleepers.load(std::memory_order_seq_cst) > 0) {
     ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&d.bell), FUTEX_WAKE, INT32_MAX, nullptr,
@@ -47,6 +49,8 @@ bool waitUntil(Doorbell& mine, const WaitPolicy& policy, const std::function<boo
   if (policy.pause.count() > 0) {
     const auto end = start + policy.pause;
     do {
+      // Several pauses between checks keep the reads of the shared line and of the clock from
+      // dominating the spin.
       for (int i = 0; i < 16; ++i) cpuPause();
       if (ready()) return true;
     } while (Clock::now() < end);
@@ -58,6 +62,7 @@ bool waitUntil(Doorbell& mine, const WaitPolicy& policy, const std::function<boo
       if (ready()) return true;
     } while (Clock::now() < end);
   }
+  // The timeout counts from the start of the wait, spin stages included.
   const auto deadline = start + policy.timeout;
   for (;;) {
     // A peer that left may have published what this wait needs just before: look again after
@@ -75,9 +80,13 @@ bool waitUntil(Doorbell& mine, const WaitPolicy& policy, const std::function<boo
     if (!ok) {
       auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
       if (left > 0)
+        // left is rounded down to whole milliseconds; the extra one keeps the last sleep from
+        // ending just before the deadline and going round once more for nothing.
         futexWait(&mine.bell, seen, static_cast<int>(std::min<long>(left, kSliceMs) + 1));
     }
     mine.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    // A wake-up says only that something changed, maybe for another waiter of this rank, so the
+    // condition is checked again.
     if (ok || ready()) return true;
     if (Clock::now() >= deadline) return false;
   }

@@ -64,6 +64,8 @@ class Pieces {
  private:
   template <typename Visit>
   void walk(size_t from, size_t n, Visit&& visit) const {
+    // The last piece that starts at or before `from`; empty pieces share a start with the next one
+    // and are stepped over with a zero length.
     size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), from) -
                                    starts_.begin()) -
                1;
@@ -95,6 +97,8 @@ class WindowRun {
 
   // The next part: `elements` elements starting at element `first` of the pieces.
   void part(const Pieces& pieces, size_t first, size_t elements) {
+    // Part numbers come from the job-wide counter, so this part's half and steps follow on from any
+    // earlier window collective (window_steps.h).
     const uint32_t k = steps_.nextPart();
     const int me = steps_.me();
     const size_t from = first * es_;
@@ -106,9 +110,13 @@ class WindowRun {
     stage(pieces, k, from, elements * es_, own != nullptr ? offsets[me] : 0,
           own != nullptr ? sizes[me] : 0);
     steps_.publishAndWait(2 * k - 1, "stage its part in its window");
+    // Read only after the wait above: a rank publishes its source before its staging step, and that
+    // step's acquire makes the source visible here.
     for (int r = 0; r < steps_.size(); ++r) sources_[r] = source(r, k, elements * es_);
 
     foldSlice(k, own, offsets[me], sizes[me]);
+    // Every slice must be reduced before anyone copies results out; the same wait also tells each
+    // rank that nobody reads its part any more.
     steps_.publishAndWait(2 * k, "reduce its slice in its window");
 
     for (int r = 0; r < steps_.size(); ++r) {
@@ -127,6 +135,8 @@ class WindowRun {
     const uint8_t* run = arena_ != nullptr ? pieces.contiguous(from, bytes) : nullptr;
     const int64_t at = run != nullptr ? arena_->offsetOf(run, bytes) : -1;
     WindowLine& line = steps_.links().peers().segment.rank(steps_.me()).window;
+    // Relaxed suffices: the release store of step 2k - 1 in publishAndWait() comes after it and
+    // publishes it. Offsets are stored plus one so that 0 can mean "in the window".
     line.source[k & 1].store(at >= 0 ? static_cast<uint64_t>(at) + 1 : 0,
                              std::memory_order_relaxed);
     if (at < 0) {
@@ -143,6 +153,8 @@ class WindowRun {
     const Segment& s = steps_.links().peers().segment;
     const uint64_t at = s.rank(r).window.source[k & 1].load(std::memory_order_relaxed);
     if (at == 0) return steps_.half(r, k);
+    // The offset was written by another process; it is checked against the arena's bounds before
+    // any byte is read through it.
     const uint8_t* p = arena_ != nullptr ? arena_->at(at - 1, bytes) : nullptr;
     if (p == nullptr) {
       throw IoError("rank " + std::to_string(steps_.links().peers().jobRank(r)) +
@@ -162,10 +174,13 @@ class WindowRun {
     };
     // Rank 0's data first: in place when it is this rank's own (or the order does not matter),
     // else through a chunk of scratch that starts as rank 0's.
+    // Folding into this rank's own data starts the fold with its own values; that equals rank order
+    // only for rank 0, so the others use scratch when order matters.
     const bool inPlace = me == 0 || !rankOrder_;
     uint8_t* into = own != nullptr ? own : mine;  // where an in-place fold runs
     uint8_t* scratch =
         inPlace ? nullptr : steps_.links().scratch(collectives::kScratchRecv, kFoldChunkBytes);
+    // Whole elements per chunk, so no element is split between two reductions.
     const size_t chunk = kFoldChunkBytes / es_ * es_;
     for (size_t at = 0; at < len; at += chunk) {
       const size_t bytes = std::min(chunk, len - at);
@@ -173,6 +188,8 @@ class WindowRun {
       if (inPlace) {
         if (data(me) != into) std::memcpy(into + at, data(me) + at, bytes);
         for (int r : steps_.others()) reduceInto(into + at, data(r) + at, count, dtype_, op_);
+        // The other ranks copy this slice's result from this rank's half, so a result folded in the
+        // own buffer is copied there too.
         if (into != mine) std::memcpy(mine + at, into + at, bytes);
         continue;
       }
@@ -200,6 +217,7 @@ void windowAllreduce(ShmLinks& links, const std::vector<BufferPiece>& pieces, si
                      DataType dtype, ReduceOp op, bool rankOrder) {
   Pieces all(pieces);
   WindowRun run(links, dtype, op, rankOrder);
+  // Parts are whole elements of at most one half; a part always fits whichever half it lands in.
   const size_t perPart = run.elementsPerPart();
   for (size_t first = 0; first < count; first += perPart) {
     run.part(all, first, std::min(perPart, count - first));

@@ -31,7 +31,11 @@ void windowGather(ShmLinks& links, void* out, size_t total, const std::vector<si
   // Every part carries a piece of every rank's range, so all ranks copy in (and out) at once. The
   // pieces of one part fill at most total / parts + n bytes of a half.
   const size_t room = steps.halfBytes() > static_cast<size_t>(n) ? steps.halfBytes() - n : 1;
+  // With total / parts <= room, the pieces of a part fit the half: each rank's piece is at most one
+  // byte above its even share, which is what the n bytes held back cover.
   const size_t parts = (total + room - 1) / room;
+  // A half is written again two parts later, and only after publishAndWait() has seen every rank
+  // past step 2k, that is, done reading it.
   for (size_t p = 0; p < parts; ++p) {
     const uint32_t k = steps.nextPart();
     // Where each rank's piece sits in its half: after the pieces of the ranks before it.
@@ -48,6 +52,7 @@ void windowGather(ShmLinks& links, void* out, size_t total, const std::vector<si
       // This rank's own output, unless it is already there.
       if (dst + offsets[me] != src) std::memmove(dst + offsets[me] + myOff, src + myOff, myLen);
     }
+    // Every rank must have staged its piece before anyone copies from the windows.
     steps.publishAndWait(2 * k - 1, "stage its part in its window");
     for (int r : steps.others()) {
       const size_t len = pieceLength(bytes[r], parts, p);
@@ -56,6 +61,8 @@ void windowGather(ShmLinks& links, void* out, size_t total, const std::vector<si
                     steps.half(r, k) + layout[r], len);
       }
     }
+    // No wait here: the next part uses the other half, and the wait on its staging step covers the
+    // reads of this one.
     steps.publish(2 * k);
   }
 }

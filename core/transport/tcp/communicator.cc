@@ -10,6 +10,8 @@ TcpCommunicator::TcpCommunicator(std::shared_ptr<TcpPeerSockets> peers, std::vec
 std::unique_ptr<Communicator> TcpCommunicator::subset(const std::vector<int>& ranks) {
   int mine = checkSubset(ranks);
   std::vector<int> world;
+  // The subset's ranks are given in this communicator's numbering; they are translated so the new
+  // view indexes the shared sockets by world rank.
   for (int r : ranks) world.push_back(links_.worldRank(r));
   return std::make_unique<TcpCommunicator>(peers_, std::move(world), mine);
 }

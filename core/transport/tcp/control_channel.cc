@@ -63,6 +63,8 @@ void setLivenessTimeout(int fd, Millis timeout) {
 TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets,
                                      Millis opTimeout)
     : rank_(rank), size_(size), opTimeout_(opTimeout) {
+  // The vector is indexed by world rank and holds invalid sockets for ranks this one has no control
+  // connection with; only the real ones become peers.
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
     if (sockets[r].valid()) {
       setLivenessTimeout(sockets[r].fd(), std::min(opTimeout, kUnreachableAfter));
@@ -128,6 +130,8 @@ void TcpControlChannel::wakeup() {
 
 bool TcpControlChannel::takeWakeups() {
   uint64_t now = wakeups_.load(std::memory_order_seq_cst);
+  // Only the poller reads and writes seenWakeups_, so comparing counts needs no lock and loses no
+  // wakeup.
   if (now == seenWakeups_) return false;
   seenWakeups_ = now;
   return true;
@@ -154,6 +158,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
     if (r.bytes < kReadChunk) break;  // drained for now; saves a syscall returning EAGAIN
   }
   const size_t before = out.size();
+  // Parsing happens before the hang-up is reported, so messages that arrived ahead of it are not
+  // lost.
   std::string bad = takeControlMessages(p.rank, p.in, out);
   if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
   if (!hangUp.empty() && out.size() == before) {
@@ -163,6 +169,8 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
 }
 
 void TcpControlChannel::send(int to, const std::string& bytes) {
+  // The receiver would reject such a frame as malformed and drop the channel; refusing it here
+  // makes it the sender's error, with the size in the message.
   if (bytes.size() > kMaxControlMessageBytes) {
     throw InvalidArgument("rank " + std::to_string(rank_) + ": control message of " +
                           std::to_string(bytes.size()) + " bytes exceeds the limit");
@@ -187,6 +195,8 @@ void TcpControlChannel::send(int to, const std::string& bytes) {
     fds.clear();
     fds.push_back({target.sock.fd(), POLLOUT, 0});
     for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
+    // Each wait is bounded by the op timeout, so a peer that stops reading is reported instead of
+    // blocking this rank forever.
     int rc = ::poll(fds.data(), fds.size(), static_cast<int>(opTimeout_.count()));
     if (rc < 0 && errno != EINTR) fail(to, std::string("poll failed: ") + std::strerror(errno));
     if (rc == 0) {
@@ -210,6 +220,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
   std::vector<pollfd> fds;
   fds.push_back({wakeFd_, POLLIN, 0});
   for (auto& p : peers_) fds.push_back({p.sock.fd(), POLLIN, 0});
+  // A wakeup() that came before this call ends it without sleeping, like one that comes during it.
   bool woken = takeWakeups();
   if (out.size() == before && !woken && timeout.count() != 0) {
     // Poll without sleeping first (core/common/spin.h); the loop below takes in what is there.
@@ -225,6 +236,8 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     bool arrived = woken || out.size() > before;
     int wait = arrived ? 0 : (timeout.count() < 0 ? -1 : net::pollTimeoutMs(deadline));
     if (wait != 0) {
+      // Raise the flag, then look at the counter once more: a wakeup() that bumped the counter
+      // before it could see the flag is caught here, and any later one writes the eventfd.
       mayBlock_.store(true, std::memory_order_seq_cst);
       if (takeWakeups()) {
         woken = true;
@@ -232,21 +245,27 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
       }
     }
     int rc = ::poll(fds.data(), fds.size(), wait);
+    // Relaxed is enough: a wakeup() that still sees the flag raised only writes the eventfd once
+    // too often, and the next poll drains it.
     mayBlock_.store(false, std::memory_order_relaxed);
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw IoError("rank " + std::to_string(rank_) + ": poll failed: " + std::strerror(errno));
     }
     if (rc > 0 && fds[0].revents != 0) {
+      // Drain the eventfd, or it would stay readable and end every later poll at once.
       uint64_t count;
       ssize_t ignored = ::read(wakeFd_, &count, sizeof(count));
       (void)ignored;
     }
+    // A wakeup() that came while the flag was down only bumped the counter; look again.
     woken = woken || takeWakeups();
     for (size_t i = 0; i < peers_.size() && rc > 0; ++i) {
       if (fds[i + 1].revents != 0) readAvailable(peers_[i], out);
     }
     if (woken || out.size() > before) return;
+    // poll(2) rounds its timeout to milliseconds and may wake early, so the deadline itself
+    // decides.
     if (rc == 0 && timeout.count() >= 0 && Clock::now() >= deadline) return;
   }
 }

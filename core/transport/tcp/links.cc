@@ -21,7 +21,10 @@ constexpr Millis kReachabilityCheck{1000};
 }  // namespace
 
 void TcpPeerSockets::markFailed(const std::string& why) {
+  // The first failure is kept, since later ones may only be consequences of the shutdown below.
   if (failure.empty()) failure = why;
+  // Shutdown rather than close: the descriptors stay valid for the communicators that share them,
+  // while every peer sees EOF at once.
   for (auto& s : sockets) s.shutdownBoth();
 }
 
@@ -41,6 +44,7 @@ std::string TcpLinks::alsoClosed(int peer) const {
   for (size_t r = 0; r < peers_->sockets.size(); ++r) {
     const net::Socket& s = peers_->sockets[r];
     if (!s.valid() || static_cast<int>(r) == worldRanks_[peer]) continue;
+    // POLLRDHUP reports a peer's orderly close even while unread data still sits in the socket.
     pollfd p{s.fd(), POLLRDHUP, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
       names += (names.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r);
@@ -56,6 +60,7 @@ void TcpLinks::unreachable(int peer, const char* direction) const {
   const std::vector<std::string>& at = peers_->addresses;
   const std::string address = world < static_cast<int>(at.size()) ? at[world] : "";
   std::string ranks;
+  // Addresses hold the host only, not the port, so equal addresses mean the same host.
   for (size_t r = 0; r < at.size() && !address.empty(); ++r) {
     if (at[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   }
@@ -75,6 +80,8 @@ void TcpLinks::checkAcknowledged(const Want* wants, size_t count) const {
     tcp_info info{};
     socklen_t length = sizeof(info);
     if (::getsockopt(fdOf(wants[i].peer), IPPROTO_TCP, TCP_INFO, &info, &length) != 0) continue;
+    // Both conditions are needed: unacknowledged data alone is normal in flight, and an old last
+    // ACK alone only means the connection was idle.
     if (info.tcpi_unacked > 0 &&
         info.tcpi_last_ack_recv >= static_cast<uint32_t>(peers_->unreachableAfter.count())) {
       unreachable(wants[i].peer, "sending");
@@ -111,6 +118,7 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     short events = short((wants[i].send ? POLLOUT : 0) | (wants[i].recv ? POLLIN : 0));
     int fd = fdOf(wants[i].peer);
+    // poll(2) wants one entry per descriptor, so wants for the same peer share an entry.
     bool merged = false;
     for (auto& p : pollSet_) {
       if (p.fd == fd) {
@@ -124,8 +132,12 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
   // sleeping first (core/common/spin.h); a failing poll(2) is reported by the blocking loop.
   if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; }))
     return;
+  // The op timeout counts from the start of this wait, so it bounds time without progress, not the
+  // length of the whole collective.
   auto deadline = Clock::now() + peers_->opTimeout;
   for (;;) {
+    // Wake at least once a second to check acknowledgements: a dead host would otherwise only be
+    // noticed at the op timeout while this rank has data in flight to it.
     auto tick = std::min(deadline, Clock::now() + kReachabilityCheck);
     int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(tick));
     if (rc > 0) return;

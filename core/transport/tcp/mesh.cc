@@ -13,6 +13,8 @@ namespace hora {
 namespace tcp {
 namespace {
 
+// Outgoing attempts back off exponentially from 20 ms to 500 ms: a peer that is still starting is
+// found quickly, and one that is slow does not have its listener hammered.
 constexpr Millis kFirstRetry{20};
 constexpr Millis kMaxRetry{500};
 // How often a rank waiting for its peers checks that the rendezvous store is still there: a
@@ -96,6 +98,7 @@ class MeshBuilder {
 };
 
 MeshSockets MeshBuilder::build() {
+  // A single rank has no peer to connect to, so it neither listens nor touches the store.
   if (o_.size == 1) return std::move(mesh_);
   publish();
   resolveTargets();
@@ -107,13 +110,17 @@ MeshSockets MeshBuilder::build() {
     checkStore(now);
     startDue(now);
     fds.clear();
+    // The listener sits at index 0, so attempt i is at fds[i + 1]; the loop below relies on that.
     fds.push_back({listener_.fd(), POLLIN, 0});
     for (auto& a : attempts_) {
       short ev = 0;
       if (a->connecting || a->hs.outputPending() > 0) ev |= POLLOUT;
+      // Until a non-blocking connect completes, only writability tells whether it succeeded.
       if (!a->connecting && a->hs.inputWanted() > 0) ev |= POLLIN;
       fds.push_back({a->sock.fd(), ev, 0});
     }
+    // Sleep until the earliest thing that needs doing without any socket event: a retry, a
+    // handshake expiry, the store check or the overall deadline.
     Clock::time_point wake = deadline_;
     for (const auto& t : targets_) {
       if (!t.done && !t.active) wake = std::min(wake, t.retryAt);
@@ -121,7 +128,10 @@ MeshSockets MeshBuilder::build() {
     for (const auto& a : attempts_) wake = std::min(wake, a->handshakeDeadline);
     wake = std::min(wake, nextStoreCheck_);
     int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
+    // A signal interrupting poll() is not a failure; the loop simply goes round again.
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
+    // Only the entries of fds, built before this pass, are pumped; the attempts accepted below are
+    // pumped as they are made.
     size_t polled = fds.size() - 1;
     for (size_t i = 0; i < polled && rc > 0; ++i) {
       if (fds[i + 1].revents != 0 && !attempts_[i]->dead) pump(*attempts_[i]);
@@ -131,6 +141,8 @@ MeshSockets MeshBuilder::build() {
         std::string peer;
         net::Socket s = net::acceptPending(listener_.fd(), &peer);
         if (!s.valid()) break;
+        // Room is made before the new attempt joins, so unauthenticated connections never exceed
+        // the cap, however many a stranger opens.
         evictOldestPending();
         auto validator = [this](net::PeerKind kind, int rank) { return validate(kind, rank); };
         auto a = std::make_unique<Attempt>(std::move(s),
@@ -183,6 +195,8 @@ void MeshBuilder::checkStore(Clock::time_point now) {
   if (now < nextStoreCheck_) return;
   nextStoreCheck_ = now + kStoreCheckInterval;
   std::string doing = "waiting for rank(s) " + rankList(missingRanks()) + " to connect";
+  // The answer is ignored: only a store that no longer answers matters, and storeCall turns its
+  // error into one naming the store's owner.
   storeCall(o_, doing, [&] { return store_.check({addressKey(o_.rank)}); });
 }
 
@@ -191,9 +205,13 @@ void MeshBuilder::publish() {
   // The listener binds exactly the address it advertises: a job on one host listens on the
   // loopback only, and HORA_IFACE keeps every other interface closed.
   std::string host = net::advertisedHost(o_.listenHost);
+  // Port 0 lets the kernel pick a free port; peers learn it from the store, never from
+  // configuration.
   listener_ = net::listenOn(host, 0, &port);
   std::string address = net::joinHostPort(host, port);
   HORA_LOG(Debug, me() << ": listening for peers at " << address);
+  // Publishing only after the listener exists means a peer that reads the address can connect at
+  // once.
   storeCall(o_, "publishing its address", [&] { store_.set(addressKey(o_.rank), address); });
 }
 
@@ -205,11 +223,14 @@ void MeshBuilder::resolveTargets() {
     t.kind = kind;
     targets_.push_back(t);
   };
+  // The higher rank always connects, so each pair has exactly one data connection and no tie-break.
   for (int j = 0; j < o_.rank; ++j) addTarget(j, net::PeerKind::Data);
   if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
   std::vector<int> lower;
   for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
   std::vector<std::string> addresses =
+      // Only lower ranks' addresses are needed; rank 0 is always among them when there is a control
+      // target.
       awaitRanks(o_, store_, lower, addressKey, deadline_, "publish their address");
   for (auto& t : targets_) {
     net::parseHostPort(addresses[t.rank], &t.host, &t.port);
@@ -223,6 +244,8 @@ void MeshBuilder::startDue(Clock::time_point now) {
     bool pending = false;
     int err = 0;
     net::Socket s = net::startConnect(t.host, t.port, &pending, &err);
+    // A connect that fails at once is retried on the same backoff as one that fails during the
+    // handshake.
     if (!s.valid()) {
       t.lastError = std::strerror(err);
       t.retryAt = now + t.backoff;
@@ -244,6 +267,8 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
   if (rank < 0 || rank >= o_.size)
     return "claims rank " + std::to_string(rank) + " outside the job";
   if (kind == net::PeerKind::Data) {
+    // Data connections come only from higher ranks; anything else breaks the
+    // one-connection-per-pair rule.
     if (rank <= o_.rank)
       return "rank " + std::to_string(rank) + " should not connect to a higher rank";
     if (claimedData_[rank]) return "a second data connection claims rank " + std::to_string(rank);
@@ -251,6 +276,7 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
     return "";
   }
   if (kind == net::PeerKind::Control) {
+    // The control plane is a star around rank 0, so only rank 0 accepts control connections.
     if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
     if (claimedControl_[rank])
       return "a second control connection claims rank " + std::to_string(rank);
@@ -263,9 +289,13 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
 void MeshBuilder::pump(Attempt& a) {
   if (a.connecting) {
     int err = net::connectResult(a.sock.fd());
+    // A refused or reset connect is expected while the peer is still starting, so it is retried
+    // quietly.
     if (err != 0) return abandon(a, std::strerror(err), Setback::Routine);
     a.connecting = false;
   }
+  // Reading at most inputWanted() bytes leaves whatever the peer sends after the handshake in the
+  // socket for the connection's next owner.
   char buf[256];
   for (;;) {
     if (a.hs.outputPending() > 0) {
@@ -274,6 +304,7 @@ void MeshBuilder::pump(Attempt& a) {
       if (r.status != net::IoStatus::Ok) {
         return abandon(a, net::describe(r) + " during the handshake", Setback::Routine);
       }
+      // Keep sending until the kernel stops taking bytes; only then wait for the next event.
       a.hs.outputSent(r.bytes);
       continue;
     }
@@ -283,6 +314,8 @@ void MeshBuilder::pump(Attempt& a) {
           kind == net::HandshakeFailure::BadProof || kind == net::HandshakeFailure::Refused;
       return abandon(a, a.hs.failure(), rejected ? Setback::Rejected : Setback::Routine);
     }
+    // Done is checked only after all output is sent, so the acceptor's Welcome is out before the
+    // socket moves into the mesh.
     if (a.hs.state() == net::Handshake::State::Done) return finish(a);
     net::IoResult r = net::recvSome(a.sock.fd(), buf, std::min(sizeof(buf), a.hs.inputWanted()));
     if (r.status == net::IoStatus::WouldBlock) return;
@@ -290,6 +323,8 @@ void MeshBuilder::pump(Attempt& a) {
       return abandon(a, net::describe(r) + " during the handshake", Setback::Routine);
     }
     a.hs.input(buf, r.bytes);
+    // The acceptor validated and claimed the slot in this step; marking it lets abandon() release
+    // it if the Welcome cannot be sent.
     if (a.hs.state() == net::Handshake::State::Done && a.target == nullptr) a.claimed = true;
   }
 }
@@ -340,6 +375,8 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
 }
 
 int MeshBuilder::expectedIncoming() const {
+  // Every higher rank opens a data connection here, and rank 0 also receives one control connection
+  // from every other rank.
   int data = o_.size - 1 - o_.rank;
   int control = o_.rank == 0 ? o_.size - 1 : 0;
   return data + control;

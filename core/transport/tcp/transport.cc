@@ -28,6 +28,7 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   if (options.opTimeout.count() <= 0 || options.startTimeout.count() <= 0) {
     throw InvalidArgument("tcp transport: timeouts must be positive");
   }
+  // Checked before the mesh is built, which sizes its tables by size and indexes them by rank.
   MeshSockets mesh = connectMesh(options, store);
   auto peers = std::make_shared<TcpPeerSockets>();
   peers->worldRank = options.rank;
@@ -36,6 +37,8 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   peers->spin = options.spin;
   peers->sockets = std::move(mesh.data);
   peers->unreachableAfter = std::min(options.opTimeout, kUnreachableAfter);
+  // Idle time plus five probes make up unreachableAfter; below six seconds the idle time stays at
+  // one probe interval, and keepalive then takes longer than unreachableAfter.
   const Millis idle = std::max(kProbeInterval, peers->unreachableAfter - kProbes * kProbeInterval);
   peers->addresses.resize(options.size);
   for (int r = 0; r < options.size; ++r) {
@@ -44,6 +47,8 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
     peers->addresses[r] = net::peerAddress(peers->sockets[r].fd());
   }
   std::vector<int> world(options.size);
+  // The world communicator maps its ranks onto world ranks one to one; subsets reuse the same
+  // sockets through another mapping.
   std::iota(world.begin(), world.end(), 0);
   Connection c;
   c.world = std::make_unique<TcpCommunicator>(std::move(peers), std::move(world), options.rank);
