@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/common/errors.h"
+#include "core/transport/control_frames.h"
 
 namespace hora {
 namespace mpi {
@@ -12,8 +13,6 @@ namespace {
 // The communicator is a private duplicate, so one tag is enough; it only has to be the same on
 // every rank.
 constexpr int kControlTag = 7;
-// Largest control message accepted (as the TCP channel): coordinator messages are far smaller.
-constexpr size_t kMaxControlMessageBytes = size_t(256) << 20;
 // Waiting, after the spin budget: sleep with a doubling back-off.
 constexpr std::chrono::microseconds kFirstSleep{10};
 constexpr std::chrono::microseconds kMaxSleep{1000};

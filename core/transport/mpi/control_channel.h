@@ -4,8 +4,8 @@
 // application's own MPI messages.
 //
 // A message is one MPI message of bytes (tag kControlTag); MPI's non-overtaking rule keeps each
-// sender's messages in order. poll() probes with MPI_Iprobe(MPI_ANY_SOURCE) and receives what
-// is there; while nothing is, it first polls for `spin` yielding the processor (core/common/
+// sender's messages in order. poll() takes what is there with MPI_Improbe(MPI_ANY_SOURCE) and
+// MPI_Mrecv; while nothing is, it first polls for `spin` yielding the processor (core/common/
 // spin.h), then sleeps with a back-off that starts at 10 us and doubles up to 1 ms, waiting on a
 // condition variable that wakeup() signals, so a wakeup from another thread ends the wait at
 // once. No wait spins without yielding or sleeping.

@@ -193,6 +193,7 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
 
 Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes,
                      size_t windowBytes, size_t arenaBytes) {
+  // One deadline for every step, so that set-up as a whole is bounded by the start timeout.
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
   // A disabled rank publishes that instead of its host, so the others learn it in the same step and
@@ -202,8 +203,8 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   std::vector<int> everyone;
   for (int r = 0; r < o.size; ++r) everyone.push_back(r);
   auto hostKey = [](int r) { return key("host", r); };
-  std::vector<std::string> hosts = awaitRanks(
-      o, store, everyone, hostKey, Clock::now() + o.startTimeout, "say which host they run on");
+  std::vector<std::string> hosts =
+      awaitRanks(o, store, everyone, hostKey, deadline, "say which host they run on");
   for (int r = 0; r < o.size; ++r) {
     if (hosts[r] == "disabled") {
       a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
@@ -250,9 +251,9 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
     failure = serveSegment(o, store, listener.fd(), seg, deadline);
   } else {
     auto addrKey = [](int) { return std::string("shm/addr"); };
-    std::string addr = awaitRanks(o, store, {0}, addrKey, Clock::now() + o.startTimeout,
-                                  "publish the shared-memory segment's address")
-                           .front();
+    std::string addr =
+        awaitRanks(o, store, {0}, addrKey, deadline, "publish the shared-memory segment's address")
+            .front();
     if (!addr.empty() && addr[0] == '!') {
       a.whyNot = "rank 0: " + addr.substr(1);
       return a;
@@ -276,8 +277,7 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
             [&] { store.set(key("ok", o.rank), failure.empty() ? ok : "!" + failure); });
   auto okKey = [](int r) { return key("ok", r); };
   std::vector<std::string> oks =
-      awaitRanks(o, store, everyone, okKey, Clock::now() + o.startTimeout,
-                 "attach to the shared-memory segment");
+      awaitRanks(o, store, everyone, okKey, deadline, "attach to the shared-memory segment");
   a.control = true;
   for (int r = 0; r < o.size; ++r) {
     const std::string& v = oks[r];
