@@ -89,6 +89,47 @@ class Job {
   std::vector<std::unique_ptr<Participant>> participants_;
 };
 
+// Found by the scale simulator (bench/scale/): with a full cache, one batch can answer a tensor
+// from its slot and then evict that slot for another tensor. Applying the eviction first queues
+// the tensor for resending; the response then finishes it. When the name is submitted again
+// before the next collect, it must go out once, not from the resend list and again as new.
+TEST(Participant, ResendOfATensorAnsweredInTheSameBatchIsDropped) {
+  Participant p(2);
+  TensorQueue q;
+  auto push = [&q] {
+    TensorEntry e;
+    e.request.name = "x";
+    e.request.shape = {4};
+    std::vector<TensorEntry> group;
+    group.push_back(std::move(e));
+    q.push(std::move(group));
+  };
+  const std::string key = tensorKey(0, "x");
+  Request cachedRequest;
+  cachedRequest.name = "x";
+  cachedRequest.shape = {4};
+  Response cachedResponse;
+  cachedResponse.names = {"x"};
+  cachedResponse.elementCounts = {4};
+  p.recordCached(0, key, cachedRequest, cachedResponse);
+  push();
+  RequestBatch first = p.collect(q, q.takeNew());
+  EXPECT_TRUE(first.requests.empty());
+  ASSERT_EQ(first.cacheBits.size(), 1u);
+  // The batch: evicts slot 0 (x is queued for resending), then answers x.
+  p.applyEvictions({0});
+  ASSERT_TRUE(p.hasResends());
+  q.remove(key);
+  p.finished(key);
+  p.batchApplied();
+  // The next step submits x again before the next collect.
+  push();
+  RequestBatch next = p.collect(q, q.takeNew());
+  ASSERT_EQ(next.requests.size(), 1u) << "x sent twice: the coordinator would count it twice";
+  EXPECT_EQ(next.requests[0].name, "x");
+  EXPECT_FALSE(p.hasResends());
+}
+
 TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
   Job job(3, 16);
   job.enqueue(0, "a", {4});
