@@ -40,16 +40,17 @@ size_t pendingBytes(const Coordinator& c) {
     n += kNodeBytes + sizeof(std::string) + stringHeap(kv.first) + sizeof(PendingTensor);
     n += stringHeap(p.name) + p.requests.capacity() * sizeof(Request);
     for (const auto& r : p.requests) n += requestHeap(r);
-    n += p.hitRanks.capacity() * sizeof(int);
   }
   return n;
 }
 
 size_t coordinatorFixedBytes(int worldSize, size_t cacheCapacity) {
-  // joined_ and waiting_ are bit vectors; waitReportedAt_ one uint64_t per rank.
+  // joined_ and waiting_ are bit vectors; waitReportedAt_ one uint64_t per rank; CacheHits one
+  // row of N bits and a count per slot.
   const size_t ranks = static_cast<size_t>(worldSize);
+  const size_t hits = cacheCapacity * ((ranks + 63) / 64 * sizeof(uint64_t) + sizeof(uint32_t));
   return sizeof(Coordinator) + 2 * (ranks + 7) / 8 + ranks * sizeof(uint64_t) +
-         cacheCapacity * sizeof(uint64_t);
+         cacheCapacity * sizeof(uint64_t) + hits;
 }
 
 }  // namespace scale

@@ -24,7 +24,8 @@ size_t cacheEntryBytes(const std::string& key, const Request& request, const Res
 size_t emptyCacheSlotBytes();
 // The coordinator's pending table as it stands.
 size_t pendingBytes(const Coordinator& c);
-// The coordinator's per-rank vectors (joined, waiting, wait reports) and per-slot change marks.
+// The coordinator's per-rank vectors (joined, waiting, wait reports), per-slot change marks and
+// its table of cache reports (CacheHits).
 size_t coordinatorFixedBytes(int worldSize, size_t cacheCapacity);
 
 }  // namespace scale

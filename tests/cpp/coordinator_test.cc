@@ -167,6 +167,31 @@ TEST(Coordinator, SecondStepTravelsAsCacheBits) {
   }
 }
 
+// Cached reports are counted per rank (core/coordinator/cache_hits.h): with ranks in three words
+// of the table, the tensor waits for the last one, and the coordinator names who reported.
+TEST(Coordinator, CachedTensorOfALargeJobWaitsForItsLastRank) {
+  const int n = 130;
+  Job job(n, 4);
+  for (int r = 0; r < n; ++r) job.enqueue(r, "a", {4});
+  for (int r = 0; r < n; ++r) job.send(r);
+  ASSERT_EQ(job.answer().size(), 1u);
+  for (int r = 0; r < n - 1; ++r) job.enqueue(r, "a", {4});
+  for (int r = 0; r < n - 1; ++r) EXPECT_TRUE(job.send(r).requests.empty()) << "rank " << r;
+  EXPECT_TRUE(job.answer().empty()) << "ready before rank " << n - 1 << " reported";
+  const PendingTensor& p = job.coordinator().pending().begin()->second;
+  std::vector<int> reported = job.coordinator().submitters(p);
+  ASSERT_EQ(reported.size(), static_cast<size_t>(n - 1));
+  EXPECT_EQ(reported.front(), 0);
+  EXPECT_EQ(reported.back(), n - 2);
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{n - 1}));
+  job.enqueue(n - 1, "a", {4});
+  job.send(n - 1);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cacheSlots, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(job.coordinator().pending().empty());
+}
+
 TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {
   Job job(2, 16);
   for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {4});
