@@ -3,11 +3,13 @@
 //
 //   hora_scale_sim [--ranks 8,16,...] [--tensors 1,10,...] [--steps 4] [--order same|random|both]
 //       [--chunks 4] [--tensor-bytes 16384] [--cache-capacity 1024] [--fusion-threshold B]
-//       [--budget 4000000] [--alpha-us 5] [--gbits 10] [--intra-alpha-us A] [--intra-gbits G]
+//       [--budget 4000000] [--thrash-budget 320000] [--alpha-us 5] [--gbits 10] [--intra-alpha-us
+//       A] [--intra-gbits G]
 //       [--ranks-per-host 8] [--no-model] [--no-negotiation]
 //
-// --budget skips an (N, T) whose N x T (tensor submissions per step) exceeds it; skipped cells
-// are listed in the output. Step 0 is uncached (the first negotiation of every tensor); the
+// --budget skips an (N, T) whose N x T (tensor submissions per step) exceeds it, --thrash-budget
+// one whose T exceeds the cache capacity and N x T exceeds it; skipped cells are listed in the
+// output. Step 0 is uncached (the first negotiation of every tensor); the
 // later steps run from the response cache and their median is the steady state.
 #include <algorithm>
 #include <cstdio>
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
       o.base.fusionThreshold = std::stoll(next());
     } else if (a == "--budget") {
       o.budget = std::stoll(next());
+    } else if (a == "--thrash-budget") {
+      o.thrashBudget = std::stoll(next());
     } else if (a == "--alpha-us") {
       o.fabric.inter.alpha = std::stod(next()) * 1e-6;
     } else if (a == "--gbits") {

@@ -56,7 +56,6 @@ NegotiationSim::NegotiationSim(const SimConfig& config)
              "scale simulator: bad configuration");
   settings_.cacheCapacity = config.cacheCapacity;
   settings_.fusionThreshold = config.fusionThreshold;
-  settings_.stallCheckDisable = true;  // no wall-clock checks in a simulation
   std::vector<int> world(static_cast<size_t>(config.worldSize));
   std::iota(world.begin(), world.end(), 0);
   sets_.add(0, world, nullptr);
@@ -104,6 +103,7 @@ StepStats NegotiationSim::runStep() {
   for (int first = 0; first < config_.tensors; first += perChunk) {
     const int count = std::min(perChunk, config_.tensors - first);
     for (int r = 0; r < config_.worldSize; ++r) submit(r, first, count);
+    submittedAll_ = first + count >= config_.tensors;
     cycle(&stats);
   }
   for (int extra = 0; !allDone(); ++extra) {
@@ -131,6 +131,7 @@ void NegotiationSim::cycle(StepStats* stats) {
     Rank& rank = *ranks_[r];
     RequestBatch batch = rank.participant.collect(rank.queue, rank.queue.takeNew());
     if (batch.requests.empty() && batch.cacheBits.empty()) continue;
+    batch.waiting = submittedAll_;
     stats->fullRequests += static_cast<int>(batch.requests.size());
     if (r == 0) {
       timed(&stats->ingestCpuS, [&] { coordinator_->ingest(0, batch); });
@@ -151,6 +152,11 @@ void NegotiationSim::cycle(StepStats* stats) {
   });
   stats->peakPending = std::max(stats->peakPending, coordinator_->pending().size());
   peakPendingBytes_ = std::max(peakPendingBytes_, pendingBytes(*coordinator_));
+  double liveness = 0, deadlock = 0;
+  timed(&liveness, [&] { return coordinator_->awaitedRanks(); });
+  timed(&deadlock, [&] { return coordinator_->failDeadlocks(Clock::now()); });
+  stats->livenessCpuS = std::max(stats->livenessCpuS, liveness);
+  stats->deadlockCpuS = std::max(stats->deadlockCpuS, deadlock);
   for (;;) {
     ResponseBatch batch;
     bool built = timed(&stats->buildCpuS, [&] { return coordinator_->buildBatch(&batch); });

@@ -12,7 +12,8 @@
 //
 // Rank 0's negotiation CPU is CLOCK_THREAD_CPUTIME_ID around Coordinator::ingest and
 // Coordinator::buildBatch only; the codec's share (decoding request batches, encoding response
-// batches) is timed apart.
+// batches) is timed apart. Every rank reports that a thread of it waits (RequestBatch::waiting)
+// with its last part of a step, as a training step's synchronize does.
 //
 // Single-threaded; not for concurrent use.
 #include <cstdint>
@@ -51,6 +52,11 @@ struct StepStats {
   int collectives = 0;      // responses after fusion (collectives every rank runs)
   int fullRequests = 0;     // requests sent in full, every rank together
   size_t peakPending = 0;   // tensors pending at the coordinator after an ingest
+  // Rank 0's periodic checks, one call each after every cycle's ingest, the dearest call of the
+  // step: Coordinator::awaitedRanks (the liveness check, every 20 ms while tensors are pending)
+  // and Coordinator::failDeadlocks (every 200 ms).
+  double livenessCpuS = 0;
+  double deadlockCpuS = 0;
   LinkCounters rank0;
   LinkCounters rank1;  // a non-zero rank (rank 1)
   double negotiationCpuS() const { return ingestCpuS + buildCpuS; }
@@ -88,6 +94,7 @@ class NegotiationSim {
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::vector<int>> order_;  // per rank: tensor indices in submission order
   uint64_t step_ = 0;
+  bool submittedAll_ = false;  // the current part is the step's last
   size_t peakPendingBytes_ = 0;
 };
 

@@ -40,7 +40,8 @@ std::string stepJson(const StepStats& s) {
       << ", \"decode_cpu_s\": " << num(s.decodeCpuS) << ", \"encode_cpu_s\": " << num(s.encodeCpuS)
       << ", \"cycles\": " << s.cycles << ", \"response_batches\": " << s.responseBatches
       << ", \"collectives\": " << s.collectives << ", \"full_requests\": " << s.fullRequests
-      << ", \"peak_pending\": " << s.peakPending << ", \"rank0\": " << countersJson(s.rank0)
+      << ", \"peak_pending\": " << s.peakPending << ", \"liveness_cpu_s\": " << num(s.livenessCpuS)
+      << ", \"deadlock_cpu_s\": " << num(s.deadlockCpuS) << ", \"rank0\": " << countersJson(s.rank0)
       << ", \"rank1\": " << countersJson(s.rank1) << "}";
   return out.str();
 }
@@ -71,7 +72,7 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
       << ", \"tensor_bytes\": " << o.base.tensorBytes
       << ", \"cache_capacity\": " << o.base.cacheCapacity
       << ", \"fusion_threshold\": " << o.base.fusionThreshold << ", \"budget\": " << o.budget
-      << ", \"inter_alpha_s\": " << num(f.inter.alpha)
+      << ", \"thrash_budget\": " << o.thrashBudget << ", \"inter_alpha_s\": " << num(f.inter.alpha)
       << ", \"inter_beta_s_per_byte\": " << num(f.inter.beta)
       << ", \"intra_alpha_s\": " << num(f.intra.alpha)
       << ", \"intra_beta_s_per_byte\": " << num(f.intra.beta)
@@ -85,7 +86,8 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
     for (int t : o.tensors) {
       for (bool random : orders) {
         const char* order = random ? "random" : "same";
-        if (static_cast<long long>(n) * t > o.budget) {
+        const long long cell = static_cast<long long>(n) * t;
+        if (cell > o.budget || (t > o.base.cacheCapacity && cell > o.thrashBudget)) {
           skipped << (firstSkip ? "" : ", ") << "{\"ranks\": " << n << ", \"tensors\": " << t
                   << ", \"order\": \"" << order << "\"}";
           firstSkip = false;

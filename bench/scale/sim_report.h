@@ -17,6 +17,9 @@ struct RunOptions {
   int steps = 4;               // step 0 uncached, the median of the others cached
   std::string order = "both";  // same, random or both
   long long budget = 4000000;  // largest N x T simulated
+  // Largest N x T simulated when T exceeds the cache capacity: every step then renegotiates in
+  // full (LRU over a cache smaller than the step), which costs the simulator ~100x more per cell.
+  long long thrashBudget = 320000;
   SimConfig base;
   Fabric fabric;
   double intraAlpha = -1, intraBeta = -1;  // main.cc only
