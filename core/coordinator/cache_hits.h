@@ -32,6 +32,9 @@ class CacheHits {
             (rank % 64)) &
            1;
   }
+  // The slot's row: bit r of word r / 64 set when rank r reported it.
+  const uint64_t* row(int slot) const { return bits_.data() + static_cast<size_t>(slot) * words_; }
+  size_t words() const { return words_; }
   // The ranks that reported `slot`, ascending.
   std::vector<int> ranks(int slot) const;
   // Forgets every report of `slot`.

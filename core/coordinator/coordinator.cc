@@ -43,6 +43,7 @@ Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Setti
       hits_(static_cast<size_t>(settings.cacheCapacity), worldSize),
       slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
       joined_(static_cast<size_t>(worldSize), false),
+      joinedBits_((static_cast<size_t>(worldSize) + 63) / 64, 0),
       nextProcessSetId_(nextProcessSetId),
       autotuner_(settings),
       disabledDeadlocks_(settings.stallCheckDisable),
@@ -93,11 +94,24 @@ std::vector<int> Coordinator::hitRanks(const PendingTensor& p) const {
   return p.slot >= 0 ? hits_.ranks(p.slot) : std::vector<int>();
 }
 
-std::vector<int> Coordinator::submitters(const PendingTensor& p) const {
-  std::vector<int> have = hitRanks(p);
-  for (const auto& r : p.requests) have.push_back(r.rank);
-  std::sort(have.begin(), have.end());
+std::vector<uint64_t> Coordinator::submittedBits(const PendingTensor& p) const {
+  std::vector<uint64_t> have;
+  if (p.slot >= 0) {
+    have.assign(hits_.row(p.slot), hits_.row(p.slot) + hits_.words());
+  } else {
+    have.assign(joinedBits_.size(), 0);
+  }
+  for (const auto& r : p.requests) {
+    if (r.rank >= 0 && r.rank < worldSize_) setBit(have, static_cast<size_t>(r.rank));
+  }
   return have;
+}
+
+std::vector<int> Coordinator::submitters(const PendingTensor& p) const {
+  std::vector<uint64_t> have = submittedBits(p);
+  std::vector<int> ranks;
+  forEachSetBit(have.data(), have.size(), [&](size_t r) { ranks.push_back(static_cast<int>(r)); });
+  return ranks;
 }
 
 int Coordinator::setSize(int processSetId) const {
@@ -106,38 +120,73 @@ int Coordinator::setSize(int processSetId) const {
 }
 
 std::vector<int> Coordinator::missingRanks(const PendingTensor& p) const {
-  std::vector<int> have = submitters(p);
+  return missingRanks(p, submittedBits(p));
+}
+
+std::vector<int> Coordinator::missingRanks(const PendingTensor& p,
+                                           const std::vector<uint64_t>& have) const {
   std::vector<int> missing;
+  if (p.processSetId == 0) {
+    // The world: every rank that neither asked nor joined, a word at a time.
+    for (size_t w = 0; w < have.size(); ++w) {
+      uint64_t bits = ~(have[w] | joinedBits_[w]);
+      for (; bits != 0; bits &= bits - 1) {
+        const size_t r = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        if (r >= static_cast<size_t>(worldSize_)) break;
+        missing.push_back(static_cast<int>(r));
+      }
+    }
+    return missing;
+  }
   for (int r : sets_.ranks(p.processSetId)) {
-    if (!joined_[r] && !std::binary_search(have.begin(), have.end(), r)) missing.push_back(r);
+    if (!joined_[r] && !bitSet(have.data(), static_cast<size_t>(r))) missing.push_back(r);
   }
   return missing;
 }
 
 std::vector<int> Coordinator::awaitedRanks() const {
-  std::vector<bool> awaited(static_cast<size_t>(worldSize_), false);
+  // Called every few milliseconds while tensors are pending: whole words, no sorting.
+  std::vector<uint64_t> awaited(joinedBits_.size(), 0);
   for (const auto& kv : pending_) {
-    if (!sets_.contains(kv.second.processSetId)) continue;
-    for (int r : missingRanks(kv.second)) awaited[r] = true;
+    const PendingTensor& p = kv.second;
+    if (p.processSetId == 0) {
+      std::vector<uint64_t> have = submittedBits(p);
+      for (size_t w = 0; w < have.size(); ++w) awaited[w] |= ~(have[w] | joinedBits_[w]);
+      continue;
+    }
+    if (!sets_.contains(p.processSetId)) continue;
+    for (int r : missingRanks(p)) setBit(awaited, static_cast<size_t>(r));
   }
   std::vector<int> ranks;
-  for (int r = 0; r < worldSize_; ++r) {
-    if (awaited[r]) ranks.push_back(r);
-  }
+  forEachSetBit(awaited.data(), awaited.size(), [&](size_t r) {
+    if (r < static_cast<size_t>(worldSize_)) ranks.push_back(static_cast<int>(r));
+  });
   return ranks;
 }
 
 bool Coordinator::failDeadlocks(Clock::time_point now) {
   if (disabledDeadlocks_ || pending_.empty()) return false;
   std::vector<bool> blocked(static_cast<size_t>(worldSize_));
+  bool anyBlocked = false;
   for (int r = 0; r < worldSize_; ++r) {
     blocked[r] = waiting_[r] && waitReportedAt_[r] == nextSequence_;
+    anyBlocked = anyBlocked || blocked[r];
+  }
+  if (!anyBlocked) {  // a deadlock needs blocked ranks (findDeadlockedRanks would find none)
+    deadlockSeenAt_ = ~uint64_t(0);
+    return false;
   }
   std::vector<PendingView> views;
   for (const auto& kv : pending_) {
     const PendingTensor& p = kv.second;
     if (!sets_.contains(p.processSetId) || isReady(p)) return false;  // about to be answered
-    views.push_back({submitters(p), missingRanks(p)});
+  }
+  for (const auto& kv : pending_) {
+    std::vector<uint64_t> have = submittedBits(kv.second);
+    std::vector<int> submitted;
+    forEachSetBit(have.data(), have.size(),
+                  [&](size_t r) { submitted.push_back(static_cast<int>(r)); });
+    views.push_back({std::move(submitted), missingRanks(kv.second, have)});
   }
   std::vector<int> stuck = findDeadlockedRanks(views, blocked);
   if (stuck.empty()) {
@@ -294,6 +343,7 @@ void Coordinator::addHit(int fromRank, int slot, uint64_t senderApplied) {
 void Coordinator::addJoin(int fromRank, const Request& request) {
   if (joined_[fromRank]) return;
   joined_[fromRank] = true;
+  setBit(joinedBits_, static_cast<size_t>(fromRank));
   ++joinedCount_;
   lastJoined_ = fromRank;
   joinName_ = request.name;
@@ -304,6 +354,7 @@ void Coordinator::addJoin(int fromRank, const Request& request) {
   r.lastJoinedRank = lastJoined_;
   immediate_.push_back(std::move(r));
   std::fill(joined_.begin(), joined_.end(), false);
+  std::fill(joinedBits_.begin(), joinedBits_.end(), 0);
   joinedCount_ = 0;
 }
 

@@ -97,6 +97,9 @@ class Coordinator {
   void evictSlot(int slot);
   bool isReady(const PendingTensor& p) const;
   std::vector<int> missingRanks(const PendingTensor& p) const;
+  // Bit r set when world rank r asked for p (full or by bit): O(N / 64 + requests).
+  std::vector<uint64_t> submittedBits(const PendingTensor& p) const;
+  std::vector<int> missingRanks(const PendingTensor& p, const std::vector<uint64_t>& have) const;
   // Members of the set, -1 when it is gone; the world set without taking the table's lock.
   int setSize(int processSetId) const;
   std::string deadlockReport(const std::vector<int>& stuck) const;
@@ -119,6 +122,7 @@ class Coordinator {
   std::vector<int32_t> evictions_;
   std::vector<Response> immediate_;  // responses decided while ingesting (join)
   std::vector<bool> joined_;
+  std::vector<uint64_t> joinedBits_;  // joined_ as bits, for whole-word scans
   int joinedCount_ = 0;
   int lastJoined_ = -1;
   std::string joinName_;

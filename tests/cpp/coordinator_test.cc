@@ -192,6 +192,32 @@ TEST(Coordinator, CachedTensorOfALargeJobWaitsForItsLastRank) {
   EXPECT_TRUE(job.coordinator().pending().empty());
 }
 
+// The ranks the liveness check waits for come from whole-word scans of who asked (full requests
+// and cache bits alike) and who joined; ranks past the last word's end never appear.
+TEST(Coordinator, AwaitedRanksAreTheRanksNeitherAskingNorJoined) {
+  const int n = 130;
+  Job job(n, 4);
+  for (int r = 0; r < n; ++r) {
+    if (r == 3 || r == 127) continue;
+    job.enqueue(r, "a", {4});  // in full
+    job.send(r);
+  }
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{3, 127}));
+  job.enqueue(3, "a", {4});
+  job.send(3);
+  job.enqueue(127, "a", {4});
+  job.send(127);
+  ASSERT_EQ(job.answer().size(), 1u);  // "a" is cached now
+  for (int r = 0; r < n; ++r) {
+    if (r == 64 || r == 128 || r == 129) continue;
+    job.enqueue(r, "a", {4});  // by cache bit
+    EXPECT_TRUE(job.send(r).requests.empty());
+  }
+  job.enqueue(129, "join.noname", {}, OpKind::Join);
+  job.send(129);
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{64, 128}));
+}
+
 TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {
   Job job(2, 16);
   for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {4});
