@@ -97,9 +97,18 @@ double hierarchicalSeconds(int n, double bytes, size_t elementSize, bool rankOrd
 
 double lowerBoundSeconds(int n, double bytes, const Fabric& f) {
   if (n <= 1 || bytes <= 0) return 0;
-  const LinkCost& l = slowest(n, f);
-  return std::ceil(std::log2(static_cast<double>(n))) * l.alpha +
-         2.0 * (n - 1) / n * bytes * l.beta;
+  const double rounds = std::ceil(std::log2(static_cast<double>(n)));
+  const double spread = 2.0 * (n - 1) / n * bytes;
+  const int local = std::min(n, f.ranksPerHost), hosts = (n + local - 1) / local;
+  if (hosts <= 1) return rounds * f.intra.alpha + spread * f.intra.beta;
+  // Two levels: at least log2 n rounds on the faster link and log2 H of them between hosts; every
+  // rank moves 2 (n-1)/n of the buffer at the faster link's speed, and every host 2 (H-1)/H of it
+  // over its L ranks' links to other hosts.
+  const double latency = std::max(rounds * std::min(f.intra.alpha, f.inter.alpha),
+                                  std::ceil(std::log2(static_cast<double>(hosts))) * f.inter.alpha);
+  const double bandwidth = std::max(spread * std::min(f.intra.beta, f.inter.beta),
+                                    2.0 * (hosts - 1) / hosts * bytes * f.inter.beta / local);
+  return latency + bandwidth;
 }
 
 collectives::AllreduceAlgorithm realChoice(int n, size_t bytes, size_t elementSize,

@@ -36,10 +36,12 @@ double rankOrderedSeconds(int n, double bytes, const Fabric& f);
 // and bytes / L), local allgather; n / f.ranksPerHost hosts.
 double hierarchicalSeconds(int n, double bytes, size_t elementSize, bool rankOrder,
                            const Fabric& f);
-// The alpha-beta lower bound of an allreduce: ceil(log2 n) latencies (a value must reach every
-// rank through a tree of messages) and 2 (n-1)/n * bytes through each rank's link (every rank
-// must send its share out and receive everyone else's), over the inter-host link when there are
-// several hosts.
+// The alpha-beta lower bound of an allreduce. One host: ceil(log2 n) latencies (a value must
+// reach every rank through a tree of messages) plus 2 (n-1)/n * bytes through each rank's link
+// (every rank must send its share out and receive everyone else's). Several hosts (each rank with
+// its own link to other hosts): the larger of log2 n latencies of the faster link and log2 H of
+// the inter-host link, plus the larger of 2 (n-1)/n * bytes at the faster link's speed and
+// 2 (H-1)/H * bytes over a host's L inter-host links.
 double lowerBoundSeconds(int n, double bytes, const Fabric& f);
 
 // Hora's choice for `bytes` of `elementSize`-byte elements on n ranks.

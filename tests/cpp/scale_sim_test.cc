@@ -123,6 +123,16 @@ TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
   const double crossTime = ringSeconds(2, s / 4, cross);  // 256 KiB over 2 ranks: the ring
   EXPECT_DOUBLE_EQ(hierarchicalSeconds(8, s, 4, true, f), 2 * local + crossTime);
   EXPECT_LT(hierarchicalSeconds(4, s, 4, true, f), 0);  // one host: not granted
+  // Every algorithm stays above the two-level bound, at every size and job size.
+  for (double bytes = 4; bytes <= (1 << 28); bytes *= 4) {
+    for (int n : {8, 64, 1024, 4096}) {
+      const double bound = lowerBoundSeconds(n, bytes, f) * (1 - 1e-12);
+      EXPECT_LE(bound, hierarchicalSeconds(n, bytes, 4, true, f)) << n << " " << bytes;
+      EXPECT_LE(bound, ringSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, recursiveDoublingSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, rankOrderedSeconds(n, bytes, f)) << n << " " << bytes;
+    }
+  }
 }
 
 TEST(ScaleSim, ReportsTheRealAlgorithmChoice) {
