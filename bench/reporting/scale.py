@@ -110,8 +110,8 @@ def traffic_table(doc: dict[str, Any], tensors: int = HEADLINE_TENSORS) -> list[
 def memory_table(doc: dict[str, Any]) -> list[str]:
     """Estimated negotiation state per rank ('after', same order), per N and T."""
     rows = negotiation_rows(doc, "after")
-    header = ["ranks", "tensors", "coordinator (rank 0)", "of which pending", "participant",
-              "tensor queue"]
+    header = ["ranks", "tensors", "coordinator (rank 0)", "of which pending (last step)",
+              "participant", "tensor queue"]
     table = [[str(r["ranks"]), str(r["tensors"]), format_size(r["coordinator_bytes"]),
               format_size(r["coordinator_pending_bytes"]), format_size(r["participant_bytes"]),
               format_size(r["queue_bytes"])]
@@ -138,8 +138,8 @@ def scale(doc: dict[str, Any]) -> tuple[str, list[str]]:
     """Every table of the scale simulator, each under its own caption."""
     s = doc["settings"]
     before = (f"{HEADLINE_TENSORS} tensors of {format_size(s['tensor_bytes'])}, before and after "
-              "the coordinator's bit table (`before`: commit "
-              f"{s.get('before_commit', '?')}):")
+              "the coordinator's bit tables (`before`: the core of commit "
+              f"{s.get('before_commit', '?')} in the same simulator):")
     traffic = (f"**Control-plane traffic per step**, {HEADLINE_TENSORS} tensors, same order "
                "(bytes as the codec encodes them):")
     checks = ("**Rank 0's periodic checks, CPU per call**, at the largest pending table of a "
