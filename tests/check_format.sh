@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that every C++ source git tracks (third_party/ excepted) is formatted as .clang-format
 # says; prints the offending files and exits 1 otherwise. Fix with:
-#   clang-format -i $(git ls-files 'core/*.cc' 'core/*.h' 'bindings/*.cc' 'bindings/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc' 'tests/gpu_emulation/*.cc' 'tests/gpu_emulation/*.h')
+#   clang-format -i $(git ls-files 'core/*.cc' 'core/*.h' 'bindings/*.cc' 'bindings/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc' 'tests/gpu_emulation/*.cc' 'tests/gpu_emulation/*.h' 'bench/scale/*.cc' 'bench/scale/*.h')
 # CI installs Debian 12's clang-format (14); other major versions may format some lines differently.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,7 +15,8 @@ fi
 
 mapfile -t files < <(git ls-files 'core/*.cc' 'core/*.h' 'bindings/*.cc' 'bindings/*.h' \
                                   'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc' \
-                                  'tests/gpu_emulation/*.cc' 'tests/gpu_emulation/*.h')
+                                  'tests/gpu_emulation/*.cc' 'tests/gpu_emulation/*.h' \
+                                  'bench/scale/*.cc' 'bench/scale/*.h')
 bad=()
 for f in "${files[@]}"; do
   if ! "$CLANG_FORMAT" --dry-run --Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi

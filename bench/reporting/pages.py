@@ -8,6 +8,7 @@ from typing import Any
 
 from reporting import collectives, training
 from reporting.inputs import BENCHMARKS, footer
+from reporting.scale import scale
 
 Renderer = Callable[[dict[str, Any]], "tuple[str, list[str]]"]
 RENDERERS: dict[str, Renderer] = {
@@ -25,6 +26,7 @@ RENDERERS: dict[str, Renderer] = {
     "torch_import_cost": training.torch_import_cost,
     "tensorflow_synthetic": training.tensorflow_synthetic,
     "clients": training.clients,
+    "scale": scale,
 }
 
 

@@ -40,8 +40,10 @@ Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Setti
       timeline_(timeline),
       settings_(settings),
       cache_(static_cast<size_t>(settings.cacheCapacity)),
+      hits_(static_cast<size_t>(settings.cacheCapacity), worldSize),
       slotChangedAt_(static_cast<size_t>(settings.cacheCapacity), 0),
       joined_(static_cast<size_t>(worldSize), false),
+      joinedBits_((static_cast<size_t>(worldSize) + 63) / 64, 0),
       nextProcessSetId_(nextProcessSetId),
       autotuner_(settings),
       disabledDeadlocks_(settings.stallCheckDisable),
@@ -52,8 +54,18 @@ void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
   ++changes_;
   waiting_[fromRank] = batch.waiting;
   waitReportedAt_[fromRank] = batch.appliedBatches;
+  // The common report, of a slot other ranks reported already and unchanged since the sender's
+  // view, sets a bit and a count; addHit handles the rest (a slot with reports is occupied).
+  const uint64_t applied = batch.appliedBatches;
+  const bool recording = timeline_ != nullptr && timeline_->enabled();
+  const size_t slots = slotChangedAt_.size();
   forEachSetBit(batch.cacheBits.data(), batch.cacheBits.size(), [&](size_t slot) {
-    addHit(fromRank, static_cast<int>(slot), batch.appliedBatches);
+    const int s = static_cast<int>(slot);
+    if (!recording && slot < slots && slotChangedAt_[slot] < applied && hits_.count(s) > 0) {
+      hits_.add(s, fromRank);
+    } else {
+      addHit(fromRank, s, applied);
+    }
   });
   for (const auto& r : batch.requests) {
     if (r.kind == OpKind::Join) {
@@ -78,47 +90,103 @@ void Coordinator::setWaiting(int rank, bool waiting, uint64_t appliedBatches) {
   waitReportedAt_[rank] = appliedBatches;
 }
 
-std::vector<int> Coordinator::submitters(const PendingTensor& p) const {
-  std::vector<int> have;
-  for (const auto& r : p.requests) have.push_back(r.rank);
-  have.insert(have.end(), p.hitRanks.begin(), p.hitRanks.end());
-  std::sort(have.begin(), have.end());
+std::vector<int> Coordinator::hitRanks(const PendingTensor& p) const {
+  return p.slot >= 0 ? hits_.ranks(p.slot) : std::vector<int>();
+}
+
+std::vector<uint64_t> Coordinator::submittedBits(const PendingTensor& p) const {
+  std::vector<uint64_t> have;
+  if (p.slot >= 0) {
+    have.assign(hits_.row(p.slot), hits_.row(p.slot) + hits_.words());
+  } else {
+    have.assign(joinedBits_.size(), 0);
+  }
+  for (const auto& r : p.requests) {
+    if (r.rank >= 0 && r.rank < worldSize_) setBit(have, static_cast<size_t>(r.rank));
+  }
   return have;
 }
 
+std::vector<int> Coordinator::submitters(const PendingTensor& p) const {
+  std::vector<uint64_t> have = submittedBits(p);
+  std::vector<int> ranks;
+  forEachSetBit(have.data(), have.size(), [&](size_t r) { ranks.push_back(static_cast<int>(r)); });
+  return ranks;
+}
+
+int Coordinator::setSize(int processSetId) const {
+  if (processSetId == 0) return worldSize_;  // the world set is never removed
+  return sets_.contains(processSetId) ? sets_.size(processSetId) : -1;
+}
+
 std::vector<int> Coordinator::missingRanks(const PendingTensor& p) const {
-  std::vector<int> have = submitters(p);
+  return missingRanks(p, submittedBits(p));
+}
+
+std::vector<int> Coordinator::missingRanks(const PendingTensor& p,
+                                           const std::vector<uint64_t>& have) const {
   std::vector<int> missing;
+  if (p.processSetId == 0) {
+    // The world: every rank that neither asked nor joined, a word at a time.
+    for (size_t w = 0; w < have.size(); ++w) {
+      uint64_t bits = ~(have[w] | joinedBits_[w]);
+      for (; bits != 0; bits &= bits - 1) {
+        const size_t r = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        if (r >= static_cast<size_t>(worldSize_)) break;
+        missing.push_back(static_cast<int>(r));
+      }
+    }
+    return missing;
+  }
   for (int r : sets_.ranks(p.processSetId)) {
-    if (!joined_[r] && !std::binary_search(have.begin(), have.end(), r)) missing.push_back(r);
+    if (!joined_[r] && !bitSet(have.data(), static_cast<size_t>(r))) missing.push_back(r);
   }
   return missing;
 }
 
 std::vector<int> Coordinator::awaitedRanks() const {
-  std::vector<bool> awaited(static_cast<size_t>(worldSize_), false);
+  // Called every few milliseconds while tensors are pending: whole words, no sorting.
+  std::vector<uint64_t> awaited(joinedBits_.size(), 0);
   for (const auto& kv : pending_) {
-    if (!sets_.contains(kv.second.processSetId)) continue;
-    for (int r : missingRanks(kv.second)) awaited[r] = true;
+    const PendingTensor& p = kv.second;
+    if (p.processSetId == 0) {
+      std::vector<uint64_t> have = submittedBits(p);
+      for (size_t w = 0; w < have.size(); ++w) awaited[w] |= ~(have[w] | joinedBits_[w]);
+      continue;
+    }
+    if (!sets_.contains(p.processSetId)) continue;
+    for (int r : missingRanks(p)) setBit(awaited, static_cast<size_t>(r));
   }
   std::vector<int> ranks;
-  for (int r = 0; r < worldSize_; ++r) {
-    if (awaited[r]) ranks.push_back(r);
-  }
+  forEachSetBit(awaited.data(), awaited.size(), [&](size_t r) {
+    if (r < static_cast<size_t>(worldSize_)) ranks.push_back(static_cast<int>(r));
+  });
   return ranks;
 }
 
 bool Coordinator::failDeadlocks(Clock::time_point now) {
   if (disabledDeadlocks_ || pending_.empty()) return false;
   std::vector<bool> blocked(static_cast<size_t>(worldSize_));
+  bool anyBlocked = false;
   for (int r = 0; r < worldSize_; ++r) {
     blocked[r] = waiting_[r] && waitReportedAt_[r] == nextSequence_;
+    anyBlocked = anyBlocked || blocked[r];
+  }
+  if (!anyBlocked) {  // a deadlock needs blocked ranks (findDeadlockedRanks would find none)
+    deadlockSeenAt_ = ~uint64_t(0);
+    return false;
   }
   std::vector<PendingView> views;
   for (const auto& kv : pending_) {
     const PendingTensor& p = kv.second;
     if (!sets_.contains(p.processSetId) || isReady(p)) return false;  // about to be answered
-    views.push_back({submitters(p), missingRanks(p)});
+  }
+  for (const auto& kv : pending_) {
+    std::vector<uint64_t> have = submittedBits(kv.second);
+    std::vector<int> submitted;
+    forEachSetBit(have.data(), have.size(),
+                  [&](size_t r) { submitted.push_back(static_cast<int>(r)); });
+    views.push_back({std::move(submitted), missingRanks(kv.second, have)});
   }
   std::vector<int> stuck = findDeadlockedRanks(views, blocked);
   if (stuck.empty()) {
@@ -148,6 +216,7 @@ bool Coordinator::failDeadlocks(Clock::time_point now) {
     if (timeline_ != nullptr) timeline_->negotiateEnd(it->second.processSetId, it->second.name);
     immediate_.push_back(
         errorResponse(it->second.name, it->second.processSetId, ResponseError::Mismatch, report));
+    if (it->second.slot >= 0) hits_.clear(it->second.slot);
     pending_.erase(it);
     int slot = cache_.slotOf(key);
     if (slot >= 0) evictSlot(slot);
@@ -180,9 +249,7 @@ std::string Coordinator::deadlockReport(const std::vector<int>& stuck) const {
           site = r.callSite;
         }
       }
-      if (!mine && std::find(p.hitRanks.begin(), p.hitRanks.end(), rank) == p.hitRanks.end()) {
-        continue;
-      }
+      if (!mine && !(p.slot >= 0 && hits_.has(p.slot, rank))) continue;
       if (shown++ == kTensorsPerRank) {
         out << " ...";
         break;
@@ -212,7 +279,7 @@ void Coordinator::addFull(int fromRank, const Request& request) {
 PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
                                        const std::string& name, OpKind kind) {
   auto& p = pending_[key];
-  if (p.requests.empty() && p.hitRanks.empty()) {
+  if (p.requests.empty() && p.slot < 0) {  // new: an entry without requests has a slot
     p.processSetId = processSetId;
     p.name = name;
     p.arrival = arrivals_++;
@@ -254,21 +321,29 @@ std::string Coordinator::callSiteOf(const PendingTensor& p) const {
 void Coordinator::addHit(int fromRank, int slot, uint64_t senderApplied) {
   // Stale: the slot changed in a batch the sender had not applied; it will resend in full.
   if (!cache_.occupied(slot) || slotChangedAt_[slot] >= senderApplied) return;
-  const Response& cached = cache_.response(slot);
-  auto& p = pendingFor(cache_.key(slot), cached.processSetId, cached.names.front(), cached.kind);
-  if (!p.requests.empty()) {
-    // Mixed with full requests: renegotiate in full (the eviction makes this rank resend).
-    evictSlot(slot);
-    return;
+  // Only the first report of a slot looks its tensor up by name: while the slot has reports, its
+  // pending tensor exists, has no full requests and refers to it (evictSlot and the places that
+  // answer or drop a pending tensor clear the slot's reports).
+  if (hits_.count(slot) == 0) {
+    const Response& cached = cache_.response(slot);
+    auto& p = pendingFor(cache_.key(slot), cached.processSetId, cached.names.front(), cached.kind);
+    if (!p.requests.empty()) {
+      // Mixed with full requests: renegotiate in full (the eviction makes this rank resend).
+      evictSlot(slot);
+      return;
+    }
+    p.slot = slot;
   }
-  p.slot = slot;
-  p.hitRanks.push_back(fromRank);
-  markReady(p, fromRank);
+  if (!hits_.add(slot, fromRank)) return;
+  if (timeline_ != nullptr && timeline_->enabled()) {
+    markReady(pending_.at(cache_.key(slot)), fromRank);
+  }
 }
 
 void Coordinator::addJoin(int fromRank, const Request& request) {
   if (joined_[fromRank]) return;
   joined_[fromRank] = true;
+  setBit(joinedBits_, static_cast<size_t>(fromRank));
   ++joinedCount_;
   lastJoined_ = fromRank;
   joinName_ = request.name;
@@ -279,6 +354,7 @@ void Coordinator::addJoin(int fromRank, const Request& request) {
   r.lastJoinedRank = lastJoined_;
   immediate_.push_back(std::move(r));
   std::fill(joined_.begin(), joined_.end(), false);
+  std::fill(joinedBits_.begin(), joinedBits_.end(), 0);
   joinedCount_ = 0;
 }
 
@@ -287,24 +363,28 @@ void Coordinator::evictSlot(int slot) {
   // Ranks that reported this slot will resend in full once they apply the eviction.
   auto it = pending_.find(cache_.key(slot));
   if (it != pending_.end() && it->second.slot == slot) {
-    it->second.hitRanks.clear();
     it->second.slot = -1;
     if (it->second.requests.empty()) pending_.erase(it);
   }
+  hits_.clear(slot);
   cache_.evict(slot);
   slotChangedAt_[slot] = nextSequence_;
   evictions_.push_back(slot);
 }
 
 bool Coordinator::isReady(const PendingTensor& p) const {
-  if (!sets_.contains(p.processSetId)) return true;  // answered with an error
-  size_t have = p.requests.size() + p.hitRanks.size();
+  const int members = setSize(p.processSetId);
+  if (members < 0) return true;  // answered with an error
+  size_t have = p.requests.size() + (p.slot >= 0 ? static_cast<size_t>(hits_.count(p.slot)) : 0);
   if (have == 0) return false;
+  // Every rank asks once (a full request or a bit), so while no rank has joined a tensor is
+  // ready when as many asked as the set has members.
+  if (joinedCount_ == 0) return have >= static_cast<size_t>(members);
   // While ranks have joined, an op that cannot run then fails for each rank that asks, without
   // waiting for the others: their names need not ever match (automatic names count each rank's
   // own calls, and a joined rank skipped some). Only an all-join resets the state, and a rank's
   // requests reach here before its join, so every rank asking before then gets the same error.
-  if (joinedCount_ > 0 && !runsWhileJoined(p)) return true;
+  if (!runsWhileJoined(p)) return true;
   size_t needed = 0;
   for (int r : sets_.ranks(p.processSetId)) {
     if (!joined_[r]) ++needed;
@@ -312,7 +392,7 @@ bool Coordinator::isReady(const PendingTensor& p) const {
   // Ranks that submitted and then joined still count as submitted.
   size_t fromJoined = 0;
   for (const auto& q : p.requests) fromJoined += joined_[q.rank] ? 1 : 0;
-  for (int r : p.hitRanks) fromJoined += joined_[r] ? 1 : 0;
+  for (int r : hitRanks(p)) fromJoined += joined_[r] ? 1 : 0;
   return have - fromJoined >= needed;
 }
 
@@ -373,10 +453,8 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
 void Coordinator::assignSlot(const std::string& key, const PendingTensor& p, Response& r) {
   if (!cache_.enabled()) return;
   int slot = cache_.chooseSlot([this, &key](int s) {
-    const auto& victim = cache_.key(s);
-    if (victim == key) return true;
-    auto it = pending_.find(victim);
-    return it == pending_.end() || it->second.hitRanks.empty();
+    // A slot with pending reports belongs to a tensor some ranks wait on by bit.
+    return cache_.key(s) == key || hits_.count(s) == 0;
   });
   if (slot < 0) return;
   if (cache_.occupied(slot)) {
@@ -437,7 +515,8 @@ bool Coordinator::buildBatch(ResponseBatch* out) {
     auto it = pending_.find(rk.second);
     if (timeline_ != nullptr) timeline_->negotiateEnd(it->second.processSetId, it->second.name);
     singles.push_back(respond(rk.second, it->second));
-    pending_.erase(rk.second);
+    if (it->second.slot >= 0) hits_.clear(it->second.slot);
+    pending_.erase(it);
   }
   for (auto& r : immediate_) singles.push_back(std::move(r));
   immediate_.clear();

@@ -15,6 +15,11 @@
 // in a batch the sender had not yet applied is ignored, and the sender resends that tensor in full
 // when it applies the eviction. Slots with outstanding bits are never chosen as LRU victims.
 //
+// Cost at scale: a cache bit costs O(1) (a bit and a count in CacheHits, no lookup by name after
+// the first report of the slot), and deciding whether a tensor is ready O(1) while no rank has
+// joined, so rank 0's work per step grows with the reports it receives (N x T bits) and nothing
+// more. Listing who reported (stall and deadlock reports, liveness) scans the slot's row of N bits.
+//
 // Deadlocks: every batch says whether a frontend thread of its sender is blocked in a wait. A
 // rank counts as blocked only while that report is current (sent after applying every batch built
 // so far: a newer batch may have released it). When blocked ranks hold pending tensors that can
@@ -32,6 +37,7 @@
 #include "core/common/settings.h"
 #include "core/common/time.h"
 #include "core/coordinator/autotuner.h"
+#include "core/coordinator/cache_hits.h"
 #include "core/coordinator/codec.h"
 #include "core/coordinator/process_set_table.h"
 #include "core/coordinator/response_cache.h"
@@ -44,8 +50,7 @@ struct PendingTensor {
   int processSetId = 0;
   std::string name;
   std::vector<Request> requests;  // full requests, in arrival order
-  std::vector<int> hitRanks;      // world ranks that reported it by cache bit
-  int slot = -1;                  // the slot hitRanks refer to
+  int slot = -1;  // the cache slot ranks reported it by, -1 when none (Coordinator::hitRanks)
   uint64_t arrival = 0;
   Clock::time_point firstSeen;
 };
@@ -74,6 +79,10 @@ class Coordinator {
   // World ranks that some pending tensor still misses, ascending (control-channel liveness).
   std::vector<int> awaitedRanks() const;
   const std::vector<bool>& joined() const { return joined_; }
+  // World ranks that reported p by cache bit, ascending.
+  std::vector<int> hitRanks(const PendingTensor& p) const;
+  // World ranks that asked for p, in full or by bit, ascending.
+  std::vector<int> submitters(const PendingTensor& p) const;
   // For reports: the op kind and the call site of the earliest submission known.
   const char* kindOf(const PendingTensor& p) const;
   std::string callSiteOf(const PendingTensor& p) const;
@@ -88,7 +97,11 @@ class Coordinator {
   void evictSlot(int slot);
   bool isReady(const PendingTensor& p) const;
   std::vector<int> missingRanks(const PendingTensor& p) const;
-  std::vector<int> submitters(const PendingTensor& p) const;
+  // Bit r set when world rank r asked for p (full or by bit): O(N / 64 + requests).
+  std::vector<uint64_t> submittedBits(const PendingTensor& p) const;
+  std::vector<int> missingRanks(const PendingTensor& p, const std::vector<uint64_t>& have) const;
+  // Members of the set, -1 when it is gone; the world set without taking the table's lock.
+  int setSize(int processSetId) const;
   std::string deadlockReport(const std::vector<int>& stuck) const;
   // Whether the op may run while some ranks have joined (allreduce and barrier only).
   bool runsWhileJoined(const PendingTensor& p) const;
@@ -101,6 +114,7 @@ class Coordinator {
   Timeline* timeline_;
   Settings settings_;
   ResponseCache cache_;
+  CacheHits hits_;                       // per slot: the ranks whose bit for it is pending
   std::vector<uint64_t> slotChangedAt_;  // sequence of the batch that last changed each slot
   std::unordered_map<std::string, PendingTensor> pending_;
   uint64_t arrivals_ = 0;
@@ -108,6 +122,7 @@ class Coordinator {
   std::vector<int32_t> evictions_;
   std::vector<Response> immediate_;  // responses decided while ingesting (join)
   std::vector<bool> joined_;
+  std::vector<uint64_t> joinedBits_;  // joined_ as bits, for whole-word scans
   int joinedCount_ = 0;
   int lastJoined_ = -1;
   std::string joinName_;

@@ -1,5 +1,6 @@
 #include "core/coordinator/participant.h"
 
+#include <cstddef>
 #include <iterator>
 #include <utility>
 
@@ -11,8 +12,17 @@ RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string> f
   RequestBatch batch;
   batch.appliedBatches = applied_;
   std::vector<std::string> keys = std::move(fresh);
+  // A resend whose tensor finished since (the batch that evicted its slot answered it too) is
+  // dropped: the name may be in the queue again by now, and then it is among `fresh`, and sending
+  // it twice would count this rank twice at the coordinator.
+  size_t resends = 0;
+  for (size_t i = 0; i < resend_.size(); ++i) {
+    if (outstanding_.count(resend_[i]) == 0) continue;
+    if (i != resends) resend_[resends] = std::move(resend_[i]);
+    ++resends;
+  }
   keys.insert(keys.begin(), std::make_move_iterator(resend_.begin()),
-              std::make_move_iterator(resend_.end()));
+              std::make_move_iterator(resend_.begin() + static_cast<std::ptrdiff_t>(resends)));
   resend_.clear();
   for (auto& key : keys) {
     TensorEntry* e = queue.find(key);

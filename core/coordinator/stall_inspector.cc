@@ -41,10 +41,7 @@ StallInspector::Verdict StallInspector::check(const Coordinator& coordinator,
     auto waited = now - p.firstSeen;
     if (waited < warnAfter_ || !sets.contains(p.processSetId)) continue;
     if (shutdownAfter_.count() > 0 && waited >= shutdownAfter_) pastShutdown = true;
-    std::vector<int> have;
-    for (const auto& r : p.requests) have.push_back(r.rank);
-    have.insert(have.end(), p.hitRanks.begin(), p.hitRanks.end());
-    std::sort(have.begin(), have.end());
+    std::vector<int> have = coordinator.submitters(p);
     std::vector<int> missing;
     for (int r : sets.ranks(p.processSetId)) {
       if (!std::binary_search(have.begin(), have.end(), r) && !coordinator.joined()[r]) {

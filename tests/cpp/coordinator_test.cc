@@ -89,6 +89,47 @@ class Job {
   std::vector<std::unique_ptr<Participant>> participants_;
 };
 
+// Found by the scale simulator (bench/scale/): with a full cache, one batch can answer a tensor
+// from its slot and then evict that slot for another tensor. Applying the eviction first queues
+// the tensor for resending; the response then finishes it. When the name is submitted again
+// before the next collect, it must go out once, not from the resend list and again as new.
+TEST(Participant, ResendOfATensorAnsweredInTheSameBatchIsDropped) {
+  Participant p(2);
+  TensorQueue q;
+  auto push = [&q] {
+    TensorEntry e;
+    e.request.name = "x";
+    e.request.shape = {4};
+    std::vector<TensorEntry> group;
+    group.push_back(std::move(e));
+    q.push(std::move(group));
+  };
+  const std::string key = tensorKey(0, "x");
+  Request cachedRequest;
+  cachedRequest.name = "x";
+  cachedRequest.shape = {4};
+  Response cachedResponse;
+  cachedResponse.names = {"x"};
+  cachedResponse.elementCounts = {4};
+  p.recordCached(0, key, cachedRequest, cachedResponse);
+  push();
+  RequestBatch first = p.collect(q, q.takeNew());
+  EXPECT_TRUE(first.requests.empty());
+  ASSERT_EQ(first.cacheBits.size(), 1u);
+  // The batch: evicts slot 0 (x is queued for resending), then answers x.
+  p.applyEvictions({0});
+  ASSERT_TRUE(p.hasResends());
+  q.remove(key);
+  p.finished(key);
+  p.batchApplied();
+  // The next step submits x again before the next collect.
+  push();
+  RequestBatch next = p.collect(q, q.takeNew());
+  ASSERT_EQ(next.requests.size(), 1u) << "x sent twice: the coordinator would count it twice";
+  EXPECT_EQ(next.requests[0].name, "x");
+  EXPECT_FALSE(p.hasResends());
+}
+
 TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
   Job job(3, 16);
   job.enqueue(0, "a", {4});
@@ -124,6 +165,57 @@ TEST(Coordinator, SecondStepTravelsAsCacheBits) {
     ASSERT_EQ(out.size(), 1u) << "a and b fuse";
     EXPECT_EQ(out[0].names.size(), 2u);
   }
+}
+
+// Cached reports are counted per rank (core/coordinator/cache_hits.h): with ranks in three words
+// of the table, the tensor waits for the last one, and the coordinator names who reported.
+TEST(Coordinator, CachedTensorOfALargeJobWaitsForItsLastRank) {
+  const int n = 130;
+  Job job(n, 4);
+  for (int r = 0; r < n; ++r) job.enqueue(r, "a", {4});
+  for (int r = 0; r < n; ++r) job.send(r);
+  ASSERT_EQ(job.answer().size(), 1u);
+  for (int r = 0; r < n - 1; ++r) job.enqueue(r, "a", {4});
+  for (int r = 0; r < n - 1; ++r) EXPECT_TRUE(job.send(r).requests.empty()) << "rank " << r;
+  EXPECT_TRUE(job.answer().empty()) << "ready before rank " << n - 1 << " reported";
+  const PendingTensor& p = job.coordinator().pending().begin()->second;
+  std::vector<int> reported = job.coordinator().submitters(p);
+  ASSERT_EQ(reported.size(), static_cast<size_t>(n - 1));
+  EXPECT_EQ(reported.front(), 0);
+  EXPECT_EQ(reported.back(), n - 2);
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{n - 1}));
+  job.enqueue(n - 1, "a", {4});
+  job.send(n - 1);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cacheSlots, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(job.coordinator().pending().empty());
+}
+
+// The ranks the liveness check waits for come from whole-word scans of who asked (full requests
+// and cache bits alike) and who joined; ranks past the last word's end never appear.
+TEST(Coordinator, AwaitedRanksAreTheRanksNeitherAskingNorJoined) {
+  const int n = 130;
+  Job job(n, 4);
+  for (int r = 0; r < n; ++r) {
+    if (r == 3 || r == 127) continue;
+    job.enqueue(r, "a", {4});  // in full
+    job.send(r);
+  }
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{3, 127}));
+  job.enqueue(3, "a", {4});
+  job.send(3);
+  job.enqueue(127, "a", {4});
+  job.send(127);
+  ASSERT_EQ(job.answer().size(), 1u);  // "a" is cached now
+  for (int r = 0; r < n; ++r) {
+    if (r == 64 || r == 128 || r == 129) continue;
+    job.enqueue(r, "a", {4});  // by cache bit
+    EXPECT_TRUE(job.send(r).requests.empty());
+  }
+  job.enqueue(129, "join.noname", {}, OpKind::Join);
+  job.send(129);
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{64, 128}));
 }
 
 TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {

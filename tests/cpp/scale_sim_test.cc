@@ -1,0 +1,179 @@
+// The scale simulator (bench/scale/) at small N: its counts follow from the protocol and its
+// alpha-beta model from the closed forms of the algorithms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bench/scale/allreduce_model.h"
+#include "bench/scale/negotiation_sim.h"
+#include "core/common/bits.h"
+
+namespace hora {
+namespace scale {
+namespace {
+
+SimConfig smallJob(int n, int t) {
+  SimConfig c;
+  c.worldSize = n;
+  c.tensors = t;
+  c.chunks = 1;
+  return c;
+}
+
+// The bytes of a rank's cached report: every slot 0..t-1 by bit, after `applied` batches.
+size_t cachedReportBytes(int t, uint64_t applied) {
+  RequestBatch b;
+  b.appliedBatches = applied;
+  for (int s = 0; s < t; ++s) setBit(b.cacheBits, static_cast<size_t>(s));
+  return encodeRequestBatch(b).size();
+}
+
+TEST(ScaleSim, MessageCountsFollowTheProtocol) {
+  const int n = 8, t = 10;
+  NegotiationSim sim(smallJob(n, t));
+  StepStats first = sim.runStep();
+  // Every tensor goes in full once from every rank; the ten 16 KiB allreduces fuse into one.
+  EXPECT_EQ(first.fullRequests, n * t);
+  EXPECT_EQ(first.collectives, 1);
+  EXPECT_EQ(first.responseBatches, 1);
+  // Rank 1 sends one batch and receives every batch rank 0 built; rank 0 the mirror image.
+  EXPECT_EQ(first.rank1.messagesSent, 1u);
+  EXPECT_EQ(first.rank1.messagesReceived, static_cast<uint64_t>(first.responseBatches));
+  EXPECT_EQ(first.rank0.messagesReceived, static_cast<uint64_t>(n - 1));
+  EXPECT_EQ(first.rank0.messagesSent, static_cast<uint64_t>((n - 1) * first.responseBatches));
+  EXPECT_EQ(first.rank0.bytesReceived, (n - 1) * first.rank1.bytesSent);
+  EXPECT_EQ(first.rank0.bytesSent, (n - 1) * first.rank1.bytesReceived);
+
+  StepStats cached = sim.runStep();
+  EXPECT_EQ(cached.fullRequests, 0);
+  EXPECT_EQ(cached.collectives, 1);
+  // A cached report is the codec's encoding of t bits.
+  EXPECT_EQ(cached.rank1.bytesSent,
+            cachedReportBytes(t, static_cast<uint64_t>(first.responseBatches)));
+  EXPECT_LT(cached.rank1.bytesSent, first.rank1.bytesSent);
+  EXPECT_GT(first.negotiationCpuS(), 0.0);
+}
+
+TEST(ScaleSim, ZeroFusionThresholdRunsOneCollectivePerTensor) {
+  SimConfig c = smallJob(8, 10);
+  c.fusionThreshold = 0;
+  NegotiationSim sim(c);
+  EXPECT_EQ(sim.runStep().collectives, 10);
+  EXPECT_EQ(sim.runStep().collectives, 10);
+}
+
+TEST(ScaleSim, RandomOrderInPartsCompletesFromTheCache) {
+  SimConfig c = smallJob(8, 10);
+  c.randomOrder = true;
+  c.chunks = 3;
+  NegotiationSim sim(c);
+  StepStats first = sim.runStep();
+  EXPECT_EQ(first.fullRequests, 80);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(sim.runStep().fullRequests, 0);
+}
+
+TEST(ScaleSim, ACacheSmallerThanTheStepRenegotiatesInFull) {
+  SimConfig c = smallJob(8, 10);
+  c.cacheCapacity = 4;
+  c.fusionThreshold = 0;
+  NegotiationSim sim(c);
+  sim.runStep();
+  StepStats later = sim.runStep();
+  EXPECT_GT(later.fullRequests, 0);
+  EXPECT_EQ(later.collectives, 10);
+}
+
+// Random orders, parts and caches smaller than a step: every step completes with every tensor
+// answered once on every rank (the simulator stops on a response for a tensor a rank never
+// submitted, as a rank counted twice at the coordinator produced before the participant's fix).
+TEST(ScaleSim, RandomOrdersWithSmallCachesCompleteEveryStep) {
+  for (int n : {2, 3, 5}) {
+    for (int capacity : {1, 2, 8}) {
+      for (int chunks : {2, 3}) {
+        for (uint64_t seed = 1; seed <= 4; ++seed) {
+          SimConfig c = smallJob(n, 6);
+          c.randomOrder = true;
+          c.cacheCapacity = capacity;
+          c.chunks = chunks;
+          c.seed = seed;
+          NegotiationSim sim(c);
+          for (int step = 0; step < 5; ++step) {
+            EXPECT_NO_THROW(sim.runStep()) << "n=" << n << " capacity=" << capacity
+                                           << " chunks=" << chunks << " seed=" << seed;
+          }
+        }
+      }
+    }
+  }
+}
+
+Fabric flat(double alpha, double gbits) {
+  Fabric f;
+  f.intra = {alpha, 8.0 / (gbits * 1e9)};
+  f.inter = f.intra;
+  return f;
+}
+
+TEST(ScaleSim, ModelMatchesTheClosedForms) {
+  const Fabric f = flat(5e-6, 10);
+  const double a = 5e-6, b = 8.0 / 10e9;
+  for (double s : {4.0, 16384.0, 1048576.0, 268435456.0}) {
+    EXPECT_DOUBLE_EQ(ringSeconds(8, s, f), 14 * (a + s / 8 * b));
+    EXPECT_DOUBLE_EQ(recursiveDoublingSeconds(8, s, f), 3 * (a + s * b));
+    // 6 ranks: 4 remain after two pairs fold (one message before, one after).
+    EXPECT_DOUBLE_EQ(recursiveDoublingSeconds(6, s, f), 4 * (a + s * b));
+    for (int n : {2, 3, 8, 64, 1000}) {
+      const double bound = lowerBoundSeconds(n, s, f);
+      EXPECT_LE(bound, ringSeconds(n, s, f) * (1 + 1e-12));
+      EXPECT_LE(bound, recursiveDoublingSeconds(n, s, f) * (1 + 1e-12));
+      EXPECT_LE(bound, rankOrderedSeconds(n, s, f) * (1 + 1e-12));
+      EXPECT_LE(bound, gatherFoldSeconds(n, s, f) * (1 + 1e-12));
+    }
+  }
+  // Gather-fold at 8 ranks: three Bruck rounds of 1, 2 and 4 buffers; at 6: 1, 2 and 2.
+  EXPECT_DOUBLE_EQ(gatherFoldSeconds(8, 4, f), 3 * a + 7 * 4 * b);
+  EXPECT_DOUBLE_EQ(gatherFoldSeconds(6, 4, f), 3 * a + 5 * 4 * b);
+  // Rank-ordered at 8 ranks and 8 KiB: one round of 7 messages, then a 7-step ring allgather.
+  EXPECT_DOUBLE_EQ(rankOrderedSeconds(8, 8192, f), 7 * a + 7 * 1024 * b + 7 * (a + 1024 * b));
+}
+
+TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
+  Fabric f;
+  f.intra = {1e-6, 8.0 / 100e9};
+  f.inter = {5e-6, 8.0 / 10e9};
+  f.ranksPerHost = 4;
+  const double s = 1 << 20;
+  // 8 ranks on 2 hosts: 3 local messages of S/4 each way, then 2 hosts allreduce S/4.
+  const double local = 3 * (f.intra.alpha + s / 4 * f.intra.beta);
+  Fabric cross = f;
+  cross.intra = f.inter;
+  cross.ranksPerHost = 1;
+  const double crossTime = ringSeconds(2, s / 4, cross);  // 256 KiB over 2 ranks: the ring
+  EXPECT_DOUBLE_EQ(hierarchicalSeconds(8, s, 4, true, f), 2 * local + crossTime);
+  EXPECT_LT(hierarchicalSeconds(4, s, 4, true, f), 0);  // one host: not granted
+  // Every algorithm stays above the two-level bound, at every size and job size.
+  for (double bytes = 4; bytes <= (1 << 28); bytes *= 4) {
+    for (int n : {8, 64, 1024, 4096}) {
+      const double bound = lowerBoundSeconds(n, bytes, f) * (1 - 1e-12);
+      EXPECT_LE(bound, hierarchicalSeconds(n, bytes, 4, true, f)) << n << " " << bytes;
+      EXPECT_LE(bound, ringSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, recursiveDoublingSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, rankOrderedSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, gatherFoldSeconds(n, bytes, f)) << n << " " << bytes;
+    }
+  }
+}
+
+TEST(ScaleSim, ReportsTheRealAlgorithmChoice) {
+  using A = collectives::AllreduceAlgorithm;
+  EXPECT_EQ(realChoice(8, 4, 4, true), A::GatherFold);
+  EXPECT_EQ(realChoice(8, 1 << 20, 4, true), A::RankOrdered);
+  EXPECT_EQ(realChoice(2, 4, 4, false), A::RecursiveDoubling);
+  EXPECT_EQ(realChoice(2, 1 << 20, 4, false), A::Ring);
+  // Fewer elements than ranks: recursive doubling at any size.
+  EXPECT_EQ(realChoice(4096, 4096 * 4 - 4, 4, false), A::RecursiveDoubling);
+}
+
+}  // namespace
+}  // namespace scale
+}  // namespace hora
