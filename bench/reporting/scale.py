@@ -13,7 +13,8 @@ Table = "tuple[str, list[str]]"
 HEADLINE_TENSORS = 200
 MODEL_RANKS = (8, 64, 512, 4096)
 ALGORITHMS = (("recursive_doubling_s", "recursive doubling"), ("ring_s", "ring"),
-              ("rank_ordered_s", "rank-ordered"), ("hierarchical_s", "hierarchical"))
+              ("rank_ordered_s", "rank-ordered"), ("gather_fold_s", "gather-fold"),
+              ("hierarchical_s", "hierarchical"))
 
 
 def negotiation_rows(doc: dict[str, Any], label: str | None = None) -> list[dict[str, Any]]:
