@@ -61,12 +61,18 @@ class CollectiveFunction(torch.autograd.Function):
         return (None, None, None, *out)
 
 
+def needs_graph(tensors: list[torch.Tensor]) -> bool:
+    """Whether a gradient can flow through a call on ``tensors`` (one of them requires one and
+    grad mode is on). When none can, a call skips autograd's bookkeeping, which costs more than
+    the collective's own call on a small tensor."""
+    return torch.is_grad_enabled() and (tensors[0].requires_grad if len(tensors) == 1 else
+                                        any(t.requires_grad for t in tensors))
+
+
 def run(collective: str, tensors: list[torch.Tensor], grouped: bool, **args: Any) -> tuple:
-    """Run a differentiable collective; returns its outputs as a tuple. When no gradient can flow
-    (no input requires one, or grad mode is off) it runs without autograd's bookkeeping, which
-    would cost more than the collective's own call on a small tensor."""
-    if torch.is_grad_enabled() and (tensors[0].requires_grad if len(tensors) == 1 else
-                                    any(t.requires_grad for t in tensors)):
+    """Run a differentiable collective; returns its outputs as a tuple (through autograd only
+    when a gradient can flow: needs_graph)."""
+    if needs_graph(tensors):
         return CollectiveFunction.apply(collective, grouped, args, *tensors)
     result = _a.call(collective, tensors, grouped, collective, **args).wait()
     if collective == "alltoall" or grouped:

@@ -30,8 +30,8 @@ import torch
 import hora
 from hora import _core
 from hora.common import basics, objects
-from hora.runner import rank_discovery
 from hora.errors import HoraTimeoutError, NotSupportedError
+from hora.runner import rank_discovery
 from hora.torch._dist_checks import writable_view, write_back
 from hora.torch._dist_work import HoraWork, complete
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import hora
 from hora.common import basics
-from hora.runner import rank_discovery
 from hora.common.elastic import worker as elastic_worker
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import NotSupportedError
+from hora.runner import rank_discovery
 from hora.torch import _dist_p2p
 from hora.torch._dist_group import BACKEND_NAME, HoraProcessGroup
 

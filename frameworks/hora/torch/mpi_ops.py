@@ -36,6 +36,7 @@ from hora.torch._async_ops import (
     sparse_allreduce_async,
     synchronize,
 )
+from hora.torch._autograd import needs_graph as _needs_graph
 from hora.torch._autograd import run as _run
 from hora.torch.compression import Compression, Compressor, NoneCompressor
 
@@ -64,6 +65,10 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         HoraError: the ranks disagree on shape, dtype or op, or communication failed.
     """
     op = handle_average_backwards_compatibility(op, average)
+    if compression is NoneCompressor and not _needs_graph([tensor]):
+        # The common call, as short as it can be: a copy of the tensor reduced in place.
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
     return _compressed("allreduce", [tensor], False, compression, name=name, op=op,
                        prescale=prescale_factor, postscale=postscale_factor,
                        process_set=process_set)[0]
