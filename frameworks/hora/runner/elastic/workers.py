@@ -68,9 +68,10 @@ def is_remote(info: LaunchInfo, host: str) -> bool:
 
 
 def unreachable(info: LaunchInfo, host: str) -> str | None:
-    """Why horarun's workers on ``host`` cannot take part, or None: a remote host, when the
-    driver's stores listen on the loopback only (no host of the first discovery was remote)."""
-    if info.uses_ssh and is_loopback(info.address) and is_remote(info, host):
+    """Why horarun's workers on ``host`` cannot take part, or None: another machine, when the
+    driver's stores listen on the loopback only (no host of the first discovery was remote). A
+    name of this machine that ssh reaches (--force-ssh 127.0.0.1) reaches the loopback too."""
+    if info.uses_ssh and is_loopback(info.address) and not hostlib.is_local_host(host):
         return (f"it is not this machine, but the job's rendezvous listens on {info.address} "
                 "only (no host of the first discovery was remote); list a remote host from the "
                 "start, or pass --network-interface")
