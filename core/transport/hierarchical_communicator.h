@@ -87,8 +87,8 @@ struct HierarchyRequest {
 // The global set's communicator over `all` (every world rank): hierarchical for each collective
 // when the hosts allow it and the ranks ask for it: On on every rank, or Auto on some and On or
 // Auto on the others with at least two ranks on each host (measured on hosts with 1 Gbit/s links,
-// bench/multihost.py: 0.57-0.66x the flat time from 64 KiB to 64 MiB, on a par below, within
-// 1.15x of the links' bound at 64 MiB); Off on any rank keeps it flat. Otherwise
+// bench/multihost.py: 0.57-0.65x the flat time from 1 MiB to 64 MiB, never slower below,
+// within 1.12x of the links' bound at 64 MiB); Off on any rank keeps it flat. Otherwise
 // world.subset(all). Collective over the world: every rank reports its requests and place (an
 // allgather of a few bytes) and all reach the same verdict; rank 0 logs it at Info, and why when
 // a path that every rank asked for does not run.
