@@ -139,19 +139,24 @@ TEST(RendezvousStore, RankConnectingToPeersNamesThemAndTheLauncher) {
   EXPECT_NE(m.find("a newer generation of an elastic job"), std::string::npos) << m;
 }
 
-TEST(RendezvousStore, UnreachableStoreOfRank0IsNamedAtStart) {
+// Rank 1 of 2 starting against the store at 127.0.0.1:port, served by `owner`.
+RuntimeOptions rankOneOf(int port, StoreOwner owner, double startTimeoutSeconds) {
   RuntimeOptions o;
   o.topology.rank = 1;
   o.topology.size = 2;
   o.storeHost = "127.0.0.1";
-  o.storePort = unusedPort();
-  o.storeOwner = StoreOwner::Rank0;
+  o.storePort = port;
+  o.storeOwner = owner;
   o.secret = kSecret;
   o.listenHost = "127.0.0.1";
-  o.settings.startTimeoutSeconds = 0.3;
+  o.settings.startTimeoutSeconds = startTimeoutSeconds;
+  return o;
+}
+
+TEST(RendezvousStore, UnreachableStoreOfRank0IsNamedAtStart) {
   std::string m = "no IoError";
   try {
-    Runtime::start(o);
+    Runtime::start(rankOneOf(unusedPort(), StoreOwner::Rank0, 0.3));
   } catch (const IoError& e) {
     m = e.what();
   }
@@ -164,18 +169,9 @@ TEST(RendezvousStore, UnreachableStoreOfRank0IsNamedAtStart) {
 
 TEST(RendezvousStore, AStoreWithAnotherSecretRefusesTheRankWithoutBlamingTheLauncher) {
   TcpStoreServer server("127.0.0.1", 0, "the launcher's secret");
-  RuntimeOptions o;
-  o.topology.rank = 1;
-  o.topology.size = 2;
-  o.storeHost = "127.0.0.1";
-  o.storePort = server.port();
-  o.storeOwner = StoreOwner::Launcher;
-  o.secret = kSecret;
-  o.listenHost = "127.0.0.1";
-  o.settings.startTimeoutSeconds = 5;
   std::string m = "no AuthenticationError";
   try {
-    Runtime::start(o);
+    Runtime::start(rankOneOf(server.port(), StoreOwner::Launcher, 5));
   } catch (const AuthenticationError& e) {
     m = e.what();
   }

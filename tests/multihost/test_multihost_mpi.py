@@ -4,12 +4,12 @@ placed on, negotiation and collectives run over MPI, and the op checks of tests/
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 from launching import horarun, pytest_command, python_command
 from test_multihost_collectives import ENGINE, passed_on_every_rank
+from test_multihost_transport import reports
 from testbed import TestBed
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun on PATH")
@@ -34,11 +34,7 @@ def test_horarun_mpi_places_ranks_on_their_hosts_over_the_beds_ssh(bed2: TestBed
     job = horarun(bed2, bed2.host_list(2, names=True), python_command(REPORT), flags=["--mpi"],
                   timeout=90)
     assert job.returncode == 0, job.output[-4000:]
-    got = []
-    for r in range(4):
-        lines = [line for line in job.rank_lines(r) if line.startswith("report ")]
-        assert lines, f"rank {r} did not report:\n{job.output[-4000:]}"
-        got.append(json.loads(lines[-1].split(" ", 1)[1]))
+    got = reports(job, 4)
     assert [g["host"] for g in got] == ["hostA", "hostA", "hostB", "hostB"], got
     assert all(g["transport"] == "mpi" and g["mpi"] and g["sum"] == 10.0 for g in got), got
 

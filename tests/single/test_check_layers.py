@@ -48,6 +48,11 @@ CLEAN = {
 }
 
 
+def _check_clean_with(tmp_path: Path, path: str, includes: str) -> subprocess.CompletedProcess[str]:
+    """The check, allowing no cycle, of CLEAN where ``path`` includes ``includes``."""
+    return _check(_tree(tmp_path, {**CLEAN, path: includes}), "--no-allow-list")
+
+
 def test_a_clean_tree_passes(tmp_path: Path) -> None:
     done = _check(_tree(tmp_path, CLEAN), "--no-allow-list")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -55,9 +60,7 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
 
 
 def test_a_cycle_between_folders_fails_naming_each_include_of_it(tmp_path: Path) -> None:
-    files = dict(CLEAN)
-    files["core/transport/agree.cc"] = "core/coordinator/coordinator.h"
-    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    done = _check_clean_with(tmp_path, "core/transport/agree.cc", "core/coordinator/coordinator.h")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "core/coordinator -> core/transport -> core/coordinator" in done.stderr
     assert ("core/coordinator/coordinator.h:2 includes core/transport/communicator.h"
@@ -66,9 +69,7 @@ def test_a_cycle_between_folders_fails_naming_each_include_of_it(tmp_path: Path)
 
 
 def test_a_longer_cycle_is_named_whole(tmp_path: Path) -> None:
-    files = dict(CLEAN)
-    files["core/common/errors.h"] = "core/coordinator/coordinator.h"
-    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    done = _check_clean_with(tmp_path, "core/common/errors.h", "core/coordinator/coordinator.h")
     assert done.returncode == 1
     assert "core/common -> core/coordinator -> core/transport -> core/common" in done.stderr
 
@@ -88,18 +89,16 @@ def test_an_allowed_cycle_is_printed_and_a_stale_allowance_fails(
 
 
 def test_one_backend_including_another_fails(tmp_path: Path) -> None:
-    files = dict(CLEAN)
-    files["core/transport/shm/transport.cc"] = "core/transport/tcp/transport.h"
-    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    done = _check_clean_with(tmp_path, "core/transport/shm/transport.cc",
+                             "core/transport/tcp/transport.h")
     assert done.returncode == 1
     assert "core/transport/shm -> core/transport/tcp" in done.stderr
     assert "core/transport/shm/transport.cc:2 includes core/transport/tcp/transport.h" in done.stderr
 
 
 def test_the_runtime_including_a_cpu_backend_fails(tmp_path: Path) -> None:
-    files = dict(CLEAN)
-    files["core/runtime.cc"] = "core/runtime.h core/transport/shm/transport.h"
-    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    done = _check_clean_with(tmp_path, "core/runtime.cc",
+                             "core/runtime.h core/transport/shm/transport.h")
     assert done.returncode == 1
     assert ("the runtime includes a transport backend (core/transport/shm): core/runtime.cc:3 "
             "includes core/transport/shm/transport.h") in done.stderr, done.stderr
