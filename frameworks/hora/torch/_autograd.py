@@ -7,6 +7,7 @@ wraps what comes back as tensors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,13 +28,11 @@ class CollectiveFunction(torch.autograd.Function):
         ctx.collective, ctx.args = collective, args
         ctx.dims = [t.shape[0] if t.dim() > 0 else 1 for t in tensors]
         ctx.dim0 = tensors[0].shape[0] if tensors[0].dim() > 0 else 0
-        result = _a.synchronize(_a.start(collective, tensors, grouped, collective, **args))
+        outputs = call_now(collective, tensors, grouped, args)
         if collective == "alltoall":
-            output, received = result
-            ctx.received = received.tolist()
-            ctx.mark_non_differentiable(received)
-            return output, received
-        return tuple(result) if grouped else (result,)
+            ctx.received = outputs[1].tolist()
+            ctx.mark_non_differentiable(outputs[1])
+        return outputs
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
@@ -74,7 +73,10 @@ def run(collective: str, tensors: list[torch.Tensor], grouped: bool, **args: Any
     when a gradient can flow: needs_graph)."""
     if needs_graph(tensors):
         return CollectiveFunction.apply(collective, grouped, args, *tensors)
+    return call_now(collective, tensors, grouped, args)
+
+
+def call_now(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, args: dict) -> tuple:
+    """The collective's outputs, waited for, as a tuple (alltoall's: output, received splits)."""
     result = _a.call(collective, tensors, grouped, collective, **args).wait()
-    if collective == "alltoall" or grouped:
-        return tuple(result)
-    return (result,)
+    return tuple(result) if collective == "alltoall" or grouped else (result,)
