@@ -107,6 +107,7 @@ class ElasticDriver:
                 self._say(f"received {signal.Signals(self._stop_signal).name}; "
                           "stopping all workers")
                 return 128 + self._stop_signal
+            self._pool.enforce()
             urgent |= self._reap()
             if self._finished:
                 if not self._pool.alive():

@@ -126,6 +126,8 @@ class Worker:
     child: _Child
     stopping: bool = False  # the driver asked it to end (not a failure)
     reaped: bool = False  # the driver has handled its exit
+    # Stopping: when enforce() SIGKILLs what is left of it (None: done, or not stopping).
+    kill_at: float | None = None
 
 
 class WorkerPool:
@@ -176,25 +178,47 @@ class WorkerPool:
         self.exits.put((worker.id, code))
 
     def stop(self, workers: list[Worker], grace: float = GRACE_SECONDS) -> None:
-        """Ask ``workers`` to end, SIGKILL what is left after ``grace`` seconds, and wait."""
+        """Ask ``workers`` to end, without waiting for them: the driver goes on (forms the next
+        generation) while they wind down, and ``enforce()`` SIGKILLs what is left of each once
+        it ended or ``grace`` seconds passed. A stopping worker keeps its slot until its exit."""
+        deadline = time.monotonic() + grace
         for worker in workers:
+            if worker.stopping:
+                continue
             worker.stopping = True
+            worker.kill_at = deadline
             if worker.child.process.poll() is None:
                 worker.child.request_stop()
+
+    def enforce(self, now: float | None = None) -> None:
+        """SIGKILL the process group of every stopping worker that ended (what it left behind)
+        or whose grace ran out (the worker itself: its exit then arrives as any other)."""
+        now = time.monotonic() if now is None else now
+        for worker in self.workers.values():
+            if worker.kill_at is None:
+                continue
+            if worker.child.process.returncode is not None or now >= worker.kill_at:
+                worker.child.signal(signal.SIGKILL)
+                worker.child.release()
+                worker.kill_at = None
+
+    def stop_and_wait(self, workers: list[Worker], grace: float = GRACE_SECONDS) -> None:
+        """``stop()``, then wait for every one of ``workers`` to end (SIGKILL after ``grace``)."""
+        self.stop(workers, grace)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if all(w.child.process.poll() is not None for w in workers):
                 break
             time.sleep(_POLL_SECONDS)
         for worker in workers:
-            worker.child.signal(signal.SIGKILL)  # also reaches what the worker left behind
-            worker.child.release()
+            worker.kill_at = 0.0  # also the ones stopped, or ended, before this call
+        self.enforce()
         for worker in workers:
             worker.child.process.wait()
 
     def close(self) -> None:
         """Stop every worker and the reaper; let the output readers finish (bounded)."""
-        self.stop(list(self.workers.values()))
+        self.stop_and_wait(list(self.workers.values()))
         if self._reaper is not None:
             for worker in self.workers.values():
                 if not worker.child.spec.remote:
