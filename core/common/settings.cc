@@ -2,13 +2,17 @@
 
 #include <strings.h>
 #include <cstdlib>
+#include <iterator>
 
 #include "core/common/errors.h"
 
 namespace hora {
 
-const std::vector<EnvVarInfo>& allEnvVars() {
-  static const std::vector<EnvVarInfo> kVars = {
+namespace {
+
+// Every variable Hora reads, declared once. Constant-initialized (plain pointers), so a lookup
+// from another file's static initializer finds it filled in.
+constexpr EnvVarInfo kEnvVars[] = {
       // Engine tuning.
       {"CYCLE_TIME", "1", "ms (float) the background loop waits to batch newly enqueued tensors"},
       {"FUSION_THRESHOLD", "134217728", "bytes of one fused buffer; 0 disables fusion"},
@@ -105,7 +109,12 @@ const std::vector<EnvVarInfo>& allEnvVars() {
        "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},
       {"CUDA_LIBRARY", "",
        "path of the CUDA runtime (libcudart) to load; default: as HORA_NCCL_LIBRARY"},
-  };
+};
+
+}  // namespace
+
+const std::vector<EnvVarInfo>& allEnvVars() {
+  static const std::vector<EnvVarInfo> kVars(std::begin(kEnvVars), std::end(kEnvVars));
   return kVars;
 }
 
