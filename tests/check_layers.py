@@ -8,9 +8,10 @@ Reads every `#include "core/..."` of every file under core/ and maps both ends t
   nccl) counts as core/transport for cycles: the transport registry (core/transport/backends.cc)
   includes every backend and every backend includes the Communicator interface, which is one
   layer by design (docs/development.md), not a cycle.
-- core/<name>.h / .cc at the top (runtime.h, runtime_loop.cc, the generated config.h): the layer
-  core/<name up to the first underscore>, so the runtime's files are core/runtime and config.h
-  (which includes nothing) is core/config.
+- core/<name>.h / .cc at the top (runtime.h, runtime_impl.h, the generated config.h): the layer
+  core/<name up to the first underscore>, so the runtime's top files and its folder core/runtime/
+  (the background loop's parts) are one layer, core/runtime, and config.h (which includes
+  nothing) is core/config.
 
 Fails (exit 1) on
 - a cycle between layers that ALLOWED_CYCLES does not list, printed as the chain of includes that
@@ -58,7 +59,7 @@ RUNTIME_MAY_INCLUDE = ("nccl",)
 def layer_of(path: str) -> str:
     """The layer of a path below the repository root ("core/...")."""
     parts = path.split("/")
-    if len(parts) == 2:  # core/runtime_loop.cc, core/config.h
+    if len(parts) == 2:  # core/runtime_impl.h, core/config.h
         return "core/" + parts[1].split(".")[0].split("_")[0]
     return "/".join(parts[:2])
 

@@ -2,110 +2,118 @@
 
 #include <strings.h>
 #include <cstdlib>
+#include <iterator>
 
 #include "core/common/errors.h"
 
 namespace hora {
 
+namespace {
+
+// Every variable Hora reads, declared once. Constant-initialized (plain pointers), so a lookup
+// from another file's static initializer finds it filled in.
+constexpr EnvVarInfo kEnvVars[] = {
+    // Engine tuning.
+    {"CYCLE_TIME", "1", "ms (float) the background loop waits to batch newly enqueued tensors"},
+    {"FUSION_THRESHOLD", "134217728", "bytes of one fused buffer; 0 disables fusion"},
+    {"CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
+    {"SPIN_MICROSECONDS", "50",
+     "us a waiting thread polls, yielding its core, before it sleeps; 0 = sleep at once"},
+    {"SPIN_ADAPTIVE", "1",
+     "1: with more local ranks than CPUs, a caller whose last waits outlasted the poll sleeps "
+     "at once (polling every 8th wait)"},
+    {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
+    {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
+    {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
+    {"LOG_HIDE_TIME", "0", "1 drops timestamps from log lines"},
+    // Observability.
+    {"TIMELINE", "", "path of a Chrome-trace timeline written by rank 0, or DYNAMIC"},
+    {"TIMELINE_MARK_CYCLES", "0", "1 marks every background-loop cycle in the timeline"},
+    {"TIMELINE_MAX_MB", "1024", "size cap of the timeline file; recording stops there (0 = none)"},
+    {"TIMELINE_SAMPLE_EVERY", "1", "record only every Nth training step in the timeline"},
+    {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
+    {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},
+    {"STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds before a stall shuts the job down; 0 = never"},
+    {"AUTOTUNE", "0", "1 tunes fusion threshold and cycle time online (rank 0 decides)"},
+    {"AUTOTUNE_LOG", "", "CSV file where autotune records each candidate and its score"},
+    {"AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before scoring"},
+    {"AUTOTUNE_STEPS_PER_SAMPLE", "10", "training steps in one autotune sample"},
+    {"AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", "samples whose median scores one candidate"},
+    {"DYNAMIC_PROCESS_SETS", "0", "1 allows add_process_set/remove_process_set after init"},
+    {"FAULT_INJECT", "",
+     "tests only: close_after_bytes=N[,rank=R] cuts a connection after N bytes sent"},
+    // Topology, set by horarun (or derived from torchrun / Slurm variables).
+    {"RANK", "", "this process's rank"},
+    {"SIZE", "", "number of ranks"},
+    {"LOCAL_RANK", "", "rank among the processes on this host"},
+    {"LOCAL_SIZE", "", "number of processes on this host"},
+    {"CROSS_RANK", "", "index of this host among hosts with this local rank"},
+    {"CROSS_SIZE", "", "number of hosts with this local rank"},
+    {"HOSTNAME", "", "name of this host as the launcher knows it"},
+    {"RENDEZVOUS_ADDR", "", "address of the rendezvous store (served by horarun, or by rank 0)"},
+    {"RENDEZVOUS_PORT", "", "port of the rendezvous store"},
+    {"SECRET", "", "job secret every connection proves it knows (set by horarun)"},
+    {"SECRET_FILE", "", "file holding the job secret (read when HORA_SECRET is unset)"},
+    {"SECRET_THROUGH_STORE", "0",
+     "1: in a job another program started with a store for its ranks (torch.distributed's, "
+     "under Lightning, Ray Train, DeepSpeed, ...) and no secret set, rank 0 makes a random one "
+     "and hands it out through that store (as safe as the store)"},
+    {"INSECURE", "0",
+     "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
+    {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
+    {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
+    {"SHM_DISABLE", "0",
+     "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
+    {"SHM_RING_BYTES", "524288",
+     "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
+    {"SHM_WINDOW_BYTES", "524288",
+     "bytes of each rank's window in the shared segment, where allreduces over the whole job "
+     "are reduced in place by the ranks together (0: none, every allreduce goes through the "
+     "rings)"},
+    {"SHM_ARENA_BYTES", "1073741824",
+     "bytes of each rank's arena in the shared segment (virtual until used), where "
+     "DistributedOptimizer places gradients that the other ranks read in place (0: none)"},
+    {"SHARED_GRADIENTS", "1",
+     "0 keeps tensors out of the shared arena; by default, where it exists, torch "
+     "DistributedOptimizer's gradients that stay from one step to the next move into it, and "
+     "TensorFlow's private copies are made there"},
+    {"SHM_HOST_BY_NAME", "0",
+     "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
+     "horarun places on two names of one machine share memory only with their own host"},
+    {"HIERARCHICAL_ALLREDUCE", "",
+     "1 runs allreduces of the global set (CPU and GPU tensors) within each host, then across "
+     "hosts, then within each host again (jobs over several hosts with equal ranks per host); "
+     "0 never; unset (or auto) does so for CPU tensors when each host runs two ranks or more"},
+    {"HIERARCHICAL_ALLGATHER", "0",
+     "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
+     "each host again (jobs over several hosts with equal ranks per host); auto as for "
+     "HIERARCHICAL_ALLREDUCE"},
+    {"SHM_CONTROL", "1",
+     "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
+    {"SHM_LOCAL_AGREEMENT", "1",
+     "0 sends every tensor to rank 0 for negotiation, cached ones included; by default, when "
+     "negotiation runs over shared memory, the ranks agree on cached tensors of the global "
+     "process set among themselves (off on every rank when any rank sets 0 or autotune is on)"},
+    {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
+    // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
+    {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
+    {"ELASTIC_WORKER_ID", "", "the elastic driver's name for this worker process"},
+    {"ELASTIC_PORT", "", "port of the elastic driver's control store (on RENDEZVOUS_ADDR)"},
+    {"ELASTIC_TIMEOUT", "600", "seconds a worker waits for the driver to form a new generation"},
+    // Cluster engines (frameworks/hora/spark/).
+    {"SPARK_START_TIMEOUT", "600",
+     "seconds hora.spark.run waits for the Spark cluster to offer a task slot per rank"},
+    // GPU tensors (core/transport/nccl/).
+    {"NCCL_LIBRARY", "",
+     "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},
+    {"CUDA_LIBRARY", "",
+     "path of the CUDA runtime (libcudart) to load; default: as HORA_NCCL_LIBRARY"},
+};
+
+}  // namespace
+
 const std::vector<EnvVarInfo>& allEnvVars() {
-  static const std::vector<EnvVarInfo> kVars = {
-      // Engine tuning.
-      {"CYCLE_TIME", "1", "ms (float) the background loop waits to batch newly enqueued tensors"},
-      {"FUSION_THRESHOLD", "134217728", "bytes of one fused buffer; 0 disables fusion"},
-      {"CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache"},
-      {"SPIN_MICROSECONDS", "50",
-       "us a waiting thread polls, yielding its core, before it sleeps; 0 = sleep at once"},
-      {"SPIN_ADAPTIVE", "1",
-       "1: with more local ranks than CPUs, a caller whose last waits outlasted the poll sleeps "
-       "at once (polling every 8th wait)"},
-      {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
-      {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
-      {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
-      {"LOG_HIDE_TIME", "0", "1 drops timestamps from log lines"},
-      // Observability.
-      {"TIMELINE", "", "path of a Chrome-trace timeline written by rank 0, or DYNAMIC"},
-      {"TIMELINE_MARK_CYCLES", "0", "1 marks every background-loop cycle in the timeline"},
-      {"TIMELINE_MAX_MB", "1024",
-       "size cap of the timeline file; recording stops there (0 = none)"},
-      {"TIMELINE_SAMPLE_EVERY", "1", "record only every Nth training step in the timeline"},
-      {"STALL_CHECK_DISABLE", "0", "1 turns the stall inspector off"},
-      {"STALL_CHECK_TIME_SECONDS", "60", "seconds before rank 0 reports ranks missing a tensor"},
-      {"STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds before a stall shuts the job down; 0 = never"},
-      {"AUTOTUNE", "0", "1 tunes fusion threshold and cycle time online (rank 0 decides)"},
-      {"AUTOTUNE_LOG", "", "CSV file where autotune records each candidate and its score"},
-      {"AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded before scoring"},
-      {"AUTOTUNE_STEPS_PER_SAMPLE", "10", "training steps in one autotune sample"},
-      {"AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", "samples whose median scores one candidate"},
-      {"DYNAMIC_PROCESS_SETS", "0", "1 allows add_process_set/remove_process_set after init"},
-      {"FAULT_INJECT", "",
-       "tests only: close_after_bytes=N[,rank=R] cuts a connection after N bytes sent"},
-      // Topology, set by horarun (or derived from torchrun / Slurm variables).
-      {"RANK", "", "this process's rank"},
-      {"SIZE", "", "number of ranks"},
-      {"LOCAL_RANK", "", "rank among the processes on this host"},
-      {"LOCAL_SIZE", "", "number of processes on this host"},
-      {"CROSS_RANK", "", "index of this host among hosts with this local rank"},
-      {"CROSS_SIZE", "", "number of hosts with this local rank"},
-      {"HOSTNAME", "", "name of this host as the launcher knows it"},
-      {"RENDEZVOUS_ADDR", "", "address of the rendezvous store (served by horarun, or by rank 0)"},
-      {"RENDEZVOUS_PORT", "", "port of the rendezvous store"},
-      {"SECRET", "", "job secret every connection proves it knows (set by horarun)"},
-      {"SECRET_FILE", "", "file holding the job secret (read when HORA_SECRET is unset)"},
-      {"SECRET_THROUGH_STORE", "0",
-       "1: in a job another program started with a store for its ranks (torch.distributed's, "
-       "under Lightning, Ray Train, DeepSpeed, ...) and no secret set, rank 0 makes a random one "
-       "and hands it out through that store (as safe as the store)"},
-      {"INSECURE", "0",
-       "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
-      {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
-      {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
-      {"SHM_DISABLE", "0",
-       "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
-      {"SHM_RING_BYTES", "524288",
-       "bytes of each rank-pair ring in the shared segment (ranks x (ranks-1) of them)"},
-      {"SHM_WINDOW_BYTES", "524288",
-       "bytes of each rank's window in the shared segment, where allreduces over the whole job "
-       "are reduced in place by the ranks together (0: none, every allreduce goes through the "
-       "rings)"},
-      {"SHM_ARENA_BYTES", "1073741824",
-       "bytes of each rank's arena in the shared segment (virtual until used), where "
-       "DistributedOptimizer places gradients that the other ranks read in place (0: none)"},
-      {"SHARED_GRADIENTS", "1",
-       "0 keeps tensors out of the shared arena; by default, where it exists, torch "
-       "DistributedOptimizer's gradients that stay from one step to the next move into it, and "
-       "TensorFlow's private copies are made there"},
-      {"SHM_HOST_BY_NAME", "0",
-       "tests only: 1 adds HORA_HOSTNAME to the host identity shared memory uses, so ranks "
-       "horarun places on two names of one machine share memory only with their own host"},
-      {"HIERARCHICAL_ALLREDUCE", "",
-       "1 runs allreduces of the global set (CPU and GPU tensors) within each host, then across "
-       "hosts, then within each host again (jobs over several hosts with equal ranks per host); "
-       "0 never; unset (or auto) does so for CPU tensors when each host runs two ranks or more"},
-      {"HIERARCHICAL_ALLGATHER", "0",
-       "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
-       "each host again (jobs over several hosts with equal ranks per host); auto as for "
-       "HIERARCHICAL_ALLREDUCE"},
-      {"SHM_CONTROL", "1",
-       "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
-      {"SHM_LOCAL_AGREEMENT", "1",
-       "0 sends every tensor to rank 0 for negotiation, cached ones included; by default, when "
-       "negotiation runs over shared memory, the ranks agree on cached tensors of the global "
-       "process set among themselves (off on every rank when any rank sets 0 or autotune is on)"},
-      {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
-      // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
-      {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},
-      {"ELASTIC_WORKER_ID", "", "the elastic driver's name for this worker process"},
-      {"ELASTIC_PORT", "", "port of the elastic driver's control store (on RENDEZVOUS_ADDR)"},
-      {"ELASTIC_TIMEOUT", "600", "seconds a worker waits for the driver to form a new generation"},
-      // Cluster engines (frameworks/hora/spark/).
-      {"SPARK_START_TIMEOUT", "600",
-       "seconds hora.spark.run waits for the Spark cluster to offer a task slot per rank"},
-      // GPU tensors (core/transport/nccl/).
-      {"NCCL_LIBRARY", "",
-       "path of libnccl.so.2 to load; default: the copy already loaded, else the loader's search"},
-      {"CUDA_LIBRARY", "",
-       "path of the CUDA runtime (libcudart) to load; default: as HORA_NCCL_LIBRARY"},
-  };
+  static const std::vector<EnvVarInfo> kVars(std::begin(kEnvVars), std::end(kEnvVars));
   return kVars;
 }
 

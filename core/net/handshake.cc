@@ -164,94 +164,96 @@ void Handshake::onMessage() {
   in_.clear();
 
   switch (step_) {
-    case Step::ReadChallenge: {  // connector
-      nonceA_.resize(kNonceBytes);
-      r.bytes(&nonceA_[0], kNonceBytes);
-      Writer w;
-      w.u8(static_cast<uint8_t>(localKind_)).u32(static_cast<uint32_t>(localRank_));
-      w.bytes(nonceC_.data(), kNonceBytes);
-      w.bytes(helloMac(secret_, nonceA_, localKind_, localRank_, nonceC_).data(), kMacBytes);
-      out_ = buildFrame(kHandshakeMagic, kHello, w.data());
-      step_ = Step::ReadWelcome;
-      inExpected_ = kFrameHeaderBytes + kWelcomePayload;
-      return;
-    }
-    case Step::ReadHello: {  // acceptor
-      uint8_t kindByte = r.u8();
-      int rank = static_cast<int32_t>(r.u32());
-      nonceC_.resize(kNonceBytes);
-      r.bytes(&nonceC_[0], kNonceBytes);
-      std::string proof(kMacBytes, '\0');
-      r.bytes(&proof[0], kMacBytes);
-      uint8_t status = kAccepted;
-      std::string why;
-      // The proof is checked before anything it claims is believed: an unauthenticated peer gets
-      // the same answer whatever kind or rank it names.
-      if (!macEqual(proof,
-                    helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
-        status = kBadProof;
-        why = "authentication failed: the peer's proof of the job secret is wrong";
-      } else if (kindByte < 1 || kindByte > static_cast<uint8_t>(PeerKind::P2p)) {
-        status = kRefused;
-        why = "unknown connection kind " + std::to_string(kindByte);
-      } else {
-        peerKind_ = static_cast<PeerKind>(kindByte);
-        peerRank_ = rank;
-        if (validate_) why = validate_(peerKind_, rank);
-        if (!why.empty()) status = kRefused;
-      }
-      // A rejection carries no proof: a stranger learns nothing from it.
-      std::string proofBack = status == kAccepted
-                                  ? welcomeMac(secret_, nonceC_, nonceA_, status, localRank_)
-                                  : std::string(kMacBytes, '\0');
-      Writer w;
-      w.u8(status).u32(static_cast<uint32_t>(localRank_)).bytes(proofBack.data(), kMacBytes);
-      out_ = buildFrame(kHandshakeMagic, kWelcome, w.data());
-      outSent_ = 0;
-      if (status != kAccepted) {
-        return fail(status == kBadProof ? HandshakeFailure::BadProof : HandshakeFailure::Refused,
-                    why);
-      }
-      step_ = Step::Finished;
-      state_ = State::Done;
-      return;
-    }
-    case Step::ReadWelcome: {  // connector
-      uint8_t status = r.u8();
-      int rank = static_cast<int32_t>(r.u32());
-      std::string proof(kMacBytes, '\0');
-      r.bytes(&proof[0], kMacBytes);
-      // A rejection carries no MAC, so these statuses are believed without proof. That is safe:
-      // believing one only ends a connection, which an attacker on the path could do anyway.
-      if (status == kBadProof) {
-        return fail(HandshakeFailure::BadProof,
-                    "authentication failed: the peer rejected our proof of the job secret (is the "
-                    "secret the same on every rank?)");
-      }
-      if (status != kAccepted) {
-        return fail(HandshakeFailure::Refused,
-                    "the peer refused the connection (unexpected or duplicate rank)");
-      }
-      if (!macEqual(proof, welcomeMac(secret_, nonceC_, nonceA_, status, rank))) {
-        return fail(HandshakeFailure::BadProof,
-                    "authentication failed: the peer could not prove it knows the job secret");
-      }
-      // The rank is inside the Welcome MAC, so it is the acceptor's real rank: a mismatch means
-      // the address led to another rank of this job (a stale or mixed-up address), not a stranger.
-      if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
-        return fail(HandshakeFailure::WrongPeer, "reached rank " + std::to_string(rank) +
-                                                     " instead of rank " +
-                                                     std::to_string(expectedPeerRank_));
-      }
-      peerRank_ = rank;
-      peerKind_ = localKind_;
-      step_ = Step::Finished;
-      state_ = State::Done;
-      return;
-    }
+    case Step::ReadChallenge: return onChallenge(r);
+    case Step::ReadHello: return onHello(r);
+    case Step::ReadWelcome: return onWelcome(r);
     case Step::Finished: break;
   }
   HORA_CHECK(false, "handshake message after the end");
+}
+
+void Handshake::onChallenge(Reader& r) {
+  nonceA_.resize(kNonceBytes);
+  r.bytes(&nonceA_[0], kNonceBytes);
+  Writer w;
+  w.u8(static_cast<uint8_t>(localKind_)).u32(static_cast<uint32_t>(localRank_));
+  w.bytes(nonceC_.data(), kNonceBytes);
+  w.bytes(helloMac(secret_, nonceA_, localKind_, localRank_, nonceC_).data(), kMacBytes);
+  out_ = buildFrame(kHandshakeMagic, kHello, w.data());
+  step_ = Step::ReadWelcome;
+  inExpected_ = kFrameHeaderBytes + kWelcomePayload;
+}
+
+void Handshake::onHello(Reader& r) {
+  uint8_t kindByte = r.u8();
+  int rank = static_cast<int32_t>(r.u32());
+  nonceC_.resize(kNonceBytes);
+  r.bytes(&nonceC_[0], kNonceBytes);
+  std::string proof(kMacBytes, '\0');
+  r.bytes(&proof[0], kMacBytes);
+  uint8_t status = kAccepted;
+  std::string why;
+  // The proof is checked before anything it claims is believed: an unauthenticated peer gets
+  // the same answer whatever kind or rank it names.
+  if (!macEqual(proof,
+                helloMac(secret_, nonceA_, static_cast<PeerKind>(kindByte), rank, nonceC_))) {
+    status = kBadProof;
+    why = "authentication failed: the peer's proof of the job secret is wrong";
+  } else if (kindByte < 1 || kindByte > static_cast<uint8_t>(PeerKind::P2p)) {
+    status = kRefused;
+    why = "unknown connection kind " + std::to_string(kindByte);
+  } else {
+    peerKind_ = static_cast<PeerKind>(kindByte);
+    peerRank_ = rank;
+    if (validate_) why = validate_(peerKind_, rank);
+    if (!why.empty()) status = kRefused;
+  }
+  // A rejection carries no proof: a stranger learns nothing from it.
+  std::string proofBack = status == kAccepted
+                              ? welcomeMac(secret_, nonceC_, nonceA_, status, localRank_)
+                              : std::string(kMacBytes, '\0');
+  Writer w;
+  w.u8(status).u32(static_cast<uint32_t>(localRank_)).bytes(proofBack.data(), kMacBytes);
+  out_ = buildFrame(kHandshakeMagic, kWelcome, w.data());
+  outSent_ = 0;
+  if (status != kAccepted) {
+    return fail(status == kBadProof ? HandshakeFailure::BadProof : HandshakeFailure::Refused, why);
+  }
+  step_ = Step::Finished;
+  state_ = State::Done;
+}
+
+void Handshake::onWelcome(Reader& r) {
+  uint8_t status = r.u8();
+  int rank = static_cast<int32_t>(r.u32());
+  std::string proof(kMacBytes, '\0');
+  r.bytes(&proof[0], kMacBytes);
+  // A rejection carries no MAC, so these statuses are believed without proof. That is safe:
+  // believing one only ends a connection, which an attacker on the path could do anyway.
+  if (status == kBadProof) {
+    return fail(HandshakeFailure::BadProof,
+                "authentication failed: the peer rejected our proof of the job secret (is the "
+                "secret the same on every rank?)");
+  }
+  if (status != kAccepted) {
+    return fail(HandshakeFailure::Refused,
+                "the peer refused the connection (unexpected or duplicate rank)");
+  }
+  if (!macEqual(proof, welcomeMac(secret_, nonceC_, nonceA_, status, rank))) {
+    return fail(HandshakeFailure::BadProof,
+                "authentication failed: the peer could not prove it knows the job secret");
+  }
+  // The rank is inside the Welcome MAC, so it is the acceptor's real rank: a mismatch means
+  // the address led to another rank of this job (a stale or mixed-up address), not a stranger.
+  if (expectedPeerRank_ >= 0 && rank != expectedPeerRank_) {
+    return fail(HandshakeFailure::WrongPeer, "reached rank " + std::to_string(rank) +
+                                                 " instead of rank " +
+                                                 std::to_string(expectedPeerRank_));
+  }
+  peerRank_ = rank;
+  peerKind_ = localKind_;
+  step_ = Step::Finished;
+  state_ = State::Done;
 }
 
 // Blocking driver. Pending output is sent even after a failure, so a rejection reaches the peer

@@ -25,6 +25,7 @@
 #include "core/common/time.h"
 
 namespace hora {
+class WireReader;
 namespace net {
 
 enum class PeerKind : uint8_t { Store = 1, Data = 2, Control = 3, P2p = 4 };
@@ -69,6 +70,10 @@ class Handshake {
   enum class Step { ReadChallenge, ReadHello, ReadWelcome, Finished };
   Handshake() = default;
   void onMessage();
+  // One per step: the message that step accepts, read from its payload.
+  void onChallenge(WireReader& r);  // connector
+  void onHello(WireReader& r);      // acceptor
+  void onWelcome(WireReader& r);    // connector
   void fail(HandshakeFailure kind, const std::string& why);
 
   bool isAcceptor_ = false;

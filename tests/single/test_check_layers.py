@@ -104,6 +104,19 @@ def test_the_runtime_including_a_cpu_backend_fails(tmp_path: Path) -> None:
             "includes core/transport/shm/transport.h") in done.stderr, done.stderr
 
 
+def test_the_runtime_folder_and_its_top_files_are_one_layer(tmp_path: Path) -> None:
+    """core/runtime/ (the background loop's parts) and core/runtime*.h/.cc include each other
+    freely; the folder reaching a CPU backend fails like the top files."""
+    files = {**CLEAN, "core/runtime/background_loop.h": "core/runtime.h",
+             "core/runtime_impl.h": "core/runtime/background_loop.h"}
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 0, done.stdout + done.stderr
+    files["core/runtime/background_loop.cc"] = "core/transport/tcp/transport.h"
+    done = _check(_tree(tmp_path, files), "--no-allow-list")
+    assert done.returncode == 1
+    assert "the runtime includes a transport backend (core/transport/tcp)" in done.stderr
+
+
 def test_an_include_in_a_comment_does_not_count(tmp_path: Path) -> None:
     files = dict(CLEAN)
     root = _tree(tmp_path, files)

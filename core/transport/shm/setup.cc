@@ -189,6 +189,58 @@ Segment fetchSegment(const ConnectOptions& o, const std::string& name, Clock::ti
   }
 }
 
+// Whether every rank runs on this host with shared memory allowed: the reason not, or "".
+std::string sameHostVerdict(const ConnectOptions& o, Store& store, bool disabled,
+                            const std::vector<int>& everyone, Clock::time_point deadline) {
+  // A disabled rank publishes that instead of its host, so the others learn it in the same step and
+  // every rank reaches the same verdict.
+  const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
+  storeCall(o, "saying which host it runs on", [&] { store.set(key("host", o.rank), mine); });
+  auto hostKey = [](int r) { return key("host", r); };
+  std::vector<std::string> hosts =
+      awaitRanks(o, store, everyone, hostKey, deadline, "say which host they run on");
+  for (int r = 0; r < o.size; ++r) {
+    if (hosts[r] == "disabled") return "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
+    // Comparing every rank with rank 0, in rank order, gives every rank the same first mismatch and
+    // so the same message.
+    if (hosts[r] != hosts[0]) return "ranks 0 and " + std::to_string(r) + " run on different hosts";
+  }
+  return std::string();
+}
+
+// Rank 0: creates the segment and the local socket that hands it out, and publishes the socket's
+// name. Returns why it could not (published under the same key), or "".
+std::string createSegment(const ConnectOptions& o, Store& store, size_t ringBytes,
+                          size_t windowBytes, size_t arenaBytes, Segment* seg,
+                          net::Socket* listener) {
+  try {
+    *seg = Segment::create(o.size, ringBytes, windowBytes, arenaBytes);
+    seg->mapArena(seg->fd(), 0);
+    // Each rank records its pid before it publishes "ok", so when ShmPeers is built, after every
+    // "ok", every peer's pid is there to open a pidfd on.
+    seg->rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
+    // A random name keeps concurrent jobs on one host apart; the handshake, not the name, keeps
+    // strangers out.
+    std::string name = "hora-shm-" + toHex(net::randomBytes(12));
+    *listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    socklen_t len;
+    sockaddr_un addr = abstractAddress(name, &len);
+    if (!listener->valid() ||
+        ::bind(listener->fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(listener->fd(), 64) != 0) {
+      throw IoError(sysError("listening on a local socket"));
+    }
+    store.set("shm/addr", name);
+  } catch (const std::exception& e) {
+    // The other ranks wait for this key; publishing the failure under it ends their wait with
+    // rank 0's reason instead of a timeout.
+    storeCall(o, "publishing why it has no shared-memory segment",
+              [&] { store.set("shm/addr", std::string("!") + e.what()); });
+    return std::string("rank 0: ") + e.what();
+  }
+  return std::string();
+}
+
 }  // namespace
 
 Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_t ringBytes,
@@ -196,58 +248,17 @@ Attachment attachJob(const ConnectOptions& o, Store& store, bool disabled, size_
   // One deadline for every step, so that set-up as a whole is bounded by the start timeout.
   const auto deadline = Clock::now() + o.startTimeout;
   Attachment a;
-  // A disabled rank publishes that instead of its host, so the others learn it in the same step and
-  // every rank reaches the same verdict.
-  const std::string mine = disabled ? std::string("disabled") : hostIdentity(o.shmHostName);
-  storeCall(o, "saying which host it runs on", [&] { store.set(key("host", o.rank), mine); });
   std::vector<int> everyone;
   for (int r = 0; r < o.size; ++r) everyone.push_back(r);
-  auto hostKey = [](int r) { return key("host", r); };
-  std::vector<std::string> hosts =
-      awaitRanks(o, store, everyone, hostKey, deadline, "say which host they run on");
-  for (int r = 0; r < o.size; ++r) {
-    if (hosts[r] == "disabled") {
-      a.whyNot = "HORA_SHM_DISABLE is set (rank " + std::to_string(r) + ")";
-      return a;
-    }
-    // Comparing every rank with rank 0, in rank order, gives every rank the same first mismatch and
-    // so the same message.
-    if (hosts[r] != hosts[0]) {
-      a.whyNot = "ranks 0 and " + std::to_string(r) + " run on different hosts";
-      return a;
-    }
-  }
+  a.whyNot = sameHostVerdict(o, store, disabled, everyone, deadline);
+  if (!a.whyNot.empty()) return a;
 
   Segment seg;
   std::string failure;
   if (o.rank == 0) {
     net::Socket listener;
-    try {
-      seg = Segment::create(o.size, ringBytes, windowBytes, arenaBytes);
-      seg.mapArena(seg.fd(), 0);
-      // Each rank records its pid before it publishes "ok", so when ShmPeers is built, after every
-      // "ok", every peer's pid is there to open a pidfd on.
-      seg.rank(0).identity.pid.store(static_cast<int32_t>(::getpid()));
-      // A random name keeps concurrent jobs on one host apart; the handshake, not the name, keeps
-      // strangers out.
-      std::string name = "hora-shm-" + toHex(net::randomBytes(12));
-      listener = net::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      socklen_t len;
-      sockaddr_un addr = abstractAddress(name, &len);
-      if (!listener.valid() ||
-          ::bind(listener.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-          ::listen(listener.fd(), 64) != 0) {
-        throw IoError(sysError("listening on a local socket"));
-      }
-      store.set("shm/addr", name);
-    } catch (const std::exception& e) {
-      // The other ranks wait for this key; publishing the failure under it ends their wait with
-      // rank 0's reason instead of a timeout.
-      storeCall(o, "publishing why it has no shared-memory segment",
-                [&] { store.set("shm/addr", std::string("!") + e.what()); });
-      a.whyNot = std::string("rank 0: ") + e.what();
-      return a;
-    }
+    a.whyNot = createSegment(o, store, ringBytes, windowBytes, arenaBytes, &seg, &listener);
+    if (!a.whyNot.empty()) return a;
     failure = serveSegment(o, store, listener.fd(), seg, deadline);
   } else {
     auto addrKey = [](int) { return std::string("shm/addr"); };

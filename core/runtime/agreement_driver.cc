@@ -1,0 +1,92 @@
+#include "core/runtime/agreement_driver.h"
+
+#include "core/common/bits.h"
+#include "core/fusion/fusion_planner.h"
+
+namespace hora {
+
+AgreementDriver::AgreementDriver(std::unique_ptr<LocalAgreement> agreement, int64_t fusionThreshold,
+                                 int worldSize, Participant& participant, Coordinator* coordinator,
+                                 Timeline& timeline)
+    : agreement_(std::move(agreement)),
+      fusionThreshold_(fusionThreshold),
+      worldSize_(worldSize),
+      participant_(participant),
+      coordinator_(coordinator),
+      timeline_(timeline) {}
+
+size_t AgreementDriver::awaitingCoordinator() const {
+  return participant_.outstanding() - (agreement_ ? agreement_->held() : 0);
+}
+
+void AgreementDriver::finished(const std::string& key) {
+  if (agreement_) agreement_->finished(key);
+}
+
+void AgreementDriver::setJoined(bool joined) {
+  if (agreement_) agreement_->setJoined(joined);
+}
+
+void AgreementDriver::evicted(const std::vector<int32_t>& slots) {
+  if (!agreement_) return;
+  for (int32_t slot : slots) {
+    // The coordinator opens the span again when the tensor reaches it in full.
+    if (agreement_->evicted(slot) && recording()) {
+      timeline_.negotiateEnd(0, participant_.cachedResponse(slot).names.front());
+    }
+  }
+}
+
+void AgreementDriver::paused(Clock::duration busy) {
+  if (agreement_) agreement_->paused(busy);
+}
+
+void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now) {
+  if (!agreement_) return;
+  for (const Request& r : batch.requests) {
+    if (r.kind == OpKind::Join) agreement_->setJoined(true);
+  }
+  forEachSetBit(batch.cacheBits.data(), batch.cacheBits.size(), [&](size_t bit) {
+    int slot = static_cast<int>(bit);
+    const Response& cached = participant_.cachedResponse(slot);
+    if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) return;
+    agreement_->hold(slot, participant_.cachedKey(slot), now);
+    batch.cacheBits[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+    if (recording()) {
+      timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));
+      timeline_.rankReady(0, cached.names.front(), 0);
+    }
+  });
+  while (!batch.cacheBits.empty() && batch.cacheBits.back() == 0) batch.cacheBits.pop_back();
+}
+
+std::vector<Response> AgreementDriver::plan(const std::vector<int>& slots) {
+  if (slots.empty()) return {};
+  // Planned from the cache in place: running the plan writes these slots again, only after.
+  std::vector<const Response*> singles;
+  singles.reserve(slots.size());
+  for (int slot : slots) {
+    singles.push_back(&participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
+    if (!coordinator_) continue;
+    coordinator_->ranLocally(slot);
+    if (timeline_.enabled()) {
+      const std::string& name = singles.back()->names.front();
+      for (int r = 1; r < worldSize_; ++r) timeline_.rankReady(0, name, r);
+      timeline_.negotiateEnd(0, name);
+    }
+  }
+  const int size = worldSize_;
+  return planFusion(singles, fusionThreshold_, [size](int) { return size; });
+}
+
+RequestBatch AgreementDriver::handOverBatch(const std::vector<int>& slots) {
+  RequestBatch batch;
+  batch.appliedBatches = participant_.appliedBatches();
+  for (int slot : slots) {
+    setBit(batch.cacheBits, static_cast<size_t>(slot));
+    if (recording()) timeline_.negotiateEnd(0, participant_.cachedResponse(slot).names.front());
+  }
+  return batch;
+}
+
+}  // namespace hora

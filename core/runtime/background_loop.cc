@@ -1,0 +1,312 @@
+#include "core/runtime/background_loop.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/common/errors.h"
+#include "core/common/logging.h"
+#include "core/common/spin.h"
+#include "core/coordinator/codec.h"
+
+namespace hora {
+namespace {
+
+// How often the loop looks at GPU work in flight.
+constexpr Millis kGpuPollInterval{1};
+
+Millis earliest(Millis a, Millis b) {  // -1: no bound
+  if (a.count() < 0) return b;
+  if (b.count() < 0) return a;
+  return std::min(a, b);
+}
+
+}  // namespace
+
+BackgroundLoop::BackgroundLoop(Parts parts, int staticSets)
+    : p_(parts),
+      participant_(static_cast<size_t>(parts.settings.cacheCapacity)),
+      coordinator_(parts.topology.rank == 0 ? std::make_unique<Coordinator>(
+                                                  parts.topology.size, parts.sets, parts.settings,
+                                                  staticSets + 1, &parts.timeline)
+                                            : nullptr),
+      stalls_(parts.topology.rank == 0 ? std::make_unique<StallWatch>(parts.settings) : nullptr),
+      sender_(*parts.links.control,
+              [this](const ResponseBatch& b) {
+                applyBatch(b);
+                return shutdown_.stopped();
+              }),
+      peers_(parts.topology.rank, parts.topology.size,
+             secondsToMillis(parts.settings.timeoutSeconds)),
+      agreement_(std::move(parts.links.agreement), parts.links.agreedFusionThreshold,
+                 parts.topology.size, participant_, coordinator_.get(), parts.timeline),
+      applier_({parts.topology, parts.settings, parts.links, parts.sets, parts.queue, participant_,
+                agreement_, parts.timeline}),
+      cycleTimeMs_(parts.settings.cycleTimeMs) {}
+
+void BackgroundLoop::run() {
+  requestPreciseSleeps();
+  HORA_LOG(Debug, "background loop started (" << p_.links.transportName << ", " << p_.topology.size
+                                              << " ranks)");
+  std::string reason;
+  bool failure = false;
+  try {
+    while (!shutdown_.stopped()) cycle();
+    reason = shutdown_.cleanStopMessage();
+  } catch (const std::exception& e) {
+    reason = e.what();
+    failure = true;
+    HORA_LOG(Error, "background loop failed: " << reason);
+  }
+  stop(reason, failure);
+}
+
+void BackgroundLoop::cycle() {
+  p_.timeline.cycleStart();
+  // Before reading what frontend threads published: a wake() that still finds a wake-up pending
+  // skips it and relies on what this cycle reads.
+  p_.waker.cycleStart();
+  // Before taking new entries: whatever a waiting thread enqueued before it began to wait is then
+  // taken too, and the wait state never reaches the coordinator ahead of those requests.
+  p_.waits.cycleStart();
+  takeFresh();
+  auto now = Clock::now();
+  if (startShutdown(now)) return;
+
+  // Send at once when nothing sent is still unanswered (lowest latency for one op at a time) or
+  // the last send is at least one cycle old; otherwise wait out the cycle, so that a burst of
+  // enqueues (a backward pass) travels as one batch and fuses.
+  Millis wait(-1);
+  auto cycleTime = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(cycleTimeMs_));
+  if (!fresh_.empty() || participant_.hasResends()) {
+    if (agreement_.awaitingCoordinator() == 0 || now - lastSend_ >= cycleTime) {
+      sendRequests(now);
+      if (shutdown_.stopped()) return;
+    } else {
+      wait = std::chrono::ceil<Millis>(lastSend_ + cycleTime - now);
+    }
+  }
+  if (shutdown_.expired(now, &wait)) return;
+  reportWaiting();
+  if (shutdown_.stopped() || coordinate(now)) return;
+  if (agree(now, std::chrono::ceil<Millis>(cycleTime), &wait)) return;
+  checkPeers(now);
+  if (shutdown_.stopped()) return;
+  listen(now, wait);
+}
+
+void BackgroundLoop::takeFresh() {
+  auto fresh = p_.queue.takeNew();
+  if (fresh_.empty()) {
+    fresh_ = std::move(fresh);
+  } else {
+    fresh_.insert(fresh_.end(), std::make_move_iterator(fresh.begin()),
+                  std::make_move_iterator(fresh.end()));
+  }
+}
+
+// Returns true when the loop stopped.
+bool BackgroundLoop::startShutdown(Clock::time_point now) {
+  if (!shutdown_.start(now)) return false;
+  if (coordinator_) {
+    coordinator_->requestShutdown("rank 0 shut down");
+    return false;
+  }
+  RequestBatch b;
+  b.appliedBatches = participant_.appliedBatches();
+  b.shutdown = true;
+  sender_.toCoordinator(b);
+  return shutdown_.stopped();
+}
+
+// Rank 0: builds and applies the next batch. Returns true when the cycle ends here (more may be
+// ready: look again before blocking).
+bool BackgroundLoop::coordinate(Clock::time_point now) {
+  if (!coordinator_) return false;
+  // While its agreement round is open, rank 0 builds no batch (local_agreement.h). It closes the
+  // round it can and builds before it joins another, so that rounds back to back never hold up
+  // what only the coordinator can answer.
+  if (agreement_.enabled() && agreement_.agreement().resolvable()) {
+    takeAgreed(agreement_.agreement().resolve());
+    if (shutdown_.stopped()) return true;
+  }
+  if (agreement_.enabled() && agreement_.agreement().open()) return false;
+  stalls_->checkDeadlocks(*coordinator_, now);
+  ResponseBatch batch;
+  if (!coordinator_->buildBatch(&batch)) return false;
+  sender_.toWorkers(encodeResponseBatch(batch));
+  applyBatch(batch);
+  return true;
+}
+
+// One step of local agreement; bounds `wait` by when the next is due. Returns true when the cycle
+// ends here.
+bool BackgroundLoop::agree(Clock::time_point now, Millis cycle, Millis* wait) {
+  if (!agreement_.enabled()) return false;
+  LocalAgreement& agreement = agreement_.agreement();
+  LocalAgreement::Outcome outcome = agreement.step(participant_.appliedBatches(), now, cycle);
+  takeAgreed(outcome);
+  // Rank 0's own hand-overs may be ready at the coordinator: look again before blocking.
+  if (!outcome.handOver.empty() && coordinator_) return true;
+  if (shutdown_.stopped()) return true;
+  agreement.failIfStalled(now);
+  *wait = earliest(*wait, agreement.untilDue(now, cycle));
+  return false;
+}
+
+void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
+  applier_.progressGpu(now);
+  std::vector<ControlChannel::Message> messages;
+  p_.links.control->poll(messages, pollTimeout(wait, now), Micros(p_.settings.spinMicroseconds));
+  auto arrived = Clock::now();
+  if (coordinator_) stalls_->inspectStalls(*coordinator_, p_.sets, arrived);
+  for (const auto& m : messages) {
+    peers_.heard(m.from, arrived);
+    if (coordinator_) {
+      RequestBatch b = decodeRequestBatch(m.bytes);
+      if (sender_.answerHeartbeat(m.from, b.heartbeat, 0)) continue;
+      coordinator_->ingest(m.from, b);
+    } else {
+      ResponseBatch b = decodeResponseBatch(m.bytes);
+      bool heartbeat = sender_.answerHeartbeat(m.from, b.heartbeat, participant_.appliedBatches());
+      if (shutdown_.stopped()) return;
+      if (heartbeat) continue;
+      applyBatch(b);
+      if (shutdown_.stopped()) return;
+    }
+  }
+}
+
+void BackgroundLoop::sendRequests(Clock::time_point now) {
+  RequestBatch batch = participant_.collect(p_.queue, std::move(fresh_));
+  fresh_.clear();  // moved from
+  agreement_.hold(batch, now);
+  if (batch.requests.empty() && batch.cacheBits.empty()) return;
+  send(batch, now);
+}
+
+// Requests (or handed-over cache bits) to the coordinator, with this rank's wait state.
+void BackgroundLoop::send(RequestBatch& batch, Clock::time_point now) {
+  lastSend_ = now;
+  batch.waiting = p_.waits.requestsSent(batch.appliedBatches);
+  if (coordinator_) {
+    coordinator_->ingest(p_.topology.rank, batch);
+  } else {
+    sender_.toCoordinator(batch);
+  }
+}
+
+// The coordinator needs this rank's wait state whenever it changes, and again after every batch
+// applied while waiting (a report made before a batch may be stale: the batch may release it).
+void BackgroundLoop::reportWaiting() {
+  if (!fresh_.empty() || participant_.hasResends()) return;  // travels with those requests
+  bool awaiting = agreement_.awaitingCoordinator() > 0;
+  uint64_t applied = participant_.appliedBatches();
+  if (coordinator_) {
+    coordinator_->setWaiting(p_.topology.rank, p_.waits.rankZeroReport(awaiting), applied);
+    return;
+  }
+  int report = p_.waits.workerReport(awaiting, applied);
+  if (report < 0) return;
+  RequestBatch b;
+  b.appliedBatches = applied;
+  b.waiting = report == 1;
+  sender_.toCoordinator(b);
+}
+
+void BackgroundLoop::applyBatch(const ResponseBatch& batch) {
+  // The agreement round this rank published runs first when every rank published it; otherwise
+  // it can run nothing (local_agreement.h).
+  if (agreement_.enabled() && agreement_.agreement().resolvable()) {
+    takeAgreed(agreement_.agreement().resolve());
+    if (shutdown_.stopped()) return;
+  }
+  auto begin = Clock::now();
+  agreement_.evicted(batch.evictedSlots);
+  participant_.applyEvictions(batch.evictedSlots);
+  for (const auto& r : batch.responses) applier_.apply(r);
+  // No control message was read while the collectives ran: that time is nobody's silence.
+  if (!batch.responses.empty()) {
+    auto spent = Clock::now() - begin;
+    peers_.paused(spent);
+    agreement_.paused(spent);
+  }
+  participant_.batchApplied();
+  if (batch.cycleTimeMs >= 0 || batch.fusionThreshold >= 0) {
+    if (batch.cycleTimeMs >= 0) cycleTimeMs_ = batch.cycleTimeMs;
+    p_.tuned.publish(cycleTimeMs_, batch.fusionThreshold);
+  }
+  if (batch.shutdown) shutdown_.stop(batch.shutdownReason);
+}
+
+void BackgroundLoop::takeAgreed(const LocalAgreement::Outcome& outcome) {
+  if (!outcome.handOver.empty()) {
+    RequestBatch batch = agreement_.handOverBatch(outcome.handOver);
+    send(batch, Clock::now());
+  }
+  if (shutdown_.stopped()) return;
+  for (const auto& round : outcome.ready) runAgreed(round);
+}
+
+void BackgroundLoop::runAgreed(const std::vector<int>& slots) {
+  if (slots.empty()) return;
+  std::vector<Response> plan = agreement_.plan(slots);
+  auto begin = Clock::now();
+  for (const Response& r : plan) applier_.runData(r);
+  // No control message was read while the collectives ran: that time is nobody's silence.
+  auto spent = Clock::now() - begin;
+  peers_.paused(spent);
+  agreement_.paused(spent);
+}
+
+void BackgroundLoop::checkPeers(Clock::time_point now) {
+  for (int r : peers_.check(now, [this] { return watchedPeers(); })) {
+    sender_.heartbeat(r, Heartbeat::Ping, participant_.appliedBatches());
+  }
+}
+
+// A worker waits for rank 0 while it has requests unanswered; rank 0 waits for the ranks a
+// pending tensor misses.
+std::vector<int> BackgroundLoop::watchedPeers() {
+  std::vector<int> watched;
+  if (coordinator_) {
+    for (int r : coordinator_->awaitedRanks()) {
+      if (r != p_.topology.rank) watched.push_back(r);
+    }
+  } else if (agreement_.awaitingCoordinator() > 0) {
+    watched.push_back(0);
+  }
+  return watched;
+}
+
+// The poll may not outlast the next peer check, nor on rank 0 the next stall or deadlock check.
+Millis BackgroundLoop::pollTimeout(Millis forSending, Clock::time_point now) {
+  // GPU work in flight is polled for completion every millisecond (a blocking wait, not a spin).
+  if (applier_.gpuBusy()) forSending = earliest(forSending, kGpuPollInterval);
+  forSending = earliest(forSending, peers_.untilNextCheck(now));
+  if (!stalls_) return forSending;
+  return earliest(forSending, stalls_->untilNextCheck(*coordinator_, now));
+}
+
+void BackgroundLoop::stop(const std::string& reason, bool failure) {
+  // Tell the other ranks first, so they fail their pending work now rather than at a timeout.
+  if (coordinator_ && failure && p_.links.control) {
+    ResponseBatch b;
+    b.shutdown = true;
+    b.shutdownReason = reason;
+    sender_.toWorkers(encodeResponseBatch(b), /*bestEffort=*/true);
+  }
+  std::string message = failure ? "Hora stopped after a failure: " + reason : reason;
+  auto error = std::make_exception_ptr(ShutdownError(message));
+  applier_.stopGpu(error, failure);
+  auto pending = p_.queue.closeAndDrain(message);
+  for (auto& e : pending) e->handle->complete(error);
+  // Closing connections now lets peers blocked on this rank fail at once.
+  p_.waker.close([this] {
+    p_.sets.releaseCommunicators();
+    p_.links.world.reset();
+    p_.links.control.reset();
+  });
+}
+
+}  // namespace hora

@@ -1,0 +1,31 @@
+#include "core/runtime/loop_waker.h"
+
+namespace hora {
+
+void LoopWaker::open(ControlChannel* channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  channel_ = channel;
+  running_ = true;
+}
+
+void LoopWaker::wake() {
+  if (pending_.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_ || channel_ == nullptr) return;
+  channel_->wakeup();
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LoopWaker::close(const std::function<void()>& release) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = false;
+  channel_ = nullptr;
+  release();
+}
+
+bool LoopWaker::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+}  // namespace hora
