@@ -25,18 +25,35 @@ std::optional<int> cudaDeviceOf(py::handle obj) {
   return dev[1].cast<int>();
 }
 
+// NCCL and the CUDA runtime of NVIDIA's wheels on sys.path are found by hora.common.gpu, which
+// loads them before the engine opens the GPU path: asked once per process, at the first CUDA
+// tensor (a CPU job never loads them).
+void loadGpuWheelsOnce() {
+  static bool asked = false;
+  if (asked) return;
+  asked = true;
+  try {
+    py::module_::import("hora.common.gpu").attr("ensure_loaded")();
+  } catch (py::error_already_set&) {
+    // Outside the hora package: the engine finds the libraries on its own search path, or says
+    // why not.
+  }
+}
+
 // Calls __dlpack__() (falling back to __dlpack__(stream=None) for producers that insist on the
 // keyword) and turns the producer's BufferError into a ValueError.
 py::object exportCapsule(py::handle obj) {
   if (PyCapsule_CheckExact(obj.ptr())) return py::reinterpret_borrow<py::object>(obj);
   if (!py::hasattr(obj, "__dlpack__")) {
-    throw py::type_error("expected a tensor with __dlpack__ or a DLPack capsule, got " +
-                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+    throw py::type_error(
+        "expected a NumPy array, a tensor with __dlpack__ or a DLPack capsule, got " +
+        std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
   }
   py::object method = obj.attr("__dlpack__");
   // A CUDA tensor is asked to order the device's intake stream after its producer's work
   // (DLPack's stream contract); a ready event recorded there later marks the data complete.
   if (std::optional<int> device = cudaDeviceOf(obj)) {
+    loadGpuWheelsOnce();
     auto stream = reinterpret_cast<intptr_t>(intakeStream(*device));
     try {
       return method(py::arg("stream") = stream);

@@ -47,6 +47,24 @@ void raise(const char* name, const char* message) {
 
 }  // namespace
 
+void setPythonErrorFromCurrent() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    raise(errorClassName(e.code()), e.what());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    raise("InternalError", e.what());
+  } catch (...) {
+    raise("InternalError", "unknown C++ exception");
+  }
+}
+
 void registerErrors(py::module_& /*m*/) {
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;

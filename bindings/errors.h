@@ -8,4 +8,8 @@ namespace hora::bindings {
 // ValueError (InvalidArgument).
 const char* errorClassName(ErrorCode code);
 
+// Sets the Python error for the exception being handled, as the module's translator does: for
+// functions called by Python without pybind11's dispatch (submit.cc). Call inside a catch block.
+void setPythonErrorFromCurrent();
+
 }  // namespace hora::bindings

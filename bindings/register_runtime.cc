@@ -4,7 +4,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,7 +12,6 @@
 #include <vector>
 
 #include "bindings/dlpack.h"
-#include "bindings/enqueue.h"
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
@@ -170,107 +168,6 @@ py::dict topology() {
   return d;
 }
 
-std::vector<int32_t> toSplits(const py::object& splits) {
-  std::vector<int32_t> out;
-  if (splits.is_none()) return out;
-  for (py::handle item : splits) {
-    auto v = py::cast<long long>(py::int_(py::reinterpret_borrow<py::object>(item)));
-    if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      throw InvalidArgument("splits must be non-negative 32-bit integers, got " +
-                            std::to_string(v));
-    }
-    out.push_back(static_cast<int32_t>(v));
-  }
-  return out;
-}
-
-}  // namespace
-
-py::list enqueueTensors(EnqueueArgs args) {
-  sweepDeferredReleases();
-  auto rt = requireRuntime();
-  const int kind = args.kind;
-  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) {
-    throw InvalidArgument("unknown operation kind " + std::to_string(kind));
-  }
-  if (args.reduceOp < 0 || args.reduceOp > static_cast<int>(ReduceOp::Product)) {
-    throw InvalidArgument("unknown reduce op " + std::to_string(args.reduceOp));
-  }
-  const auto opKind = static_cast<OpKind>(kind);
-  const bool noTensor = opKind == OpKind::Join || opKind == OpKind::Barrier;
-  const size_t n = noTensor ? 1 : args.tensors.size();
-  if (noTensor && !args.tensors.empty()) {
-    throw InvalidArgument(std::string(opKindName(opKind)) + " takes no tensors");
-  }
-  if (n == 0) throw InvalidArgument("enqueue needs at least one tensor");
-  if (args.names.size() != n) {
-    throw InvalidArgument("got " + std::to_string(args.names.size()) + " names for " +
-                          std::to_string(n) + " requests");
-  }
-  const auto& overrides = args.dtypeOverrides;
-  if (!overrides.empty() && !noTensor && overrides.size() != n) {
-    throw InvalidArgument("dtype_overrides must have one entry per tensor");
-  }
-
-  OpRequest base;
-  Request& q = base.request;
-  q.kind = opKind;
-  q.processSetId = args.processSetId;
-  q.reduceOp = static_cast<ReduceOp>(args.reduceOp);
-  q.prescale = args.prescale;
-  q.postscale = args.postscale;
-  q.rootRank = args.rootRank;
-  q.splits = toSplits(args.splits);
-  q.callSite = std::move(args.callSite);
-
-  std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
-  std::vector<OpRequest> requests;
-  requests.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    // The last request takes `base` itself (the only one for a single tensor): one copy fewer.
-    requests.push_back(i + 1 < n ? base : std::move(base));
-    requests[i].request.name = std::move(args.names[i]);
-    if (noTensor) continue;  // empty view: no data, no shape
-    inputs[i] = importTensor(args.tensors[i], overrides.empty() ? std::nullopt : overrides[i]);
-    requests[i].tensor = inputs[i]->view();
-  }
-
-  // On a throw here the imported inputs are released (GIL held) and nothing was queued.
-  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
-  HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
-                                      " handles for " + std::to_string(n) + " requests");
-  py::list result(n);
-  for (size_t i = 0; i < n; ++i) {
-    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
-    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
-                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
-  }
-  return result;
-}
-
-namespace {
-
-py::list enqueue(int kind, const py::sequence& tensors, std::vector<std::string> names,
-                 int processSetId, int reduceOp, double prescale, double postscale, int rootRank,
-                 const py::object& splits, std::string callSite,
-                 const std::optional<std::vector<std::optional<std::string>>>& dtypeOverrides) {
-  EnqueueArgs args;
-  args.kind = kind;
-  args.names = std::move(names);
-  args.processSetId = processSetId;
-  args.reduceOp = reduceOp;
-  args.prescale = prescale;
-  args.postscale = postscale;
-  args.rootRank = rootRank;
-  args.splits = splits;
-  args.callSite = std::move(callSite);
-  const size_t n = py::len(tensors);
-  args.tensors.reserve(n);
-  for (size_t i = 0; i < n; ++i) args.tensors.push_back(tensors[i]);
-  if (dtypeOverrides) args.dtypeOverrides = *dtypeOverrides;
-  return enqueueTensors(std::move(args));
-}
-
 // Process-set changes wait for every rank's matching call, bounded by HORA_TIMEOUT_SECONDS and
 // interruptible by signals. The change stays submitted after a timeout: should the other ranks
 // make the call later, every rank still applies it, so the sets stay the same everywhere. The
@@ -376,11 +273,6 @@ void registerRuntime(py::module_& m) {
   m.def(
       "topology", &topology,
       "dict(rank, size, local_rank, local_size, cross_rank, cross_size); ValueError before init.");
-  m.def("enqueue", &enqueue, py::arg("kind"), py::arg("tensors"), py::arg("names"),
-        py::arg("process_set_id") = 0, py::arg("reduce_op") = 1, py::arg("prescale") = 1.0,
-        py::arg("postscale") = 1.0, py::arg("root_rank") = 0, py::arg("splits") = py::none(),
-        py::arg("call_site") = "", py::arg("dtype_overrides") = py::none(),
-        "Submit one group of operations (negotiated and fused together); one Handle per name.");
   m.def("add_process_set", &addProcessSet, py::arg("ranks"), py::arg("call_site") = "",
         "Collective over all ranks: register a process set, return its id.");
   m.def("remove_process_set", &removeProcessSet, py::arg("id"), py::arg("call_site") = "",

@@ -1,24 +1,38 @@
-// hora._core.submit: the last steps of every frontend call, in one crossing into C++. The
-// frontends' pipeline (hora.common.ops) resolves names and the reduce op, then hands over here:
-// Horovod's enqueue-time checks (with Horovod's messages), the tensors' DLPack export, the call
-// site, and the enqueue itself. Done in Python, these steps cost more than the engine's own
-// work on every call (each a few hundred nanoseconds of frames, attribute lookups and lists),
-// and a backward pass makes hundreds of calls.
+// hora._core.submit: the one way a frontend's request enters the engine from Python.
+//
+//   submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0,
+//          splits=None, process_set_id=0, hora_frames=0) -> [Handle, ...]
+//
+// It turns the call into EnqueueArgs (each tensor exported through DLPack, the user's call site
+// found on the stack) and enqueues them as one group; every rule about the request is checked
+// by the engine (core/coordinator/enqueue_checks.cc), which raises Horovod's errors. Nothing here
+// calls back into Hora's Python: frontends hand over what DLPack can import (a capsule, a NumPy
+// array or any object with __dlpack__).
+//
+// A plain CPython function (METH_FASTCALL | METH_KEYWORDS) rather than a pybind11 one: a
+// backward pass submits hundreds of times, and pybind11's keyword matching would cost most of a
+// microsecond of each call; this parser compares interned keyword names by address.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cctype>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bindings/call_site.h"
-#include "bindings/enqueue.h"
+#include "bindings/dlpack.h"
+#include "bindings/errors.h"
 #include "bindings/py_handle.h"
 #include "bindings/register.h"
 #include "core/common/errors.h"
+#include "core/coordinator/enqueue_checks.h"
+#include "core/coordinator/process_set_table.h"
 #include "core/messages/messages.h"
+#include "core/runtime.h"
+#include "core/transport/capabilities.h"
 
 namespace py = pybind11;
 
@@ -27,144 +41,254 @@ namespace {
 
 constexpr const char* kBfloat16 = "bfloat16";
 
-// What the Python pipeline lends this file (set once by hora.common.ops on import).
-struct Helpers {
-  py::object prepare;  // _prepare(tensor) -> (object for the engine, dtype override or None)
-  py::dict exporters;  // type -> export(tensor) -> capsule or None (frontends' own exporters)
-  py::object ndarray;  // numpy.ndarray
+// One group of requests as Python gave it. GIL held while it lives.
+struct EnqueueArgs {
+  int kind = 0;
+  std::vector<py::object> tensors;  // DLPack producers or capsules; none for join/barrier
+  std::vector<std::string> names;   // one per tensor (one for join/barrier)
+  int processSetId = 0;
+  int reduceOp = 1;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int rootRank = 0;
+  py::object splits = py::none();
+  std::string callSite;
+  std::vector<std::optional<std::string>> dtypeOverrides;  // empty, or one per tensor
 };
 
-Helpers& helpers() {
-  // Never destroyed: Python may be finalizing when static destructors run.
-  static auto* h = new Helpers();
-  return *h;
-}
-
-// The operation's name in messages: "allreduce" (the Python enum name, lowercase).
-std::string what(int kind) {
-  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) return std::to_string(kind);
-  std::string name = opKindName(static_cast<OpKind>(kind));
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return name;
-}
-
-bool isMember(const py::object& members, int rank) {
-  int found = PySequence_Contains(members.ptr(), py::int_(rank).ptr());
-  if (found < 0) throw py::error_already_set();
-  return found == 1;
-}
-
-bool takesRows(OpKind kind) {
-  return kind == OpKind::Allgather || kind == OpKind::Alltoall || kind == OpKind::Reducescatter;
-}
-
-// Horovod's checks at enqueue, in its order and with its messages (the engine checks again,
-// with its own words, whatever reaches it). Returns the set's ranks.
-py::object checkRegistered(int kind, const py::handle& processSet) {
-  static PyObject* const kRanks = PyUnicode_InternFromString("ranks");
-  static PyObject* const kId = PyUnicode_InternFromString("process_set_id");
-  py::object members = processSet.attr(kRanks);
-  if (processSet.attr(kId).is_none() || members.is_none()) {
-    throw InvalidArgument(what(kind) + ": the process set " +
-                          py::str(processSet).cast<std::string>() +
-                          " is not registered; pass it to hora.init(process_sets=[...]) or "
-                          "hora.add_process_set() first");
+std::vector<int32_t> toSplits(const py::object& splits) {
+  std::vector<int32_t> out;
+  if (splits.is_none()) return out;
+  for (py::handle item : splits) {
+    auto v = py::cast<long long>(py::int_(py::reinterpret_borrow<py::object>(item)));
+    // The engine checks the values (negative ones included); here only that they fit.
+    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+      throw InvalidArgument("splits must be 32-bit integers, got " + std::to_string(v));
+    }
+    out.push_back(static_cast<int32_t>(v));
   }
-  return members;
+  return out;
 }
 
-void checkRequest(int kind, int op, int rootRank, const py::object& members, int worldRank) {
-  if (!isMember(members, worldRank)) {
-    throw InvalidArgument(what(kind) + ": Rank " + std::to_string(worldRank) +
-                          " is not a member of the provided process set.");
-  }
-  if (op < 0 || op > static_cast<int>(ReduceOp::Product)) {
-    throw InvalidArgument(what(kind) + ": unknown reduce op " + std::to_string(op));
+// Imports every tensor, enqueues them as one group and returns one Handle per name.
+py::list enqueueTensors(EnqueueArgs args) {
+  sweepDeferredReleases();
+  auto rt = requireRuntime();
+  const int kind = args.kind;
+  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) {
+    throw InvalidArgument("unknown operation kind " + std::to_string(kind));
   }
   const auto opKind = static_cast<OpKind>(kind);
-  const auto reduceOp = static_cast<ReduceOp>(op);
-  if (opKind == OpKind::Reducescatter && reduceOp != ReduceOp::Sum &&
-      reduceOp != ReduceOp::Average) {
-    // Horovod raises HorovodInternalError (a RuntimeError) here; ValueError stays true too.
-    throw InvalidCollectiveError("Reducescatter currently only supports AVERAGE and SUM.");
+  const bool noTensor = opKind == OpKind::Join || opKind == OpKind::Barrier;
+  const size_t n = noTensor ? 1 : args.tensors.size();
+  if (noTensor && !args.tensors.empty()) {
+    throw InvalidArgument(std::string(opKindName(opKind)) + " takes no tensors");
   }
-  if (opKind == OpKind::Broadcast && !isMember(members, rootRank)) {
-    throw InvalidArgument("broadcast received invalid root rank " + std::to_string(rootRank) +
-                          " for provided process set");
+  if (n == 0) throw InvalidArgument("enqueue needs at least one tensor");
+  if (args.names.size() != n) {
+    throw InvalidArgument("got " + std::to_string(args.names.size()) + " names for " +
+                          std::to_string(n) + " requests");
   }
+  const auto& overrides = args.dtypeOverrides;
+  if (!overrides.empty() && !noTensor && overrides.size() != n) {
+    throw InvalidArgument("dtype_overrides must have one entry per tensor");
+  }
+
+  OpRequest base;
+  Request& q = base.request;
+  q.kind = opKind;
+  q.processSetId = args.processSetId;
+  q.reduceOp = static_cast<ReduceOp>(args.reduceOp);
+  q.prescale = args.prescale;
+  q.postscale = args.postscale;
+  q.rootRank = args.rootRank;
+  q.splits = toSplits(args.splits);
+  q.callSite = std::move(args.callSite);
+
+  std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
+  std::vector<OpRequest> requests;
+  requests.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    // The last request takes `base` itself (the only one for a single tensor): one copy fewer.
+    requests.push_back(i + 1 < n ? base : std::move(base));
+    requests[i].request.name = std::move(args.names[i]);
+    if (noTensor) continue;  // empty view: no data, no shape
+    inputs[i] = importTensor(args.tensors[i], overrides.empty() ? std::nullopt : overrides[i]);
+    requests[i].tensor = inputs[i]->view();
+  }
+
+  // On a throw here the imported inputs are released (GIL held) and nothing was queued.
+  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
+  HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
+                                      " handles for " + std::to_string(n) + " requests");
+  py::list result(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
+    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
+                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
+  }
+  return result;
 }
 
-void checkDimensions(int kind, size_t ndim) {
-  if (takesRows(static_cast<OpKind>(kind)) && ndim == 0) {
-    throw InvalidArgument(what(kind) +
-                          " needs a tensor of at least one dimension; reshape the scalar to [1]");
-  }
+// The keywords of submit, in the order of its signature.
+enum Arg { kKind, kTensors, kNames, kOp, kPrescale, kPostscale, kRoot, kSplits, kSetId, kFrames };
+constexpr int kNumArgs = 10;
+constexpr int kNumPositional = 3;
+constexpr const char* kArgNames[kNumArgs] = {"kind",           "tensors",    "names",     "op",
+                                             "prescale",       "postscale",  "root_rank", "splits",
+                                             "process_set_id", "hora_frames"};
+
+PyObject* internedArgName(int i) {
+  // Never released: they live as long as the module.
+  static PyObject** names = [] {
+    auto** out = new PyObject*[kNumArgs];
+    for (int k = 0; k < kNumArgs; ++k) out[k] = PyUnicode_InternFromString(kArgNames[k]);
+    return out;
+  }();
+  return names[i];
 }
 
-// The object the engine imports and its dtype override. A frontend's own exporter or a NumPy
-// array's __dlpack__ here; anything else (and any array NumPy will not export: bfloat16, bool
-// on old NumPy) through the Python pipeline's _prepare, which knows every case and its errors.
-// Returns the dtype override (none for every common tensor).
-std::optional<std::string> prepare(const py::handle& tensor, EnqueueArgs& args) {
-  Helpers& h = helpers();
-  auto* type = reinterpret_cast<PyObject*>(Py_TYPE(tensor.ptr()));
-  PyObject* exporter = PyDict_GetItem(h.exporters.ptr(), type);  // borrowed
-  if (exporter != nullptr) {
-    py::object capsule = py::reinterpret_borrow<py::object>(exporter)(tensor);
-    if (!capsule.is_none()) {
-      args.tensors.push_back(std::move(capsule));
-      return std::nullopt;
+int argIndex(PyObject* keyword) {
+  for (int i = 0; i < kNumArgs; ++i) {
+    if (keyword == internedArgName(i)) return i;
+  }
+  for (int i = 0; i < kNumArgs; ++i) {  // a keyword built at run time: not the interned one
+    if (PyUnicode_Compare(keyword, internedArgName(i)) == 0) return i;
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  throw py::type_error("submit() got an unexpected keyword argument '" +
+                       py::str(keyword).cast<std::string>() + "'");
+}
+
+// The arguments by name, borrowed; null where not given.
+std::vector<PyObject*> parseArgs(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  std::vector<PyObject*> out(kNumArgs, nullptr);
+  if (nargs > kNumPositional) {
+    throw py::type_error(
+        "submit() takes 3 positional arguments (kind, tensors, names); the "
+        "others by keyword");
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) out[i] = args[i];
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    int k = argIndex(PyTuple_GET_ITEM(kwnames, i));
+    if (out[k] != nullptr) {
+      throw py::type_error(std::string("submit() got multiple values for argument '") +
+                           kArgNames[k] + "'");
+    }
+    out[k] = args[nargs + i];
+  }
+  for (int k = 0; k < kNumPositional; ++k) {
+    if (out[k] == nullptr) {
+      throw py::type_error(std::string("submit() missing required argument '") + kArgNames[k] +
+                           "'");
     }
   }
-  if (type == h.ndarray.ptr()) {
+  return out;
+}
+
+long intArg(PyObject* value, long fallback) {
+  if (value == nullptr) return fallback;
+  long v = PyLong_AsLong(value);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+double floatArg(PyObject* value, double fallback) {
+  if (value == nullptr) return fallback;
+  double v = PyFloat_AsDouble(value);
+  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+PyObject* numpyArrayType() {
+  // Never released: numpy stays imported as long as the module.
+  static PyObject* type = py::object(py::module_::import("numpy").attr("ndarray")).release().ptr();
+  return type;
+}
+
+// What DLPack imports for a NumPy array that NumPy will not export: ml_dtypes' bfloat16 and (on
+// old NumPy) bool, as integers of their width and a dtype override. nullopt: the array as it is
+// (the import then raises the reason, a read-only array's say).
+std::optional<std::string> reinterpretForDlpack(py::object& array) {
+  static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+  py::object dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(array.ptr(), kDtype));
+  if (!dtype) throw py::error_already_set();
+  std::string kind = dtype.attr("kind").cast<std::string>();
+  if (kind == "V" && dtype.attr("name").cast<std::string>() == kBfloat16) {
+    array = array.attr("view")("uint16");
+    return std::string(kBfloat16);
+  }
+  if (kind == "b") {
+    array = array.attr("view")("uint8");
+    return std::string("bool");
+  }
+  return std::nullopt;
+}
+
+// Adds `tensor`'s DLPack form to `args`; a NumPy array is exported here, which spares the
+// import its generic probing of the object. Returns the dtype override (none for every common
+// tensor).
+std::optional<std::string> addTensor(PyObject* tensor, EnqueueArgs& args) {
+  if (Py_TYPE(tensor) == reinterpret_cast<PyTypeObject*>(numpyArrayType())) {
     static PyObject* const kDlpack = PyUnicode_InternFromString("__dlpack__");
-    PyObject* capsule = PyObject_CallMethodNoArgs(tensor.ptr(), kDlpack);
+    PyObject* capsule = PyObject_CallMethodNoArgs(tensor, kDlpack);
     if (capsule != nullptr) {
       args.tensors.push_back(py::reinterpret_steal<py::object>(capsule));
       return std::nullopt;
     }
-    PyErr_Clear();  // _prepare takes the array the way that works, or raises the error
+    PyErr_Clear();
+    py::object array = py::reinterpret_borrow<py::object>(tensor);
+    std::optional<std::string> override = reinterpretForDlpack(array);
+    args.tensors.push_back(std::move(array));
+    return override;
   }
-  py::tuple prepared = h.prepare(tensor);
-  args.tensors.push_back(prepared[0]);
-  py::object override = prepared[1];
-  if (override.is_none()) return std::nullopt;
-  return override.cast<std::string>();
+  args.tensors.push_back(py::reinterpret_borrow<py::object>(tensor));
+  return std::nullopt;
 }
 
-py::list submit(int kind, const py::list& tensors, const py::list& names, int op, double prescale,
-                double postscale, int rootRank, const py::object& splits,
-                const py::object& processSet, int processSetId, int skip) {
-  Helpers& h = helpers();
-  if (!h.prepare) throw InternalError("hora._core.submit: hora.common.ops set no helpers");
-  py::object members = checkRegistered(kind, processSet);
-  auto rt = requireRuntime();
-  checkRequest(kind, op, rootRank, members, rt->topology().rank);
-  if (takesRows(static_cast<OpKind>(kind))) {
-    for (py::handle tensor : tensors) {
-      py::object shape = py::getattr(tensor, "shape", py::none());
-      if (!shape.is_none()) checkDimensions(kind, py::len(shape));
-    }
+std::vector<std::string> namesOf(PyObject* names) {
+  py::object seq = py::reinterpret_steal<py::object>(
+      PySequence_Fast(names, "submit(): names must be a sequence of str"));
+  if (!seq) throw py::error_already_set();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(items[i], &size);
+    if (text == nullptr) throw py::error_already_set();
+    out.emplace_back(text, static_cast<size_t>(size));
   }
+  return out;
+}
 
+py::list submit(const std::vector<PyObject*>& a) {
   EnqueueArgs args;
-  args.kind = kind;
-  args.tensors.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::optional<std::string> override = prepare(tensors[i], args);
-    if (override && args.dtypeOverrides.empty()) args.dtypeOverrides.resize(tensors.size());
+  args.kind = static_cast<int>(intArg(a[kKind], 0));
+  py::object tensors = py::reinterpret_steal<py::object>(
+      PySequence_Fast(a[kTensors], "submit(): tensors must be a sequence"));
+  if (!tensors) throw py::error_already_set();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(tensors.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(tensors.ptr());
+  args.tensors.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    std::optional<std::string> override = addTensor(items[i], args);
+    if (override && args.dtypeOverrides.empty()) args.dtypeOverrides.resize(n);
     if (override) args.dtypeOverrides[i] = std::move(override);
   }
-  args.names.reserve(names.size());
-  for (py::handle name : names) args.names.push_back(name.cast<std::string>());
-  args.processSetId = processSetId;
-  args.reduceOp = op;
-  args.prescale = prescale;
-  args.postscale = postscale;
-  args.rootRank = rootRank;
-  args.splits = splits;
-  args.callSite = callSite(skip);
+  args.names = namesOf(a[kNames]);
+  long op = intArg(a[kOp], static_cast<long>(ReduceOp::Sum));
+  // A number no reduce op has reaches the engine's check as one (which names it).
+  args.reduceOp = op < 0 || op > 0xff ? 0xff : static_cast<int>(op);
+  args.prescale = floatArg(a[kPrescale], 1.0);
+  args.postscale = floatArg(a[kPostscale], 1.0);
+  args.rootRank = static_cast<int>(intArg(a[kRoot], 0));
+  if (a[kSplits] != nullptr) args.splits = py::reinterpret_borrow<py::object>(a[kSplits]);
+  args.processSetId = static_cast<int>(intArg(a[kSetId], 0));
+  // The frames above submit's caller that are certainly Hora's: the call site search skips them.
+  args.callSite = callSite(static_cast<int>(intArg(a[kFrames], 0)));
   std::vector<std::optional<std::string>> overrides = args.dtypeOverrides;
 
   py::list handles = enqueueTensors(std::move(args));
@@ -174,39 +298,72 @@ py::list submit(int kind, const py::list& tensors, const py::list& names, int op
   return handles;
 }
 
+PyObject* submitEntry(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs,
+                      PyObject* kwnames) {
+  try {
+    return submit(parseArgs(args, PyVectorcall_NARGS(nargs), kwnames)).release().ptr();
+  } catch (...) {
+    setPythonErrorFromCurrent();
+    return nullptr;
+  }
+}
+
+PyMethodDef submitDef = {
+    "submit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&submitEntry)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0, "
+    "splits=None, process_set_id=0, hora_frames=0) -> list of Handle\n\n"
+    "The frontends' one submission: one group of `kind` (an OpKind) on `tensors` (DLPack "
+    "capsules, NumPy arrays or objects with __dlpack__; none for JOIN and BARRIER), one name "
+    "each. The engine checks the request (Horovod's errors), the call site is the first frame "
+    "outside Hora above `hora_frames` frames over the caller's, and the group is enqueued."};
+
+// The engine's checks of the requests a traced call will make when it runs (hora.jax inside
+// jit), on their shapes alone: the errors are raised where the call was written, at trace time.
+void checkTraced(int kind, const std::vector<std::string>& names,
+                 const std::vector<std::vector<int64_t>>& shapes, int op, int rootRank,
+                 int processSetId) {
+  auto rt = requireRuntime();
+  const int rank = rt->topology().rank;
+  ProcessSetTable sets(rank);
+  if (processSetId >= 0) {
+    std::vector<int> ids = rt->processSetIds();
+    if (std::find(ids.begin(), ids.end(), processSetId) != ids.end()) {
+      sets.add(processSetId, rt->processSetRanks(processSetId), nullptr);
+    }
+  }
+  if (kind < 0 || kind > static_cast<int>(OpKind::Reducescatter)) {
+    throw InvalidArgument("unknown operation kind " + std::to_string(kind));
+  }
+  if (names.size() != shapes.size()) {
+    throw InvalidArgument("got " + std::to_string(names.size()) + " names for " +
+                          std::to_string(shapes.size()) + " tensors");
+  }
+  static char placeholder = 0;  // the checks look at shapes, never at data
+  for (size_t i = 0; i < names.size(); ++i) {
+    OpRequest request;
+    request.request.kind = static_cast<OpKind>(kind);
+    request.request.name = names[i];
+    request.request.processSetId = processSetId;
+    request.request.reduceOp = static_cast<ReduceOp>(op < 0 || op > 0xff ? 0xff : op);
+    request.request.rootRank = rootRank;
+    request.tensor.data = &placeholder;
+    request.tensor.shape = shapes[i];
+    checkAndCompleteRequest(request, rank, sets, Capabilities::cpuComplete());
+  }
+}
+
 }  // namespace
 
 void registerSubmit(py::module_& m) {
-  m.def(
-      "set_submit_helpers",
-      [](py::object prepare, py::dict exporters, py::object ndarray) {
-        Helpers& h = helpers();
-        h.prepare = std::move(prepare);
-        h.exporters = std::move(exporters);
-        h.ndarray = std::move(ndarray);
-      },
-      py::arg("prepare"), py::arg("exporters"), py::arg("ndarray"),
-      "What submit borrows from hora.common.ops: its _prepare, its exporter table (read on "
-      "every call, so later registrations count) and numpy.ndarray.");
-  m.def(
-      "check_submission",
-      [](int kind, const std::vector<size_t>& ndims, int op, int rootRank,
-         const py::object& processSet) {
-        py::object members = checkRegistered(kind, processSet);
-        checkRequest(kind, op, rootRank, members, requireRuntime()->topology().rank);
-        for (size_t ndim : ndims) checkDimensions(kind, ndim);
-      },
-      py::arg("kind"), py::arg("ndims"), py::arg("op"), py::arg("root_rank"),
-      py::arg("process_set"),
-      "submit's checks alone, for a call traced now and run later (hora.jax inside jit): the "
-      "set is registered and has this rank, the op and root fit, no scalar where rows are "
-      "needed.");
-  m.def("submit", &submit, py::arg("kind"), py::arg("tensors"), py::arg("names"), py::arg("op"),
-        py::arg("prescale"), py::arg("postscale"), py::arg("root_rank"), py::arg("splits"),
-        py::arg("process_set"), py::arg("process_set_id"), py::arg("skip"),
-        "The frontends' submission: Horovod's checks, DLPack export, call site (the first "
-        "frame above `skip` frames over the caller's outside Hora), enqueue; one Handle per "
-        "name.");
+  m.def("check_traced", &checkTraced, py::arg("kind"), py::arg("names"), py::arg("shapes"),
+        py::arg("op"), py::arg("root_rank"), py::arg("process_set_id"),
+        "The engine's checks of a traced call's requests, on their shapes alone, for a call "
+        "traced now and run later (hora.jax inside jit); raises what submit would.");
+  py::object name = m.attr("__name__");
+  PyObject* fn = PyCFunction_NewEx(&submitDef, nullptr, name.ptr());
+  if (fn == nullptr) throw py::error_already_set();
+  m.attr("submit") = py::reinterpret_steal<py::object>(fn);
 }
 
 }  // namespace hora::bindings

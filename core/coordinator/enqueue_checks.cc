@@ -1,6 +1,8 @@
 #include "core/coordinator/enqueue_checks.h"
 
-#include <numeric>
+#include <algorithm>
+#include <cctype>
+#include <string>
 
 #include "core/common/errors.h"
 
@@ -14,8 +16,49 @@ void require(bool ok, Message&& message) {
   if (!ok) throw InvalidArgument(message());
 }
 
+// Horovod raises HorovodInternalError for these; InvalidCollectiveError is that and a ValueError.
+template <typename Message>
+void requireCollective(bool ok, Message&& message) {
+  if (!ok) throw InvalidCollectiveError(message());
+}
+
 bool needsRows(OpKind k) {
   return k == OpKind::Allgather || k == OpKind::Alltoall || k == OpKind::Reducescatter;
+}
+
+// "allreduce": the operation as the frontends spell it, opening each message.
+std::string what(OpKind kind) {
+  std::string name = opKindName(kind);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name;
+}
+
+std::string tensorNamed(const std::string& name) { return "(tensor '" + name + "')"; }
+
+void checkAlltoallSplits(Request& r, const std::string& name, int64_t dim0, int setSize) {
+  if (r.splits.empty()) {
+    requireCollective(dim0 % setSize == 0, [&] {
+      return "alltoall without splits needs the first dimension (" + std::to_string(dim0) +
+             ") to be divisible by the number of workers (" + std::to_string(setSize) +
+             "); pass splits otherwise " + tensorNamed(name);
+    });
+    r.splits.assign(setSize, static_cast<int32_t>(dim0 / setSize));
+  }
+  requireCollective(static_cast<int>(r.splits.size()) == setSize, [&] {
+    return "Number of entries in splits does not equal number of workers. (tensor '" + name +
+           "': " + std::to_string(r.splits.size()) + " splits, " + std::to_string(setSize) +
+           " workers)";
+  });
+  int64_t sum = 0;
+  for (int32_t s : r.splits) {
+    require(s >= 0, [&] { return "alltoall splits of '" + name + "' must not be negative"; });
+    sum += s;
+  }
+  requireCollective(sum <= dim0, [&] {
+    return "Sum of splits entries is greater than the first dimension of tensor. (tensor '" + name +
+           "': " + std::to_string(sum) + " rows, first dimension " + std::to_string(dim0) + ")";
+  });
 }
 
 }  // namespace
@@ -25,17 +68,22 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
   Request& r = op.request;
   const std::string& name = r.name;
   require(!name.empty(), [&] { return "every tensor needs a name"; });
+  require(static_cast<int>(r.reduceOp) <= static_cast<int>(ReduceOp::Product), [&] {
+    return what(r.kind) + ": unknown reduce op " + std::to_string(static_cast<int>(r.reduceOp));
+  });
   require(sets.contains(r.processSetId), [&] {
-    return "process set " + std::to_string(r.processSetId) + " is not known (tensor '" + name +
-           "')";
+    std::string id = r.processSetId < 0 ? "" : " (id " + std::to_string(r.processSetId) + ")";
+    return what(r.kind) + ": the process set" + id + " of tensor '" + name +
+           "' is not registered; pass it to hora.init(process_sets=[...]) or "
+           "hora.add_process_set() first";
   });
-  int setRank = sets.setRank(r.processSetId);
-  require(setRank >= 0, [&] {
-    return "tensor '" + name + "': Rank " + std::to_string(worldRank) +
-           " is not a member of the provided process set.";
+  require(sets.setRank(r.processSetId) >= 0, [&] {
+    return what(r.kind) + ": Rank " + std::to_string(worldRank) +
+           " is not a member of the provided process set. " + tensorNamed(name);
   });
-  int setSize = sets.size(r.processSetId);
+  const int setSize = sets.size(r.processSetId);
 
+  const OpKind asked = r.kind;
   if (r.kind == OpKind::Allreduce && r.reduceOp == ReduceOp::Adasum) r.kind = OpKind::Adasum;
   const OpKind kind = r.kind;
   const TensorView& t = op.tensor;
@@ -53,13 +101,13 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
   }
   if (needsRows(kind)) {
     require(!t.shape.empty(), [&] {
-      return std::string(opKindName(kind)) + " of tensor '" + name +
-             "' needs at least one dimension; got a scalar (rank-zero tensor)";
+      return what(asked) + " needs a tensor of at least one dimension; reshape the scalar to [1] " +
+             tensorNamed(name);
     });
   }
   if (kind == OpKind::Reducescatter) {
-    require(r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average,
-            [&] { return "Reducescatter currently only supports AVERAGE and SUM."; });
+    requireCollective(r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average,
+                      [&] { return "Reducescatter currently only supports AVERAGE and SUM."; });
   }
   if (kind == OpKind::Adasum) {
     require(isFloating(t.dtype), [&] {
@@ -69,34 +117,10 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
   if (kind == OpKind::Broadcast) {
     require(sets.setRankOf(r.processSetId, r.rootRank) >= 0, [&] {
       return "broadcast received invalid root rank " + std::to_string(r.rootRank) +
-             " for provided process set (tensor '" + name + "')";
+             " for provided process set " + tensorNamed(name);
     });
   }
-  if (kind == OpKind::Alltoall) {
-    int64_t dim0 = t.shape[0];
-    if (r.splits.empty()) {
-      require(dim0 % setSize == 0, [&] {
-        return "alltoall of '" + name + "' without splits needs the first dimension (" +
-               std::to_string(dim0) + ") to be divisible by the number of ranks (" +
-               std::to_string(setSize) + ")";
-      });
-      r.splits.assign(setSize, static_cast<int32_t>(dim0 / setSize));
-    }
-    require(static_cast<int>(r.splits.size()) == setSize, [&] {
-      return "Number of entries in splits does not equal number of workers (tensor '" + name +
-             "': " + std::to_string(r.splits.size()) + " splits, " + std::to_string(setSize) +
-             " workers).";
-    });
-    int64_t sum = 0;
-    for (int32_t s : r.splits) {
-      require(s >= 0, [&] { return "alltoall splits of '" + name + "' must not be negative"; });
-      sum += s;
-    }
-    require(sum <= dim0, [&] {
-      return "alltoall splits of '" + name + "' add up to " + std::to_string(sum) +
-             " rows, more than the tensor's first dimension (" + std::to_string(dim0) + ")";
-    });
-  }
+  if (kind == OpKind::Alltoall) checkAlltoallSplits(r, name, t.shape[0], setSize);
 
   r.rank = worldRank;
   r.dtype = t.dtype;

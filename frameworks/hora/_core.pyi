@@ -114,39 +114,26 @@ def init(
 def shutdown() -> None: ...
 def is_initialized() -> bool: ...
 def topology() -> dict[str, int]: ...
-def enqueue(
+def submit(
     kind: int,
     tensors: Sequence[Any],
     names: Sequence[str],
-    process_set_id: int = 0,
-    reduce_op: int = 1,
+    *,
+    op: int = 1,
     prescale: float = 1.0,
     postscale: float = 1.0,
     root_rank: int = 0,
     splits: Sequence[int] | None = None,
-    call_site: str = "",
-    dtype_overrides: Sequence[str | None] | None = None,
+    process_set_id: int = 0,
+    hora_frames: int = 0,
 ) -> list[Handle]: ...
-def submit(
+def check_traced(
     kind: int,
-    tensors: list[Any],
-    names: list[str],
+    names: Sequence[str],
+    shapes: Sequence[Sequence[int]],
     op: int,
-    prescale: float,
-    postscale: float,
     root_rank: int,
-    splits: Sequence[int] | None,
-    process_set: Any,
     process_set_id: int,
-    skip: int,
-) -> list[Handle]: ...
-def set_submit_helpers(
-    prepare: Callable[[Any], tuple[Any, str | None]],
-    exporters: dict[type, Callable[[Any], Any]],
-    ndarray: type,
-) -> None: ...
-def check_submission(
-    kind: int, ndims: list[int], op: int, root_rank: int, process_set: Any
 ) -> None: ...
 def jax_ffi_targets() -> dict[str, Any]: ...
 def call_site(skip: int = 0) -> str: ...

@@ -1,8 +1,10 @@
-// The enqueue checks' refusals: each failing check raises InvalidArgument with its own message
-// (built only when the check fails), and a request that passes every check is completed.
+// The enqueue checks' refusals: each failing check raises its own error (InvalidArgument, or
+// InvalidCollectiveError where Horovod raises HorovodInternalError) with its own message (built
+// only when the check fails), and a request that passes every check is completed.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common/errors.h"
@@ -29,14 +31,17 @@ class EnqueueChecks : public ::testing::Test {
     return op;
   }
 
-  // The message of the InvalidArgument the checks raise, or "" when they pass.
-  std::string refusal(OpRequest op) {
+  // The message of the error the checks raise, or "" when they pass.
+  std::string refusal(OpRequest op) { return refusalOf(std::move(op)).second; }
+
+  // The code and the message of the error the checks raise (message "" when they pass).
+  std::pair<ErrorCode, std::string> refusalOf(OpRequest op) {
     try {
       checkAndCompleteRequest(op, 1, sets_, Capabilities::cpuComplete());
-    } catch (const InvalidArgument& e) {
-      return e.what();
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
     }
-    return "";
+    return {ErrorCode::Internal, ""};
   }
 
   ProcessSetTable sets_;
@@ -64,11 +69,24 @@ TEST_F(EnqueueChecks, EachRefusalNamesItsReason) {
 
   OpRequest unknownSet = request(OpKind::Allreduce);
   unknownSet.request.processSetId = 9;
-  EXPECT_EQ(refusal(unknownSet), "process set 9 is not known (tensor 't')");
+  EXPECT_EQ(refusal(unknownSet),
+            "allreduce: the process set (id 9) of tensor 't' is not registered; pass it to "
+            "hora.init(process_sets=[...]) or hora.add_process_set() first");
+
+  OpRequest unregistered = request(OpKind::Allreduce);
+  unregistered.request.processSetId = -1;  // what a frontend passes for a set without an id
+  EXPECT_EQ(refusal(unregistered),
+            "allreduce: the process set of tensor 't' is not registered; pass it to "
+            "hora.init(process_sets=[...]) or hora.add_process_set() first");
+
+  OpRequest unknownOp = request(OpKind::Allreduce);
+  unknownOp.request.reduceOp = static_cast<ReduceOp>(17);
+  EXPECT_EQ(refusal(unknownOp), "allreduce: unknown reduce op 17");
 
   OpRequest foreign = request(OpKind::Allreduce);
   foreign.request.processSetId = 5;
-  EXPECT_EQ(refusal(foreign), "tensor 't': Rank 1 is not a member of the provided process set.");
+  EXPECT_EQ(refusal(foreign),
+            "allreduce: Rank 1 is not a member of the provided process set. (tensor 't')");
 
   EXPECT_EQ(refusal(request(OpKind::Allreduce, {2, -1})), "tensor 't' has a negative dimension");
 
@@ -77,12 +95,14 @@ TEST_F(EnqueueChecks, EachRefusalNamesItsReason) {
   EXPECT_EQ(refusal(noData), "tensor 't' has no data");
 
   EXPECT_EQ(refusal(request(OpKind::Allgather, {})),
-            "ALLGATHER of tensor 't' needs at least one dimension; got a scalar (rank-zero "
-            "tensor)");
+            "allgather needs a tensor of at least one dimension; reshape the scalar to [1] "
+            "(tensor 't')");
 
   OpRequest minScatter = request(OpKind::Reducescatter);
   minScatter.request.reduceOp = ReduceOp::Min;
-  EXPECT_EQ(refusal(minScatter), "Reducescatter currently only supports AVERAGE and SUM.");
+  EXPECT_EQ(refusalOf(minScatter),
+            std::make_pair(ErrorCode::InvalidCollective,
+                           std::string("Reducescatter currently only supports AVERAGE and SUM.")));
 
   OpRequest intAdasum = request(OpKind::Adasum);
   intAdasum.tensor.dtype = DataType::Int32;
@@ -93,15 +113,18 @@ TEST_F(EnqueueChecks, EachRefusalNamesItsReason) {
   EXPECT_EQ(refusal(badRoot),
             "broadcast received invalid root rank 7 for provided process set (tensor 't')");
 
-  EXPECT_EQ(refusal(request(OpKind::Alltoall, {4})),
-            "alltoall of 't' without splits needs the first dimension (4) to be divisible by the "
-            "number of ranks (3)");
+  EXPECT_EQ(refusalOf(request(OpKind::Alltoall, {4})),
+            std::make_pair(ErrorCode::InvalidCollective,
+                           std::string("alltoall without splits needs the first dimension (4) to "
+                                       "be divisible by the number of workers (3); pass splits "
+                                       "otherwise (tensor 't')")));
 
   OpRequest shortSplits = request(OpKind::Alltoall, {4});
   shortSplits.request.splits = {1, 1};
-  EXPECT_EQ(refusal(shortSplits),
-            "Number of entries in splits does not equal number of workers (tensor 't': 2 splits, "
-            "3 workers).");
+  EXPECT_EQ(refusalOf(shortSplits),
+            std::make_pair(ErrorCode::InvalidCollective,
+                           std::string("Number of entries in splits does not equal number of "
+                                       "workers. (tensor 't': 2 splits, 3 workers)")));
 
   OpRequest negativeSplit = request(OpKind::Alltoall, {4});
   negativeSplit.request.splits = {1, -1, 1};
@@ -109,8 +132,10 @@ TEST_F(EnqueueChecks, EachRefusalNamesItsReason) {
 
   OpRequest tooMany = request(OpKind::Alltoall, {4});
   tooMany.request.splits = {2, 2, 2};
-  EXPECT_EQ(refusal(tooMany),
-            "alltoall splits of 't' add up to 6 rows, more than the tensor's first dimension (4)");
+  EXPECT_EQ(refusalOf(tooMany),
+            std::make_pair(ErrorCode::InvalidCollective,
+                           std::string("Sum of splits entries is greater than the first dimension "
+                                       "of tensor. (tensor 't': 6 rows, first dimension 4)")));
 }
 
 }  // namespace

@@ -104,10 +104,10 @@ def test_mismatched_reduce_op() -> None:
 def test_mismatched_collective() -> None:
     """One name, an allreduce on rank 0 and a broadcast elsewhere (through the ops layer)."""
     x = np.ones(6, np.float32)
-    kind = hops.ALLREDUCE if rank() == 0 else hops.BROADCAST
+    kind = "allreduce" if rank() == 0 else "broadcast"
 
     def call() -> None:
-        (handle,) = hops.submit(kind, [x], ["mm.kind"], op=hops.Sum, root_rank=0)
+        (handle,) = hops.enqueue(kind, [x], names=["mm.kind"], op=hops.Sum, root_rank=0)
         handle.wait()
 
     _expect_mismatch(call, "mm.kind", ["allreduce", "broadcast"])
@@ -252,7 +252,7 @@ def test_duplicate_name_in_one_call() -> None:
     x = np.ones(4, np.float32)
     y = np.ones(4, np.float32)
     with pytest.raises(ValueError):
-        hops.submit(hops.ALLREDUCE, [x, y], ["dup.same", "dup.same"], op=hops.Sum)
+        hops.enqueue("allreduce", [x, y], names=["dup.same", "dup.same"], op=hops.Sum)
     check_next_op_works("dup.same")
 
 
@@ -267,7 +267,7 @@ def test_non_contiguous_is_refused() -> None:
         with pytest.raises(ValueError):
             hora.broadcast_(view, root_rank=0, name=f"noncontig.bc.{i}")
         with pytest.raises(ValueError):
-            hops.submit(hops.ALLGATHER, [view], [f"noncontig.ag.{i}"])
+            hops.enqueue("allgather", [view], names=[f"noncontig.ag.{i}"])
     check_next_op_works("noncontig")
 
 

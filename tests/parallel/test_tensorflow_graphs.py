@@ -238,9 +238,10 @@ def test_graph_collectives_name_the_lines_that_built_them(monkeypatch: pytest.Mo
     sites: dict[str, str] = {}
     submit = ops._core.submit
 
-    def recording(*args: Any) -> Any:
-        sites[args[2][0]] = _core.call_site(args[-1] + 1)  # by the first tensor's name
-        return submit(*args)
+    def recording(*args: Any, **request: Any) -> Any:
+        # By the first tensor's name.
+        sites[args[2][0]] = _core.call_site(request.get("hora_frames", 0) + 1)
+        return submit(*args, **request)
 
     monkeypatch.setattr(ops._core, "submit", recording)
     x = tf.Variable(np.full([3], float(rank()), np.float32))

@@ -23,14 +23,14 @@ HERE = os.path.basename(__file__)
 @pytest.fixture
 def recorded_sites(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The call site of every call this rank submits while the test runs: what ``_core.submit``
-    finds from its caller's frame with the ``skip`` it was given (its last argument), found here
-    one frame deeper."""
+    finds from its caller's frame with the ``hora_frames`` it was given, found here one frame
+    deeper."""
     sites: list[str] = []
     submit = ops._core.submit
 
-    def recording(*args: Any) -> Any:
-        sites.append(ops._core.call_site(args[-1] + 1))
-        return submit(*args)
+    def recording(*args: Any, **request: Any) -> Any:
+        sites.append(ops._core.call_site(request.get("hora_frames", 0) + 1))
+        return submit(*args, **request)
 
     monkeypatch.setattr(ops._core, "submit", recording)
     return sites

@@ -33,14 +33,14 @@ def started():
 @pytest.fixture
 def recorded_sites(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The call site of every call submitted while the test runs: what ``_core.submit`` finds
-    from its caller's frame with the ``skip`` it was given (its last argument), found here one
-    frame deeper."""
+    from its caller's frame with the ``hora_frames`` it was given, found here one frame
+    deeper."""
     sites: list[str] = []
     submit = ops._core.submit
 
-    def recording(*args: Any) -> Any:
-        sites.append(ops._core.call_site(args[-1] + 1))
-        return submit(*args)
+    def recording(*args: Any, **request: Any) -> Any:
+        sites.append(ops._core.call_site(request.get("hora_frames", 0) + 1))
+        return submit(*args, **request)
 
     monkeypatch.setattr(ops._core, "submit", recording)
     return sites
@@ -95,17 +95,6 @@ def _ops_enqueue(n: str) -> tuple[int, Any]:
     return line, ops.enqueue("allreduce", [_array()], name=n, op=ops.Sum)
 
 
-def _ops_enqueue_call(n: str) -> tuple[int, Any]:
-    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
-    return line, ops.enqueue_call("allreduce", [_array()], n, None, False, ops.Sum, None, 1.0,
-                                  1.0, 0, None, hora.global_process_set)
-
-
-def _ops_submit(n: str) -> tuple[int, Any]:
-    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
-    return line, ops.submit(ops.ALLREDUCE, [_array()], [f"allreduce.{n}"])
-
-
 def _torch_async(n: str) -> tuple[int, Any]:
     line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
     return line, hvd.allreduce_async_(_tensor(), op=hvd.Sum, name=n)
@@ -114,6 +103,21 @@ def _torch_async(n: str) -> tuple[int, Any]:
 def _torch_blocking(n: str) -> tuple[int, Any]:
     line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
     return line, hvd.allreduce_(_tensor(), op=hvd.Sum, name=n)
+
+
+def _torch_out_of_place(n: str) -> tuple[int, Any]:
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    return line, hvd.allreduce(_tensor(), op=hvd.Sum, name=n)
+
+
+def _torch_grouped_in_place(n: str) -> tuple[int, Any]:
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    return line, hvd.grouped_allreduce_([_tensor(), _tensor()], op=hvd.Sum, name=n)
+
+
+def _torch_broadcast_in_place(n: str) -> tuple[int, Any]:
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    return line, hvd.broadcast_(_tensor(), 0, name=n)
 
 
 def _torch_grouped(n: str) -> tuple[int, Any]:
@@ -128,8 +132,8 @@ def _torch_call(n: str) -> tuple[int, Any]:
 
 CASES: list[Callable[[str], tuple[int, Any]]] = [
     _numpy_async, _numpy_blocking, _numpy_grouped, _numpy_allgather, _numpy_broadcast,
-    _ops_enqueue, _ops_enqueue_call, _ops_submit, _torch_async, _torch_blocking, _torch_grouped,
-    _torch_call,
+    _ops_enqueue, _torch_async, _torch_blocking, _torch_out_of_place, _torch_grouped_in_place,
+    _torch_broadcast_in_place, _torch_grouped, _torch_call,
 ]
 
 

@@ -140,16 +140,16 @@ def test_export_list_is_shared() -> None:
 
 
 def test_torch_cpu_tensors_cross_as_capsules() -> None:
-    import hora.torch  # noqa: F401  (registers torch's exporter)
     import torch
     import torch.utils.dlpack
+    from hora.torch import _async_ops
 
     tensor = torch.arange(6, dtype=torch.float32)
-    capsule, override = ops._prepare(tensor)
-    assert type(capsule).__name__ == "PyCapsule" and override is None
+    capsule = _async_ops._engine_form(tensor)
+    assert type(capsule).__name__ == "PyCapsule"
     torch.utils.dlpack.from_dlpack(capsule)[0] = 42.0  # the capsule shares the tensor's memory
     assert tensor[0].item() == 42.0
     # A tensor the frontend would not hand over as it is takes the generic path, whose
     # __dlpack__ refuses it with torch's own message.
     needs_grad = torch.ones(2, requires_grad=True)
-    assert ops._prepare(needs_grad)[0] is needs_grad
+    assert _async_ops._engine_form(needs_grad) is needs_grad

@@ -94,10 +94,10 @@ def test_in_flight_names_and_dropped_handles_across_ranks():
         baseline = sys.getrefcount(x)
         if hora.rank() == 1:
             time.sleep(1)  # rank 0's request stays in flight meanwhile
-        handle = ops.submit(ops.ALLREDUCE, [x], ["allreduce.held"], op=hora.Sum)[0]
+        handle = ops.enqueue("allreduce", [x], names=["allreduce.held"], op=hora.Sum)[0]
         if hora.rank() == 0:
             try:
-                ops.submit(ops.ALLREDUCE, [np.ones(2)], ["allreduce.held"])
+                ops.enqueue("allreduce", [np.ones(2)], names=["allreduce.held"])
                 print("duplicate accepted")
             except ValueError:
                 print("duplicate refused")

@@ -34,10 +34,12 @@ def run(collective: str, buffers: list, **kwargs) -> list:
     return [ops.handle_output(h) for h in handles]
 
 
-def foreign_set() -> ProcessSet:
-    foreign = ProcessSet([1])
-    foreign.process_set_id = 7
-    return foreign
+def unknown_set() -> ProcessSet:
+    """A set whose id the engine never registered (a member's refusal needs two ranks:
+    tests/parallel/test_core_misc.py)."""
+    unknown = ProcessSet([1])
+    unknown.process_set_id = 7
+    return unknown
 
 
 @pytest.mark.parametrize("count", COUNTS)
@@ -46,8 +48,8 @@ def foreign_set() -> ProcessSet:
     [
         ("allreduce", {"process_set": ProcessSet([0])}, ValueError,
          "allreduce: the process set .* is not registered"),
-        ("allreduce", {"process_set": foreign_set()}, ValueError,
-         "allreduce: Rank 0 is not a member of the provided process set."),
+        ("allreduce", {"process_set": unknown_set()}, ValueError,
+         r"allreduce: the process set \(id 7\) of tensor .* is not registered"),
         ("allreduce", {"op": 17}, ValueError, "allreduce: unknown reduce op 17"),
         ("allreduce", {"op": hora.Sum, "average": True}, ValueError, "supersedes average"),
         ("reducescatter", {"op": hora.Min}, hora.InvalidCollectiveError,
@@ -96,7 +98,7 @@ def test_readonly_array_is_refused(count) -> None:
 
 def test_repeated_name_within_a_group_is_refused() -> None:
     with pytest.raises(ValueError, match="same name as another tensor"):
-        ops.submit(ops.ALLREDUCE, arrays(2), ["allreduce.twice", "allreduce.twice"])
+        ops.enqueue("allreduce", arrays(2), names=["allreduce.twice", "allreduce.twice"])
 
 
 @pytest.mark.parametrize("count", COUNTS)
@@ -112,14 +114,14 @@ def test_overridden_dtypes_come_back(count) -> None:
 
 @pytest.mark.parametrize("count", COUNTS)
 def test_engine_arguments(count, monkeypatch) -> None:
-    """What reaches the engine, argument by argument (they are passed by position)."""
+    """What reaches the engine, argument by argument: the request of one call."""
     calls = []
     real = ops._core.submit
 
-    def spy(*args):
+    def spy(*args, **request):
         # The call site _core.submit finds from its caller's frame, found one frame deeper.
-        calls.append((*args, ops._core.call_site(args[-1] + 1)))
-        return real(*args)
+        calls.append((args, request, ops._core.call_site(request["hora_frames"] + 1)))
+        return real(*args, **request)
 
     monkeypatch.setattr(ops._core, "submit", spy)
     submit = functools.partial(ops.enqueue, "allreduce", arrays(count), name="args",
@@ -127,11 +129,13 @@ def test_engine_arguments(count, monkeypatch) -> None:
     line = sys._getframe().f_lineno + 1
     handles = submit()
     ops.wait_all(handles)
-    (kind, _, names, op, prescale, postscale, root, splits, process_set, set_id, _, site), = calls
+    ((kind, _, names), request, site), = calls
     base = "allreduce.args" if count == 1 else "grouped_allreduce.args"
     expected = [base] if count == 1 else [f"{base}_{i + 1}of{count}" for i in range(count)]
-    assert (kind, names, op, prescale, postscale, root, splits, process_set, set_id) == (
-        ops.ALLREDUCE, expected, hora.Max, 2.0, 3.0, 0, None, hora.global_process_set, 0)
+    assert (kind, names) == (ops.ALLREDUCE, expected)
+    assert {k: v for k, v in request.items() if k != "hora_frames"} == {
+        "op": hora.Max, "prescale": 2.0, "postscale": 3.0, "root_rank": 0, "splits": None,
+        "process_set_id": 0}
     assert site == f"test_submit_paths.py:{line}"
 
 
@@ -181,19 +185,16 @@ def test_torch_results_and_checks(count) -> None:
         hvd.broadcast_async_(tensors[-1], 3)
 
 
-def test_numpy_arrays_cross_as_capsules() -> None:
-    """A NumPy array reaches the engine as the capsule of its own ``__dlpack__``, sharing its
-    memory; one NumPy will not export takes the generic path (whose error the engine raises)."""
+def test_numpy_arrays_and_capsules_share_memory() -> None:
+    """A NumPy array reaches the engine through its own ``__dlpack__``, sharing its memory, and
+    so does a capsule made by the caller: the engine writes into the array either way."""
     array = np.arange(4, dtype=np.float32)
-    capsule, override = ops._prepare(array)
-    assert type(capsule).__name__ == "PyCapsule" and override is None
-    handle = ops._core.enqueue(ops.ALLREDUCE, [capsule], ["allreduce.capsule_shares"], 0, hora.Sum,
-                               3.0)
-    ops.wait_all([handle[0]])
+    ops.wait_all(ops.enqueue("allreduce", [array], names=["allreduce.array_shares"],
+                             op=hora.Sum, prescale=3.0))
     np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32) * 3)
-    readonly = np.ones(2, np.float32)
-    readonly.flags.writeable = False
-    assert ops._prepare(readonly)[0] is readonly
+    ops.wait_all(ops.enqueue("allreduce", [array.__dlpack__()],
+                             names=["allreduce.capsule_shares"], op=hora.Sum, prescale=2.0))
+    np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32) * 6)
 
 
 def test_torch_parameters_are_reduced_in_place() -> None:

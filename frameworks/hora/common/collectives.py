@@ -46,8 +46,9 @@ def _run(collective: str, tensors: list, single: bool, name: str | None,
          prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0) -> AsyncResult:
     """Submit one call; its result is the (in-place) inputs or the engine's outputs."""
     # Two frames certainly Hora's above the pipeline: this one and the API function calling it.
-    handles = ops.enqueue_call(collective, tensors, name, None, not single, op, average,
-                               prescale, postscale, root_rank, None, process_set, 2)
+    handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
+                          average=average, prescale=prescale, postscale=postscale,
+                          root_rank=root_rank, process_set=process_set, hora_frames=2)
     if ops.OPS[collective].in_place:
         return AsyncResult(handles, None, tensors[0] if single else list(tensors))
     return AsyncResult(handles, _output if single else _outputs)

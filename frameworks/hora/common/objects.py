@@ -26,9 +26,10 @@ def _dumps(obj: Any) -> np.ndarray:
     return np.frombuffer(_pickle.dumps(obj), dtype=np.uint8).copy()
 
 
-def _run(kind: int, tensor: np.ndarray, name: str, *, root_rank: int = 0,
+def _run(collective: str, tensor: np.ndarray, name: str, *, root_rank: int = 0,
          process_set: ProcessSet) -> Any:
-    handle = ops.submit(kind, [tensor], [name], root_rank=root_rank, process_set=process_set)[0]
+    handle = ops.enqueue(collective, [tensor], names=[name], root_rank=root_rank,
+                         process_set=process_set)[0]
     handle.wait()
     return ops.handle_output(handle)
 
@@ -46,11 +47,11 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     is_root = basics.rank() == root_rank
     payload = _dumps(obj) if is_root else None
     size = np.array([len(payload) if payload is not None else 0], dtype=np.int64)
-    _run(ops.BROADCAST, size, ops.op_name("broadcast", name + ".sz"), root_rank=root_rank,
+    _run("broadcast", size, ops.op_name("broadcast", name + ".sz"), root_rank=root_rank,
          process_set=process_set)
     if payload is None:
         payload = np.zeros(int(size[0]), dtype=np.uint8)
-    _run(ops.BROADCAST, payload, ops.op_name("broadcast", name + ".t"), root_rank=root_rank,
+    _run("broadcast", payload, ops.op_name("broadcast", name + ".t"), root_rank=root_rank,
          process_set=process_set)
     return obj if is_root else _pickle.loads(payload.tobytes())
 
@@ -65,9 +66,9 @@ def allgather_object(obj: Any, name: str | None = None,
     """
     name = name or type(obj).__name__
     payload = _dumps(obj)
-    sizes = _run(ops.ALLGATHER, np.array([len(payload)], dtype=np.int64),
+    sizes = _run("allgather", np.array([len(payload)], dtype=np.int64),
                  ops.op_name("allgather", name + ".sz"), process_set=process_set)
-    gathered = _run(ops.ALLGATHER, payload, ops.op_name("allgather", name + ".t"),
+    gathered = _run("allgather", payload, ops.op_name("allgather", name + ".t"),
                     process_set=process_set)
     result = []
     offset = 0

@@ -1,10 +1,11 @@
 """The pipeline every frontend submits work through: the engine's constants, the op table,
-op/average/Adasum resolution, naming, argument checks, the conversion of NumPy arrays (and any
-``__dlpack__`` object) into engine requests, and waiting with one error policy.
+op/average/Adasum resolution, naming, waiting with one error policy, and ``enqueue``, the one
+call that hands a request to the engine (``_core.submit``).
 
-``submit`` never copies: in-place operations need contiguous tensors and raise ``ValueError``
-otherwise. It checks what Horovod checks at enqueue time (process-set membership, broadcast root,
-alltoall splits, reducescatter op, scalar allgather) so the error is raised where the call was made.
+``enqueue`` never copies: in-place operations need contiguous tensors and raise ``ValueError``
+otherwise. Every rule about the request (process-set membership, broadcast root, alltoall splits,
+reducescatter op, scalar allgather) is the engine's, checked when the request is queued, with
+Horovod's messages, so the error is raised where the call was made.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hora import _core
-from hora.common import basics, gpu
+from hora.common import basics
 from hora.common.process_sets import ProcessSet, global_process_set
 from hora.errors import HoraError, HoraTimeoutError, InternalError, InvalidCollectiveError
 
@@ -48,8 +49,8 @@ class OpSpec:
 
     ``prefix`` starts its automatic names (``allreduce.noname.0``); ``in_place`` says whether the
     engine writes the result into the submitted buffer (else it allocates the output);
-    ``reduce_ops`` lists the ops it takes (empty when it takes none; the engine's
-    ``_core.submit`` refuses the others with Horovod's message).
+    ``reduce_ops`` lists the ops it takes (empty when it takes none; the engine refuses the
+    others with Horovod's message).
     """
 
     kind: int
@@ -154,199 +155,55 @@ def resolve_allreduce(op: int | None, average: bool | None) -> tuple[int, int]:
     return (ADASUM if op == Adasum else ALLREDUCE), op
 
 
-_numpy_bool_dlpack: bool | None = None
+def process_set_id(process_set: ProcessSet) -> int:
+    """The engine's id of ``process_set``; -1 for a set not registered (the engine refuses it,
+    naming the call)."""
+    set_id = getattr(process_set, "process_set_id", 0)
+    return -1 if set_id is None else int(set_id)
 
 
-def _numpy_exports_bool() -> bool:
-    global _numpy_bool_dlpack
-    if _numpy_bool_dlpack is None:
-        try:
-            probe: Any = np.zeros(1, dtype=np.bool_)
-            probe.__dlpack__()
-            _numpy_bool_dlpack = True
-        except (BufferError, TypeError, AttributeError):
-            _numpy_bool_dlpack = False
-    return _numpy_bool_dlpack
+def split_counts(splits: Any) -> list[int] | None:
+    """Alltoall ``splits`` (a 1-D sequence or array of integers, or None) as a list of ints.
 
-
-_capsule_exporters: dict[type, Callable[[Any], Any]] = {}
-
-
-def register_capsule_exporter(cls: type, export: Callable[[Any], Any]) -> None:
-    """Let a frontend hand ``cls`` objects to the engine as DLPack capsules it makes itself.
-
-    ``export(tensor)`` returns the capsule, or None to take the generic path (a tensor's
-    ``__dlpack__``, which for CUDA tensors also orders the engine's stream after the producer).
-    A framework's own exporter skips the Python-level checks of ``__dlpack__`` and
-    ``__dlpack_device__``: several microseconds of every call.
+    Raises:
+        ValueError: not 1-D integers. The engine checks the counts against the set and tensor.
     """
-    _capsule_exporters[cls] = export
-
-
-def _prepare(tensor: Any) -> tuple[Any, str | None]:
-    """The object to hand to the engine and its dtype override (for types DLPack lacks)."""
-    export = _capsule_exporters.get(type(tensor))
-    if export is not None:
-        capsule = export(tensor)
-        if capsule is not None:
-            return capsule, None
-    if isinstance(tensor, np.ndarray):
-        # ml_dtypes' bfloat16 is a kind-"V" dtype; checking the kind first skips the slow name
-        # lookup for every ordinary dtype (and kind "b", bool, a comparison of dtypes).
-        kind = tensor.dtype.kind
-        if kind == "V" and tensor.dtype.name == _BFLOAT16:
-            return tensor.view(np.uint16), _BFLOAT16
-        if kind == "b" and not _numpy_exports_bool():
-            return tensor.view(np.uint8), "bool"
-        # The capsule made here spares the engine's import its generic probing of the object
-        # (four Python attribute lookups and calls); an array NumPy will not export goes down
-        # that path, which raises the error.
-        try:
-            return tensor.__dlpack__(), None
-        except (AttributeError, BufferError):
-            return tensor, None
-    if hasattr(tensor, "__dlpack__") or type(tensor).__name__ == "PyCapsule":
-        if gpu.is_cuda(tensor):
-            gpu.ensure_loaded()
-        return tensor, None
-    raise TypeError(
-        "expected a NumPy array, a tensor with __dlpack__ or a DLPack capsule, got "
-        f"{type(tensor).__name__}"
-    )
-
-
-# What _core.submit borrows: the exporter table is read on every call, so frontends that
-# register later count.
-_core.set_submit_helpers(_prepare, _capsule_exporters, np.ndarray)
-
-
-def _check_splits(splits: Any, set_size: int, dim0: int | None) -> list[int]:
+    if splits is None:
+        return None
     array = np.asarray(splits)
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
         raise ValueError("splits must be a 1-D tensor of integers (int32)")
-    # Both a ValueError and a HoraError: Horovod's torch raises the one, its MXNet and
-    # TensorFlow frontends the other (HorovodInternalError, a RuntimeError).
-    if array.size != set_size:
-        raise InvalidCollectiveError(
-            "Number of entries in splits does not equal number of workers."
-        )
-    values = [int(v) for v in array]
-    if any(v < 0 for v in values):
-        raise ValueError("splits must not be negative")
-    if dim0 is not None and sum(values) > dim0:
-        raise InvalidCollectiveError(
-            "Sum of splits entries is greater than the first dimension of tensor."
-        )
-    return values
-
-
-def _shape(tensor: Any) -> tuple[int, ...] | None:
-    shape = getattr(tensor, "shape", None)
-    return None if shape is None else tuple(int(d) for d in shape)
-
-
-def _alltoall_splits(tensors: Sequence[Any], splits: Any, process_set: ProcessSet) -> list[int] | None:
-    """The rows an alltoall sends to each member, checked as Horovod checks them (None: even
-    splits). The other checks of every call are the engine's (``_core.submit``); an unregistered
-    set is left to them, which name it."""
-    members = process_set.ranks
-    if members is None:
-        return None
-    first = _shape(tensors[0]) if tensors else None
-    dim0 = first[0] if first else None
-    if splits is not None:
-        return _check_splits(splits, len(members), dim0)
-    if dim0 is not None and dim0 % len(members) != 0:
-        raise InvalidCollectiveError(
-            f"alltoall without splits needs the first dimension ({dim0}) to be divisible by the "
-            f"number of workers ({len(members)}); pass splits otherwise"
-        )
-    return None
-
-
-def submit(
-    kind: int,
-    tensors: Sequence[Any],
-    names: Sequence[str],
-    *,
-    op: int = Sum,
-    prescale: float = 1.0,
-    postscale: float = 1.0,
-    root_rank: int = 0,
-    splits: Any = None,
-    process_set: ProcessSet = global_process_set,
-) -> list:
-    """Enqueue one group of operations on the engine; returns one ``_core.Handle`` per name.
-
-    Args:
-        kind: ALLREDUCE ... REDUCESCATTER.
-        tensors: NumPy arrays (ml_dtypes.bfloat16 included) or objects with ``__dlpack__``;
-            empty for JOIN and BARRIER. Allreduce, adasum and broadcast write in place.
-        names: one per tensor (one for JOIN/BARRIER); equal across ranks for the same operation.
-        op: reduce op (Average, Sum, Adasum, Min, Max, Product).
-        prescale, postscale: factors applied before and after the reduction.
-        root_rank: broadcast root, a global rank.
-        splits: alltoall rows sent to each member of the set.
-        process_set: where the operation runs.
-
-    Raises:
-        ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
-            failed check (membership, root, splits, op); a reduce op the operation does not
-            take raises ``InvalidCollectiveError``, also a ``HoraError`` as in Horovod.
-        TypeError: an object that is not a tensor.
-    """
-    return _submit(kind, list(tensors), [str(n) for n in names], op, prescale, postscale,
-                   root_rank, splits, process_set,
-                   int(getattr(process_set, "process_set_id", 0) or 0), 1)
-
-
-def _submit(kind: int, tensors: list, names: list[str], op: int, prescale: float,
-            postscale: float, root_rank: int, splits: Any, process_set: ProcessSet,
-            set_id: int, hora_callers: int) -> list:
-    """``submit`` on lists it may keep (names already strings; ``set_id`` the set's id;
-    ``hora_callers`` the frames above this one that are certainly Hora's, which the call
-    site's search skips: ``submit`` and what it was told).
-
-    The checks, the DLPack export, the call site and the enqueue are one call into the engine
-    (``_core.submit``, with positional arguments: keyword parsing in the binding costs most of
-    a microsecond); only an alltoall's splits are checked here first.
-    """
-    checked_splits = _alltoall_splits(tensors, splits, process_set) if kind == ALLTOALL else None
-    return _core.submit(kind, tensors, names, int(op), float(prescale), float(postscale),
-                        int(root_rank), checked_splits, process_set, set_id, 1 + hora_callers)
+    return [int(v) for v in array]
 
 
 def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
             names: Sequence[str] | None = None, grouped: bool = False, op: int | None = None,
             average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
             root_rank: int = 0, splits: Any = None,
-            process_set: ProcessSet = global_process_set) -> list:
-    """Submit one frontend call of ``collective`` (a key of ``OPS``).
+            process_set: ProcessSet = global_process_set, hora_frames: int = 0) -> list:
+    """Submit one frontend call of ``collective`` (a key of ``OPS``): the one way every
+    frontend hands a request to the engine.
 
-    The pipeline every frontend shares: the op table gives the engine kind, names are
-    ``names`` when given, else Horovod's automatic names from ``name`` (``<prefix>.<name>``, or
-    ``<base>_<i>of<n>`` when ``grouped``), the reduce op is resolved (``average=`` and Adasum for
-    allreduce; Average by default for reducescatter), then ``submit`` checks and enqueues
-    (with ``prescale``, ``postscale``, ``root_rank``, ``splits`` and ``process_set``).
+    The op table gives the engine kind, names are ``names`` when given, else Horovod's
+    automatic names from ``name`` (``<prefix>.<name>``, or ``<base>_<i>of<n>`` when
+    ``grouped``), the reduce op is resolved (``average=`` and Adasum for allreduce; Average by
+    default for reducescatter), then the engine checks and enqueues the group (with
+    ``prescale``, ``postscale``, ``root_rank`` (a global rank), ``splits`` and
+    ``process_set``). ``buffers``: NumPy arrays (ml_dtypes.bfloat16 included), DLPack capsules
+    or objects with ``__dlpack__``; empty for join and barrier. Allreduce, adasum and broadcast
+    write in place. ``hora_frames``: how many frames above this one are certainly Hora's (the
+    frontend's own), which the search for the user's call site skips.
+
     Returns one engine handle per buffer ([] for an empty group).
-    """
-    return enqueue_call(collective, list(buffers), name, names, grouped, op, average, prescale,
-                        postscale, root_rank, splits, process_set, 1)
 
-
-def enqueue_call(collective: str, buffers: list, name: str | None,
-                 names: Sequence[str] | None, grouped: bool, op: int | None,
-                 average: bool | None, prescale: float, postscale: float, root_rank: int,
-                 splits: Any, process_set: ProcessSet, hora_callers: int = 0) -> list:
-    """``enqueue`` with every argument by position and ``buffers`` a list it may keep: the
-    frontends' per-call path (keyword arguments and the copies cost on every call).
-
-    ``hora_callers``: how many of the frames calling this one are certainly Hora's own (the
-    frontend's private helpers and the API function that called them); the search for the
-    user's call site starts above them.
+    Raises:
+        ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
+            failed check (membership, root, op); bad splits or a reduce op the operation does
+            not take raise ``InvalidCollectiveError``, also a ``HoraError`` as in Horovod.
+        TypeError: an object that is not a tensor.
     """
     spec = OPS[collective]
-    set_id = int(getattr(process_set, "process_set_id", 0) or 0)
+    set_id = process_set_id(process_set)
     if names is None:
         if grouped:
             names = group_names(spec.grouped_prefix, name, len(buffers), set_id)
@@ -369,10 +226,9 @@ def enqueue_call(collective: str, buffers: list, name: str | None,
         op = Sum
     if not buffers and kind not in (JOIN, BARRIER):
         return []
-    # _submit's two steps inline: every frontend call passes here, and a frame costs.
-    checked_splits = _alltoall_splits(buffers, splits, process_set) if kind == ALLTOALL else None
-    return _core.submit(kind, buffers, names, op, float(prescale), float(postscale),
-                        int(root_rank), checked_splits, process_set, set_id, 1 + hora_callers)
+    return _core.submit(kind, buffers, names, op=op, prescale=prescale, postscale=postscale,
+                        root_rank=root_rank, splits=None if splits is None else split_counts(splits),
+                        process_set_id=set_id, hora_frames=1 + hora_frames)
 
 
 def engine_error(exc: BaseException) -> BaseException:

@@ -34,7 +34,7 @@ class Call:
     def __init__(self, prefix: str, name: str | None, arrays: Sequence[Any],
                  process_set: ProcessSet, grouped: bool = False) -> None:
         self.process_set = process_set
-        self.set_id = int(getattr(process_set, "process_set_id", 0) or 0)
+        self.set_id = ops.process_set_id(process_set)
         self.site = _ffi.call_site()
         base = _ffi.traced_base(f"grouped_{prefix}" if grouped else prefix, name, self.set_id,
                                 self.site, arrays)
@@ -53,8 +53,8 @@ class Call:
     def run(self, kind: int, arrays: Sequence[Any], out_avals: Sequence[tuple],
             names: Sequence[str], op: int = ops.Sum, prescale: float = 1.0,
             postscale: float = 1.0, root_rank: int = 0) -> list:
-        _core.check_submission(kind, [a.ndim for a in arrays], int(op), int(root_rank),
-                               self.process_set)
+        _core.check_traced(kind, list(names), [tuple(a.shape) for a in arrays], int(op),
+                           int(root_rank), self.set_id)
         return _ffi.bind(kind, arrays, names, out_avals, reduce_op=op, prescale=prescale,
                          postscale=postscale, root_rank=root_rank,
                          process_set_id=self.set_id, call_site=self.site)

@@ -47,7 +47,7 @@ def broadcast_parameters(params: Any, root_rank: int = 0, name: str = "parameter
     others = [i for i, leaf in enumerate(leaves) if not _is_array(leaf)]
     out = list(leaves)
     if arrays:
-        set_id = int(getattr(process_set, "process_set_id", 0) or 0)
+        set_id = ops.process_set_id(process_set)
         names = ops.group_names("grouped_broadcast", name, len(arrays), set_id)
         values = grouped_broadcast_as([leaves[i] for i in arrays], names, root_rank,
                                       "broadcast_parameters", process_set)

@@ -119,7 +119,7 @@ def _to_jax(result: np.ndarray, dtype: np.dtype) -> jax.Array:
 
 def _names(prefix: str, name: str | None, count: int, grouped: bool,
            process_set: ProcessSet) -> list[str]:
-    set_id = int(getattr(process_set, "process_set_id", 0) or 0)
+    set_id = ops.process_set_id(process_set)
     if grouped:
         return ops.group_names(f"grouped_{prefix}", name, count, set_id)
     return [ops.op_name(prefix, name, set_id)]
@@ -132,8 +132,9 @@ def _run(collective: str, buffers: list, names: list[str], op: int | None = None
     """Submit ``collective`` on ``buffers`` and wait; returns the finished engine handles."""
     if not buffers:
         return []
-    handles = ops.enqueue_call(collective, buffers, None, names, False, op, average, prescale,
-                               postscale, root_rank, splits, process_set, 3)
+    handles = ops.enqueue(collective, buffers, names=names, op=op, average=average,
+                          prescale=prescale, postscale=postscale, root_rank=root_rank,
+                          splits=splits, process_set=process_set, hora_frames=3)
     ops.wait_all(handles)
     return handles
 

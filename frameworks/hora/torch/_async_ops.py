@@ -55,16 +55,14 @@ _SUPPORTED_DTYPES = frozenset(
 
 
 
-def _cpu_capsule(tensor: torch.Tensor) -> Any:
-    """A CPU tensor's DLPack capsule, made without ``__dlpack__``'s Python-level checks (those
-    that matter here, gradient and layout, are made first); None sends any other tensor down
-    the generic path."""
+def _engine_form(tensor: torch.Tensor) -> Any:
+    """What the engine imports for a prepared tensor: a CPU tensor's DLPack capsule, made
+    without ``__dlpack__``'s Python-level checks (those that matter here, gradient and layout,
+    were made by the preparation); any other tensor itself (its ``__dlpack__`` also orders the
+    engine's stream after a CUDA producer, and raises what the engine cannot take)."""
     if tensor.is_cpu and not tensor.requires_grad and tensor.layout == _STRIDED:
         return _to_dlpack(tensor)
-    return None
-
-
-_ops.register_capsule_exporter(torch.Tensor, _cpu_capsule)
+    return tensor
 
 
 def _check_tensor(tensor: Any, what: str) -> None:
@@ -124,49 +122,35 @@ def from_engine(array: Any, dtype: torch.dtype,
     return result
 
 
-def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
-          in_place: bool = False, name: str | None = None, op: int | None = None,
-          average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
-          root_rank: int = 0, splits: Any = None,
-          process_set: ProcessSet = global_process_set) -> int:
-    """Submit one call of ``collective`` on ``tensors`` and return its integer handle (the
-    arguments of ``call``, passed on by position: keyword arguments cost on every call)."""
-    return _ops.register_handle(_call(
-        collective, tensors, grouped, what, None, in_place, name, None, op, average, prescale,
-        postscale, root_rank, splits, process_set,
-    ))
-
-
 def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
          prepare: Callable[[torch.Tensor, str], torch.Tensor] | None = None,
          in_place: bool = False, *, name: str | None = None, names: Sequence[str] | None = None,
          op: int | None = None, average: bool | None = None, prescale: float = 1.0,
          postscale: float = 1.0, root_rank: int = 0, splits: Any = None,
          process_set: ProcessSet = global_process_set) -> AsyncResult:
-    """Submit one call of ``collective`` on ``tensors`` (``what`` names it in errors).
+    """The torch frontend's one submission: ``collective`` on ``tensors`` (``what`` names the
+    call in errors), turned into the engine's request and its result turned back.
 
-    ``in_place`` operations write into the tensors themselves (``synchronize`` returns them),
-    the others into fresh copies; operations the engine allocates return new tensors. The
-    keyword arguments are those of ``hora.common.ops.enqueue``.
+    ``in_place`` operations write into the tensors themselves (``wait`` returns them), the
+    others into fresh copies; operations the engine allocates return new tensors. ``prepare``
+    replaces the default preparation of each tensor. The keyword arguments are those of
+    ``hora.common.ops.enqueue``.
     """
-    return _call(collective, tensors, grouped, what, prepare, in_place, name, names, op, average,
-                 prescale, postscale, root_rank, splits, process_set)
-
-
-def _call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
-          prepare: Callable[[torch.Tensor, str], torch.Tensor] | None, in_place: bool,
-          name: str | None, names: Sequence[str] | None, op: int | None,
-          average: bool | None, prescale: float, postscale: float, root_rank: int,
-          splits: Any, process_set: ProcessSet) -> AsyncResult:
-    """``call`` with every argument by position."""
-    tensors = list(tensors)
     spec = _ops.OPS[collective]
     if prepare is None:
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
-    bufs = [prepare(tensors[0], what)] if len(tensors) == 1 else [prepare(t, what) for t in tensors]
-    # Two frames certainly Hora's above the pipeline: this one and start() or call().
-    handles = _ops.enqueue_call(collective, bufs, name, names, grouped, op, average, prescale,
-                                postscale, root_rank, splits, process_set, 2)
+    if len(tensors) == 1:
+        bufs = [prepare(tensors[0], what)]
+        engine = [_engine_form(bufs[0])]
+    else:
+        tensors = list(tensors)
+        bufs = [prepare(t, what) for t in tensors]
+        engine = [_engine_form(b) for b in bufs]
+    # Frames certainly Hora's above the pipeline: this one.
+    handles = _ops.enqueue(collective, engine, name=name, names=names, grouped=grouped, op=op,
+                           average=average, prescale=prescale, postscale=postscale,
+                           root_rank=root_rank, splits=splits, process_set=process_set,
+                           hora_frames=1)
     if spec.in_place:
         # The result is known now: no closure to build per call.
         results = tensors if in_place else bufs
@@ -181,6 +165,18 @@ def _call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what:
         return outs if grouped else outs[0]
 
     return AsyncResult(handles, finish)
+
+
+def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,
+          in_place: bool = False, name: str | None = None, op: int | None = None,
+          average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
+          root_rank: int = 0, splits: Any = None,
+          process_set: ProcessSet = global_process_set) -> int:
+    """``call``, as Horovod's torch API returns it from ``*_async``: an integer handle."""
+    return _ops.register_handle(call(
+        collective, tensors, grouped, what, None, in_place, name=name, op=op, average=average,
+        prescale=prescale, postscale=postscale, root_rank=root_rank, splits=splits,
+        process_set=process_set))
 
 
 # ----------------------------------------------------------------------------------- allreduce
@@ -259,7 +255,8 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = 
 # ---------------------------------------------------------------------------- broadcast
 
 
-def _check_root(root_rank: Any) -> int:
+def root_rank_of(root_rank: Any) -> int:
+    """``root_rank`` as an int (Horovod's torch refuses anything else, bool included)."""
     if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)):
         raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
     return int(root_rank)
@@ -269,14 +266,14 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = Non
                     process_set: ProcessSet = global_process_set) -> int:
     """Start a broadcast of ``root_rank``'s tensor (a global rank) into a new tensor."""
     return start("broadcast", [tensor], False, "broadcast_async", name=name,
-                 root_rank=_check_root(root_rank), process_set=process_set)
+                 root_rank=root_rank_of(root_rank), process_set=process_set)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """Start an in-place broadcast: ``tensor`` receives ``root_rank``'s values."""
     return start("broadcast", [tensor], False, "broadcast_async_", in_place=True, name=name,
-                 root_rank=_check_root(root_rank), process_set=process_set)
+                 root_rank=root_rank_of(root_rank), process_set=process_set)
 
 
 # ----------------------------------------------------------------------------- alltoall

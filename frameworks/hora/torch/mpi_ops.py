@@ -16,6 +16,7 @@ from hora.common import api
 from hora.common import basics as _basics  # noqa: F401  (Horovod's name for this module)
 from hora.common.api import *
 from hora.common.process_sets import ProcessSet, global_process_set
+from hora.torch import _async_ops as _a
 from hora.torch._async_ops import (
     Average,
     SplitsLike,
@@ -67,8 +68,9 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = handle_average_backwards_compatibility(op, average)
     if compression is NoneCompressor and not _needs_graph([tensor]):
         # The common call, as short as it can be: a copy of the tensor reduced in place.
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor, process_set))
+        return _a.call("allreduce", [tensor], False, "allreduce_async", name=name, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       process_set=process_set).wait()
     return _compressed("allreduce", [tensor], False, compression, name=name, op=op,
                        prescale=prescale_factor, postscale=postscale_factor,
                        process_set=process_set)[0]
@@ -79,8 +81,9 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """In-place allreduce: ``tensor`` receives the result and is returned."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return _a.call("allreduce", [tensor], False, "allreduce_async_", None, True, name=name, op=op,
+                   average=average, prescale=prescale_factor, postscale=postscale_factor,
+                   process_set=process_set).wait()
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
@@ -115,8 +118,9 @@ def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
     """In-place grouped allreduce; returns the input tensors holding the results."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return _a.call("allreduce", tensors, True, "grouped_allreduce_async_", None, True,
+                   name=name, op=op, average=average, prescale=prescale_factor,
+                   postscale=postscale_factor, process_set=process_set).wait()
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
@@ -149,7 +153,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """In-place broadcast: ``tensor`` receives ``root_rank``'s values and is returned."""
-    return synchronize(broadcast_async_(tensor, root_rank, name=name, process_set=process_set))
+    return _a.call("broadcast", [tensor], False, "broadcast_async_", None, True, name=name,
+                   root_rank=_a.root_rank_of(root_rank), process_set=process_set).wait()
 
 
 def alltoall(tensor: torch.Tensor, splits: SplitsLike = None, name: str | None = None,

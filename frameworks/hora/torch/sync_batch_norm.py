@@ -16,7 +16,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from hora.common.basics import size
 from hora.common.process_sets import ProcessSet, global_process_set
-from hora.torch._async_ops import Sum, allreduce_async_, synchronize
+from hora.torch import _async_ops as _a
+from hora.torch._async_ops import Sum
 
 __all__ = ["SyncBatchNorm"]
 
@@ -28,7 +29,8 @@ def _channel_view(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
 
 def _sum_across(tensor: torch.Tensor, process_set: ProcessSet) -> torch.Tensor:
     buffer = tensor.contiguous()
-    return synchronize(allreduce_async_(buffer, op=Sum, process_set=process_set))
+    return _a.call("allreduce", [buffer], False, "allreduce_async_", None, True, op=Sum,
+                   process_set=process_set).wait()
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
