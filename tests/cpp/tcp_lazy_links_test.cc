@@ -92,6 +92,27 @@ TEST(TcpLazyLinks, ARingAllreduceOpensOnlyTheRingNeighbourLinks) {
   }
 }
 
+// Recursive doubling at 8 ranks: the partners r ^ 1, r ^ 2 and r ^ 4, log2 N links.
+TEST(TcpLazyLinks, ASmallAllreduceOpensOnlyTheRecursiveDoublingPartners) {
+  const int n = 8;
+  MemoryStore store;
+  std::vector<std::vector<int>> linked(n);
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+    std::vector<int32_t> buf(64, rank);
+    ASSERT_EQ(collectives::chooseAllreduce(buf.size() * 4, buf.size(), n),
+              collectives::AllreduceAlgorithm::RecursiveDoubling);
+    conn.world->allreduce(buf.data(), buf.size(), DataType::Int32, ReduceOp::Max);
+    if (buf[0] != n - 1) throw std::runtime_error("wrong maximum");
+    linked[rank] = linkedRanks(conn);
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> partners = {r ^ 1, r ^ 2, r ^ 4};
+    std::sort(partners.begin(), partners.end());
+    EXPECT_EQ(linked[r], partners) << "rank " << r << ": " << describe(linked[r]);
+  }
+}
+
 TEST(TcpLazyLinks, TheEagerMeshSettingConnectsEveryPairAtStart) {
   const int n = 4;
   MemoryStore store;

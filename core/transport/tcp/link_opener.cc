@@ -13,8 +13,9 @@ namespace tcp {
 namespace {
 
 // A dial that failed during the handshake (the peer's end closed it: the peer's set-up ended
-// while the handshake was under way) is tried again after 20 ms, backing off to 500 ms.
-constexpr Millis kFirstRetry{20};
+// while the handshake was under way, and the peer now serves its listener from its waits) is
+// tried again after 1 ms, backing off to 500 ms.
+constexpr Millis kFirstRetry{1};
 constexpr Millis kMaxRetry{500};
 // The accepting side starts checking on a dialer that has not come after this long, and then
 // checks this often: a peer busy elsewhere for a while is normal, a dead one must be found.

@@ -119,6 +119,8 @@ MeshSockets MeshBuilder::build() {
     if (now >= deadline_) timedOut();
     checkStore(now);
     pollAddresses(now);
+    // The last address read may be all that was missing.
+    if (complete()) break;
     startDue(now);
     fds.clear();
     // The listener sits at index 0, so attempt i is at fds[i + 1]; the loop below relies on that.
@@ -263,12 +265,14 @@ void MeshBuilder::resolveTargets() {
   for (int j = 0; j < o_.rank && eager_; ++j) addTarget(j, net::PeerKind::Data);
   if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
   std::vector<int> lower;
-  for (int j = 0; j < (eager_ ? o_.rank : std::min(o_.rank, 1)); ++j) lower.push_back(j);
+  for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
   std::vector<std::string> addresses =
-      // Only the targets' addresses are awaited here (eager: every lower rank; lazy: rank 0, the
-      // control target); a lazy set-up polls for the others (pollAddresses).
+      // The lower ranks' addresses are awaited here (rank 0's is among them when there is a
+      // control target); a lazy set-up reads the higher ones in its loop (pollAddresses), serving
+      // the listener meanwhile.
       awaitRanks(o_, store_, lower, addressKey, deadline_, "publish their address");
   for (size_t i = 0; i < lower.size(); ++i) mesh_.addresses[lower[i]] = addresses[i];
+  addressesRead_ = o_.rank + 1;  // the lower ranks' and this rank's own
   for (auto& t : targets_) {
     net::parseHostPort(addresses[t.rank], &t.host, &t.port);
     t.retryAt = Clock::now();
@@ -380,6 +384,9 @@ void MeshBuilder::finish(Attempt& a) {
   int rank = a.hs.peerRank();
   (a.hs.peerKind() == net::PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
   ++(a.hs.peerKind() == net::PeerKind::Data ? incomingData_ : incomingControl_);
+  // A rank that connected has published its address: look for it (and any other) now.
+  nextAddressPoll_ = Clock::now();
+  addressPoll_ = kFirstAddressPoll;
   HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank "
                        << rank << " ready");
 }
