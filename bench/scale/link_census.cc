@@ -184,12 +184,12 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
   if (ranksPerHost > 0 && n % ranksPerHost == 0 && n / ranksPerHost > 1) {
     // 1 KiB: recursive doubling across hosts; 1 MiB: the ring (integers) or the rank-ordered
     // allreduce (float Sum from 3 hosts on) for each 1/L slice.
-    out.push_back(hierarchical("hierarchical allreduce 1 KiB int32", n, ranksPerHost, 256,
-                               DataType::Int32));
+    out.push_back(
+        hierarchical("hierarchical allreduce 1 KiB int32", n, ranksPerHost, 256, DataType::Int32));
     out.push_back(hierarchical("hierarchical allreduce 1 MiB int32", n, ranksPerHost, 1 << 18,
                                DataType::Int32));
-    out.push_back(hierarchical("hierarchical allreduce 1 MiB float32 Sum", n, ranksPerHost,
-                               1 << 18, DataType::Float32));
+    out.push_back(hierarchical("hierarchical allreduce 1 MiB float32 Sum", n, ranksPerHost, 1 << 18,
+                               DataType::Float32));
   }
   return out;
 }

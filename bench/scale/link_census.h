@@ -19,8 +19,8 @@ constexpr int kCensusAllRanks = 512;
 struct LinkCensus {
   std::string algorithm;  // "allreduce ring", ...
   int ranks = 0;
-  int sampled = 0;      // ranks run
-  int maxPeers = 0;     // over the ranks run
+  int sampled = 0;   // ranks run
+  int maxPeers = 0;  // over the ranks run
   double meanPeers = 0;
   int rank0Peers = 0;
   // Hierarchical rows: peers on other hosts (TCP) and on this rank's host (shared memory when

@@ -25,7 +25,7 @@ struct RunOptions {
   SimConfig base;
   Fabric fabric;
   double intraAlpha = -1, intraBeta = -1;  // main.cc only
-  bool model = true;  // the allreduce model and the link census
+  bool model = true;                       // the allreduce model and the link census
   bool negotiation = true;
 };
 
