@@ -189,6 +189,10 @@ void LinkOpener::gone(int rank, const char* op, const std::string& detail) const
                 "; that rank exited or failed, see its logs");
 }
 
+void LinkOpener::hostUnreachable(int rank, const char* op) const {
+  throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+}
+
 // Moves this rank's dial on: a completed handshake adopts the link (or, for a check on a dialer,
 // which has no handshake to run, only proves the peer alive).
 void LinkOpener::progressOutgoing(Outgoing& out, int rank, const char* op,
@@ -196,7 +200,7 @@ void LinkOpener::progressOutgoing(Outgoing& out, int rank, const char* op,
   if (out.connecting) {
     int err = net::connectResult(out.sock.fd());
     if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-    if (isUnreachableError(err)) throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+    if (isUnreachableError(err)) hostUnreachable(rank, op);
     if (err != 0) gone(rank, op, std::strerror(err));
     out.connecting = false;
   }
@@ -212,14 +216,14 @@ void LinkOpener::progressOutgoing(Outgoing& out, int rank, const char* op,
       return;
     case net::HandshakeProgress::Failed: break;
   }
-  if (isUnreachableError(error)) throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+  if (isUnreachableError(error)) hostUnreachable(rank, op);
   if (rejected || out.hs.failureKind() == net::HandshakeFailure::WrongPeer) {
     throw IoError(me() + ": rank " + std::to_string(rank) + " at " + addresses_[rank] +
                   " refused the data link during " + op + ": " + why);
   }
   // The peer's end closed: tried again; a peer that is gone refuses the next attempt.
-  HORA_LOG(Debug, me() << ": opening the link to rank " << rank << " failed (" << why
-                       << "), retrying");
+  HORA_LOG(Debug,
+           me() << ": opening the link to rank " << rank << " failed (" << why << "), retrying");
   out.sock.reset();
   *retryAt = Clock::now() + *backoff;
   *backoff = std::min(*backoff * 2, kMaxRetry);
@@ -259,14 +263,14 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
       net::Socket s = net::startConnect(host, port, &pending, &err);
       if (!s.valid()) {
         if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-        if (isUnreachableError(err)) throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+        if (isUnreachableError(err)) hostUnreachable(rank, op);
         gone(rank, op, std::strerror(err));
       }
       // Keepalive: a host that dies while this rank waits for the handshake fails the socket.
       net::setKeepalive(s.fd(), std::max(Millis(1000), unreachableAfter_ - Millis(5000)),
                         Millis(1000), 5);
-      net::Handshake hs = dial ? net::Handshake::connector(secret_, net::PeerKind::Data, rank_, rank)
-                               : net::Handshake::connector(secret_, net::PeerKind::Data, rank_, -1);
+      // A check on the dialer never gets as far as the handshake.
+      net::Handshake hs = net::Handshake::connector(secret_, net::PeerKind::Data, rank_, rank);
       out = std::make_unique<Outgoing>(std::move(s), std::move(hs));
       out->connecting = pending;
       out->started = now;
@@ -277,7 +281,7 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
       nextAttempt = now + kCheckDialerEvery;
     }
     if (out && out->connecting && now - out->started >= unreachableAfter_) {
-      throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+      hostUnreachable(rank, op);
     }
     fds.clear();
     pollFds(fds);
@@ -303,7 +307,7 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
       } else {
         int err = net::connectResult(out->sock.fd());
         if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-        if (isUnreachableError(err)) throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
+        if (isUnreachableError(err)) hostUnreachable(rank, op);
         if (err == 0) out->connecting = false;
       }
     }

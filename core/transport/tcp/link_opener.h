@@ -48,9 +48,9 @@ class LinkOpener {
 
   // addresses: "host:port" of every rank's listener, by world rank. linked: the ranks already
   // connected (the eager mesh, HORA_TCP_EAGER_MESH).
-  LinkOpener(int rank, std::string secret, net::Socket listener,
-             std::vector<std::string> addresses, const std::vector<bool>& linked,
-             Millis unreachableAfter, Adopt adopt, Unreachable unreachable);
+  LinkOpener(int rank, std::string secret, net::Socket listener, std::vector<std::string> addresses,
+             const std::vector<bool>& linked, Millis unreachableAfter, Adopt adopt,
+             Unreachable unreachable);
   ~LinkOpener();
 
   int size() const { return static_cast<int>(addresses_.size()); }
@@ -83,6 +83,7 @@ class LinkOpener {
   void progressOutgoing(Outgoing& out, int rank, const char* op, Clock::time_point* retryAt,
                         Millis* backoff);
   [[noreturn]] void gone(int rank, const char* op, const std::string& detail) const;
+  [[noreturn]] void hostUnreachable(int rank, const char* op) const;
   std::string me() const { return "rank " + std::to_string(rank_); }
 
   int rank_;
