@@ -30,7 +30,8 @@ def established_connections() -> list[tuple[int, int]]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
-    found = []
+    # By inode: the kernel's table is read in pieces while it changes, so a line may repeat.
+    found = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         if not os.path.exists(table):
             continue
@@ -40,8 +41,8 @@ def established_connections() -> list[tuple[int, int]]:
                 if fields[9] in inodes and fields[3] == ESTABLISHED:
                     local = int(fields[1].rsplit(":", 1)[1], 16)
                     remote = int(fields[2].rsplit(":", 1)[1], 16)
-                    found.append((local, remote))
-    return found
+                    found[fields[9]] = (local, remote)
+    return list(found.values())
 
 
 def data_links() -> int:

@@ -25,7 +25,7 @@ constexpr Millis kStoreCheckInterval{500};
 // How often a lazy set-up looks for the addresses still missing, at first and at most: the ranks
 // publish within milliseconds of each other when they start together.
 constexpr Millis kFirstAddressPoll{5};
-constexpr Millis kMaxAddressPoll{200};
+constexpr Millis kMaxAddressPoll{50};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 
