@@ -308,7 +308,8 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
         int err = net::connectResult(out->sock.fd());
         if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
         if (isUnreachableError(err)) hostUnreachable(rank, op);
-        if (err == 0) out->connecting = false;
+        if (err != 0) gone(rank, op, std::strerror(err));
+        out->connecting = false;
       }
     }
   }

@@ -164,7 +164,12 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     }
     int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(until));
     if (rc < 0) return rc;
-    if (opener != nullptr) opener->service();
+    bool incoming = false;
+    for (size_t i = wanted; i < pollSet_.size(); ++i) incoming |= pollSet_[i].revents != 0;
+    // Served only when something arrived (or a handshake expired): spinning stays one poll(2).
+    if (opener != nullptr && (incoming || Clock::now() >= opener->nextExpiry())) {
+      opener->service();
+    }
     for (size_t i = 0; i < wanted; ++i) {
       if (pollSet_[i].revents != 0) return 1;
     }
