@@ -10,9 +10,9 @@
 // whose host stops answering fails the wait sooner, after unreachableAfter: keepalive fails the
 // socket, and a blocked wait checks each second that what it sent is acknowledged (TCP_INFO);
 // the error names the host's address and the ranks there. Once any collective fails,
-// markFailed() shuts every data socket down: the peers blocked on this rank see EOF at once
-// instead of waiting out their timeouts, and the communicators that share the sockets refuse
-// further work. Single-threaded.
+// markFailed() shuts every data socket down and closes the listener: the peers blocked on this
+// rank see EOF at once, and those opening a link to it a refusal, instead of waiting out their
+// timeouts; the communicators that share the sockets refuse further work. Single-threaded.
 #include <memory>
 #include <string>
 #include <vector>
