@@ -1,14 +1,18 @@
-"""Rank 0's negotiation cost and the allreduce algorithms at 8 to 4,096 ranks, from the scale
-simulator (bench/scale/: Hora's real coordinator, participant, queue, codec and fusion planner,
-N ranks in one process over an in-memory network; an alpha-beta model of the data plane).
+"""Rank 0's negotiation cost, the allreduce algorithms and the links each algorithm opens at 8 to
+4,096 ranks, from the scale simulator (bench/scale/: Hora's real coordinator, participant, queue,
+codec and fusion planner, N ranks in one process over an in-memory network; an alpha-beta model
+of the data plane; the real algorithms run one rank at a time to count the peers they use).
 
     python bench/scale.py [--ranks 8,16,...,4096] [--tensors 1,10,100,200,1000,10000]
         [--budget 4100000] [--thrash-budget 320000] [--label after|before] [--json PATH] [--no-plots]
+        [--model-only]
 
 Builds the simulator (-DHORA_BUILD_SCALE_SIM=ON in build/scale, or takes --binary), runs it,
 prints the tables and writes bench/results/scale.json. Rows of the other --label already in that
 file are kept, so the curve of the code before a change (run with --label before from a checkout
-of it, --binary naming its simulator) stays beside the current one. Plots go to docs/images/.
+of it, --binary naming its simulator) stays beside the current one. --model-only runs only the
+data-plane model and the link census, keeping every negotiation row of the file. Plots go to
+docs/images/.
 Negotiation CPU is measured (thread CPU time around the real calls); network times are modelled.
 """
 
@@ -54,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--commit", help=argparse.SUPPRESS)  # of the code a --raw file ran
     p.add_argument("--json", type=Path, help=json_help("scale", per_rank_count=False))
     p.add_argument("--no-plots", action="store_true", help="write no PNG")
+    p.add_argument("--model-only", action="store_true",
+                   help="rerun the model and the link census only; keep the negotiation rows")
     return p.parse_args(argv)
 
 
@@ -106,6 +112,12 @@ def model_rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
             for m in raw["model"]]
 
 
+def link_rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The link census: per N and algorithm, the peers a rank moves bytes with."""
+    return [{"implementation": "real algorithms, one rank at a time", "case": "links", **c}
+            for c in raw["links"]]
+
+
 def plot(doc: dict[str, Any], images: Path) -> None:
     """Negotiation CPU against N (before and after) and modelled allreduce time against size."""
     import matplotlib
@@ -153,14 +165,41 @@ def plot(doc: dict[str, Any], images: Path) -> None:
     fig.savefig(images / "scale-allreduce-model.png", dpi=110, metadata={"Software": None})
     plt.close(fig)
 
+    links = [r for r in doc["results"] if r["case"] == "links"]
+    if links:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ranks = sorted({r["ranks"] for r in links})
+        ax.plot(ranks, [n - 1 for n in ranks], "k:", label="full mesh (N - 1)")
+        colours = plt.get_cmap("tab20").colors
+        for i, name in enumerate(dict.fromkeys(r["algorithm"] for r in links)):
+            rows = [r for r in links if r["algorithm"] == name]
+            # Hierarchical: the links to other hosts (TCP; the host's own go through shared
+            # memory where its ranks can share it).
+            hier = rows[0]["max_cross_host_peers"] is not None
+            key = "max_cross_host_peers" if hier else "max_peers"
+            pts = sorted((r["ranks"], r[key]) for r in rows)
+            ax.plot(*zip(*pts), "--" if hier else "-", marker="o", markersize=3,
+                    color=colours[i % len(colours)],
+                    label=name + (" (to other hosts)" if hier else ""))
+        ax.set(xscale="log", yscale="log", xlabel="ranks",
+               ylabel="TCP links of the busiest rank",
+               title="Links a rank opens per algorithm (real code, counted)")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=6, ncol=2)
+        ax.grid(True, which="both", linewidth=0.3)
+        fig.tight_layout()
+        fig.savefig(images / "scale-links.png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     recorder = Recorder("scale")
     binary = args.binary or (None if args.raw else build())
+    raw: dict[str, Any] = {"negotiation": [], "skipped": []}
     if args.raw:
         raw = json.loads(args.raw.read_text())
-    else:
+    elif not args.model_only:
         assert binary is not None
         raw = simulate(binary, args, "--no-model")
     model = simulate(binary or build(), args, "--no-negotiation")
@@ -168,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     kept: list[dict[str, Any]] = []
     if path.exists():
         kept = [r for r in json.loads(path.read_text())["results"]
-                if r["case"] != "allreduce_model" and r["implementation"] != args.label]
-    results = [*kept, *negotiation_rows(raw, args.label), *model_rows(model)]
+                if r["case"] not in ("allreduce_model", "links")
+                and (args.model_only or r["implementation"] != args.label)]
+    results = [*kept, *negotiation_rows(raw, args.label), *model_rows(model), *link_rows(model)]
     settings = dict(model["settings"])
     settings["ranks"] = args.ranks
     settings["tensors"] = args.tensors
@@ -188,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     recorder.write(path, settings, results)
     if not args.no_plots:
         plot(doc, IMAGES)
-        print(f"plots: {IMAGES / 'scale-negotiation.png'}, {IMAGES / 'scale-allreduce-model.png'}")
+        print(f"plots: {IMAGES / 'scale-negotiation.png'}, {IMAGES / 'scale-allreduce-model.png'}, "
+              f"{IMAGES / 'scale-links.png'}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """Tables of the collective benchmarks (allreduce, mpi_allreduce, gather, call_overhead,
-wait_cpu): (caption, Markdown table lines) from a results file. Where a script prints a
+wait_cpu, tcp_links): (caption, Markdown table lines) from a results file. Where a script prints a
 Markdown table, its own function makes the table here too, so the two cannot differ."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import gather as gather_script
 import jax_allreduce as jax_allreduce_script
 import mpi_allreduce as mpi_allreduce_script
 import multihost as multihost_script
+import tcp_links as tcp_links_script
 from common.sizes import format_size
 from common.tables import markdown_table, time_cell
 
@@ -90,3 +91,15 @@ def wait_cpu(doc: dict[str, Any]) -> Table:
                "CPU time, time slices and sleeps (voluntary context switches).")
     return caption, markdown_table(header, table)
 
+
+def tcp_links(doc: dict[str, Any]) -> Table:
+    s = doc["settings"]
+    caption = (f"TCP data connections per rank and start-up time against N, {s['transport']}, "
+               "on one host over loopback: links opened on first use (lazy, the default) against "
+               "every pair connected at start (eager, `HORA_TCP_EAGER_MESH=1`). Connections: the "
+               "largest count over the ranks after each step (the store's and the control "
+               f"star's left out); init: the median over {s['repeats']} runs of the slowest "
+               "rank's `hora.init()`, and of the time from the last rank's call of it to the "
+               "last rank done (the set-up without the ranks' start skew). Times are noisy: "
+               "up to 16 ranks share 2 cores.")
+    return caption, tcp_links_script.table(doc["results"])

@@ -9,7 +9,7 @@ from common.results import load
 
 # Every benchmark script of bench/, in the order the documentation lists them.
 BENCHMARKS = ("allreduce", "mpi_allreduce", "gather", "jax_allreduce", "multihost",
-              "call_overhead", "wait_cpu", "torch_synthetic", "torch_ddp_backends", "torch_zero",
+              "call_overhead", "wait_cpu", "tcp_links", "torch_synthetic", "torch_ddp_backends", "torch_zero",
               "powersgd", "torch_import_cost", "tensorflow_synthetic", "clients", "scale")
 
 VERSION_NAMES = {"hora": "Hora", "python": "Python", "torch": "torch", "numpy": "NumPy",

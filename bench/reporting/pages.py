@@ -19,6 +19,7 @@ RENDERERS: dict[str, Renderer] = {
     "multihost": collectives.multihost,
     "call_overhead": collectives.call_overhead,
     "wait_cpu": collectives.wait_cpu,
+    "tcp_links": collectives.tcp_links,
     "torch_synthetic": training.torch_synthetic,
     "torch_ddp_backends": training.torch_ddp_backends,
     "torch_zero": training.torch_zero,

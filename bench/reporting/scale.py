@@ -1,6 +1,7 @@
 """The tables of the scale simulator's results (bench/scale.py): rank 0's negotiation CPU per
 step before and after the coordinator's changes, per N and T, the control plane's messages and
-bytes per rank, the state each rank holds, and the alpha-beta model of one allreduce."""
+bytes per rank, the state each rank holds, the alpha-beta model of one allreduce, and the links
+each algorithm opens."""
 
 from __future__ import annotations
 
@@ -135,6 +136,26 @@ def model_table(doc: dict[str, Any], ranks: int) -> list[str]:
     return markdown_table(header, table)
 
 
+def links_table(doc: dict[str, Any]) -> list[str]:
+    """Per algorithm, the TCP links of the busiest rank at each N of MODEL_RANKS (cross-host and
+    host links apart for the hierarchical rows), and the full mesh's N - 1."""
+    rows = [r for r in doc["results"] if r["case"] == "links"]
+    ranks = [n for n in MODEL_RANKS if any(r["ranks"] == n for r in rows)]
+    header = ["algorithm", *[f"N={n}" for n in ranks]]
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "-"
+        if r["max_cross_host_peers"] is None:
+            return str(r["max_peers"])
+        return f"{r['max_cross_host_peers']} + {r['max_host_peers']} on the host"
+
+    table = [[name, *[cell(find(rows, algorithm=name, ranks=n)) for n in ranks]]
+             for name in dict.fromkeys(r["algorithm"] for r in rows)]
+    table.append(["full mesh (before)", *[str(n - 1) for n in ranks]])
+    return markdown_table(header, table)
+
+
 def scale(doc: dict[str, Any]) -> tuple[str, list[str]]:
     """Every table of the scale simulator, each under its own caption."""
     s = doc["settings"]
@@ -159,6 +180,12 @@ def scale(doc: dict[str, Any]) -> tuple[str, list[str]]:
         if any(r["case"] == "allreduce_model" and r["ranks"] == n for r in doc["results"]):
             lines += ["", f"**Modelled allreduce, {n} ranks** ({model_caption(s)}):", "",
                       *model_table(doc, n)]
+    if any(r["case"] == "links" for r in doc["results"]):
+        links = ("**TCP links of the busiest rank per algorithm** (the real algorithm code run "
+                 "for each rank, or a sample of 256 and more above 512 ranks, against pipes that "
+                 "always move; hierarchical: links to other hosts + links on the host, "
+                 f"{s['ranks_per_host']} ranks per host):")
+        lines += ["", links, "", *links_table(doc)]
     caption = (f"The scale simulator (`bench/scale/`): Hora's real negotiation code for N ranks "
                f"in one process, {s['steps']} steps per cell (the first uncached, the median of "
                f"the others cached), each rank submitting its tensors in {s['chunks']} parts; "

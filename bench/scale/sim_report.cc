@@ -128,6 +128,22 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
       first = false;
     }
   }
+  // The links each algorithm opens, beside the model of its time (the data plane's two costs).
+  out << "],\n \"links\": [";
+  first = true;
+  for (int n : o.model ? o.ranks : std::vector<int>{}) {
+    for (const LinkCensus& c : linkCensus(n, f.ranksPerHost)) {
+      out << (first ? "\n  " : ",\n  ") << "{\"ranks\": " << n << ", \"algorithm\": \""
+          << c.algorithm << "\", \"sampled\": " << c.sampled << ", \"max_peers\": " << c.maxPeers
+          << ", \"mean_peers\": " << num(c.meanPeers) << ", \"rank0_peers\": " << c.rank0Peers
+          << ", \"max_cross_host_peers\": "
+          << (c.maxCrossHostPeers < 0 ? std::string("null") : std::to_string(c.maxCrossHostPeers))
+          << ", \"max_host_peers\": "
+          << (c.maxHostPeers < 0 ? std::string("null") : std::to_string(c.maxHostPeers)) << "}";
+      first = false;
+    }
+    progress("N=" + std::to_string(n) + ": link census done");
+  }
   out << "]}\n";
   return out.str();
 }

@@ -1,11 +1,13 @@
 #pragma once
 // The simulator's runs and their JSON: every (N, T, order) of RunOptions through NegotiationSim,
-// then the alpha-beta model of one allreduce for every N and size (allreduce_model.h).
+// then the alpha-beta model of one allreduce for every N and size (allreduce_model.h) and the
+// links each algorithm opens at every N (link_census.h).
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "bench/scale/allreduce_model.h"
+#include "bench/scale/link_census.h"
 #include "bench/scale/negotiation_sim.h"
 
 namespace hora {
@@ -23,7 +25,7 @@ struct RunOptions {
   SimConfig base;
   Fabric fabric;
   double intraAlpha = -1, intraBeta = -1;  // main.cc only
-  bool model = true;
+  bool model = true;                       // the allreduce model and the link census
   bool negotiation = true;
 };
 

@@ -62,6 +62,8 @@ constexpr EnvVarInfo kEnvVars[] = {
      "1 lets a job without a secret listen on a non-loopback address (trusted networks only)"},
     {"IFACE", "", "network interface whose address ranks listen on (and only there)"},
     {"CONTROLLER", "", "transport for negotiation: tcp (alias gloo) or mpi"},
+    {"TCP_EAGER_MESH", "0",
+     "1 connects every pair of ranks over TCP at start (default: each link on first use)"},
     {"SHM_DISABLE", "0",
      "1 keeps collectives on TCP when every rank runs on one host (default: shared memory)"},
     {"SHM_RING_BYTES", "524288",

@@ -296,5 +296,41 @@ void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::
   }
 }
 
+HandshakeProgress pumpHandshake(int fd, Handshake& hs, std::string* why, bool* rejected,
+                                int* error) {
+  *rejected = false;
+  *error = 0;
+  char buf[256];
+  for (;;) {
+    if (hs.outputPending() > 0) {
+      IoResult r = sendSome(fd, hs.outputData(), hs.outputPending());
+      if (r.status == IoStatus::WouldBlock) return HandshakeProgress::Running;
+      if (r.status != IoStatus::Ok) {
+        *why = describe(r) + " during the handshake";
+        *error = r.error;
+        return HandshakeProgress::Failed;
+      }
+      hs.outputSent(r.bytes);
+      continue;
+    }
+    if (hs.state() == Handshake::State::Failed) {
+      *why = hs.failure();
+      *rejected = hs.failureKind() == HandshakeFailure::BadProof ||
+                  hs.failureKind() == HandshakeFailure::Refused;
+      return HandshakeProgress::Failed;
+    }
+    if (hs.state() == Handshake::State::Done) return HandshakeProgress::Done;
+    // Never more than inputWanted(): the bytes after the handshake stay in the socket.
+    IoResult r = recvSome(fd, buf, std::min(sizeof(buf), hs.inputWanted()));
+    if (r.status == IoStatus::WouldBlock) return HandshakeProgress::Running;
+    if (r.status != IoStatus::Ok) {
+      *why = describe(r) + " during the handshake";
+      *error = r.error;
+      return HandshakeProgress::Failed;
+    }
+    hs.input(buf, r.bytes);
+  }
+}
+
 }  // namespace net
 }  // namespace hora

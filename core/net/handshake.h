@@ -100,6 +100,16 @@ class Handshake {
 // or TimeoutError.
 void runHandshake(int fd, Handshake& hs, Clock::time_point deadline, const std::string& what);
 
+// One non-blocking step of a handshake over a non-blocking socket, for event loops: sends what
+// is pending and reads what is wanted until the kernel would block. Running: poll for POLLOUT
+// when outputPending() > 0, else POLLIN, then call again. Done only once every byte of output
+// (the acceptor's Welcome) is sent. Failed: *why says why; *rejected is true when a side refused
+// the other (a bad proof, or a refused kind or rank), false when the connection closed or carried
+// bytes that are not a handshake. *error holds the errno of a closed or failed socket (0 else).
+enum class HandshakeProgress { Running, Done, Failed };
+HandshakeProgress pumpHandshake(int fd, Handshake& hs, std::string* why, bool* rejected,
+                                int* error);
+
 // Limits on connections that have not yet proved the job secret, applied by every listener (the
 // store server and the mesh set-up): at most kMaxPendingHandshakes at a time (a new one evicts the
 // oldest, so a stranger holding connections open cannot lock the ranks out) and each for at most

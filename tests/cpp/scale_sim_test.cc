@@ -1,10 +1,14 @@
-// The scale simulator (bench/scale/) at small N: its counts follow from the protocol and its
-// alpha-beta model from the closed forms of the algorithms.
+// The scale simulator (bench/scale/) at small N: its counts follow from the protocol, its
+// alpha-beta model from the closed forms of the algorithms, and its link census from the peers
+// each algorithm is written to use.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "bench/scale/allreduce_model.h"
+#include "bench/scale/link_census.h"
 #include "bench/scale/negotiation_sim.h"
 #include "core/common/bits.h"
 
@@ -172,6 +176,54 @@ TEST(ScaleSim, ReportsTheRealAlgorithmChoice) {
   EXPECT_EQ(realChoice(2, 1 << 20, 4, false), A::Ring);
   // Fewer elements than ranks: recursive doubling at any size.
   EXPECT_EQ(realChoice(4096, 4096 * 4 - 4, 4, false), A::RecursiveDoubling);
+}
+
+// Ring neighbours, log2 N partners, tree children, everyone: the census of the real code gives
+// the peer counts each algorithm's description promises, at a power of two and off it.
+TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
+  for (int n : {2, 3, 8, 12, 64, 1024}) {
+    std::map<std::string, LinkCensus> byName;
+    for (const LinkCensus& c : linkCensus(n, 4)) byName[c.algorithm] = c;
+    const int ceilLog2 = static_cast<int>(std::ceil(std::log2(n)));
+    const int floorLog2 = static_cast<int>(std::floor(std::log2(n)));
+    const bool power = (n & (n - 1)) == 0;
+    const std::string at = "n=" + std::to_string(n);
+    for (const char* ring : {"allreduce ring", "allgatherv ring", "reducescatter ring"}) {
+      EXPECT_EQ(byName[ring].maxPeers, std::min(2, n - 1)) << at << " " << ring;
+      EXPECT_EQ(byName[ring].meanPeers, std::min(2, n - 1)) << at << " " << ring;
+    }
+    EXPECT_EQ(byName["broadcast chain"].maxPeers, std::min(2, n - 1)) << at;
+    EXPECT_EQ(byName["broadcast chain"].rank0Peers, 1) << at;
+    // log2 N partners; off a power of two, the ranks that fold first also meet their partner.
+    EXPECT_EQ(byName["allreduce recursive doubling"].maxPeers, floorLog2 + (power ? 0 : 1)) << at;
+    EXPECT_EQ(byName["broadcast binomial tree"].rank0Peers, ceilLog2) << at;
+    // Bruck and dissemination: one peer each way per round.
+    EXPECT_LE(byName["allreduce gather-fold"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_GE(byName["allreduce gather-fold"].maxPeers, ceilLog2) << at;
+    EXPECT_LE(byName["barrier dissemination"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_EQ(byName["allreduce rank-ordered"].maxPeers, n - 1) << at;
+    EXPECT_EQ(byName["alltoallv pairwise"].maxPeers, n - 1) << at;
+    EXPECT_EQ(byName["alltoallv pairwise"].sampled, n <= kCensusAllRanks ? n : 258) << at;
+  }
+}
+
+// With 4 ranks per host: the host's ranks exchange slices with each other (L - 1 peers on the
+// host), and across hosts each rank meets the peers of the algorithm the table picks for its
+// slice among the H hosts: recursive doubling (log2 H), the ring (2), or for float Sum from 3
+// hosts on the rank-ordered allreduce (H - 1).
+TEST(ScaleSim, LinkCensusSplitsHierarchicalPeersByHost) {
+  const int n = 64, perHost = 4, hosts = n / perHost;
+  std::map<std::string, LinkCensus> byName;
+  for (const LinkCensus& c : linkCensus(n, perHost)) byName[c.algorithm] = c;
+  const LinkCensus& small = byName["hierarchical allreduce 1 KiB int32"];
+  EXPECT_EQ(small.maxHostPeers, perHost - 1);
+  EXPECT_EQ(small.maxCrossHostPeers, static_cast<int>(std::log2(hosts)));
+  EXPECT_EQ(small.maxPeers, perHost - 1 + static_cast<int>(std::log2(hosts)));
+  EXPECT_EQ(byName["hierarchical allreduce 1 MiB int32"].maxCrossHostPeers, 2);
+  EXPECT_EQ(byName["hierarchical allreduce 1 MiB float32 Sum"].maxCrossHostPeers, hosts - 1);
+  EXPECT_EQ(byName["allreduce ring"].maxCrossHostPeers, -1);
+  // One host: no hierarchical rows.
+  for (const LinkCensus& c : linkCensus(4, 4)) EXPECT_EQ(c.maxCrossHostPeers, -1) << c.algorithm;
 }
 
 }  // namespace

@@ -253,6 +253,7 @@ SMALLEST = {
     "gather": ["--np", "1", "--sizes", "4K", "--iters", "1", "--repeats", "1", "--no-peer"],
     "call_overhead": ["--calls", "5", "--repeats", "1"],
     "wait_cpu": ["--np", "1", "--calls", "10", "--steps", "1", "--cases", "4"],
+    "tcp_links": ["--ranks", "2", "--repeats", "1"],
     "torch_synthetic": ["--np", "1", "--num-iters", "1", "--num-batches-per-iter", "1",
                         "--num-warmup-batches", "1", "--repeats", "1", "--batch-size", "2",
                         "--bind-to", "none"],

@@ -24,6 +24,9 @@ class TcpCommunicator : public LinksCommunicator {
 
   std::string backendName() const override { return "tcp"; }
   std::unique_ptr<Communicator> subset(const std::vector<int>& ranks) override;
+  // The world ranks this process holds a data link with, shared by every view (links open on
+  // first use: link_opener.h). Same thread as the collectives.
+  std::vector<int> linkedRanks() const { return peers_->linkedRanks(); }
 
  protected:
   collectives::Links& links() override { return links_; }

@@ -26,14 +26,50 @@ void TcpPeerSockets::markFailed(const std::string& why) {
   // Shutdown rather than close: the descriptors stay valid for the communicators that share them,
   // while every peer sees EOF at once.
   for (auto& s : sockets) s.shutdownBoth();
+  // Peers opening a link to this rank are refused from now on, so they fail at once too.
+  if (opener) opener->close();
+}
+
+void TcpPeerSockets::adopt(int rank, net::Socket socket) {
+  // Keepalive probes unanswered for unreachableAfter fail the socket (control_channel.h).
+  net::setKeepalive(socket.fd(), keepaliveIdle, Millis(1000), 5);
+  std::string address = net::peerAddress(socket.fd());
+  if (!address.empty()) addresses[rank] = address;
+  sockets[rank] = std::move(socket);
+}
+
+std::vector<int> TcpPeerSockets::linkedRanks() const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < sockets.size(); ++r) {
+    if (sockets[r].valid()) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
+// Every rank reached at the same address is on that host.
+std::string TcpPeerSockets::unreachableText(int rank, const char* doing, const char* op) const {
+  const std::string address = rank < static_cast<int>(addresses.size()) ? addresses[rank] : "";
+  std::string ranks;
+  // Addresses hold the host only, not the port, so equal addresses mean the same host.
+  for (size_t r = 0; r < addresses.size() && !address.empty(); ++r) {
+    if (addresses[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return "the host of rank " + std::to_string(rank) +
+         (address.empty() ? "" : " (" + address + ")") + " is unreachable: no answer for " +
+         std::to_string(unreachableAfter.count() / 1000) + " s while " + doing + " during " + op +
+         (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
+         "; the host is down or the network to it is cut";
 }
 
 TcpLinks::TcpLinks(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank)
     : peers_(std::move(peers)), worldRanks_(std::move(worldRanks)), rank_(rank) {}
 
-int TcpLinks::fdOf(int peer) const {
+int TcpLinks::fdOf(int peer) {
   HORA_CHECK(peer >= 0 && peer < size() && peer != rank_, "bad peer " + std::to_string(peer));
-  return peers_->sockets[worldRanks_[peer]].fd();
+  net::Socket& s = peers_->sockets[worldRanks_[peer]];
+  // The first use of a link opens it; the op timeout bounds the wait for the peer to take part.
+  if (!s.valid()) peers_->opener->open(worldRanks_[peer], Clock::now() + peers_->opTimeout, op_);
+  return s.fd();
 }
 
 // A rank whose collective fails shuts all its sockets down, so a death cascades: the peer a rank
@@ -54,28 +90,16 @@ std::string TcpLinks::alsoClosed(int peer) const {
 }
 
 // The peer's host did not answer for unreachableAfter (keepalive failed the socket, or data sent
-// to it stayed unacknowledged). Every rank reached at the same address is on that host.
+// to it stayed unacknowledged).
 void TcpLinks::unreachable(int peer, const char* direction) const {
-  const int world = worldRanks_[peer];
-  const std::vector<std::string>& at = peers_->addresses;
-  const std::string address = world < static_cast<int>(at.size()) ? at[world] : "";
-  std::string ranks;
-  // Addresses hold the host only, not the port, so equal addresses mean the same host.
-  for (size_t r = 0; r < at.size() && !address.empty(); ++r) {
-    if (at[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  }
-  throw IoError("rank " + std::to_string(peers_->worldRank) + ": the host of rank " +
-                std::to_string(world) + (address.empty() ? "" : " (" + address + ")") +
-                " is unreachable: no answer for " +
-                std::to_string(peers_->unreachableAfter.count() / 1000) + " s while " + direction +
-                " during " + op_ + (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
-                "; the host is down or the network to it is cut");
+  throw IoError("rank " + std::to_string(peers_->worldRank) + ": " +
+                peers_->unreachableText(worldRanks_[peer], direction, op_));
 }
 
 // Data this rank sent that the peer's kernel has not acknowledged for unreachableAfter: its host
 // is down or cut off (keepalive, which covers the idle direction, stays silent while data is
 // unacknowledged). A peer that is alive but not reading still acknowledges (a zero window).
-void TcpLinks::checkAcknowledged(const Want* wants, size_t count) const {
+void TcpLinks::checkAcknowledged(const Want* wants, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     tcp_info info{};
     socklen_t length = sizeof(info);
@@ -128,10 +152,32 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     }
     if (!merged) pollSet_.push_back({fd, events, 0});
   }
+  const size_t wanted = pollSet_.size();
+  LinkOpener* opener = peers_->opener.get();
+  // Polls the wanted sockets and, behind them, the links other ranks are opening to this one;
+  // those are served here (a peer may be waiting for this rank to take its link) but end no wait.
+  auto pollOnce = [&](Clock::time_point until) {
+    pollSet_.resize(wanted);
+    if (opener != nullptr) {
+      opener->pollFds(pollSet_);
+      until = std::min(until, opener->nextExpiry());
+    }
+    int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(until));
+    if (rc < 0) return rc;
+    bool incoming = false;
+    for (size_t i = wanted; i < pollSet_.size(); ++i) incoming |= pollSet_[i].revents != 0;
+    // Served only when something arrived (or a handshake expired): spinning stays one poll(2).
+    if (opener != nullptr && (incoming || Clock::now() >= opener->nextExpiry())) {
+      opener->service();
+    }
+    for (size_t i = 0; i < wanted; ++i) {
+      if (pollSet_[i].revents != 0) return 1;
+    }
+    return 0;
+  };
   // Readiness, hang-up or error ends the wait: the next try call reports which. Poll without
   // sleeping first (core/common/spin.h); a failing poll(2) is reported by the blocking loop.
-  if (spinUntil(peers_->spin, [&] { return ::poll(pollSet_.data(), pollSet_.size(), 0) > 0; }))
-    return;
+  if (spinUntil(peers_->spin, [&] { return pollOnce(Clock::now()) > 0; })) return;
   // The op timeout counts from the start of this wait, so it bounds time without progress, not the
   // length of the whole collective.
   auto deadline = Clock::now() + peers_->opTimeout;
@@ -139,12 +185,13 @@ void TcpLinks::waitAny(const Want* wants, size_t count) {
     // Wake at least once a second to check acknowledgements: a dead host would otherwise only be
     // noticed at the op timeout while this rank has data in flight to it.
     auto tick = std::min(deadline, Clock::now() + kReachabilityCheck);
-    int rc = ::poll(pollSet_.data(), pollSet_.size(), net::pollTimeoutMs(tick));
+    int rc = pollOnce(tick);
     if (rc > 0) return;
     if (rc < 0 && errno != EINTR)
       throw IoError(std::string("poll failed: ") + std::strerror(errno));
-    if (rc == 0 && Clock::now() >= deadline) break;
-    if (rc == 0) checkAcknowledged(wants, count);
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    if (now >= tick) checkAcknowledged(wants, count);
   }
   std::string who;
   for (size_t i = 0; i < count; ++i) {

@@ -22,6 +22,10 @@ constexpr Millis kMaxRetry{500};
 // launcher that died), or rank 0 serving it that exits, ends the wait now instead of at the start
 // timeout.
 constexpr Millis kStoreCheckInterval{500};
+// How often a lazy set-up looks for the addresses still missing, at first and at most: the ranks
+// publish within milliseconds of each other when they start together.
+constexpr Millis kFirstAddressPoll{5};
+constexpr Millis kMaxAddressPoll{50};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 
@@ -57,10 +61,11 @@ struct Attempt {
 
 class MeshBuilder {
  public:
-  MeshBuilder(const ConnectOptions& options, Store& store)
-      : o_(options), store_(store), deadline_(Clock::now() + options.startTimeout) {
+  MeshBuilder(const ConnectOptions& options, Store& store, bool eager)
+      : o_(options), store_(store), eager_(eager), deadline_(Clock::now() + options.startTimeout) {
     mesh_.data.resize(o_.size);
     mesh_.control.resize(o_.size);
+    mesh_.addresses.resize(o_.size);
     claimedData_.assign(o_.size, false);
     claimedControl_.assign(o_.size, false);
   }
@@ -79,21 +84,26 @@ class MeshBuilder {
   void expirePending(Clock::time_point now);
   std::string validate(net::PeerKind kind, int rank);
   bool complete() const;
-  int expectedIncoming() const;
   std::vector<int> missingRanks(std::string* details = nullptr) const;
   [[noreturn]] void timedOut();
   void checkStore(Clock::time_point now);
+  void pollAddresses(Clock::time_point now);
+  bool addressesKnown() const { return eager_ || addressesRead_ == o_.size; }
+  std::string doing() const;
   std::string me() const { return "rank " + std::to_string(o_.rank); }
 
   const ConnectOptions& o_;
   Store& store_;
+  const bool eager_;
   Clock::time_point deadline_;
   net::Socket listener_;
   std::vector<Target> targets_;
   std::vector<std::unique_ptr<Attempt>> attempts_;
   std::vector<bool> claimedData_, claimedControl_;
-  int incomingDone_ = 0;
-  Clock::time_point nextStoreCheck_;
+  int incomingData_ = 0, incomingControl_ = 0;
+  int addressesRead_ = 0;  // ranks 0..addressesRead_-1 have their address in mesh_.addresses
+  Clock::time_point nextStoreCheck_, nextAddressPoll_;
+  Millis addressPoll_ = kFirstAddressPoll;
   MeshSockets mesh_;
 };
 
@@ -108,6 +118,9 @@ MeshSockets MeshBuilder::build() {
     auto now = Clock::now();
     if (now >= deadline_) timedOut();
     checkStore(now);
+    pollAddresses(now);
+    // The last address read may be all that was missing.
+    if (complete()) break;
     startDue(now);
     fds.clear();
     // The listener sits at index 0, so attempt i is at fds[i + 1]; the loop below relies on that.
@@ -127,6 +140,7 @@ MeshSockets MeshBuilder::build() {
     }
     for (const auto& a : attempts_) wake = std::min(wake, a->handshakeDeadline);
     wake = std::min(wake, nextStoreCheck_);
+    if (!addressesKnown()) wake = std::min(wake, nextAddressPoll_);
     int rc = ::poll(fds.data(), fds.size(), net::pollTimeoutMs(wake));
     // A signal interrupting poll() is not a failure; the loop simply goes round again.
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed during connection set-up");
@@ -158,8 +172,10 @@ MeshSockets MeshBuilder::build() {
                                    [](const std::unique_ptr<Attempt>& a) { return a->dead; }),
                     attempts_.end());
   }
-  // Unfinished incoming attempts (strangers that never completed the handshake) close here.
+  // Unfinished incoming attempts close here: strangers that never completed the handshake, or (lazy
+  // set-up) a peer opening its link early, whose dial is tried again (link_opener.h).
   attempts_.clear();
+  mesh_.listener = std::move(listener_);
   return std::move(mesh_);
 }
 
@@ -191,13 +207,34 @@ void MeshBuilder::expirePending(Clock::time_point now) {
   }
 }
 
+std::string MeshBuilder::doing() const {
+  return "waiting for rank(s) " + rankList(missingRanks()) + " to connect";
+}
+
 void MeshBuilder::checkStore(Clock::time_point now) {
   if (now < nextStoreCheck_) return;
   nextStoreCheck_ = now + kStoreCheckInterval;
-  std::string doing = "waiting for rank(s) " + rankList(missingRanks()) + " to connect";
   // The answer is ignored: only a store that no longer answers matters, and storeCall turns its
   // error into one naming the store's owner.
-  storeCall(o_, doing, [&] { return store_.check({addressKey(o_.rank)}); });
+  storeCall(o_, doing(), [&] { return store_.check({addressKey(o_.rank)}); });
+}
+
+// Lazy set-up: reads the addresses published so far, in rank order, without blocking, so that the
+// listener is served between looks (a stranger, or a peer opening its link early).
+void MeshBuilder::pollAddresses(Clock::time_point now) {
+  if (addressesKnown() || now < nextAddressPoll_) return;
+  const std::string waiting = doing();
+  while (addressesRead_ < o_.size) {
+    const int r = addressesRead_;
+    if (mesh_.addresses[r].empty()) {
+      if (!storeCall(o_, waiting, [&] { return store_.check({addressKey(r)}); })) break;
+      mesh_.addresses[r] =
+          storeCall(o_, waiting, [&] { return store_.get(addressKey(r), Millis(0)); });
+    }
+    ++addressesRead_;
+  }
+  addressPoll_ = std::min(addressPoll_ * 2, kMaxAddressPoll);
+  nextAddressPoll_ = now + addressPoll_;
 }
 
 void MeshBuilder::publish() {
@@ -213,6 +250,7 @@ void MeshBuilder::publish() {
   // Publishing only after the listener exists means a peer that reads the address can connect at
   // once.
   storeCall(o_, "publishing its address", [&] { store_.set(addressKey(o_.rank), address); });
+  mesh_.addresses[o_.rank] = address;
 }
 
 void MeshBuilder::resolveTargets() {
@@ -224,14 +262,17 @@ void MeshBuilder::resolveTargets() {
     targets_.push_back(t);
   };
   // The higher rank always connects, so each pair has exactly one data connection and no tie-break.
-  for (int j = 0; j < o_.rank; ++j) addTarget(j, net::PeerKind::Data);
+  for (int j = 0; j < o_.rank && eager_; ++j) addTarget(j, net::PeerKind::Data);
   if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
   std::vector<int> lower;
   for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
   std::vector<std::string> addresses =
-      // Only lower ranks' addresses are needed; rank 0 is always among them when there is a control
-      // target.
+      // The lower ranks' addresses are awaited here (rank 0's is among them when there is a
+      // control target); a lazy set-up reads the higher ones in its loop (pollAddresses), serving
+      // the listener meanwhile.
       awaitRanks(o_, store_, lower, addressKey, deadline_, "publish their address");
+  for (size_t i = 0; i < lower.size(); ++i) mesh_.addresses[lower[i]] = addresses[i];
+  addressesRead_ = o_.rank + 1;  // the lower ranks' and this rank's own
   for (auto& t : targets_) {
     net::parseHostPort(addresses[t.rank], &t.host, &t.port);
     t.retryAt = Clock::now();
@@ -342,7 +383,10 @@ void MeshBuilder::finish(Attempt& a) {
   }
   int rank = a.hs.peerRank();
   (a.hs.peerKind() == net::PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
-  ++incomingDone_;
+  ++(a.hs.peerKind() == net::PeerKind::Data ? incomingData_ : incomingControl_);
+  // A rank that connected has published its address: look for it (and any other) now.
+  nextAddressPoll_ = Clock::now();
+  addressPoll_ = kFirstAddressPoll;
   HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank "
                        << rank << " ready");
 }
@@ -374,16 +418,12 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
   HORA_LOG(Warning, me() << ": dropping connection from " << a.peer << ": " << why);
 }
 
-int MeshBuilder::expectedIncoming() const {
-  // Every higher rank opens a data connection here, and rank 0 also receives one control connection
-  // from every other rank.
-  int data = o_.size - 1 - o_.rank;
-  int control = o_.rank == 0 ? o_.size - 1 : 0;
-  return data + control;
-}
-
 bool MeshBuilder::complete() const {
-  if (incomingDone_ < expectedIncoming()) return false;
+  // Eager: every higher rank opens a data connection here. Rank 0 also receives one control
+  // connection from every other rank.
+  if (eager_ && incomingData_ < o_.size - 1 - o_.rank) return false;
+  if (incomingControl_ < (o_.rank == 0 ? o_.size - 1 : 0)) return false;
+  if (!addressesKnown()) return false;
   for (const auto& t : targets_) {
     if (!t.done) return false;
   }
@@ -404,8 +444,12 @@ std::vector<int> MeshBuilder::missingRanks(std::string* details) const {
                      " not made" +
                      (t.lastError.empty() ? "" : " (last error: " + t.lastError + ")"));
   }
-  for (int j = o_.rank + 1; j < o_.size; ++j) {
+  for (int j = o_.rank + 1; j < o_.size && eager_; ++j) {
     if (!mesh_.data[j].valid()) note(j, "no data connection from rank " + std::to_string(j));
+  }
+  for (int j = 0; j < o_.size && !eager_; ++j) {
+    if (mesh_.addresses[j].empty())
+      note(j, "rank " + std::to_string(j) + " has not published its address");
   }
   for (int j = 1; o_.rank == 0 && j < o_.size; ++j) {
     if (!mesh_.control[j].valid()) note(j, "no control connection from rank " + std::to_string(j));
@@ -425,8 +469,8 @@ void MeshBuilder::timedOut() {
 
 }  // namespace
 
-MeshSockets connectMesh(const ConnectOptions& options, Store& store) {
-  return MeshBuilder(options, store).build();
+MeshSockets connectMesh(const ConnectOptions& options, Store& store, bool eager) {
+  return MeshBuilder(options, store, eager).build();
 }
 
 }  // namespace tcp

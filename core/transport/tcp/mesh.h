@@ -1,10 +1,16 @@
 #pragma once
-// Mesh set-up: connects this rank to every other rank of the job before any collective runs.
+// Connection set-up of the TCP transport, before any collective runs.
 //
 //   1. Listen on an ephemeral port of the address this rank advertises (options.listenHost, see
 //      net::advertisedHost()), and only there; publish "addr/<rank>" = "host:port" in the store.
-//   2. Data plane: one connection per pair of ranks; the higher rank connects to the lower.
-//      Control plane: a star; every rank > 0 opens a second connection to rank 0.
+//   2. Control plane: a star; every rank > 0 opens a connection to rank 0 (so rank 0 holds N-1
+//      control connections, every other rank one).
+//      Data plane, eager (HORA_TCP_EAGER_MESH=1): one connection per pair of ranks; the higher
+//      rank connects to the lower. Lazy (the default): none here; set-up ends once every rank's
+//      address is read from the store (polled, so the listener is served meanwhile), and the
+//      links are opened on first use (link_opener.h) through the listener returned here. A data
+//      connection from a higher rank that already opens its link while this rank is still in
+//      set-up is taken as in the eager mesh.
 //   3. Every connection runs the handshake (handshake.h): both ends prove the job secret, and the
 //      connector states its rank and the connection kind. A connection that fails it, sends
 //      garbage, or claims a rank and kind already connected is dropped with a log line, and set-up
@@ -27,11 +33,13 @@ namespace hora {
 namespace tcp {
 
 struct MeshSockets {
-  std::vector<net::Socket> data;     // by world rank; invalid for this rank
-  std::vector<net::Socket> control;  // by world rank: rank 0 holds 1..N-1; others hold [0] only
+  std::vector<net::Socket> data;       // by world rank; invalid for this rank and links not made
+  std::vector<net::Socket> control;    // by world rank: rank 0 holds 1..N-1; others hold [0] only
+  net::Socket listener;                // where peers open their links (invalid for one rank)
+  std::vector<std::string> addresses;  // every rank's "host:port" ("" unread: eager mesh only)
 };
 
-MeshSockets connectMesh(const ConnectOptions& options, Store& store);
+MeshSockets connectMesh(const ConnectOptions& options, Store& store, bool eager);
 
 }  // namespace tcp
 }  // namespace hora

@@ -1,0 +1,282 @@
+// The TCP transport's links opened on first use (core/transport/tcp/link_opener.h): which links a
+// workload opens, that opening one keeps the handshake's rules, and that a peer that is gone or
+// never comes fails the rank waiting for its link within the documented bounds. Ranks are threads
+// of this process over a MemoryStore.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/collectives/algorithm_table.h"
+#include "core/common/errors.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
+#include "core/store/memory_store.h"
+#include "core/transport/tcp/communicator.h"
+#include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char kSecret[] = "tcp-lazy-links-test";
+
+Connection connect(Store& store, const ConnectOptions& o) {
+  return makeTransport("tcp")->connect(o, store);
+}
+
+std::vector<int> linkedRanks(Connection& c) {
+  auto* tcp = dynamic_cast<tcp::TcpCommunicator*>(c.world.get());
+  if (tcp == nullptr) throw std::runtime_error("the world is not a TCP communicator");
+  return tcp->linkedRanks();
+}
+
+std::string describe(const std::vector<int>& ranks) {
+  std::string text = "[";
+  for (int r : ranks) text += (text.size() > 1 ? ", " : "") + std::to_string(r);
+  return text + "]";
+}
+
+// The ring's neighbours of rank in a world of n, sorted.
+std::vector<int> ringNeighbours(int rank, int n) {
+  std::vector<int> v = {(rank + n - 1) % n, (rank + 1) % n};
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// An allreduce the table sends round the ring: integers (no rank order needed), at least the
+// ring's minimum size.
+void ringAllreduce(Communicator& c) {
+  const size_t count = collectives::kAllreduceRingMinBytes / sizeof(int32_t) * 2 + 3;
+  ASSERT_EQ(collectives::chooseAllreduce(count * 4, count, c.size()),
+            collectives::AllreduceAlgorithm::Ring);
+  std::vector<int32_t> buf(count, c.rank() + 1);
+  c.allreduce(buf.data(), count, DataType::Int32, ReduceOp::Sum);
+  const int32_t expected = c.size() * (c.size() + 1) / 2;
+  for (size_t i = 0; i < count; i += 997) {
+    if (buf[i] != expected) throw std::runtime_error("wrong sum at " + std::to_string(i));
+  }
+}
+
+TEST(TcpLazyLinks, ARingAllreduceOpensOnlyTheRingNeighbourLinks) {
+  for (int n : {4, 5, 8}) {
+    MemoryStore store;
+    std::vector<std::vector<int>> atStart(n), afterRing(n), afterSecond(n);
+    test::spawnRanks(n, [&](int rank) {
+      Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+      atStart[rank] = linkedRanks(conn);
+      ringAllreduce(*conn.world);
+      afterRing[rank] = linkedRanks(conn);
+      ringAllreduce(*conn.world);  // the links are reused, not opened again
+      afterSecond[rank] = linkedRanks(conn);
+    });
+    for (int r = 0; r < n; ++r) {
+      // A rank still in its set-up takes a link a faster peer already opens: never another one.
+      EXPECT_TRUE(std::includes(afterRing[r].begin(), afterRing[r].end(), atStart[r].begin(),
+                                atStart[r].end()))
+          << "n=" << n << " rank " << r << ": " << describe(atStart[r]);
+      EXPECT_EQ(afterRing[r], ringNeighbours(r, n))
+          << "n=" << n << " rank " << r << ": " << describe(afterRing[r]);
+      EXPECT_EQ(afterSecond[r], afterRing[r]) << "n=" << n << " rank " << r;
+    }
+  }
+}
+
+// Recursive doubling at 8 ranks: the partners r ^ 1, r ^ 2 and r ^ 4, log2 N links.
+TEST(TcpLazyLinks, ASmallAllreduceOpensOnlyTheRecursiveDoublingPartners) {
+  const int n = 8;
+  MemoryStore store;
+  std::vector<std::vector<int>> linked(n);
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+    std::vector<int32_t> buf(64, rank);
+    ASSERT_EQ(collectives::chooseAllreduce(buf.size() * 4, buf.size(), n),
+              collectives::AllreduceAlgorithm::RecursiveDoubling);
+    conn.world->allreduce(buf.data(), buf.size(), DataType::Int32, ReduceOp::Max);
+    if (buf[0] != n - 1) throw std::runtime_error("wrong maximum");
+    linked[rank] = linkedRanks(conn);
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> partners = {r ^ 1, r ^ 2, r ^ 4};
+    std::sort(partners.begin(), partners.end());
+    EXPECT_EQ(linked[r], partners) << "rank " << r << ": " << describe(linked[r]);
+  }
+}
+
+TEST(TcpLazyLinks, TheEagerMeshSettingConnectsEveryPairAtStart) {
+  const int n = 4;
+  MemoryStore store;
+  std::vector<std::vector<int>> atStart(n);
+  ::setenv("HORA_TCP_EAGER_MESH", "1", 1);
+  try {
+    test::spawnRanks(n, [&](int rank) {
+      Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+      atStart[rank] = linkedRanks(conn);
+      ringAllreduce(*conn.world);
+    });
+  } catch (...) {
+    ::unsetenv("HORA_TCP_EAGER_MESH");
+    throw;
+  }
+  ::unsetenv("HORA_TCP_EAGER_MESH");
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> others;
+    for (int j = 0; j < n; ++j) {
+      if (j != r) others.push_back(j);
+    }
+    EXPECT_EQ(atStart[r], others) << "rank " << r << ": " << describe(atStart[r]);
+  }
+}
+
+// After start-up the listener still takes only data links dialled by a higher rank that proves the
+// secret: a wrong secret, and a lower rank dialling, are refused, and the job goes on.
+TEST(TcpLazyLinks, LinksOpenedAfterStartKeepTheHandshakesRules) {
+  const int n = 3;
+  MemoryStore store;
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;  // 1: the ranks are connected; 2: the strangers are done
+  std::vector<std::string> outcomes;
+  std::thread stranger([&] {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait_for(lock, 10s, [&] { return phase == 1; });
+    }
+    std::string host;
+    int port = 0;
+    net::parseHostPort(store.get("addr/1", 5000ms), &host, &port);
+    auto deadline = Clock::now() + 5000ms;
+    auto attempt = [&](const std::string& secret, int claimedRank, const char* label) {
+      net::Socket s = net::connectWithRetry(host, port, deadline);
+      net::Handshake hs = net::Handshake::connector(secret, net::PeerKind::Data, claimedRank, 1);
+      try {
+        net::runHandshake(s.fd(), hs, deadline, "stranger");
+        outcomes.push_back(std::string(label) + " accepted");
+      } catch (const Error& e) {
+        outcomes.push_back(std::string(label) + " refused");
+      }
+    };
+    attempt("wrong", 2, "wrong secret");
+    attempt(kSecret, 0, "lower rank");
+    {
+      std::lock_guard<std::mutex> lock(m);
+      phase = 2;
+    }
+    cv.notify_all();
+  });
+  std::exception_ptr failure;
+  try {
+    test::spawnRanks(n, [&](int rank) {
+      Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+      if (rank == 1) {
+        {
+          std::lock_guard<std::mutex> lock(m);
+          phase = 1;
+        }
+        cv.notify_all();
+      }
+      // Rank 1 serves the strangers while it waits for the others' links.
+      if (rank != 1) {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait_for(lock, 10s, [&] { return phase == 2; });
+      }
+      ringAllreduce(*conn.world);
+    });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  stranger.join();
+  if (failure) std::rethrow_exception(failure);
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"wrong secret refused", "lower rank refused"}));
+}
+
+// A peer whose process is gone refuses connections: the rank that should dial it, and the rank
+// that waits for it to dial, both fail with IoError long before the op timeout.
+TEST(TcpLazyLinks, APeerGoneBeforeItsLinkExistsFailsTheOtherSideQuickly) {
+  for (int goneRank : {0, 1}) {  // rank 1 dials rank 0: the acceptor, then the dialer is gone
+    MemoryStore store;
+    std::mutex m;
+    std::condition_variable cv;
+    bool gone = false;
+    std::string message;
+    Clock::duration took{};
+    test::spawnRanks(2, [&](int rank) {
+      ConnectOptions o = test::loopbackOptions(rank, 2, kSecret);
+      o.opTimeout = 30000ms;  // far longer than the test may take
+      {
+        Connection conn = connect(store, o);
+        if (rank == goneRank) {
+          conn = Connection();  // closes its listener: the process is gone as far as TCP knows
+          std::lock_guard<std::mutex> lock(m);
+          gone = true;
+          cv.notify_all();
+          return;
+        }
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait_for(lock, 10s, [&] { return gone; });
+        lock.unlock();
+        float x = 1;
+        auto start = Clock::now();
+        try {
+          conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Sum);
+        } catch (const IoError& e) {
+          message = e.what();
+        }
+        took = Clock::now() - start;
+      }
+    });
+    EXPECT_NE(message.find("rank " + std::to_string(goneRank) + " at"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("exited or failed"), std::string::npos) << message;
+    EXPECT_LT(took, 10000ms) << "gone rank " << goneRank;  // generous; the op timeout is 30 s
+  }
+}
+
+// A peer that is alive but never reaches the collective: the wait for its link ends at the op
+// timeout, naming it.
+TEST(TcpLazyLinks, APeerThatNeverOpensItsLinkTimesOutNamingIt) {
+  MemoryStore store;
+  std::mutex m;
+  std::condition_variable cv;
+  bool connected = false, done = false;
+  std::string message;
+  test::spawnRanks(2, [&](int rank) {
+    ConnectOptions o = test::loopbackOptions(rank, 2, kSecret);
+    o.opTimeout = 300ms;
+    Connection conn = connect(store, o);
+    std::unique_lock<std::mutex> lock(m);
+    if (rank == 0) {  // alive, listening, but never joins
+      connected = true;
+      cv.notify_all();
+      cv.wait_for(lock, 10s, [&] { return done; });
+      return;
+    }
+    // Once rank 0's set-up is over, nothing takes the link rank 1 dials.
+    cv.wait_for(lock, 10s, [&] { return connected; });
+    lock.unlock();
+    float x = 1;
+    try {
+      conn.world->allreduce(&x, 1, DataType::Float32, ReduceOp::Sum);
+    } catch (const TimeoutError& e) {
+      message = e.what();
+    }
+    lock.lock();
+    done = true;
+    cv.notify_all();
+  });
+  EXPECT_NE(message.find("rank 1: rank 0 did not take the data link"), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace hora

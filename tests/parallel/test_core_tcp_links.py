@@ -1,0 +1,70 @@
+"""Over TCP, a rank holds data connections only to the peers its collectives used: after a
+workload of ring collectives, its two ring neighbours, not every other rank.
+
+Counted from the kernel's socket tables (/proc/self/fd, /proc/net/tcp): every established TCP
+connection of this process, less the rendezvous store's and the control star's (rank 0 holds one
+per other rank, the others one to rank 0). Runs in a process of its own (one file per horarun
+job), so no other test's collectives opened links first. Over shared memory it has nothing to
+count and is skipped (the same decision on every rank).
+"""
+
+from __future__ import annotations
+
+import os
+
+import hora
+import numpy as np
+import pytest
+from conftest import rank, size
+
+ESTABLISHED = "01"
+
+
+def established_connections() -> list[tuple[int, int]]:
+    """(local port, remote port) of every established TCP connection this process holds."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed since it was listed
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    # By inode: the kernel's table is read in pieces while it changes, so a line may repeat.
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes and fields[3] == ESTABLISHED:
+                    local = int(fields[1].rsplit(":", 1)[1], 16)
+                    remote = int(fields[2].rsplit(":", 1)[1], 16)
+                    found[fields[9]] = (local, remote)
+    return list(found.values())
+
+
+def data_links() -> int:
+    """Established connections that are neither the store's nor the control star's."""
+    store_port = int(os.environ.get("HORA_RENDEZVOUS_PORT", "0") or 0)
+    connections = [c for c in established_connections() if c[1] != store_port]
+    control = size() - 1 if rank() == 0 else 1
+    return len(connections) - control
+
+
+def test_a_ring_workload_opens_only_the_ring_neighbours_links() -> None:
+    if hora._core.transport_name() != "tcp":
+        pytest.skip("collectives run over TCP only with HORA_SHM_DISABLE=1 (or across hosts)")
+    n = size()
+    # Integer sums of at least 128 KiB and an allgather: both go round the ring.
+    count = max(1 << 16, n)
+    x = np.full(count, rank() + 1, dtype=np.int32)
+    total = hora.allreduce(x, op=hora.Sum, name="ring.allreduce")
+    assert int(np.asarray(total)[0]) == n * (n + 1) // 2
+    gathered = hora.allgather(np.full(3, rank(), dtype=np.int32), name="ring.allgather")
+    assert np.asarray(gathered).tolist() == [r for r in range(n) for _ in range(3)]
+    neighbours = len({(rank() - 1) % n, (rank() + 1) % n} - {rank()})
+    assert data_links() == neighbours, (
+        f"rank {rank()} of {n}: {data_links()} data connections after ring collectives, "
+        f"expected {neighbours} (its ring neighbours); connections: {established_connections()}")
