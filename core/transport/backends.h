@@ -36,7 +36,7 @@ BootstrappedStore bootstrapStoreOverMpi(const ConnectOptions& options);
 
 // Where a process sits in an MPI communicator (the communicator the engine will run on).
 struct MpiCommInfo {
-  int64_t commF = -1;  // Fortran handle of the communicator (MPI_Comm_c2f)
+  int64_t commF = kNoMpiComm;  // Fortran handle of the communicator (MPI_Comm_c2f)
   int rank = 0;
   int size = 1;
   int localRank = 0;  // among the members on this host (MPI_COMM_TYPE_SHARED)
@@ -46,8 +46,8 @@ struct MpiCommInfo {
 };
 
 // Describes the communicator whose Fortran handle is commF, the MPI_COMM_WORLD ranks listed in
-// worldRanks, or MPI_COMM_WORLD (commF < 0, worldRanks empty). Collective over it, bounded by
-// startTimeout (HORA_START_TIMEOUT).
+// worldRanks, or MPI_COMM_WORLD (commF == kNoMpiComm, worldRanks empty). Collective over it,
+// bounded by startTimeout (HORA_START_TIMEOUT).
 MpiCommInfo mpiCommInfo(int64_t commF, const std::vector<int>& worldRanks, Millis startTimeout);
 
 // True when MPI runs at MPI_THREAD_MULTIPLE.

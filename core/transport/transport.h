@@ -17,6 +17,11 @@
 
 namespace hora {
 
+// ConnectOptions::mpiComm when no communicator is given: MPI_COMM_WORLD. Every other value is a
+// Fortran handle (MPI_Comm_c2f), negative ones included: MPICH's handles of the communicators it
+// makes have the sign bit set (0x84000002), Open MPI's are small indices.
+constexpr int64_t kNoMpiComm = -1;
+
 struct ConnectOptions {
   int rank = 0;
   int size = 1;
@@ -32,7 +37,7 @@ struct ConnectOptions {
                                //      HORA_SHM_HOST_BY_NAME, see setup.h)
   bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
-                               //      run on; -1 = MPI_COMM_WORLD. Other transports ignore it.
+                               //      run on; kNoMpiComm = MPI_COMM_WORLD. Others ignore it.
   // Who serves the rendezvous store: a rank whose store fails names it (rendezvous_store.h).
   StoreOwner storeOwner = StoreOwner::Launcher;
 };

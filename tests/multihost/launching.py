@@ -34,9 +34,23 @@ def _hora_parent() -> str:
 
 
 HORA_PARENT = _hora_parent()
-# horarun tags each line of a rank "[r]<stdout>:". Open MPI's mpirun (horarun --mpi) tags each
-# piece a rank writes "[job,r]<stdout>:", so one line can hold several pieces, each tagged.
-_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
+# horarun tags each line of a rank "[r]<stdout>:". Under horarun --mpi: Open MPI 4's mpirun tags
+# each piece a rank writes "[job,r]<stdout>:", so one line can hold several pieces, each tagged;
+# Open MPI 5's tags whole lines "[job,r]<stdout>: " (the space is not the rank's); MPICH's tags
+# each piece "[r] ", on the stream the rank wrote it to.
+_LAUNCHER_TAG = re.compile(r"\[(?:\d+,)?(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:")
+_OPENMPI5_TAG = re.compile(r"\[\d+,(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>: ")
+_HYDRA_TAG = re.compile(r"\[(?P<rank>\d+)\] ")
+
+
+def _tag_of(output: str) -> re.Pattern:
+    """How the ranks' output of this job is tagged (see above)."""
+    after_job_tags = re.findall(r"\[\d+,\d+\]<(?:stdout|stderr)>:(.?)", output)
+    if after_job_tags:
+        return _OPENMPI5_TAG if set(after_job_tags) == {" "} else _LAUNCHER_TAG
+    if not _LAUNCHER_TAG.search(output) and re.search(r"^\[\d+\] ", output, re.MULTILINE):
+        return _HYDRA_TAG
+    return _LAUNCHER_TAG
 
 
 @dataclass
@@ -55,15 +69,17 @@ class Job:
     def rank_lines(self, rank: int, stream: str = "stdout") -> list[str]:
         """What rank ``rank`` printed on ``stream``, without the ``[r]<stream>:`` prefix."""
         text = self.stdout if stream == "stdout" else self.stderr
+        tag_pattern = _tag_of(self.output)
         found, pending = [], ""
         for line in text.splitlines():
-            tags = list(_TAG.finditer(line))
+            tags = list(tag_pattern.finditer(line))
             if not tags or tags[0].start() != 0:
                 continue
             mine = False  # whether the line's last piece is this rank's (its newline, then)
             for i, tag in enumerate(tags):
                 end = tags[i + 1].start() if i + 1 < len(tags) else len(line)
-                mine = int(tag.group(1)) == rank and tag.group(2) == stream
+                mine = (int(tag["rank"]) == rank and
+                        tag.groupdict().get("stream", stream) == stream)
                 if mine:
                     pending += line[tag.end():end]
             if mine:

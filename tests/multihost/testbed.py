@@ -11,7 +11,8 @@ beds never collide and a later run can tell a dead run's leftovers by their PID)
                           address in a UTS namespace of its own (host name hostA, hostB, ...)
     hrmh<PID>-<N>-l       the launcher's namespace: eth0 = 10.213.0.1/24 (or another name, e.g.
                           ``hrbr0``: launch nodes and hosts rarely share interface names);
-                          horarun runs here
+                          horarun runs here, under this machine's host name, which the bed
+                          resolves to that address (as it does the name ``launcher``)
 
 Nothing is created in the root namespace: every link is made inside the bed's namespaces, and the
 addresses exist only there. Names resolve inside the bed (not on this machine) through
@@ -41,6 +42,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -213,7 +215,13 @@ def _join(bed: TestBed, namespace: str, port: str, address: str, device: str = "
 
 
 def _write_hosts_files(bed: TestBed) -> None:
-    lines = ["127.0.0.1 localhost", f"{LAUNCHER_ADDRESS} launcher"]
+    # The launcher's namespace keeps this machine's host name (it has no UTS namespace of its own);
+    # like a launch node's name on a real network, it resolves to the launcher's address, which
+    # is how MPICH's proxies on the hosts reach mpirun.
+    launcher_names = ["launcher"]
+    if socket.gethostname() not in ("localhost", "launcher", *[h.hostname for h in bed.hosts]):
+        launcher_names.append(socket.gethostname())
+    lines = ["127.0.0.1 localhost", f"{LAUNCHER_ADDRESS} {' '.join(launcher_names)}"]
     lines += [f"{h.address} {h.hostname}" for h in bed.hosts]
     for ns in [bed.launcher_namespace] + [h.namespace for h in bed.hosts]:
         os.makedirs(os.path.join(NETNS_ETC, ns), exist_ok=True)

@@ -505,9 +505,29 @@ def test_mpirun_reaches_other_hosts_with_horaruns_ssh_options():
                                  ssh_options=options)
     at = argv.index("plm_rsh_args")
     assert argv[at - 1:at + 2] == ["--mca", "plm_rsh_args", " ".join(options)]
-    with pytest.raises(mpirun.MpiError, match="MPICH's mpirun takes no ssh options"):
+    assert mpirun.mpirun_env(mpirun.OPENMPI, options) == {}
+    # Hydra takes them from its environment, and launches over ssh even under a resource manager.
+    hydra = mpirun.mpirun_command(mpirun.MPICH, 2, slots.parse_hosts("h1:1,h2:1"), {}, ["t"],
+                                  ssh_options=options)
+    assert hydra[-3:] == ["-launcher", "ssh", "t"]
+    assert mpirun.mpirun_env(mpirun.MPICH, options) == {
+        "HYDRA_LAUNCHER_EXTRA_ARGS": " ".join(options)}
+    assert "-launcher" not in mpirun.mpirun_command(mpirun.MPICH, 2, slots.parse_hosts("h1:1"),
+                                                    {}, ["t"])
+    assert mpirun.mpirun_env(mpirun.MPICH, []) == {}
+
+
+def test_mpirun_refuses_ssh_options_that_hydra_would_split():
+    options = mpirun.ssh_options(launch.parse_args(["--mpi", "-i", "/my keys/k", "cmd"]))
+    with pytest.raises(mpirun.MpiError, match="splits the ssh options at spaces.*'/my keys/k'"):
         mpirun.mpirun_command(mpirun.MPICH, 2, slots.parse_hosts("h1:1,h2:1"), {}, ["t"],
                               ssh_options=options)
+    with pytest.raises(mpirun.MpiError, match="splits the ssh options at spaces"):
+        mpirun.mpirun_env(mpirun.MPICH, options)
+    # Open MPI takes them as one shell-quoted value.
+    argv = mpirun.mpirun_command(mpirun.OPENMPI, 2, slots.parse_hosts("h1:1"), {}, ["t"],
+                                 ssh_options=options)
+    assert argv[argv.index("plm_rsh_args") + 1].endswith("-i '/my keys/k'")
 
 
 def test_mpirun_rank_env():

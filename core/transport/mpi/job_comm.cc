@@ -1,7 +1,5 @@
 #include "core/transport/mpi/job_comm.h"
 
-#include <limits>
-
 #include "core/common/errors.h"
 
 namespace hora {
@@ -10,16 +8,9 @@ namespace mpi {
 JobComm jobComm(const ConnectOptions& options) {
   MpiContext& context = MpiContext::acquire();
   JobComm job{MPI_COMM_WORLD, "MPI_COMM_WORLD"};
-  if (options.mpiComm >= 0) {
-    if (options.mpiComm > std::numeric_limits<MPI_Fint>::max()) {
-      throw InvalidArgument("mpi transport: " + std::to_string(options.mpiComm) +
-                            " is not an MPI communicator handle");
-    }
-    job.comm = MPI_Comm_f2c(static_cast<MPI_Fint>(options.mpiComm));
+  if (options.mpiComm != kNoMpiComm) {
     job.what = "the communicator given to hora.init(comm=...)";
-    if (job.comm == MPI_COMM_NULL) {
-      throw InvalidArgument("mpi transport: " + job.what + " is MPI_COMM_NULL");
-    }
+    job.comm = commFromHandle(options.mpiComm, job.what);
   }
   int rank = 0, size = 1;
   checkMpi(MPI_Comm_rank(job.comm, &rank), "mpi transport: MPI_Comm_rank of " + job.what);

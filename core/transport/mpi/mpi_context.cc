@@ -84,6 +84,20 @@ void checkMpi(int rc, const std::string& what) {
   if (rc != MPI_SUCCESS) throw IoError(what + ": " + mpiErrorText(rc));
 }
 
+MPI_Comm commFromHandle(int64_t handle, const std::string& what) {
+  if (handle < std::numeric_limits<MPI_Fint>::min() ||
+      handle > std::numeric_limits<MPI_Fint>::max()) {
+    throw InvalidArgument("mpi: " + what + ": " + std::to_string(handle) +
+                          " is not an MPI communicator handle");
+  }
+  MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (comm == MPI_COMM_NULL) {
+    throw InvalidArgument("mpi: " + what +
+                          " is MPI_COMM_NULL (this process is not a member of it)");
+  }
+  return comm;
+}
+
 const char* threadLevelName(int level) {
   switch (level) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
@@ -239,21 +253,13 @@ MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks,
   MpiContext& context = MpiContext::acquire();
   MPI_Comm comm = MPI_COMM_WORLD;
   if (!worldRanks.empty()) {
-    if (commF >= 0)
+    if (commF != kNoMpiComm)
       throw InvalidArgument("mpi: give either a communicator or a list of ranks, not both");
     comm = context.worldSubset(worldRanks, startTimeout);
-  } else if (commF >= 0) {
-    if (commF > std::numeric_limits<MPI_Fint>::max()) {
-      throw InvalidArgument("mpi: " + std::to_string(commF) + " is not an MPI communicator handle");
-    }
+  } else if (commF != kNoMpiComm) {
     // Communicators arrive from Python as Fortran handles, plain integers that need no MPI types in
     // the bindings.
-    comm = MPI_Comm_f2c(static_cast<MPI_Fint>(commF));
-    if (comm == MPI_COMM_NULL) {
-      throw InvalidArgument(
-          "mpi: the communicator given to hora.init(comm=...) is MPI_COMM_NULL "
-          "(this process is not a member of it)");
-    }
+    comm = commFromHandle(commF, "the communicator given to hora.init(comm=...)");
     int inter = 0;
     checkMpi(MPI_Comm_test_inter(comm, &inter),
              "mpi: the communicator given to hora.init(comm=...)");

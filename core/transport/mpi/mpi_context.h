@@ -109,14 +109,18 @@ void checkMpi(int rc, const std::string& what);
 // be shared by a concurrent creation over another, overlapping group.
 int groupTag(const std::vector<int>& ranks);
 
+// The communicator whose Fortran handle is `handle` (not kNoMpiComm); `what` names it in the
+// InvalidArgument thrown for a value no MPI_Fint holds or for MPI_COMM_NULL.
+MPI_Comm commFromHandle(int64_t handle, const std::string& what);
+
 // Name of an MPI thread level ("MPI_THREAD_MULTIPLE", ...).
 const char* threadLevelName(int level);
 
 // Initialises MPI if needed and describes the communicator the engine should run on: the one
 // whose Fortran handle is commF (an mpi4py communicator's py2f()), the MPI_COMM_WORLD ranks
-// listed in worldRanks, or MPI_COMM_WORLD when commF < 0 and worldRanks is empty. Collective
-// over that communicator: a member that has not called it within startTimeout (> 0) aborts the
-// MPI job (mpi_wait.h).
+// listed in worldRanks, or MPI_COMM_WORLD when commF is kNoMpiComm and worldRanks is empty.
+// Collective over that communicator: a member that has not called it within startTimeout (> 0)
+// aborts the MPI job (mpi_wait.h).
 MpiCommInfo describeMpiComm(int64_t commF, const std::vector<int>& worldRanks, Millis startTimeout);
 
 }  // namespace mpi

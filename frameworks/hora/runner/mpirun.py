@@ -7,14 +7,17 @@ Open MPI::
 
 MPICH / Intel MPI (Hydra)::
 
-    mpirun -l -np N -hosts h1:2,h2:2 [-ppn SLOTS] -genv NAME VALUE ... [--mpi-args] command...
+    [HYDRA_LAUNCHER_EXTRA_ARGS="-p PORT -i KEY"] mpirun -l -np N -hosts h1:2,h2:2 [-ppn SLOTS]
+           [-launcher ssh] -genv NAME VALUE ... [--mpi-args] command...
 
 The binding flags are spelled with two dashes: Open MPI 4 takes both spellings, Open MPI 5's
 ``prterun`` only this one (it reads ``-bind-to none`` as a program named ``none``).
 
-horarun's ssh options (``-p``, ``-i``, ``--ssh-host-key-checking``) reach the ssh that Open MPI
-starts its daemons with on the other hosts; Hydra has no such option, so with MPICH they are
-refused (put them in ``~/.ssh/config`` instead).
+horarun's ssh options (``-p``, ``-i``, ``--ssh-host-key-checking``) reach the ssh that mpirun
+starts its daemons (Open MPI 4's orted, Open MPI 5's prted) or proxies (Hydra's
+hydra_pmi_proxy) with on the other hosts: Open MPI 4 and 5 both read them from the MCA parameter
+``plm_rsh_args``, Hydra from the variable ``HYDRA_LAUNCHER_EXTRA_ARGS``, which it splits at
+spaces (so an option holding a space cannot be passed that way).
 
 Open MPI's ``-x NAME`` takes the value from mpirun's own environment, so no value shows on the
 command line. Hydra forwards mpirun's whole environment by default, so the job secret is left to
@@ -92,7 +95,7 @@ def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
     that reaches the other hosts (``-p 2222 -i KEY``).
 
     Raises:
-        MpiError: ssh options with MPICH, which cannot take them.
+        MpiError: ssh options that MPICH cannot take (see :func:`mpirun_env`).
     """
     extra = shlex.split(mpi_args) if mpi_args else []
     if flavour == OPENMPI:
@@ -105,13 +108,14 @@ def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
         for name in env:
             argv += ["-x", name]
     elif flavour == MPICH:
-        if ssh_options:
-            raise MpiError(f"MPICH's mpirun takes no ssh options ({shlex.join(ssh_options)}); "
-                           "set them for these hosts in ~/.ssh/config instead")
         argv = [mpirun, "-l", "-np", str(num_proc), "-hosts", format_hosts(list(hosts))]
         counts = {h.slots for h in hosts}
         if len(counts) == 1:
             argv += ["-ppn", str(counts.pop())]
+        if ssh_options:
+            _hydra_ssh_args(ssh_options)
+            # Under a resource manager Hydra would launch with it instead of the ssh configured.
+            argv += ["-launcher", "ssh"]
         if binding_args:
             argv += shlex.split(binding_args)
         for name, value in env.items():
@@ -120,6 +124,27 @@ def mpirun_command(flavour: str, num_proc: int, hosts: Sequence[HostSlots],
     else:
         raise MpiError(f"unknown MPI flavour {flavour!r}")
     return argv + extra + list(command)
+
+
+def mpirun_env(flavour: str, ssh_options: Sequence[str] = ()) -> dict[str, str]:
+    """Variables for mpirun itself: with MPICH, the ssh options (Hydra reads them from
+    ``HYDRA_LAUNCHER_EXTRA_ARGS``; Open MPI takes them on its command line).
+
+    Raises:
+        MpiError: an ssh option holding whitespace, which Hydra would split.
+    """
+    if flavour == MPICH and ssh_options:
+        return {"HYDRA_LAUNCHER_EXTRA_ARGS": _hydra_ssh_args(ssh_options)}
+    return {}
+
+
+def _hydra_ssh_args(ssh_options: Sequence[str]) -> str:
+    """The ssh options as Hydra's one space-separated string."""
+    spaced = [o for o in ssh_options if not o or any(c.isspace() for c in o)]
+    if spaced:
+        raise MpiError(f"MPICH's mpirun splits the ssh options at spaces, so it cannot take "
+                       f"{shlex.join(spaced)}; set them for these hosts in ~/.ssh/config instead")
+    return " ".join(ssh_options)
 
 
 def exec_mpirun(argv: Sequence[str], env: Mapping[str, str]) -> None:
@@ -170,11 +195,14 @@ def run(args: argparse.Namespace, command: Sequence[str], hosts: Sequence[HostSl
         path = find_mpirun()
         flavour = detect_flavour(path)
         env = rank_env(args, hosts, os.environ)
+        ssh = ssh_options(args)
         argv = mpirun_command(flavour, num_proc, hosts, env, command, args.mpi_args,
-                              args.binding_args, mpirun=path, ssh_options=ssh_options(args))
+                              args.binding_args, mpirun=path, ssh_options=ssh)
+        own = mpirun_env(flavour, ssh)
         if args.verbose:
-            print(f"horarun: {shlex.join(argv)}", file=sys.stderr, flush=True)
-        exec_mpirun(argv, {**os.environ, **env})
+            shown = [f"{name}={shlex.quote(value)}" for name, value in own.items()]
+            print(f"horarun: {' '.join([*shown, shlex.join(argv)])}", file=sys.stderr, flush=True)
+        exec_mpirun(argv, {**os.environ, **env, **own})
     except MpiError as exc:
         print(f"horarun: error: {exc}", file=sys.stderr, flush=True)
     return 127
