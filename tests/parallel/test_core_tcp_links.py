@@ -65,6 +65,11 @@ def test_a_ring_workload_opens_only_the_ring_neighbours_links() -> None:
     gathered = hora.allgather(np.full(3, rank(), dtype=np.int32), name="ring.allgather")
     assert np.asarray(gathered).tolist() == [r for r in range(n) for _ in range(3)]
     neighbours = len({(rank() - 1) % n, (rank() + 1) % n} - {rank()})
-    assert data_links() == neighbours, (
-        f"rank {rank()} of {n}: {data_links()} data connections after ring collectives, "
-        f"expected {neighbours} (its ring neighbours); connections: {established_connections()}")
+    links, connections = data_links(), established_connections()
+    # Counted, every rank waits for the others to have counted too: a rank that returned would
+    # close its links, and a peer counting late would miss them (CLOSE_WAIT, not established).
+    # An allgather goes round the ring, so it opens no link of its own.
+    hora.allgather(np.zeros(1, dtype=np.int32), name="ring.counted")
+    assert links == neighbours, (
+        f"rank {rank()} of {n}: {links} data connections after ring collectives, "
+        f"expected {neighbours} (its ring neighbours); connections: {connections}")
