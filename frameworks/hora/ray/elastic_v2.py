@@ -191,6 +191,10 @@ class RayWorkerPool:
         while time.monotonic() < deadline and not all(w.ended for w in workers):
             time.sleep(0.05)
 
+    def enforce(self) -> None:
+        """Nothing to do: ``stop()`` waits for the ends it asked for (the driver calls this each
+        turn for pools whose stops do not wait)."""
+
     def close(self) -> None:
         """Stop every worker and the watcher."""
         self.stop([w for w in self.workers.values() if not w.ended])
