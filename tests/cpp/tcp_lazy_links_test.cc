@@ -278,5 +278,29 @@ TEST(TcpLazyLinks, APeerThatNeverOpensItsLinkTimesOutNamingIt) {
       << message;
 }
 
+// Rank 2 published its address and died before its control connection: only rank 0 waits for it
+// at start, yet rank 1 must fail naming rank 2 too (through rank 0's verdict), not rank 0.
+TEST(TcpLazyLinks, ARankThatDiesAfterPublishingItsAddressIsNamedByEveryRank) {
+  MemoryStore store;
+  store.set("addr/2", "127.0.0.1:1");  // nothing listens there
+  std::vector<std::string> messages(2);
+  test::spawnRanks(2, [&](int rank) {
+    ConnectOptions o = test::loopbackOptions(rank, 3, kSecret);
+    o.startTimeout = 1000ms;
+    try {
+      connect(store, o);
+    } catch (const TimeoutError& e) {
+      messages[rank] = e.what();
+    }
+  });
+  EXPECT_NE(messages[0].find("rank 0: timed out after 1000 ms connecting to rank(s) 2"),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[1].find("rank 1: rank 0 could not connect every rank: rank 0: timed out"),
+            std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[1].find("rank(s) 2"), std::string::npos) << messages[1];
+}
+
 }  // namespace
 }  // namespace hora

@@ -28,6 +28,13 @@ constexpr Millis kFirstAddressPoll{5};
 constexpr Millis kMaxAddressPoll{50};
 
 std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
+// Lazy set-up: rank 0's verdict once every control connection is in ("ok"), or why not ("!...").
+// The other ranks wait for it, because no other rank connects to them at start: without it, a
+// rank that died after publishing its address would fail only rank 0 here, and the rest later,
+// naming rank 0 (whose store ended with its process) instead of the rank that died.
+const char* const kStartedKey = "tcp/started";
+// How long past its own deadline a rank waits for rank 0's verdict (rank 0 may have started later).
+constexpr Millis kVerdictGrace{3000};
 
 // How an outgoing attempt failed: refused or reset connections are routine while peers start;
 // a handshake that rejected the secret or the rank is worth a warning.
@@ -74,6 +81,7 @@ class MeshBuilder {
 
  private:
   void publish();
+  void hearVerdict();
   void resolveTargets();
   void startDue(Clock::time_point now);
   void pump(Attempt& a);
@@ -175,8 +183,23 @@ MeshSockets MeshBuilder::build() {
   // Unfinished incoming attempts close here: strangers that never completed the handshake, or (lazy
   // set-up) a peer opening its link early, whose dial is tried again (link_opener.h).
   attempts_.clear();
+  if (!eager_) hearVerdict();
   mesh_.listener = std::move(listener_);
   return std::move(mesh_);
+}
+
+void MeshBuilder::hearVerdict() {
+  if (o_.rank == 0) {
+    storeCall(o_, "saying that every rank connected", [&] { store_.set(kStartedKey, "ok"); });
+    return;
+  }
+  auto key = [](int) { return std::string(kStartedKey); };
+  std::string verdict = awaitRanks(o_, store_, {0}, key, deadline_ + kVerdictGrace,
+                                   "confirm that every rank connected")
+                            .front();
+  if (!verdict.empty() && verdict[0] == '!') {
+    throw TimeoutError(me() + ": rank 0 could not connect every rank: " + verdict.substr(1));
+  }
 }
 
 // An incoming connection that has not yet proved the secret (the only kind a stranger can hold).
@@ -460,11 +483,18 @@ std::vector<int> MeshBuilder::missingRanks(std::string* details) const {
 void MeshBuilder::timedOut() {
   std::string details;
   std::vector<int> missing = missingRanks(&details);
-  throw TimeoutError(
-      me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
-      " ms connecting to rank(s) " + rankList(missing) + details +
-      " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if they are "
-      "slow)");
+  std::string why = me() + ": timed out after " + std::to_string(o_.startTimeout.count()) +
+                    " ms connecting to rank(s) " + rankList(missing) + details +
+                    " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if "
+                    "they are slow)";
+  if (o_.rank == 0 && !eager_) {
+    try {
+      store_.set(kStartedKey, "!" + why);  // the others wait for this verdict (hearVerdict)
+    } catch (const std::exception&) {
+      // The store failing too: the others learn it from the store, this rank from `why`.
+    }
+  }
+  throw TimeoutError(why);
 }
 
 }  // namespace
