@@ -45,10 +45,10 @@ def established_connections() -> list[tuple[int, int]]:
     return list(found.values())
 
 
-def data_links() -> int:
-    """Established connections that are neither the store's nor the control star's."""
+def data_links(connections: list[tuple[int, int]]) -> int:
+    """Of ``connections``, those that are neither the store's nor the control star's."""
     store_port = int(os.environ.get("HORA_RENDEZVOUS_PORT", "0") or 0)
-    connections = [c for c in established_connections() if c[1] != store_port]
+    connections = [c for c in connections if c[1] != store_port]
     control = size() - 1 if rank() == 0 else 1
     return len(connections) - control
 
@@ -65,7 +65,8 @@ def test_a_ring_workload_opens_only_the_ring_neighbours_links() -> None:
     gathered = hora.allgather(np.full(3, rank(), dtype=np.int32), name="ring.allgather")
     assert np.asarray(gathered).tolist() == [r for r in range(n) for _ in range(3)]
     neighbours = len({(rank() - 1) % n, (rank() + 1) % n} - {rank()})
-    links, connections = data_links(), established_connections()
+    connections = established_connections()  # read once: the count and the message agree
+    links = data_links(connections)
     # Counted, every rank waits for the others to have counted too: a rank that returned would
     # close its links, and a peer counting late would miss them (CLOSE_WAIT, not established).
     # An allgather goes round the ring, so it opens no link of its own.
