@@ -94,7 +94,7 @@
 #                    gpu,mpi,mpi-flavours,clients,ray,spark,jax,mxnet,tensorflow,docs,chaos,elastic,
 #                    multihost,fuzz,asan,tsan (default: the tier's)
 # Environment: PYTHON (default python3), HORA_RUN_TIMEOUT (seconds per run, default 900),
-#   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 25),
+#   HORA_BUILD_JOBS (default: number of cores), HORA_FUZZ_SECONDS (per fuzz target, default 15),
 #   HORA_FUZZ_CXX (clang++ for the fuzzers, default clang++-14 or clang++), HORA_CHAOS_COUNT
 #   (random fault scenarios, default 20, with --full 200), HORA_CHAOS_SEED.
 set -uo pipefail
@@ -829,7 +829,7 @@ fi
 
 if wants fuzz; then
   stage fuzz
-  FUZZ_SECONDS=${HORA_FUZZ_SECONDS:-25}
+  FUZZ_SECONDS=${HORA_FUZZ_SECONDS:-15}
   FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
   if [ -z "$FUZZ_CXX" ]; then
     run "fuzz: find clang++ (apt-get install clang-14)" false
