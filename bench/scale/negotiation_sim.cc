@@ -176,8 +176,13 @@ void NegotiationSim::cycle(StepStats* stats) {
 
 // What RuntimeImpl::applyBatch does with a batch, without running collectives.
 void NegotiationSim::apply(Rank& rank, const ResponseBatch& batch) {
+  // Every simulated tensor is in the global set.
+  std::vector<Response> hits =
+      rank.participant.rebuildHits(batch.responses, [](int32_t) { return true; });
   rank.participant.applyEvictions(batch.evictedSlots);
-  for (const Response& r : batch.responses) {
+  size_t hit = 0;
+  for (const Response& sent : batch.responses) {
+    const Response& r = sent.slotsOnly() ? hits[hit++] : sent;
     HORA_CHECK(r.kind == OpKind::Allreduce, std::string("scale simulator: unexpected response ") +
                                                 opKindName(r.kind) + ": " + r.errorMessage);
     for (size_t i = 0; i < r.names.size(); ++i) {

@@ -21,8 +21,13 @@ namespace {
 // Version 2: typed per-kind fields (element counts, gathered rows, splits matrix, process-set
 // change) instead of one overloaded size vector; the tuned fusion threshold in response batches.
 // Request version 4, response version 3: the heartbeat byte at the end of both.
+// Response version 4: each response starts with its form; a cache hit travels as its slots alone.
 constexpr uint8_t kRequestBatchVersion = 4;
-constexpr uint8_t kResponseBatchVersion = 3;
+constexpr uint8_t kResponseBatchVersion = 4;
+
+// How a response travels: in full, or (a cache hit) as the slots every rank rebuilds it from.
+enum class ResponseForm : uint8_t { Full = 0, CachedSlots = 1 };
+constexpr uint8_t kMaxResponseForm = static_cast<uint8_t>(ResponseForm::CachedSlots);
 
 // Strings in a vector take at least their u32 length each; bounds counts before allocating.
 constexpr size_t kMinStringBytes = 4;
@@ -97,7 +102,16 @@ Request readRequest(WireReader& rd) {
   return r;
 }
 
+// A cache hit's names and fields are in every rank's cache already: at thousands of ranks and
+// hundreds of tensors per step, repeating them was most of the bytes rank 0 sends.
 void writeResponse(WireWriter& w, const Response& r) {
+  if (r.cacheHit) {
+    w.u8(static_cast<uint8_t>(ResponseForm::CachedSlots));
+    w.i32(r.processSetId);
+    w.vec(r.cacheSlots);
+    return;
+  }
+  w.u8(static_cast<uint8_t>(ResponseForm::Full));
   w.u8(static_cast<uint8_t>(r.kind));
   writeStrings(w, r.names);
   w.i32(r.processSetId);
@@ -122,6 +136,16 @@ void writeResponse(WireWriter& w, const Response& r) {
 
 Response readResponse(WireReader& rd) {
   Response r;
+  auto form = checkedEnum<ResponseForm>(rd.u8(), kMaxResponseForm, "response form");
+  if (form == ResponseForm::CachedSlots) {
+    r.cacheHit = true;
+    r.processSetId = rd.i32();
+    r.cacheSlots = rd.vec<int32_t>();
+    failIfTruncated(rd);
+    if (r.cacheSlots.empty())
+      throw IoError("malformed negotiation message: a cache hit of no slot");
+    return r;
+  }
   r.kind = checkedEnum<OpKind>(rd.u8(), kMaxOpKind, "op kind");
   r.names = readStrings(rd);
   r.processSetId = rd.i32();
@@ -228,7 +252,15 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
   ResponseBatch b;
   b.sequence = rd.u64();
   b.evictedSlots = rd.vec<int32_t>();
-  static const size_t kMinResponseBytes = minEncodedBytes<Response>(writeResponse);
+  // The smaller of the two forms: a cache hit of one slot.
+  static const size_t kMinResponseBytes = [] {
+    Response hit;
+    hit.cacheHit = true;
+    hit.cacheSlots = {0};
+    WireWriter w;
+    writeResponse(w, hit);
+    return w.data().size();
+  }();
   uint32_t n = messageCount(rd, kMinResponseBytes, "responses");
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
   b.cycleTimeMs = rd.f64();

@@ -422,11 +422,13 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
     Response r = cache_.response(p.slot);
     cache_.touch(p.slot);
     r.cacheSlots = {p.slot};
+    r.cacheHit = true;
     if (someJoined) {
       if (r.kind != OpKind::Allreduce)
         return joinUnsupportedResponse(p.name, p.processSetId, r.kind);
       r.withJoinedRanks = true;
       r.cacheSlots = {-1};
+      r.cacheHit = false;
     }
     return r;
   }

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "core/common/bits.h"
+#include "core/common/errors.h"
+#include "core/fusion/fusion_planner.h"
 
 namespace hora {
 
@@ -52,6 +54,31 @@ void Participant::applyEvictions(const std::vector<int32_t>& slots) {
 void Participant::recordCached(int slot, const std::string& key, const Request& request,
                                const Response& response) {
   cache_.put(slot, key, request, response);
+}
+
+std::vector<Response> Participant::rebuildHits(
+    const std::vector<Response>& responses,
+    const std::function<bool(int32_t processSetId)>& member) const {
+  std::vector<Response> rebuilt;
+  std::vector<const Response*> members;
+  for (const Response& r : responses) {
+    if (!r.slotsOnly()) continue;
+    if (!member(r.processSetId)) {
+      rebuilt.push_back(r);
+      continue;
+    }
+    members.clear();
+    for (int32_t slot : r.cacheSlots) {
+      if (slot < 0 || static_cast<size_t>(slot) >= cache_.capacity() || !cache_.occupied(slot)) {
+        throw IoError("negotiation response names cache slot " + std::to_string(slot) +
+                      ", which this rank's cache does not hold: the ranks' caches are out of step");
+      }
+      members.push_back(&cache_.response(slot));
+    }
+    rebuilt.push_back(fuseInOrder(members));
+    rebuilt.back().cacheHit = true;
+  }
+  return rebuilt;
 }
 
 }  // namespace hora

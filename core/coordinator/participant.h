@@ -9,6 +9,7 @@
 //
 // Background thread only.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,13 @@ class Participant {
   // response: the single-tensor response of that slot (local_agreement.h runs it again).
   void recordCached(int slot, const std::string& key, const Request& request,
                     const Response& response);
+  // The responses of a decoded batch that arrived as slots alone (Response::slotsOnly()), rebuilt
+  // from this rank's cache, in their order. Call before the batch's evictions are applied: rank 0
+  // answered them from the cache as it was before this batch. A rank outside the response's
+  // process set (member() false) never cached its tensors: it gets the response as it came, with
+  // nothing to run. Throws IoError for a slot a member does not hold (the caches went out of step).
+  std::vector<Response> rebuildHits(const std::vector<Response>& responses,
+                                    const std::function<bool(int32_t processSetId)>& member) const;
   // The slot's key and single-tensor response (the slot is occupied).
   const std::string& cachedKey(int slot) const { return cache_.key(slot); }
   const Response& cachedResponse(int slot) const { return cache_.response(slot); }

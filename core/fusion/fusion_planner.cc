@@ -20,9 +20,16 @@ void append(Response& group, const Response& r) {
   group.gatheredRows.insert(group.gatheredRows.end(), r.gatheredRows.begin(), r.gatheredRows.end());
   group.rowElements.insert(group.rowElements.end(), r.rowElements.begin(), r.rowElements.end());
   group.cacheSlots.insert(group.cacheSlots.end(), r.cacheSlots.begin(), r.cacheSlots.end());
+  group.cacheHit = group.cacheHit && r.cacheHit;
 }
 
 }  // namespace
+
+Response fuseInOrder(const std::vector<const Response*>& members) {
+  Response fused = *members.front();
+  for (size_t i = 1; i < members.size(); ++i) append(fused, *members[i]);
+  return fused;
+}
 
 void singleResponseInto(const Response& fused, size_t i, int setSize, Response* out) {
   if (fused.names.size() == 1) {
@@ -41,6 +48,7 @@ void singleResponseInto(const Response& fused, size_t i, int setSize, Response* 
   r.postscale = fused.postscale;
   r.rootRank = fused.rootRank;
   r.withJoinedRanks = fused.withJoinedRanks;
+  r.cacheHit = fused.cacheHit;
   auto one = [i](auto& to, const auto& all, size_t per) {
     if (all.empty()) {
       to.clear();

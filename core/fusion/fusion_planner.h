@@ -22,6 +22,10 @@ Response singleResponse(const Response& fused, size_t i, int setSize);
 // The same, written into *out (whose storage it reuses: no allocation once it is large enough).
 void singleResponseInto(const Response& fused, size_t i, int setSize, Response* out);
 
+// The fused response of `members` (at least one, compatible), in their order: how a rank rebuilds
+// a fused cache hit that arrived as slots alone.
+Response fuseInOrder(const std::vector<const Response*>& members);
+
 std::vector<Response> planFusion(std::vector<Response> singles, int64_t threshold,
                                  const std::function<int(int processSetId)>& setSize);
 // The same plan for responses that stay where they are (cached ones): only the groups are new.

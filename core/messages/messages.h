@@ -110,6 +110,9 @@ struct Response {
   std::vector<int64_t> gatheredRows;   // allgather: dim0 of each set rank, names.size() x
                                        // setSize, tensor-major
   std::vector<int32_t> cacheSlots;     // >= 0 when every rank caches the tensor in that slot
+  // Every tensor's cached response holds as it is (every rank reported a cache hit): the wire then
+  // carries only cacheSlots, and each rank rebuilds the rest from its own cache (slotsOnly()).
+  bool cacheHit = false;
 
   std::vector<int64_t> splitsMatrix;  // alltoall (never fused): setSize x setSize rows,
                                       // row = sending set rank, column = receiving set rank
@@ -120,6 +123,8 @@ struct Response {
   std::string errorMessage;
 
   size_t tensorCount() const { return names.size(); }
+  // As decoded from the wire: a cache hit whose tensors are named by their slots alone.
+  bool slotsOnly() const { return cacheHit && names.empty(); }
 };
 
 }  // namespace hora

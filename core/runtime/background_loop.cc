@@ -222,9 +222,13 @@ void BackgroundLoop::applyBatch(const ResponseBatch& batch) {
     if (shutdown_.stopped()) return;
   }
   auto begin = Clock::now();
+  // Hits that arrived as slots alone name what the cache held before this batch's evictions.
+  std::vector<Response> hits = participant_.rebuildHits(
+      batch.responses, [this](int32_t set) { return p_.sets.setRank(set) >= 0; });
   agreement_.evicted(batch.evictedSlots);
   participant_.applyEvictions(batch.evictedSlots);
-  for (const auto& r : batch.responses) applier_.apply(r);
+  size_t hit = 0;
+  for (const auto& r : batch.responses) applier_.apply(r.slotsOnly() ? hits[hit++] : r);
   // No control message was read while the collectives ran: that time is nobody's silence.
   if (!batch.responses.empty()) {
     auto spent = Clock::now() - begin;

@@ -92,6 +92,52 @@ TEST(Codec, ResponseBatchRoundTrips) {
   EXPECT_EQ(d.fusionThreshold, 1 << 22);
 }
 
+// A cache hit travels as its slots alone; everything else about it is in every rank's cache.
+// A response with a new tensor among hits travels in full.
+TEST(Codec, CacheHitsTravelAsTheirSlotsAlone) {
+  Response hit;
+  hit.names = {"layer1.weight", "layer1.bias"};
+  hit.elementCounts = {1024, 32};
+  hit.cacheSlots = {4, 9};
+  hit.processSetId = 3;
+  hit.cacheHit = true;
+  Response mixed = hit;
+  mixed.cacheHit = false;
+  ResponseBatch b;
+  b.responses = {hit, mixed};
+  ResponseBatch d = decodeResponseBatch(encodeResponseBatch(b));
+  ASSERT_EQ(d.responses.size(), 2u);
+  EXPECT_TRUE(d.responses[0].slotsOnly());
+  EXPECT_TRUE(d.responses[0].names.empty());
+  EXPECT_TRUE(d.responses[0].elementCounts.empty());
+  EXPECT_EQ(d.responses[0].cacheSlots, hit.cacheSlots);
+  EXPECT_EQ(d.responses[0].processSetId, 3);
+  EXPECT_FALSE(d.responses[1].slotsOnly());
+  EXPECT_EQ(d.responses[1].names, mixed.names);
+  EXPECT_EQ(d.responses[1].elementCounts, mixed.elementCounts);
+  EXPECT_EQ(d.responses[1].cacheSlots, mixed.cacheSlots);
+  // A batch of the smallest hits (one slot each) decodes: the count bound allows for them.
+  ResponseBatch small;
+  hit.cacheSlots = {0};
+  small.responses.assign(5, hit);
+  EXPECT_EQ(decodeResponseBatch(encodeResponseBatch(small)).responses.size(), 5u);
+  // A hit of no slot, or a form this build does not know, is a malformed message.
+  ResponseBatch none;
+  hit.cacheSlots = {7};
+  none.responses = {hit};
+  std::string bytes = encodeResponseBatch(none);
+  std::string noSlot = bytes;
+  // version, sequence, evictions, count, form, process set
+  const size_t slotCount = 1 + 8 + 4 + 4 + 1 + 4;
+  ASSERT_EQ(static_cast<uint8_t>(noSlot[slotCount]), 1u);
+  noSlot[slotCount] = 0;
+  noSlot.erase(slotCount + 4, 4);
+  EXPECT_THROW(decodeResponseBatch(noSlot), IoError);
+  std::string unknownForm = bytes;
+  unknownForm[slotCount - 5] = 2;
+  EXPECT_THROW(decodeResponseBatch(unknownForm), IoError);
+}
+
 TEST(Codec, HeartbeatsRoundTripAndUnknownKindsAreRefused) {
   RequestBatch ping;
   ping.heartbeat = Heartbeat::Ping;

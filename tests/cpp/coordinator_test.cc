@@ -4,6 +4,8 @@
 #include <functional>
 #include <memory>
 
+#include "core/common/errors.h"
+#include "core/coordinator/codec.h"
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/participant.h"
 #include "core/coordinator/tensor_queue.h"
@@ -51,14 +53,22 @@ class Job {
     return b;
   }
 
-  // Coordinator answers; every rank applies the batch. Returns the responses.
+  // Coordinator answers; every rank applies the batch: rank 0 the batch it built, the others the
+  // batch as it arrives over the wire (cache hits as slots alone), as the background loop does.
+  // Returns rank 0's responses.
   std::vector<Response> answer() {
     ResponseBatch batch;
     if (!coordinator_->buildBatch(&batch)) return {};
+    lastSent_ = encodeResponseBatch(batch);
+    ResponseBatch arrived = decodeResponseBatch(lastSent_);
     for (size_t rank = 0; rank < queues_.size(); ++rank) {
       auto& p = *participants_[rank];
-      p.applyEvictions(batch.evictedSlots);
-      for (const auto& r : batch.responses) {
+      const ResponseBatch& b = rank == 0 ? batch : arrived;
+      std::vector<Response> hits = p.rebuildHits(b.responses, [](int32_t) { return true; });
+      p.applyEvictions(b.evictedSlots);
+      size_t hit = 0;
+      for (const auto& sent : b.responses) {
+        const Response& r = sent.slotsOnly() ? hits[hit++] : sent;
         for (size_t i = 0; i < r.names.size(); ++i) {
           auto key = tensorKey(r.processSetId, r.names[i]);
           auto e = queues_[rank]->remove(key);
@@ -81,8 +91,11 @@ class Job {
   }
 
   Coordinator& coordinator() { return *coordinator_; }
+  // The last batch answer() sent to the other ranks, encoded.
+  const std::string& lastSent() const { return lastSent_; }
 
  private:
+  std::string lastSent_;
   ProcessSetTable sets_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::unique_ptr<TensorQueue>> queues_;
@@ -145,6 +158,50 @@ TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
   EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{4}));
 }
 
+// A hit that arrived as slots alone is rebuilt from the rank's own cache, fused in the order of
+// its slots; a slot the rank does not hold means the caches went out of step, a protocol error.
+TEST(Participant, HitsArrivingAsSlotsAreRebuiltFromTheCache) {
+  Participant p(4);
+  for (int slot : {1, 2}) {
+    Response single;
+    single.names = {"t" + std::to_string(slot)};
+    single.elementCounts = {slot * 10};
+    single.cacheSlots = {slot};
+    Request request;
+    request.name = single.names[0];
+    p.recordCached(slot, tensorKey(0, request.name), request, single);
+  }
+  Response full;
+  full.names = {"other"};
+  Response hit;
+  hit.cacheHit = true;
+  hit.cacheSlots = {2, 1};
+  auto member = [](int32_t set) { return set == 0; };
+  std::vector<Response> rebuilt = p.rebuildHits({full, hit}, member);
+  ASSERT_EQ(rebuilt.size(), 1u) << "only the slots-only response is rebuilt";
+  EXPECT_EQ(rebuilt[0].names, (std::vector<std::string>{"t2", "t1"}));
+  EXPECT_EQ(rebuilt[0].elementCounts, (std::vector<int64_t>{20, 10}));
+  EXPECT_EQ(rebuilt[0].cacheSlots, (std::vector<int32_t>{2, 1}));
+  // Outside the response's process set, the rank holds none of its slots and runs nothing.
+  Response elsewhere = hit;
+  elsewhere.processSetId = 5;
+  elsewhere.cacheSlots = {3};
+  rebuilt = p.rebuildHits({elsewhere}, member);
+  ASSERT_EQ(rebuilt.size(), 1u);
+  EXPECT_TRUE(rebuilt[0].names.empty());
+  EXPECT_EQ(rebuilt[0].processSetId, 5);
+  for (int32_t bad : {3, 4, -1}) {
+    hit.cacheSlots = {1, bad};
+    try {
+      p.rebuildHits({hit}, member);
+      FAIL() << "rebuilt a hit of slot " << bad;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("cache slot " + std::to_string(bad)), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Coordinator, SecondStepTravelsAsCacheBits) {
   Job job(2, 16);
   for (int step = 0; step < 3; ++step) {
@@ -165,6 +222,40 @@ TEST(Coordinator, SecondStepTravelsAsCacheBits) {
     ASSERT_EQ(out.size(), 1u) << "a and b fuse";
     EXPECT_EQ(out[0].names.size(), 2u);
   }
+}
+
+// From the second step on, the response batch names its fused tensors by their cache slots: its
+// size does not depend on the names, however long (at thousands of ranks, repeating them was
+// most of what rank 0 sent per step).
+TEST(Coordinator, CachedResponsesTravelWithoutTheirNames) {
+  const std::string longName(2000, 'n');
+  Job job(3, 16);
+  for (int step = 0; step < 3; ++step) {
+    for (int r = 0; r < 3; ++r) {
+      job.enqueue(r, longName + "a", {4});
+      job.enqueue(r, longName + "b", {8});
+    }
+    for (int r = 0; r < 3; ++r) job.send(r);
+    auto out = job.answer();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].names.size(), 2u);
+    if (step == 0) {
+      EXPECT_GT(job.lastSent().size(), 2 * longName.size());
+    } else {
+      EXPECT_LT(job.lastSent().size(), 64u) << "step " << step << " repeated the names";
+    }
+  }
+  // A new tensor fused with cached ones: the fused response is no hit, and travels in full.
+  for (int r = 0; r < 3; ++r) {
+    job.enqueue(r, longName + "a", {4});
+    job.enqueue(r, "new", {2});
+  }
+  for (int r = 0; r < 3; ++r) job.send(r);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names.size(), 2u);
+  EXPECT_FALSE(out[0].cacheHit);
+  EXPECT_GT(job.lastSent().size(), longName.size());
 }
 
 // Cached reports are counted per rank (core/coordinator/cache_hits.h): with ranks in three words

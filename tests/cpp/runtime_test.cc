@@ -66,6 +66,34 @@ TEST(Runtime, FusedAllreduceOverSeveralSteps) {
       [](RuntimeOptions& o) { o.settings.fusionThreshold = 256; });
 }
 
+// With fewer cache slots than tensors per step, one response batch can answer a tensor from its
+// slot and evict that slot for another: the ranks must rebuild the hit (sent as its slot alone)
+// from their cache as it was before the batch. Through rank 0 (no local agreement).
+TEST(Runtime, ACacheSmallerThanAStepRebuildsHitsBeforeItsEvictions) {
+  const int n = 3, tensors = 10;
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        for (int step = 0; step < 12; ++step) {
+          std::vector<std::vector<float>> data;
+          std::vector<OpRequest> reqs;
+          for (int t = 0; t < tensors; ++t) data.emplace_back(static_cast<size_t>(t + 1), rank + t);
+          for (int t = 0; t < tensors; ++t) {
+            reqs.push_back(allreduceOf(data[t], "c" + std::to_string(t)));
+          }
+          for (auto& h : rt.enqueue(reqs)) waitOk(h);
+          for (int t = 0; t < tensors; ++t) {
+            ASSERT_EQ(data[t].back(), 0 + 1 + 2 + n * t) << "step " << step << " tensor " << t;
+          }
+        }
+      },
+      [](RuntimeOptions& o) {
+        o.settings.cacheCapacity = 4;
+        o.settings.fusionThreshold = 0;  // one response per tensor
+        o.settings.shmLocalAgreement = false;
+      });
+}
+
 // A barrier releases no rank before every rank entered it. Each rank marks its entry just before
 // submitting the barrier; the late rank of each round waits first, so a rank let through early
 // would find its mark missing. Only the order is asserted.

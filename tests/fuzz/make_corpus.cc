@@ -82,7 +82,12 @@ std::vector<hora::ResponseBatch> responseBatches() {
   error.names = {"bad"};
   error.errorCode = hora::ResponseError::Mismatch;
   error.errorMessage = "shapes differ";
-  fused.responses = {allreduce, allgather, error};
+  hora::Response hit;  // travels as its slots alone
+  hit.names = {"grad.2", "grad.3"};
+  hit.elementCounts = {8, 8};
+  hit.cacheSlots = {3, 4};
+  hit.cacheHit = true;
+  fused.responses = {allreduce, allgather, error, hit};
   fused.cycleTimeMs = 2.5;
   fused.fusionThreshold = 1 << 20;
   hora::ResponseBatch bye;
