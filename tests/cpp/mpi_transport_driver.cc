@@ -126,6 +126,26 @@ void testCollectives(Communicator& comm, const std::string& label, bool large, S
                label + " allreduce average refused");
 }
 
+// With a maxCount of 7, point-to-point transfers travel in pieces of 7 bytes. A peer that sends
+// 10 bytes where 12 are expected shortens the last piece (3 bytes for 5), which MPI completes
+// without error: the receiver must say so rather than return a buffer partly unwritten.
+void testShortPieceIsAnError(Communicator& comm, const std::string& label) {
+  std::vector<uint8_t> out(10, 1), in(12, 0);
+  if (gRank == 0) {
+    comm.sendRecv(1, out.data(), out.size(), 1, nullptr, 0);
+  } else if (gRank == 1) {
+    std::string message;
+    try {
+      comm.sendRecv(0, nullptr, 0, 0, in.data(), in.size());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    expect(
+        message.find("rank 0 sent a piece of 3 bytes where 5 were expected") != std::string::npos,
+        label + " sendrecv: a short piece is an error (got: '" + message + "')");
+  }
+}
+
 // Polls until `got` holds at least `count` messages; a job whose messages stop arriving fails
 // after a minute instead of hanging.
 void pollUntil(ControlChannel& ch, std::vector<ControlChannel::Message>& got, size_t count) {
@@ -401,6 +421,11 @@ void run() {
       testCollectives(*sub, label + "/parity" + std::to_string(gRank % 2), false, *marks.client);
     }
     expectThrows([&] { world.subset({gSize}); }, label + " subset outside");
+  }
+  if (gSize > 1) {
+    // On a communicator of its own: a failed call leaves its communicator unusable.
+    mpi::MpiCommunicator pieces(dupWorld(), gRank, 7, Millis(60000));
+    testShortPieceIsAnError(pieces, "MpiMax7");
   }
   MPI_Barrier(MPI_COMM_WORLD);  // rank 0's store outlives every rank's use of it
   {

@@ -154,6 +154,12 @@ MPI_Datatype MpiCommunicator::unitType(size_t unit) {
 
 void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& transfers) {
   std::vector<MPI_Request> requests;
+  // Per request: the peer a receive expects `bytes` from (-1: a send).
+  struct Expected {
+    int from;
+    int bytes;
+  };
+  std::vector<Expected> expected;
   auto waitAll = [&] {
     if (requests.empty()) return MPI_SUCCESS;
     return MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
@@ -179,6 +185,7 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
                   op, "MPI_Irecv");
           }
           requests.push_back(request);
+          expected.push_back({sending ? -1 : t.peer, n});
         }
       }
     }
@@ -189,8 +196,20 @@ void MpiCommunicator::exchange(const char* op, const std::vector<Transfer>& tran
     waitAll();
     throw;
   }
-  if (!requests.empty()) {
-    await(requests.data(), static_cast<int>(requests.size()), op, "MPI_Isend/MPI_Irecv");
+  if (requests.empty()) return;
+  std::vector<MPI_Status> statuses(requests.size());
+  await(requests.data(), static_cast<int>(requests.size()), op, "MPI_Isend/MPI_Irecv",
+        statuses.data());
+  // A shorter message completes a receive without error in MPI; only the count shows it.
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i].from < 0) continue;
+    int got = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+    if (got != expected[i].bytes) {
+      throw IoError(prefix(op) + "rank " + std::to_string(expected[i].from) + " sent a piece of " +
+                    std::to_string(got) + " bytes where " + std::to_string(expected[i].bytes) +
+                    " were expected: the ranks disagree on the sizes exchanged");
+    }
   }
 }
 
