@@ -7,9 +7,8 @@
 #include "core/common/spin.h"
 #include "core/coordinator/enqueue_checks.h"
 #include "core/runtime_impl.h"
+#include "core/transport/device_backend.h"
 #include "core/transport/hierarchical_communicator.h"
-#include "core/transport/nccl/communicator.h"
-#include "core/transport/nccl/gpu_checks.h"
 
 namespace hora {
 
@@ -74,13 +73,12 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     if (op.tensor.device.isCpu() || !isDataOp(op.request.kind)) {
       checkAndCompleteRequest(op, topology_.rank, sets_, links_.dataCapabilities);
     } else {
-      const gpu::GpuLibrary& lib = gpu::gpuLibrary();
       // Only the global set (never removed, so its communicator lives as long as the runtime)
       // runs hierarchically.
       Communicator* global = op.request.processSetId == 0 ? sets_.communicator(0) : nullptr;
-      gpu::checkGpuRequest(op, lib, gpuHierarchy(global) != nullptr);
       checkAndCompleteRequest(op, topology_.rank, sets_,
-                              gpu::NcclCommunicator::gpuCapabilities(lib));
+                              deviceBackendFor(op.tensor.device.kind).capabilities(),
+                              gpuHierarchy(global) != nullptr);
     }
     e.request = std::move(op.request);
     e.tensor = std::move(op.tensor);

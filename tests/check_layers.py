@@ -19,13 +19,15 @@ Fails (exit 1) on
 - an include from one backend into another (core/transport/tcp/x.h including core/transport/shm/...),
   whichever way: backends share code only through core/transport itself;
 - an ALLOWED_CYCLES entry that no longer occurs (remove it: the list only shrinks).
-- an include from the runtime (core/runtime*) into a CPU transport backend (tcp, shm, mpi): the
-  runtime reaches them only through core/transport's interfaces (Transport, Communicator,
-  ControlChannel). The NCCL backend is the GPU path's own (core/ops/gpu_executor.h), and the
-  runtime still checks GPU requests against it directly (RUNTIME_MAY_INCLUDE).
+- an include from the runtime (core/runtime*), the ops (core/ops) or the bindings (bindings/, whose
+  includes of core/ are read for this rule only) into any transport backend (tcp, shm, mpi,
+  nccl): they reach backends only through core/transport's interfaces (Transport, Communicator,
+  ControlChannel, DeviceBackend), unless ALLOWED_BACKEND_INCLUDES lists the file and backend;
+- an ALLOWED_BACKEND_INCLUDES entry that no longer occurs (the list only shrinks).
 
 Python standard library only. Usage: tests/check_layers.py [--root DIR] [--no-allow-list]
-(--root: the tree whose core/ is read, default this repository; --no-allow-list: no cycle allowed).
+(--root: the tree whose core/ and bindings/ are read, default this repository; --no-allow-list:
+no cycle and no backend include allowed).
 """
 
 from __future__ import annotations
@@ -52,13 +54,31 @@ ALLOWED_CYCLES: dict[tuple[str, ...], str] = {
 }
 
 
-# Backends the runtime may include directly (see the module doc).
-RUNTIME_MAY_INCLUDE = ("nccl",)
+# Layers that reach transport backends only through core/transport's interfaces.
+ABOVE_TRANSPORTS = ("core/runtime", "core/ops", "bindings")
+
+# Files of those layers that still include a backend, each with the backend and why it stays; the
+# runtime has none. An entry looks like
+#   ("core/ops/x.h", "core/transport/nccl"): "why it stays, and what would take it apart",
+ALLOWED_BACKEND_INCLUDES: dict[tuple[str, str], str] = {
+    ("core/ops/gpu_executor.h", "core/transport/nccl"):
+        "the GPU executor drives NCCL communicators, CUDA streams and events and the device "
+        "fusion buffer; a device communicator / buffer interface in core/transport would take "
+        "it apart",
+    ("bindings/gpu_intake.h", "core/transport/nccl"):
+        "the intake stream and ready event of a CUDA tensor are made with the CUDA runtime that "
+        "NCCL's library loads; the same device interface would take it apart",
+    ("bindings/register_runtime.cc", "core/transport/nccl"):
+        "nccl_built() and the launcher's report read the GPU library's state; the device "
+        "backend's capabilities could answer them",
+}
 
 
 def layer_of(path: str) -> str:
-    """The layer of a path below the repository root ("core/...")."""
+    """The layer of a path below the repository root ("core/...", or "bindings" for bindings/)."""
     parts = path.split("/")
+    if parts[0] != "core":
+        return parts[0]
     if len(parts) == 2:  # core/runtime_impl.h, core/config.h
         return "core/" + parts[1].split(".")[0].split("_")[0]
     return "/".join(parts[:2])
@@ -82,10 +102,10 @@ class Include:
         return f"{self.source}:{self.line} includes {self.target}"
 
 
-def read_includes(root: Path) -> list[Include]:
-    """Every core/ include of every source file under root/core, in path and line order."""
+def read_includes(root: Path, folder: str = "core") -> list[Include]:
+    """Every core/ include of every source file under root/folder, in path and line order."""
     found = []
-    for file in sorted((root / "core").rglob("*")):
+    for file in sorted((root / folder).rglob("*")):
         if not file.is_file() or file.suffix not in SOURCE_SUFFIXES:
             continue
         source = file.relative_to(root).as_posix()
@@ -144,19 +164,35 @@ def backend_crossings(includes: list[Include]) -> list[Include]:
     return out
 
 
-def runtime_reaches(includes: list[Include]) -> list[Include]:
-    """Includes from the runtime into a backend other than RUNTIME_MAY_INCLUDE's."""
-    out = []
-    for inc in includes:
-        backend = backend_of(inc.target)
-        if layer_of(inc.source) == "core/runtime" and backend is not None and \
-                backend.rsplit("/", 1)[1] not in RUNTIME_MAY_INCLUDE:
-            out.append(inc)
-    return out
+def backend_reaches(includes: list[Include]) -> list[Include]:
+    """Includes from a layer of ABOVE_TRANSPORTS into a transport backend."""
+    return [inc for inc in includes
+            if layer_of(inc.source) in ABOVE_TRANSPORTS and backend_of(inc.target) is not None]
 
 
-def check(root: Path, allowed: dict[tuple[str, ...], str]) -> list[str]:
-    """The problems of root's core/ ([] when its layering is clean)."""
+def reach_problems(includes: list[Include], allowed: dict[tuple[str, str], str]) -> list[str]:
+    """The backend includes of ABOVE_TRANSPORTS that `allowed` does not list, and its stale
+    entries."""
+    problems, seen = [], set()
+    for inc in backend_reaches(includes):
+        key = (inc.source, backend_of(inc.target) or "")
+        seen.add(key)
+        if key in allowed:
+            continue
+        layer = layer_of(inc.source)
+        who = "the runtime" if layer == "core/runtime" else layer
+        problems.append(f"{who} includes a transport backend ({key[1]}): {inc}; reach it "
+                        "through core/transport's interfaces")
+    for source, backend in sorted(set(allowed) - seen):
+        problems.append(f"allowed backend include {source} -> {backend} no longer occurs: remove "
+                        "it from ALLOWED_BACKEND_INCLUDES in tests/check_layers.py")
+    return problems
+
+
+def check(root: Path, allowed: dict[tuple[str, ...], str],
+          backend_allowed: dict[tuple[str, str], str] | None = None) -> list[str]:
+    """The problems of root's core/ and bindings/ ([] when their layering is clean);
+    `backend_allowed`: the backend includes allowed (none when not given)."""
     includes = read_includes(root)
     graph = layer_graph(includes)
     problems = []
@@ -172,28 +208,33 @@ def check(root: Path, allowed: dict[tuple[str, ...], str]) -> list[str]:
     for inc in backend_crossings(includes):
         problems.append(f"one transport backend includes another ({backend_of(inc.source)} -> "
                         f"{backend_of(inc.target)}): {inc}; share code through core/transport")
-    for inc in runtime_reaches(includes):
-        problems.append(f"the runtime includes a transport backend ({backend_of(inc.target)}): "
-                        f"{inc}; reach it through core/transport's interfaces")
+    bindings = read_includes(root, "bindings") if (root / "bindings").is_dir() else []
+    problems += reach_problems(includes + bindings, backend_allowed or {})
     if not problems:
         print(f"check_layers: {len(includes)} includes between {len(graph)} layers of core/, "
               f"no cycle outside the allow-list ({len(found)} allowed), no backend includes "
-              "another, the runtime reaches CPU backends through interfaces")
+              "another, the runtime, ops and bindings reach backends through interfaces "
+              f"({len(backend_allowed or {})} includes allowed)")
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Checks the layering of core/ (no cycle between "
-                                     "folders, no backend including another).")
+                                     "folders, no backend including another, none included "
+                                     "above the transports).")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                         help="the tree whose core/ is checked (default: this repository)")
     parser.add_argument("--no-allow-list", action="store_true",
-                        help="allow no cycle (ALLOWED_CYCLES is ignored)")
+                        help="allow no cycle and no backend include (ALLOWED_CYCLES and "
+                        "ALLOWED_BACKEND_INCLUDES are ignored)")
     args = parser.parse_args(argv)
     if not (args.root / "core").is_dir():
         print(f"check_layers: {args.root / 'core'} is not a directory", file=sys.stderr)
         return 2
-    problems = check(args.root, {} if args.no_allow_list else ALLOWED_CYCLES)
+    if args.no_allow_list:
+        problems = check(args.root, {})
+    else:
+        problems = check(args.root, ALLOWED_CYCLES, ALLOWED_BACKEND_INCLUDES)
     for problem in problems:
         print(f"check_layers: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -9,7 +9,8 @@
 # The stages:
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), the layer check (tests/check_layers.py: no
-#      include cycle between folders of core/, no backend including another), then C++ unit tests
+#      include cycle between folders of core/, no backend including another, none included by the
+#      runtime, core/ops or bindings/ outside its allow-list), then C++ unit tests
 #      (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over

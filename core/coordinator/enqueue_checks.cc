@@ -61,11 +61,47 @@ void checkAlltoallSplits(Request& r, const std::string& name, int64_t dim0, int 
   });
 }
 
+// A request on a device, against the limits of the backend that carries it (capabilities.h):
+// the path being on, the device existing, then what the backend cannot run (NotSupported).
+void checkDeviceLimits(const OpRequest& op, const Capabilities& device, bool hierarchical) {
+  const Request& r = op.request;
+  const TensorView& t = op.tensor;
+  auto what = [&] { return "tensor '" + r.name + "' is on " + t.device.name(); };
+  require(device.offReason.empty(),
+          [&] { return what() + ", but the GPU path of Hora is off: " + device.offReason; });
+  bool exists =
+      device.deviceCount < 0 || (t.device.index >= 0 && t.device.index < device.deviceCount);
+  require(exists, [&] {
+    return what() + ", but " + device.deviceRuntime + " reports " +
+           std::to_string(device.deviceCount) + " devices";
+  });
+  bool allreduces = r.kind == OpKind::Allreduce || r.kind == OpKind::Adasum;
+  bool adasum = r.kind == OpKind::Adasum || r.reduceOp == ReduceOp::Adasum;
+  if (allreduces && adasum && !device.adasum) {
+    throw NotSupported(what() + ": Adasum is not supported for GPU tensors; reduce a CPU copy");
+  }
+  bool reduces = r.kind == OpKind::Allreduce || r.kind == OpKind::Reducescatter;
+  if (reduces && !device.reducesDtype(t.dtype)) {
+    throw NotSupported(what() + ": " + device.reducer + " cannot reduce " + dtypeName(t.dtype) +
+                       " tensors: cast them to a type it reduces (" + device.reducibleHint +
+                       "), or reduce a CPU copy");
+  }
+  bool hierarchicalAllreduce = hierarchical && r.kind == OpKind::Allreduce;
+  bool scales = hierarchicalAllreduce ? device.scaleFactorsHierarchical : device.scaleFactors;
+  if (reduces && (r.prescale != 1.0 || r.postscale != 1.0) && !scales) {
+    throw NotSupported(what() +
+                       ": prescale and postscale factors are not supported for GPU "
+                       "tensors (except in the hierarchical allreduce); scale the tensor before "
+                       "or after the call");
+  }
+}
+
 }  // namespace
 
 void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets,
-                             const Capabilities& data) {
+                             const Capabilities& data, bool hierarchical) {
   Request& r = op.request;
+  if (!op.tensor.device.isCpu() && isDataOp(r.kind)) checkDeviceLimits(op, data, hierarchical);
   const std::string& name = r.name;
   require(!name.empty(), [&] { return "every tensor needs a name"; });
   require(static_cast<int>(r.reduceOp) <= static_cast<int>(ReduceOp::Product), [&] {

@@ -10,7 +10,15 @@
 // with the operation ("allreduce: ...") and naming the tensor. Errors: InvalidArgument (Python's
 // ValueError); InvalidCollectiveError where Horovod raises HorovodInternalError (a reducescatter
 // op other than Sum/Average, alltoall splits that do not fit the set or the tensor). `data` is
-// what the data transport's communicators run (Communicator::capabilities()).
+// what the backend that will carry the tensor runs: the data transport's communicators
+// (Communicator::capabilities()) for CPU tensors, the device backend's
+// (core/transport/device_backend.h) for tensors on a device.
+//
+// A tensor on a device is first checked against the device backend's limits, before anything
+// else: InvalidArgument when its path is off (naming why) or the device does not exist;
+// NotSupported for Adasum, for reductions of dtypes it cannot reduce, and for prescale/postscale
+// factors other than 1 where it does not scale (`hierarchical`: the request's process set runs
+// its allreduces hierarchically, which may scale where the flat path does not).
 #include "core/coordinator/process_set_table.h"
 #include "core/messages/messages.h"
 #include "core/transport/capabilities.h"
@@ -18,6 +26,6 @@
 namespace hora {
 
 void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable& sets,
-                             const Capabilities& data);
+                             const Capabilities& data, bool hierarchical = false);
 
 }  // namespace hora

@@ -1,6 +1,7 @@
 // The op families on device memory, enqueued on the engine's stream of the device. Reductions
 // run in NCCL (Average as ncclAvg); scale factors other than 1 are refused at enqueue
-// (core/transport/nccl/gpu_checks.h), so nothing here needs a kernel of its own.
+// (the device limits in the GPU backend's capabilities, core/coordinator/enqueue_checks.cc), so
+// nothing here needs a kernel of its own.
 #include <algorithm>
 
 #include "core/common/errors.h"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/common/errors.h"
@@ -95,6 +96,85 @@ TEST(Capabilities, EnqueueRefusesADeviceTheTransportDoesNotTake) {
   OpRequest onGpuAgain = requestOn(Device::cuda(1), v);
   checkAndCompleteRequest(onGpuAgain, 0, sets, withCuda);
   EXPECT_EQ(onGpuAgain.request.device, 1);
+}
+
+// Limits as the GPU backend states them, with texts of its own so the test sees them used.
+Capabilities deviceLimits() {
+  Capabilities c;
+  c.hostMemory = false;
+  c.cudaMemory = true;
+  c.deviceCount = 2;
+  c.adasum = false;
+  c.scaleFactors = false;
+  c.scaleFactorsHierarchical = true;
+  c.reducibleDtypes.reset();
+  c.reducibleDtypes.set(static_cast<size_t>(DataType::Float32));
+  c.reducer = "Reducer (1.2)";
+  c.reducibleHint = "float32 only";
+  return c;
+}
+
+// The message of what `op` throws as E, or "" when it throws nothing (other types propagate).
+template <typename E>
+std::string refusal(OpRequest op, const Capabilities& caps, bool hierarchical = false) {
+  ProcessSetTable sets(0);
+  sets.add(0, {0}, nullptr);
+  try {
+    checkAndCompleteRequest(op, 0, sets, caps, hierarchical);
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Capabilities, EnqueueRefusesWhatTheDeviceBackendCannotRun) {
+  std::vector<float> v(4, 1.0f);
+  const Capabilities caps = deviceLimits();
+  EXPECT_EQ(refusal<InvalidArgument>(requestOn(Device::cuda(1), v), caps), "");
+
+  Capabilities off = caps;
+  off.offReason = "no usable device";
+  EXPECT_EQ(refusal<InvalidArgument>(requestOn(Device::cuda(1), v), off),
+            "tensor 't' is on GPU 1, but the GPU path of Hora is off: no usable device");
+  EXPECT_EQ(refusal<InvalidArgument>(requestOn(Device::cuda(2), v), caps),
+            "tensor 't' is on GPU 2, but CUDA reports 2 devices");
+
+  OpRequest adasum = requestOn(Device::cuda(0), v);
+  adasum.request.reduceOp = ReduceOp::Adasum;
+  EXPECT_EQ(refusal<NotSupported>(adasum, caps),
+            "tensor 't' is on GPU 0: Adasum is not supported for GPU tensors; reduce a CPU copy");
+
+  std::vector<int16_t> shorts(4, 1);
+  OpRequest int16 = requestOn(Device::cuda(0), v);
+  int16.tensor.data = shorts.data();
+  int16.tensor.dtype = DataType::Int16;
+  EXPECT_EQ(refusal<NotSupported>(int16, caps),
+            "tensor 't' is on GPU 0: Reducer (1.2) cannot reduce int16 tensors: cast them to a "
+            "type it reduces (float32 only), or reduce a CPU copy");
+  int16.request.kind = OpKind::Allgather;  // moves bytes: no reduction, no limit
+  EXPECT_EQ(refusal<NotSupported>(int16, caps), "");
+}
+
+TEST(Capabilities, EnqueueRefusesDeviceScaleFactorsOutsideTheHierarchicalAllreduce) {
+  std::vector<float> v(4, 1.0f);
+  const Capabilities caps = deviceLimits();
+  OpRequest scaled = requestOn(Device::cuda(0), v);
+  scaled.request.postscale = 0.5;
+  const std::string refused =
+      "tensor 't' is on GPU 0: prescale and postscale factors are not supported for GPU tensors "
+      "(except in the hierarchical allreduce); scale the tensor before or after the call";
+  EXPECT_EQ(refusal<NotSupported>(scaled, caps), refused);
+  EXPECT_EQ(refusal<NotSupported>(scaled, caps, /*hierarchical=*/true), "");
+
+  // The hierarchical exception is the allreduce's only.
+  OpRequest scatter = scaled;
+  scatter.request.kind = OpKind::Reducescatter;
+  EXPECT_EQ(refusal<NotSupported>(scatter, caps, /*hierarchical=*/true), refused);
+
+  // A CPU tensor never meets the device limits.
+  OpRequest onCpu = requestOn(Device::cpu(), v);
+  onCpu.request.postscale = 0.5;
+  EXPECT_EQ(refusal<NotSupported>(onCpu, Capabilities::cpuComplete()), "");
 }
 
 }  // namespace

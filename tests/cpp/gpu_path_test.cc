@@ -97,6 +97,36 @@ TEST(GpuLibrary, EmulationLoadsAndVersionsGateFeatures) {
   EXPECT_NE(driverless.reason().find("no usable CUDA device"), std::string::npos);
 }
 
+// The limits the enqueue checks apply to GPU requests, as the backend states them.
+TEST(GpuLibrary, CapabilitiesStateTheGpuPathsLimits) {
+  Emulation emu;
+  GpuLibrary lib = GpuLibrary::load();
+  ASSERT_TRUE(lib.available()) << lib.reason();
+  Capabilities caps = NcclCommunicator::gpuCapabilities(lib);
+  EXPECT_EQ(caps.offReason, "");
+  EXPECT_EQ(caps.deviceCount, 8);
+  EXPECT_FALSE(caps.adasum);
+  EXPECT_FALSE(caps.scaleFactors);
+  EXPECT_TRUE(caps.scaleFactorsHierarchical);
+  EXPECT_EQ(caps.reducer, "NCCL (NCCL 2.23.3)");
+  for (DataType t : {DataType::Int16, DataType::UInt16, DataType::Bool}) {
+    EXPECT_FALSE(caps.reducesDtype(t)) << dtypeName(t);
+  }
+  for (DataType t : {DataType::Float32, DataType::Float16, DataType::Int32, DataType::BFloat16}) {
+    EXPECT_TRUE(caps.reducesDtype(t)) << dtypeName(t);
+  }
+  {
+    EnvScope before210("HORA_EMU_NCCL_VERSION", "20905");
+    EXPECT_FALSE(
+        NcclCommunicator::gpuCapabilities(GpuLibrary::load()).reducesDtype(DataType::BFloat16));
+  }
+  EnvScope noDevice("HORA_EMU_DEVICE_COUNT", "0");
+  GpuLibrary driverless = GpuLibrary::load();
+  Capabilities off = NcclCommunicator::gpuCapabilities(driverless);
+  EXPECT_EQ(off.offReason, driverless.reason());
+  EXPECT_NE(off.offReason.find("no usable CUDA device"), std::string::npos) << off.offReason;
+}
+
 // A world of one: every collective is a copy enqueued on the stream; abort ends the communicator.
 TEST(NcclCommunicator, OneRankRunsEveryCollectiveAndAborts) {
   Emulation emu;

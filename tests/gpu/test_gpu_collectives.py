@@ -231,6 +231,15 @@ def test_adasum_on_gpu_is_not_supported() -> None:
         hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Adasum, name="adasum.gpu")
 
 
+def test_adasum_on_gpu_is_refused_at_enqueue() -> None:
+    """Refused in the caller's thread by the GPU backend's capabilities, naming the tensor, not
+    later by the GPU executor."""
+    with pytest.raises(hora.NotSupportedError,
+                       match=r"tensor '(allreduce\.)?adasum\.enqueue' is on GPU \d+: Adasum is not "
+                             "supported for GPU tensors; reduce a CPU copy"):
+        hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Adasum, name="adasum.enqueue")
+
+
 def test_scale_factors_on_gpu_are_not_supported() -> None:
     with pytest.raises(hora.NotSupportedError, match="prescale"):
         hora.allreduce_(emu(np.ones(4, np.float32)), op=hora.Sum, prescale_factor=2.0,

@@ -1,5 +1,6 @@
-"""tests/check_layers.py: a cycle between folders of core/ or an include between two transport
-backends fails it, naming the includes; a clean tree and this repository pass."""
+"""tests/check_layers.py: a cycle between folders of core/, an include between two transport
+backends, or one from the runtime, the ops or the bindings into a backend fails it, naming the
+includes; a clean tree and this repository pass."""
 
 from __future__ import annotations
 
@@ -102,6 +103,36 @@ def test_the_runtime_including_a_cpu_backend_fails(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert ("the runtime includes a transport backend (core/transport/shm): core/runtime.cc:3 "
             "includes core/transport/shm/transport.h") in done.stderr, done.stderr
+
+
+def test_the_runtime_including_the_gpu_backend_fails(tmp_path: Path) -> None:
+    """No backend is the runtime's own: GPU requests are checked through DeviceBackend."""
+    done = _check_clean_with(tmp_path, "core/runtime.cc",
+                             "core/runtime.h core/transport/nccl/gpu_checks.h")
+    assert done.returncode == 1
+    assert ("the runtime includes a transport backend (core/transport/nccl): core/runtime.cc:3 "
+            "includes core/transport/nccl/gpu_checks.h") in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("path", ["core/ops/gpu_executor.h", "bindings/gpu_intake.cc"])
+def test_the_ops_or_the_bindings_including_a_backend_fails(tmp_path: Path, path: str) -> None:
+    done = _check_clean_with(tmp_path, path, "core/transport/nccl/communicator.h")
+    assert done.returncode == 1
+    layer = path.split("/")[0] if path.startswith("bindings") else "core/ops"
+    assert (f"{layer} includes a transport backend (core/transport/nccl): {path}:2 includes "
+            "core/transport/nccl/communicator.h") in done.stderr, done.stderr
+
+
+def test_an_allowed_backend_include_passes_and_a_stale_allowance_fails(tmp_path: Path) -> None:
+    files = {**CLEAN, "core/ops/gpu_executor.h": "core/transport/nccl/communicator.h"}
+    root = _tree(tmp_path, files)
+    kept = ("core/ops/gpu_executor.h", "core/transport/nccl")
+    assert check_layers.check(root, {}, {kept: "kept for now"}) == []
+    stale = ("bindings/gpu_intake.h", "core/transport/nccl")
+    problems = check_layers.check(root, {}, {kept: "kept for now", stale: "fixed since"})
+    assert problems == [("allowed backend include bindings/gpu_intake.h -> core/transport/nccl "
+                         "no longer occurs: remove it from ALLOWED_BACKEND_INCLUDES in "
+                         "tests/check_layers.py")]
 
 
 def test_the_runtime_folder_and_its_top_files_are_one_layer(tmp_path: Path) -> None:

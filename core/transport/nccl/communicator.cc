@@ -61,10 +61,25 @@ Capabilities NcclCommunicator::gpuCapabilities(const GpuLibrary& lib) {
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
     c.reduceOps.set(static_cast<size_t>(op));
   }
+  c.reducibleDtypes.reset();
   for (int t = 0; t < kNumDataTypes; ++t) {
     int nt;
-    if (ncclTypeOf(static_cast<DataType>(t), lib, &nt)) c.dtypes.set(static_cast<size_t>(t));
+    if (ncclTypeOf(static_cast<DataType>(t), lib, &nt)) {
+      c.dtypes.set(static_cast<size_t>(t));
+      c.reducibleDtypes.set(static_cast<size_t>(t));
+    }
   }
+  // The limits the enqueue checks apply to GPU requests (capabilities.h).
+  if (!lib.available())
+    c.offReason = lib.reason().empty() ? "GPU libraries not loaded" : lib.reason();
+  c.deviceCount = lib.deviceCount();
+  c.deviceRuntime = "CUDA";
+  c.adasum = false;
+  // Scaling would need a kernel of its own; the hierarchical allreduce scales on the host.
+  c.scaleFactors = false;
+  c.scaleFactorsHierarchical = true;
+  c.reducer = "NCCL (" + ncclVersionString(lib.ncclVersion()) + ")";
+  c.reducibleHint = "float32, float16, int32, ...; bfloat16 needs NCCL 2.10 or later";
   return c;
 }
 
