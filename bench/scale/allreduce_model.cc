@@ -24,7 +24,7 @@
 //
 // Chain-ordered (chain_ordered.cc, float Sum/Product on 3 ranks or more): R = ceil(S / G')
 // segments (at least one) of g = S / R bytes each, G' = chainSegmentBytes (S / (2 (n-1)) within
-// [16 KiB, G]), go 0 -> 1 -> ... -> n-1 being folded, then
+// [1 KiB, G]), go 0 -> 1 -> ... -> n-1 being folded, then
 // n-1 -> 0 -> ... -> n-2 finished, one segment per link per step, every link a ring neighbour's
 // (the slowest link of the ring, as for the ring). With few segments the pipeline's depth rules:
 // 2 (n-1) + R - 1 steps. With many, the links 0 -> 1 ... n-3 -> n-2 carry both streams, 2 R

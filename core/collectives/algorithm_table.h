@@ -58,10 +58,10 @@ constexpr size_t kGatherFoldMaxBytes = 64 << 10;
 // of B / (2 (N-1)), at least kChainMinSegmentBytes and at most kRingSegmentBytes. Each segment
 // crosses 2 (N-1) links one after another, so in one or two segments a buffer would wait for
 // 2 (N-1) whole transfers; 2 (N-1) segments or more keep every link busy while the pipe fills
-// (about 4 (N-1) steps of one segment, then the rest streams). The floor keeps each system call
-// worth its cost: 32 KiB segments measured 2-4x slower than 128 KiB for 4-64 MiB over loopback
-// TCP at 3 and 4 ranks on 2 cores.
-constexpr size_t kChainMinSegmentBytes = 16 << 10;
+// (about 4 (N-1) steps of one segment, then the rest streams). Large buffers keep 128 KiB
+// segments: fixed 32 KiB segments measured 2-4x slower for 4-64 MiB over loopback TCP at 3 and 4
+// ranks on 2 cores. The floor only stops a segment from shrinking to a few bytes at large N.
+constexpr size_t kChainMinSegmentBytes = 1 << 10;
 
 inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
   size_t want = size > 1 ? bytes / (2 * static_cast<size_t>(size - 1)) : bytes;
@@ -82,8 +82,9 @@ inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
 // step; at 4 ranks 1.19x at 256 KiB, 0.61-1.11x at 1 MiB, 1.11x at 4 MiB, 1.25x at 16 MiB, 1.01x at
 // 64 MiB, 0.93x for the step. The alpha-beta model (bench/scale/allreduce_model.cc) gives the chain
 // the same O(N) latency as the rank-ordered allreduce (2 (N-1) hops against 2 (N-1) messages) and
-// 2 B per link against 2 (N-1)/N B: 1.33x more bytes at 4 ranks, 1.14x at 8, 1.02x at 64. From
-// 5 ranks on the chain's 2 links against N-1 decide.
+// 2 B per link against 2 (N-1)/N B: 1.33x more bytes at 4 ranks, 1.14x at 8, 1.02x at 64; in all
+// it models at 1.2-2.4x the rank-ordered allreduce's time from 8 to 4,096 ranks, counting no cost
+// per connection. From 5 ranks on the chain's 2 links against N-1 decide.
 constexpr int kRankOrderedRanks = 4;
 
 enum class AllreduceAlgorithm {

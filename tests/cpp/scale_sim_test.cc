@@ -140,10 +140,12 @@ TEST(ScaleSim, ModelMatchesTheClosedForms) {
   EXPECT_DOUBLE_EQ(gatherFoldSeconds(6, 4, f), 3 * a + 5 * 4 * b);
   // Rank-ordered at 8 ranks and 8 KiB: one round of 7 messages, then a 7-step ring allgather.
   EXPECT_DOUBLE_EQ(rankOrderedSeconds(8, 8192, f), 7 * a + 7 * 1024 * b + 7 * (a + 1024 * b));
-  // Chain-ordered at 8 ranks: one segment goes 14 links; 64 segments of G: 2 * 64 + 6 steps, the
-  // links that carry both streams rule; at 2 ranks, 64 segments there and back: 65 steps.
+  // Chain-ordered at 8 ranks: 8 KiB in 8 segments of 1 KiB (the floor), 2 * 7 + 8 - 1 steps; 64
+  // segments of G: 2 * 64 + 6 steps, the links that carry both streams rule; at 2 ranks, 64
+  // segments there and back: 65 steps.
   const double g = collectives::kRingSegmentBytes;
-  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 8192, f), 14 * (a + 8192 * b));
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 8192, f), 22 * (a + 1024 * b));
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 512, f), 14 * (a + 512 * b));
   EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 64 * g, f), 134 * (a + g * b));
   EXPECT_DOUBLE_EQ(chainOrderedSeconds(2, 64 * g, f), 65 * (a + g * b));
 }
