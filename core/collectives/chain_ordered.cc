@@ -77,13 +77,18 @@ class ChainRunner {
 
   void run() {
     while (recvAt_ < in_.size() || sendAt_ < out_.size()) {
+      // Rank 0 first sends what it can. Its link from rank n-1 carries nothing before the chain
+      // has folded a segment, and links open on first use with the lower rank waiting for the
+      // higher one to dial (TCP): rank 0 receiving first would wait there for rank n-1, which
+      // waits for the folds rank 0 has not sent.
+      receiving_ = receiving_ || sendAt_ == out_.size() || !ready(out_[sendAt_]);
       bool moved = false;
-      if (recvAt_ < in_.size()) moved |= receiveSome();
+      if (receiving_ && recvAt_ < in_.size()) moved |= receiveSome();
       if (sendAt_ < out_.size()) moved |= sendSome();
       if (moved) continue;
       Links::Want wants[2];
       size_t n = 0;
-      if (recvAt_ < in_.size()) wants[n++] = {left_, false, true};
+      if (receiving_ && recvAt_ < in_.size()) wants[n++] = {left_, false, true};
       if (sendAt_ < out_.size() && ready(out_[sendAt_])) wants[n++] = {right_, true, false};
       HORA_CHECK(n > 0, "rank-ordered chain cannot progress (a send waits on a segment never due)");
       links_.waitAny(wants, n);
@@ -149,6 +154,7 @@ class ChainRunner {
   std::vector<bool> folded_;    // this rank's fold of the segment is in the buffer
   std::vector<bool> finished_;  // the finished segment is in the buffer
   uint8_t* staging_ = nullptr;
+  bool receiving_ = r_ != 0;
   size_t recvAt_ = 0, recvPos_ = 0, foldPos_ = 0;
   size_t sendAt_ = 0, sendPos_ = 0;
 };
