@@ -77,14 +77,16 @@ inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
 // allreduce opens a link to every other rank (N-1): at 4 ranks that is 3 against 2, and there the
 // rank-ordered one measured faster; at 3 ranks both use 2 links and the chain measured faster.
 // Measured over loopback TCP on 2 shared cores (bench/allreduce.py, HORA_SHM_DISABLE=1, float32
-// Sum, medians of 3-7 runs of 20 iterations; chain / rank-ordered): at 3 ranks 0.86x at 256 KiB,
-// 0.98x at 1 MiB, 0.38x at 4 MiB, 0.41x at 16 MiB, 0.51x at 64 MiB, 0.87x for the 200 x 16 KiB
-// step; at 4 ranks 1.19x at 256 KiB, 0.61-1.11x at 1 MiB, 1.11x at 4 MiB, 1.25x at 16 MiB, 1.01x at
-// 64 MiB, 0.93x for the step. The alpha-beta model (bench/scale/allreduce_model.cc) gives the chain
-// the same O(N) latency as the rank-ordered allreduce (2 (N-1) hops against 2 (N-1) messages) and
-// 2 B per link against 2 (N-1)/N B: 1.33x more bytes at 4 ranks, 1.14x at 8, 1.02x at 64; in all
-// it models at 1.2-2.4x the rank-ordered allreduce's time from 8 to 4,096 ranks, counting no cost
-// per connection. From 5 ranks on the chain's 2 links against N-1 decide.
+// Sum, medians of 3-7 runs of 20 iterations, chain / rank-ordered, in a busy hour (load 7-9) and
+// a quieter one (load 4)): at 3 ranks 0.86x / 1.32x at 256 KiB, 0.98x / 1.00x at 1 MiB, 0.38x /
+// 0.70x at 4 MiB, 0.41x / 0.75x at 16 MiB, 0.51x / 0.58x at 64 MiB, 0.87x / 0.96x for the
+// 200 x 16 KiB step; at 4 ranks 1.19x / 1.01x at 256 KiB, 1.11x / 1.27x at 1 MiB, 1.11x / 1.16x at
+// 4 MiB, 1.25x / 1.07x at 16 MiB, 1.01x / 1.07x at 64 MiB, 0.93x / 1.05x for the step. The
+// alpha-beta model (bench/scale/allreduce_model.cc) gives the chain the same O(N) latency as the
+// rank-ordered allreduce (2 (N-1) hops against 2 (N-1) messages) and 2 B per link against
+// 2 (N-1)/N B: 1.33x more bytes at 4 ranks, 1.14x at 8, 1.02x at 64; in all it models at
+// 1.2-2.4x the rank-ordered allreduce's time from 8 to 4,096 ranks, counting no cost per
+// connection. From 5 ranks on the chain's 2 links against N-1 decide.
 constexpr int kRankOrderedRanks = 4;
 
 enum class AllreduceAlgorithm {
