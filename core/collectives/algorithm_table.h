@@ -75,7 +75,8 @@ inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
 // allreduce (chain_ordered.cc) runs, except at this many ranks, where the rank-ordered one does
 // (rank_ordered.cc). The chain talks only to its two ring neighbours, where the rank-ordered
 // allreduce opens a link to every other rank (N-1): at 4 ranks that is 3 against 2, and there the
-// rank-ordered one measured faster; at 3 ranks both use 2 links and the chain measured faster.
+// rank-ordered one measured faster; at 3 ranks both use 2 links and the chain measured faster
+// from 4 MiB on.
 // Measured over loopback TCP on 2 shared cores (bench/allreduce.py, HORA_SHM_DISABLE=1, float32
 // Sum, medians of 3-7 runs of 20 iterations, chain / rank-ordered, in a busy hour (load 7-9) and
 // a quieter one (load 4)): at 3 ranks 0.86x / 1.32x at 256 KiB, 0.98x / 1.00x at 1 MiB, 0.38x /
