@@ -10,8 +10,8 @@ TCP connections (from /proc/self/fd and /proc/net/tcp; the store's and the contr
 left out: rank 0 holds one control connection per other rank, every other rank one) after init
 and after each step of a workload: a ring-only step (an int32 allreduce of 1 MiB and an
 allgather), a small float32 Sum allreduce (gather-fold: log2 N partners each way), a 1 MiB
-float32 Sum allreduce (the rank-ordered allreduce, which sends to every other rank), and an
-alltoall (every other rank). The table has the largest count over the ranks; init's time as the
+float32 Sum allreduce (the chain-ordered allreduce: its two ring neighbours; at 4 ranks the
+rank-ordered one, which sends to every other rank), and an alltoall (every other rank). The table has the largest count over the ranks; init's time as the
 median over the repeats of the slowest rank's, and from the last rank's call of init to the last
 rank done (the set-up's own cost, without the ranks' start skew). Timings on a shared 2-core
 machine with up to 16 ranks are noisy: compare the connection counts, and the times only

@@ -22,6 +22,16 @@
 //     T = R (n-1) a_send + (n-1) S/n b_send  +  (n-1) (a + S/n b)
 // where a_send, b_send average the rank's links: L-1 on its host, n-L elsewhere.
 //
+// Chain-ordered (chain_ordered.cc, float Sum/Product on 3 ranks or more): R = ceil(S / G')
+// segments (at least one) of g = S / R bytes each, G' = chainSegmentBytes (S / (2 (n-1)) within
+// [1 KiB, G]), go 0 -> 1 -> ... -> n-1 being folded, then
+// n-1 -> 0 -> ... -> n-2 finished, one segment per link per step, every link a ring neighbour's
+// (the slowest link of the ring, as for the ring). With few segments the pipeline's depth rules:
+// 2 (n-1) + R - 1 steps. With many, the links 0 -> 1 ... n-3 -> n-2 carry both streams, 2 R
+// segments each, so they rule: 2 R + n - 2 steps (the last finished segment then crosses n - 2
+// links). Two ranks have no link that carries both: R + 1 steps.
+//     T = steps (a + g b),  steps = max(2 (n-1) + R - 1, 2 R + n - 2)   (n >= 3)
+//
 // Gather-fold (gather_fold.cc, small float Sum/Product on 3 ranks or more): a Bruck allgather of
 // every rank's whole buffer, ceil(log2 n) rounds; round k sends min(2^k, n - 2^k) buffers to rank
 // r - 2^k and receives as many from r + 2^k (on more than one host some pair of every round
@@ -86,6 +96,16 @@ double rankOrderedSeconds(int n, double bytes, const Fabric& f) {
   return scatter + (n - 1) * cost(slowest(n, f), block);
 }
 
+double chainOrderedSeconds(int n, double bytes, const Fabric& f) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double segment =
+      static_cast<double>(collectives::chainSegmentBytes(static_cast<size_t>(bytes), n, 1));
+  const double segments = std::max(1.0, std::ceil(bytes / segment));
+  const double steps =
+      n == 2 ? segments + 1 : std::max(2.0 * (n - 1) + segments - 1, 2 * segments + n - 2);
+  return steps * cost(slowest(n, f), bytes / segments);
+}
+
 double gatherFoldSeconds(int n, double bytes, const Fabric& f) {
   if (n <= 1 || bytes <= 0) return 0;
   double t = 0;
@@ -137,6 +157,7 @@ double secondsOf(collectives::AllreduceAlgorithm a, int n, double bytes, const F
   switch (a) {
     case collectives::AllreduceAlgorithm::Ring: return ringSeconds(n, bytes, f);
     case collectives::AllreduceAlgorithm::RankOrdered: return rankOrderedSeconds(n, bytes, f);
+    case collectives::AllreduceAlgorithm::ChainOrdered: return chainOrderedSeconds(n, bytes, f);
     case collectives::AllreduceAlgorithm::GatherFold: return gatherFoldSeconds(n, bytes, f);
     default: return recursiveDoublingSeconds(n, bytes, f);
   }
@@ -146,6 +167,7 @@ const char* algorithmName(collectives::AllreduceAlgorithm a) {
   switch (a) {
     case collectives::AllreduceAlgorithm::Ring: return "ring";
     case collectives::AllreduceAlgorithm::RankOrdered: return "rank_ordered";
+    case collectives::AllreduceAlgorithm::ChainOrdered: return "chain_ordered";
     case collectives::AllreduceAlgorithm::GatherFold: return "gather_fold";
     case collectives::AllreduceAlgorithm::SharedLine: return "shared_line";
     case collectives::AllreduceAlgorithm::Window: return "window";

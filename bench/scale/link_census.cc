@@ -158,6 +158,10 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
     collectives::allreduceRankOrdered(l, bytes(blocks * 4), blocks, DataType::Float32,
                                       ReduceOp::Sum);
   }));
+  out.push_back(flat("allreduce chain-ordered", n, [&](collectives::Links& l) {
+    collectives::allreduceChainOrdered(l, bytes(blocks * 4), blocks, DataType::Float32,
+                                       ReduceOp::Sum);
+  }));
   out.push_back(flat("allgatherv ring", n, [&](collectives::Links& l) {
     std::vector<size_t> per(n, 4);
     collectives::allgathervRing(l, bytes(4 * n), buf.data(), per);
@@ -182,7 +186,7 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
     collectives::alltoallvPairwise(l, in.data(), per, bytes(4 * n), per);
   }));
   if (ranksPerHost > 0 && n % ranksPerHost == 0 && n / ranksPerHost > 1) {
-    // 1 KiB: recursive doubling across hosts; 1 MiB: the ring (integers) or the rank-ordered
+    // 1 KiB: recursive doubling across hosts; 1 MiB: the ring (integers) or the chain-ordered
     // allreduce (float Sum from 3 hosts on) for each 1/L slice.
     out.push_back(
         hierarchical("hierarchical allreduce 1 KiB int32", n, ranksPerHost, 256, DataType::Int32));

@@ -119,6 +119,7 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
           << ", \"ring_s\": " << num(ringSeconds(n, s, f))
           << ", \"recursive_doubling_s\": " << num(recursiveDoublingSeconds(n, s, f))
           << ", \"rank_ordered_s\": " << num(rankOrderedSeconds(n, s, f))
+          << ", \"chain_ordered_s\": " << num(chainOrderedSeconds(n, s, f))
           << ", \"gather_fold_s\": " << num(gatherFoldSeconds(n, s, f))
           << ", \"hierarchical_s\": " << (hier < 0 ? std::string("null") : num(hier))
           << ", \"lower_bound_s\": " << num(lowerBoundSeconds(n, s, f))

@@ -54,10 +54,47 @@ constexpr size_t kWindowBroadcastMinBytes = 512 << 10;
 // rounds instead of the rank-ordered allreduce's N, the same bits.
 constexpr size_t kGatherFoldMaxBytes = 64 << 10;
 
+// The chain-ordered allreduce (chain_ordered.cc) cuts a buffer of B bytes on N ranks in segments
+// of B / (2 (N-1)), at least kChainMinSegmentBytes and at most kRingSegmentBytes. Each segment
+// crosses 2 (N-1) links one after another, so in one or two segments a buffer would wait for
+// 2 (N-1) whole transfers; 2 (N-1) segments or more keep every link busy while the pipe fills
+// (about 4 (N-1) steps of one segment, then the rest streams). Large buffers keep 128 KiB
+// segments: fixed 32 KiB segments measured 2-4x slower for 4-64 MiB over loopback TCP at 3 and 4
+// ranks on 2 cores. The floor only stops a segment from shrinking to a few bytes at large N.
+constexpr size_t kChainMinSegmentBytes = 1 << 10;
+
+inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
+  size_t want = size > 1 ? bytes / (2 * static_cast<size_t>(size - 1)) : bytes;
+  want = want < kChainMinSegmentBytes ? kChainMinSegmentBytes : want;
+  want = want > kRingSegmentBytes ? kRingSegmentBytes : want;
+  const size_t elements = want / elementSize;
+  return (elements > 0 ? elements : 1) * elementSize;
+}
+
+// When the order matters and the gather-fold does not take the buffer, the chain-ordered
+// allreduce (chain_ordered.cc) runs, except at this many ranks, where the rank-ordered one does
+// (rank_ordered.cc). The chain talks only to its two ring neighbours, where the rank-ordered
+// allreduce opens a link to every other rank (N-1): at 4 ranks that is 3 against 2, and there the
+// rank-ordered one measured faster; at 3 ranks both use 2 links and the chain measured faster
+// from 4 MiB on.
+// Measured over loopback TCP on 2 shared cores (bench/allreduce.py, HORA_SHM_DISABLE=1, float32
+// Sum, medians of 3-7 runs of 20 iterations, chain / rank-ordered, in a busy hour (load 7-9) and
+// a quieter one (load 4)): at 3 ranks 0.86x / 1.32x at 256 KiB, 0.98x / 1.00x at 1 MiB, 0.38x /
+// 0.70x at 4 MiB, 0.41x / 0.75x at 16 MiB, 0.51x / 0.58x at 64 MiB, 0.87x / 0.96x for the
+// 200 x 16 KiB step; at 4 ranks 1.19x / 1.01x at 256 KiB, 1.11x / 1.27x at 1 MiB, 1.11x / 1.16x at
+// 4 MiB, 1.25x / 1.07x at 16 MiB, 1.01x / 1.07x at 64 MiB, 0.93x / 1.05x for the step. The
+// alpha-beta model (bench/scale/allreduce_model.cc) gives the chain the same O(N) latency as the
+// rank-ordered allreduce (2 (N-1) hops against 2 (N-1) messages) and 2 B per link against
+// 2 (N-1)/N B: 1.33x more bytes at 4 ranks, 1.14x at 8, 1.02x at 64; in all it models at
+// 1.2-2.4x the rank-ordered allreduce's time from 8 to 4,096 ranks, counting no cost per
+// connection. From 5 ranks on the chain's 2 links against N-1 decide.
+constexpr int kRankOrderedRanks = 4;
+
 enum class AllreduceAlgorithm {
   RecursiveDoubling,
   Ring,
   RankOrdered,
+  ChainOrdered,
   GatherFold,
   SharedLine,
   Window
@@ -67,7 +104,8 @@ enum class BroadcastAlgorithm { BinomialTree, Chain };
 // Floating-point Sum and Product depend on the order of the operands. With two ranks every
 // algorithm computes a + b (commutative, so identical); from three ranks on, recursive doubling
 // and the ring reduce in orders that depend on the size and position, so a fused buffer would not
-// match its tensors run alone. Those cases run the rank-ordered allreduce, at every size.
+// match its tensors run alone. Those cases fold in rank order at every size: the gather-fold, the
+// chain-ordered or the rank-ordered allreduce (the same bits).
 inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
   return floating && orderSensitiveOp && size >= 3;
 }
@@ -88,8 +126,9 @@ inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
   if (sharedLines && bytes <= kSharedLineMaxBytes) return AllreduceAlgorithm::SharedLine;
   if (window) return AllreduceAlgorithm::Window;
   if (rankOrder) {
-    return bytes * (size - 1) <= kGatherFoldMaxBytes ? AllreduceAlgorithm::GatherFold
-                                                     : AllreduceAlgorithm::RankOrdered;
+    if (bytes * (size - 1) <= kGatherFoldMaxBytes) return AllreduceAlgorithm::GatherFold;
+    return size == kRankOrderedRanks ? AllreduceAlgorithm::RankOrdered
+                                     : AllreduceAlgorithm::ChainOrdered;
   }
   if (bytes < kAllreduceRingMinBytes || count < static_cast<size_t>(size)) {
     return AllreduceAlgorithm::RecursiveDoubling;

@@ -38,6 +38,10 @@ void allreduceRing(Links& links, void* buf, size_t count, DataType dtype, Reduce
 // Allreduce that reduces every element in rank order, so results do not depend on the buffer's
 // size or an element's position in it (see rank_ordered.cc).
 void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
+// The same bits as allreduceRankOrdered through ring neighbours only: a pipelined chain 0 -> 1 ->
+// ... -> n-1 folds each segment in rank order, and the finished segment goes on round the ring
+// (see chain_ordered.cc). Two links per rank instead of n-1.
+void allreduceChainOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 
 // The same result as allreduceRankOrdered in ceil(log2 N) rounds: every rank gathers every
 // buffer and folds them in rank order (see gather_fold.cc); for small buffers.

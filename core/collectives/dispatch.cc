@@ -12,6 +12,9 @@ void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp o
   switch (chooseAllreduce(count * dtypeSize(dtype), count, links.size(), rankOrder)) {
     case AllreduceAlgorithm::Ring: allreduceRing(links, buf, count, dtype, op); break;
     case AllreduceAlgorithm::RankOrdered: allreduceRankOrdered(links, buf, count, dtype, op); break;
+    case AllreduceAlgorithm::ChainOrdered:
+      allreduceChainOrdered(links, buf, count, dtype, op);
+      break;
     case AllreduceAlgorithm::GatherFold: allreduceGatherFold(links, buf, count, dtype, op); break;
     case AllreduceAlgorithm::SharedLine:  // never chosen here: both need the shared segment
     case AllreduceAlgorithm::Window:

@@ -16,11 +16,16 @@ TEST(AlgorithmTable, SmallOrderSensitiveAllreducesGatherAndFoldAtEveryRankCount)
   for (int size : {3, 4, 7, 64, 1024, 4096}) {
     EXPECT_EQ(orderSensitive(4, size), AllreduceAlgorithm::GatherFold) << size;
   }
-  // Up to kGatherFoldMaxBytes from the N-1 peers together, then the rank-ordered pipes.
+  // Up to kGatherFoldMaxBytes from the N-1 peers together, then the chain in rank order.
   EXPECT_EQ(orderSensitive(32 << 10, 3), AllreduceAlgorithm::GatherFold);
-  EXPECT_EQ(orderSensitive((32 << 10) + 4, 3), AllreduceAlgorithm::RankOrdered);
+  EXPECT_EQ(orderSensitive((32 << 10) + 4, 3), AllreduceAlgorithm::ChainOrdered);
   EXPECT_EQ(orderSensitive(64, 1025), AllreduceAlgorithm::GatherFold);
-  EXPECT_EQ(orderSensitive(128, 1025), AllreduceAlgorithm::RankOrdered);
+  EXPECT_EQ(orderSensitive(128, 1025), AllreduceAlgorithm::ChainOrdered);
+  // Above it the chain, except at 4 ranks (kRankOrderedRanks).
+  for (int size : {3, 5, 7, 64, 4096}) {
+    EXPECT_EQ(orderSensitive(64 << 20, size), AllreduceAlgorithm::ChainOrdered) << size;
+  }
+  EXPECT_EQ(orderSensitive(64 << 20, 4), AllreduceAlgorithm::RankOrdered);
 }
 
 TEST(AlgorithmTable, OrderFreeAllreducesTakeRecursiveDoublingOrTheRing) {

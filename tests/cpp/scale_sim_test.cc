@@ -131,6 +131,7 @@ TEST(ScaleSim, ModelMatchesTheClosedForms) {
       EXPECT_LE(bound, ringSeconds(n, s, f) * (1 + 1e-12));
       EXPECT_LE(bound, recursiveDoublingSeconds(n, s, f) * (1 + 1e-12));
       EXPECT_LE(bound, rankOrderedSeconds(n, s, f) * (1 + 1e-12));
+      EXPECT_LE(bound, chainOrderedSeconds(n, s, f) * (1 + 1e-12));
       EXPECT_LE(bound, gatherFoldSeconds(n, s, f) * (1 + 1e-12));
     }
   }
@@ -139,6 +140,14 @@ TEST(ScaleSim, ModelMatchesTheClosedForms) {
   EXPECT_DOUBLE_EQ(gatherFoldSeconds(6, 4, f), 3 * a + 5 * 4 * b);
   // Rank-ordered at 8 ranks and 8 KiB: one round of 7 messages, then a 7-step ring allgather.
   EXPECT_DOUBLE_EQ(rankOrderedSeconds(8, 8192, f), 7 * a + 7 * 1024 * b + 7 * (a + 1024 * b));
+  // Chain-ordered at 8 ranks: 8 KiB in 8 segments of 1 KiB (the floor), 2 * 7 + 8 - 1 steps; 64
+  // segments of G: 2 * 64 + 6 steps, the links that carry both streams rule; at 2 ranks, 64
+  // segments there and back: 65 steps.
+  const double g = collectives::kRingSegmentBytes;
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 8192, f), 22 * (a + 1024 * b));
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 512, f), 14 * (a + 512 * b));
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(8, 64 * g, f), 134 * (a + g * b));
+  EXPECT_DOUBLE_EQ(chainOrderedSeconds(2, 64 * g, f), 65 * (a + g * b));
 }
 
 TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
@@ -163,6 +172,7 @@ TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
       EXPECT_LE(bound, ringSeconds(n, bytes, f)) << n << " " << bytes;
       EXPECT_LE(bound, recursiveDoublingSeconds(n, bytes, f)) << n << " " << bytes;
       EXPECT_LE(bound, rankOrderedSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, chainOrderedSeconds(n, bytes, f)) << n << " " << bytes;
       EXPECT_LE(bound, gatherFoldSeconds(n, bytes, f)) << n << " " << bytes;
     }
   }
@@ -171,7 +181,7 @@ TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
 TEST(ScaleSim, ReportsTheRealAlgorithmChoice) {
   using A = collectives::AllreduceAlgorithm;
   EXPECT_EQ(realChoice(8, 4, 4, true), A::GatherFold);
-  EXPECT_EQ(realChoice(8, 1 << 20, 4, true), A::RankOrdered);
+  EXPECT_EQ(realChoice(8, 1 << 20, 4, true), A::ChainOrdered);
   EXPECT_EQ(realChoice(2, 4, 4, false), A::RecursiveDoubling);
   EXPECT_EQ(realChoice(2, 1 << 20, 4, false), A::Ring);
   // Fewer elements than ranks: recursive doubling at any size.
@@ -202,6 +212,10 @@ TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
     EXPECT_GE(byName["allreduce gather-fold"].maxPeers, ceilLog2) << at;
     EXPECT_LE(byName["barrier dissemination"].maxPeers, 2 * ceilLog2) << at;
     EXPECT_EQ(byName["allreduce rank-ordered"].maxPeers, n - 1) << at;
+    // The chain in rank order: ring neighbours only, at every N.
+    EXPECT_EQ(byName["allreduce chain-ordered"].maxPeers, std::min(2, n - 1)) << at;
+    EXPECT_EQ(byName["allreduce chain-ordered"].meanPeers, std::min(2, n - 1)) << at;
+    EXPECT_EQ(byName["allreduce chain-ordered"].rank0Peers, std::min(2, n - 1)) << at;
     EXPECT_EQ(byName["alltoallv pairwise"].maxPeers, n - 1) << at;
     EXPECT_EQ(byName["alltoallv pairwise"].sampled, n <= kCensusAllRanks ? n : 258) << at;
   }
@@ -210,7 +224,7 @@ TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
 // With 4 ranks per host: the host's ranks exchange slices with each other (L - 1 peers on the
 // host), and across hosts each rank meets the peers of the algorithm the table picks for its
 // slice among the H hosts: recursive doubling (log2 H), the ring (2), or for float Sum from 3
-// hosts on the rank-ordered allreduce (H - 1).
+// hosts on the chain-ordered allreduce (2, its ring neighbours).
 TEST(ScaleSim, LinkCensusSplitsHierarchicalPeersByHost) {
   const int n = 64, perHost = 4, hosts = n / perHost;
   std::map<std::string, LinkCensus> byName;
@@ -220,7 +234,7 @@ TEST(ScaleSim, LinkCensusSplitsHierarchicalPeersByHost) {
   EXPECT_EQ(small.maxCrossHostPeers, static_cast<int>(std::log2(hosts)));
   EXPECT_EQ(small.maxPeers, perHost - 1 + static_cast<int>(std::log2(hosts)));
   EXPECT_EQ(byName["hierarchical allreduce 1 MiB int32"].maxCrossHostPeers, 2);
-  EXPECT_EQ(byName["hierarchical allreduce 1 MiB float32 Sum"].maxCrossHostPeers, hosts - 1);
+  EXPECT_EQ(byName["hierarchical allreduce 1 MiB float32 Sum"].maxCrossHostPeers, 2);
   EXPECT_EQ(byName["allreduce ring"].maxCrossHostPeers, -1);
   // One host: no hierarchical rows.
   for (const LinkCensus& c : linkCensus(4, 4)) EXPECT_EQ(c.maxCrossHostPeers, -1) << c.algorithm;

@@ -1,0 +1,132 @@
+// allreduceChainOrdered against allreduceRankOrdered, both run directly over bounded in-memory
+// pipes (thread_links.h): the same bits on every rank for 1 to 7 ranks, every floating dtype,
+// Sum/Product/Min/Max, and counts 0, 1, odd, not divisible by the ranks and over several
+// segments; and bytes only ever move between ring neighbours.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/collectives/algorithm_table.h"
+#include "core/collectives/algorithms.h"
+#include "core/collectives/ring.h"
+#include "core/common/reduce.h"
+#include "tests/cpp/thread_links.h"
+
+namespace hora {
+namespace test {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using AllreduceFn = void (*)(collectives::Links&, void*, size_t, DataType, ReduceOp);
+
+// Values whose float sums and products round differently in another order: mixed signs and
+// magnitudes for Sum, factors near one for Product (no overflow to inf in float16).
+Bytes valuesOf(int rank, size_t count, DataType dtype, ReduceOp op) {
+  std::mt19937 gen(1000u + static_cast<unsigned>(rank) * 7919u + static_cast<unsigned>(count));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> scale(-6, 6);
+  Bytes out(count * dtypeSize(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    double v = op == ReduceOp::Product ? 1.0 + 0.5 * unit(gen) : std::ldexp(unit(gen), scale(gen));
+    uint8_t* at = out.data() + i * dtypeSize(dtype);
+    if (dtype == DataType::Float64) {
+      std::memcpy(at, &v, 8);
+    } else if (dtype == DataType::Float32) {
+      float f = static_cast<float>(v);
+      std::memcpy(at, &f, 4);
+    } else {
+      uint16_t h = dtype == DataType::Float16 ? floatToHalf(static_cast<float>(v))
+                                              : floatToBfloat16(static_cast<float>(v));
+      std::memcpy(at, &h, 2);
+    }
+  }
+  return out;
+}
+
+// Every rank's result of `fn`, with pipes of `pipeBytes`; fails the test on any rank's error.
+std::vector<Bytes> run(AllreduceFn fn, int n, size_t count, DataType dtype, ReduceOp op,
+                       size_t pipeBytes, std::vector<std::set<int>>* peers = nullptr) {
+  ThreadNet net(n, pipeBytes);
+  std::vector<Bytes> bufs(n);
+  if (peers) peers->assign(n, {});
+  auto errors = runRanks(n, [&](int r) {
+    ThreadLinks links(net, r);
+    bufs[r] = valuesOf(r, count, dtype, op);
+    fn(links, bufs[r].data(), count, dtype, op);
+    if (peers) (*peers)[r] = links.peers();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return bufs;
+}
+
+std::string where(int n, size_t count, DataType dtype, ReduceOp op) {
+  return "n=" + std::to_string(n) + " count=" + std::to_string(count) + " " + dtypeName(dtype) +
+         " op=" + std::to_string(static_cast<int>(op));
+}
+
+TEST(ChainOrdered, GivesTheRankOrderedBitsForEveryFloatDtypeOpAndSize) {
+  for (int n = 1; n <= 7; ++n) {
+    for (DataType dtype :
+         {DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64}) {
+      const size_t segment = collectives::kRingSegmentBytes / dtypeSize(dtype);
+      // 0, 1, odd, not divisible by n, and three segments with a short last one.
+      for (size_t count : {size_t{0}, size_t{1}, size_t{1003}, size_t{7 * 11 + 3},
+                           2 * segment + static_cast<size_t>(n) + 1}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max}) {
+          const std::string at = where(n, count, dtype, op);
+          auto want = run(collectives::allreduceRankOrdered, n, count, dtype, op, 1000);
+          auto got = run(collectives::allreduceChainOrdered, n, count, dtype, op, 1000);
+          for (int r = 0; r < n; ++r) {
+            ASSERT_EQ(got[r].size(), want[r].size()) << at;
+            ASSERT_TRUE(got[r] == want[r]) << at << ": rank " << r << " differs";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The first element, summed in float32 on 3 ranks, must be ((v0 + v1) + v2) exactly: the check
+// that the reference itself folds in rank order, so the comparison above means something.
+TEST(ChainOrdered, FoldsLeftToRightInRankOrder) {
+  const float v[3] = {1e8f, -1e8f, 1.0f};  // (v0 + v1) + v2 = 1; v0 + (v1 + v2) = 0
+  ThreadNet net(3, 64);
+  std::vector<float> got(3);
+  auto errors = runRanks(3, [&](int r) {
+    ThreadLinks links(net, r);
+    float x = v[r];
+    collectives::allreduceChainOrdered(links, &x, 1, DataType::Float32, ReduceOp::Sum);
+    got[r] = x;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[r], "");
+    EXPECT_EQ(got[r], 1.0f) << "rank " << r;
+  }
+}
+
+// Pipes far smaller than a segment (and than an element's multiple) cannot stall the chain, and
+// a rank never moves a byte with anyone but its two ring neighbours.
+TEST(ChainOrdered, MovesBytesOnlyBetweenRingNeighboursThroughTinyPipes) {
+  for (int n : {2, 3, 5, 7}) {
+    const size_t count = 20003;  // 2 to 5 segments (chainSegmentBytes)
+    std::vector<std::set<int>> peers;
+    auto want =
+        run(collectives::allreduceRankOrdered, n, count, DataType::Float32, ReduceOp::Sum, 4096);
+    auto got = run(collectives::allreduceChainOrdered, n, count, DataType::Float32, ReduceOp::Sum,
+                   61, &peers);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(got[r] == want[r]) << "n=" << n << " rank " << r;
+      std::set<int> ring = {collectives::wrapRank(r - 1, n), collectives::wrapRank(r + 1, n)};
+      EXPECT_EQ(peers[r], ring) << "n=" << n << " rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace hora
