@@ -42,6 +42,8 @@ class ResponseApplier {
   // A collective on tensors; a response this rank has no part in is skipped.
   void runData(const Response& r);
 
+  // Whether a response ever ran on GPU tensors here.
+  bool usesGpu() const { return gpu_ != nullptr; }
   // GPU work in flight: the loop polls it for completion.
   bool gpuBusy() const { return gpu_ && gpu_->busy(); }
   void progressGpu(Clock::time_point now) {
