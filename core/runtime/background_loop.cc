@@ -97,8 +97,7 @@ void BackgroundLoop::cycle() {
   if (shutdown_.stopped()) return;
 
   Millis wait(-1);
-  auto cycleTime = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(cycleTimeMs_));
+  Clock::duration cycleTime = currentCycleTime();
   if (hasFresh()) {
     if (collectDue(now, cycleTime)) {
       RequestBatch batch = collectFresh(now);
@@ -147,8 +146,7 @@ bool BackgroundLoop::callerMayDrive() const {
 void BackgroundLoop::callerCycle() {
   takeFresh();
   auto now = Clock::now();
-  auto cycleTime = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(cycleTimeMs_));
+  Clock::duration cycleTime = currentCycleTime();
   if (hasFresh() && collectDue(now, cycleTime)) {
     RequestBatch batch = collectFresh(now);
     if (needsSending(batch)) deferred_.push_back(std::move(batch));
@@ -164,7 +162,12 @@ void BackgroundLoop::callerCycle() {
   size_t ran = 0;
   for (const auto& round : outcome.ready) ran += runAgreed(round);
   callerOps_.fetch_add(ran, std::memory_order_relaxed);
-  agreement.failIfStalled(Clock::now());
+  agreement.failIfStalled(now);
+}
+
+Clock::duration BackgroundLoop::currentCycleTime() const {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(cycleTimeMs_));
 }
 
 void BackgroundLoop::takeFresh() {
@@ -229,10 +232,12 @@ bool BackgroundLoop::agree(Clock::time_point now, Millis cycle, Millis* wait) {
 void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   applier_.progressGpu(now);
   std::vector<ControlChannel::Message> messages;
+  Millis timeout = pollTimeout(wait, now);
   {
-    // Callers may drive while this thread waits for messages (background_loop.h).
+    // Callers may drive while this thread waits for messages (background_loop.h); the poll
+    // touches nothing of the loop's but the control channel.
     Relock relock(driving_);
-    p_.links.control->poll(messages, pollTimeout(wait, now), Micros(p_.settings.spinMicroseconds));
+    p_.links.control->poll(messages, timeout, Micros(p_.settings.spinMicroseconds));
   }
   auto arrived = Clock::now();
   if (coordinator_) stalls_->inspectStalls(*coordinator_, p_.sets, arrived);

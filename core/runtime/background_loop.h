@@ -91,6 +91,7 @@ class BackgroundLoop {
   void callerCycle();
   bool callerMayDrive() const;
   void takeFresh();
+  Clock::duration currentCycleTime() const;
   bool hasFresh() const { return !fresh_.empty() || participant_.hasResends(); }
   bool collectDue(Clock::time_point now, Clock::duration cycleTime) const;
   RequestBatch collectFresh(Clock::time_point now);
