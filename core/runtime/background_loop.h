@@ -5,14 +5,16 @@
 // stalls, poll the control channel, apply what arrived, and tear down on shutdown or failure.
 //
 // Who owns what (threads, locks):
-// - run() is the background thread's body; every method but requestShutdown() and controlSent()
-//   runs on it. It owns the participant, the coordinator and stall watch (world rank 0), the
-//   control sender, the peer watch, the shutdown sequence, local agreement and the response
+// - run() is the background thread's body; every method but requestShutdown(), controlSent(),
+//   tryDrive(), callerLeft() and callerOps() runs on it, or on a waiting thread that holds the
+//   drive lock (below). It owns the participant, the coordinator and stall watch (world rank 0),
+//   the control sender, the peer watch, the shutdown sequence, local agreement and the response
 //   applier (fusion buffer, GPU executor).
 // - The runtime's shared parts (Parts) are used by the frontends too: the tensor queue and the
 //   process-set table are thread-safe; WaitState and LoopWaker keep their own atomics and lock;
 //   TunedSettings its lock. The links' communicators and control channel are the loop's alone
-//   until it releases them at the end of run(), under LoopWaker's lock.
+//   (the communicators also a driving caller's, under the drive lock; the control channel the
+//   background thread's only) until it releases them at the end of run(), under LoopWaker's lock.
 // - Errors never leave run(): a failure ends the loop, fails every pending handle with a
 //   ShutdownError naming it, and tells the other ranks (from rank 0) so that they stop at once.
 //

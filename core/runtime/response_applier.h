@@ -3,7 +3,8 @@
 // (through core/ops, or the GPU executor for device tensors), barriers, errors, joins and
 // process-set changes, and completes the tensors' handles.
 //
-// Background thread only. It owns the fusion buffer and the GPU executor (made by the first
+// Background thread only (or a waiting thread under the loop's drive lock, background_loop.h;
+// never GPU work). It owns the fusion buffer and the GPU executor (made by the first
 // response on GPU tensors); the queue, process sets, participant and timeline are the runtime's,
 // shared with the rest of the loop.
 #include <exception>
