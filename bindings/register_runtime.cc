@@ -312,12 +312,14 @@ void registerRuntime(py::module_& m) {
         d["control_messages_sent"] = c.controlMessagesSent;
         d["loop_wakeups"] = c.loopWakeups;
         d["wait_end_reports"] = c.waitEndReports;
+        d["caller_ops"] = c.callerOps;
         return d;
       },
       "Totals since init on this rank, for tests and benchmarks: control_messages_sent "
       "(negotiation messages to other ranks), loop_wakeups (wake-ups of the background thread "
       "asked by frontend threads), wait_end_reports (a worker telling rank 0 on their own that "
-      "it is no longer blocked in a wait).");
+      "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
+      "itself, HORA_CALLER_DRIVES).");
   m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1, py::arg("ranks") = std::vector<int>{},
         "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
         "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "

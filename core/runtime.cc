@@ -38,10 +38,17 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   LogRankScope logRank(t.rank);
   links_ = connectWorld(options, settings_);
   addStaticProcessSets(links_, topology_, settings_, options.processSets, sets_);
+  // Only through local agreement (one host, cache on) does a collective need no control message;
+  // with more ranks than CPUs, measured slower: the waiting threads take the CPUs the other
+  // ranks need.
+  bool callerDrives = settings_.callerDrives == Preference::On ||
+                      (settings_.callerDrives == Preference::Auto && !oversubscribed(t.localSize));
+  callerDrives = callerDrives && links_.agreement && settings_.cacheCapacity > 0;
   loop_ = std::make_unique<BackgroundLoop>(
       BackgroundLoop::Parts{topology_, settings_, links_, sets_, queue_, timeline_, waits_, waker_,
                             tuned_},
       static_cast<int>(options.processSets.size()));
+  if (callerDrives) callerDriver_ = std::make_shared<CallerDriver>(loop_.get());
   if (t.rank == 0 && !settings_.timeline.empty() && settings_.timeline != "DYNAMIC") {
     startTimeline(settings_.timeline, settings_.timelineMarkCycles);
   }
@@ -59,6 +66,7 @@ EngineCounters RuntimeImpl::counters() const {
   c.controlMessagesSent = loop_->controlSent();
   c.loopWakeups = waker_.wakeups();
   c.waitEndReports = waits_.endReports();
+  c.callerOps = loop_->callerOps();
   return c;
 }
 
@@ -82,8 +90,12 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     }
     e.request = std::move(op.request);
     e.tensor = std::move(op.tensor);
-    e.handle = handleSpin_ ? std::make_shared<Handle>(handleSpin_)
-                           : std::make_shared<Handle>(Micros(settings_.spinMicroseconds));
+    // GPU work stays on the background thread (background_loop.h).
+    std::shared_ptr<WaitDriver> driver;
+    if (e.tensor.device.isCpu()) driver = callerDriver_;
+    e.handle = handleSpin_ ? std::make_shared<Handle>(handleSpin_, std::move(driver))
+                           : std::make_shared<Handle>(Micros(settings_.spinMicroseconds),
+                                                      std::move(driver));
     e.enqueuedAt = now;
     handles.push_back(e.handle);
     group.push_back(std::move(e));
@@ -156,6 +168,7 @@ void RuntimeImpl::shutdown() {
   if (loop_) loop_->requestShutdown();
   wakeLoop();
   if (thread_.joinable()) thread_.join();
+  if (callerDriver_) callerDriver_->detach();
 }
 
 }  // namespace hora

@@ -62,6 +62,7 @@ struct EngineCounters {
   uint64_t controlMessagesSent = 0;  // negotiation messages this rank sent to other ranks
   uint64_t loopWakeups = 0;          // wake-ups of the background thread from other threads
   uint64_t waitEndReports = 0;       // a worker's "no longer blocked" reports, sent on their own
+  uint64_t callerOps = 0;            // collectives a waiting frontend thread ran itself
 };
 
 class Runtime {

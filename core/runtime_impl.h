@@ -20,6 +20,7 @@
 #include "core/coordinator/tensor_queue.h"
 #include "core/runtime.h"
 #include "core/runtime/background_loop.h"
+#include "core/runtime/caller_driver.h"
 #include "core/runtime/loop_waker.h"
 #include "core/runtime/tuned_settings.h"
 #include "core/runtime/wait_state.h"
@@ -69,6 +70,8 @@ class RuntimeImpl final : public Runtime {
   // The callers' polling in Handle::wait, shared by every handle; null: a fixed spin.
   std::shared_ptr<AdaptiveSpin> handleSpin_;
   std::unique_ptr<BackgroundLoop> loop_;
+  // Given to the handles of CPU tensors when waiting threads may drive the loop; null: never.
+  std::shared_ptr<CallerDriver> callerDriver_;
   std::thread thread_;
 };
 

@@ -22,6 +22,10 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"SPIN_ADAPTIVE", "1",
      "1: with more local ranks than CPUs, a caller whose last waits outlasted the poll sleeps "
      "at once (polling every 8th wait)"},
+    {"CALLER_DRIVES", "auto",
+     "1: a thread waiting for a cached collective on one host runs it itself while it polls, "
+     "instead of handing it to the background thread; 0 never; auto: when every rank of the "
+     "host has a CPU of its own"},
     {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
     {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
     {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
@@ -190,6 +194,7 @@ Settings Settings::fromEnvironment() {
   s.cacheCapacity = envInt("CACHE_CAPACITY");
   s.spinMicroseconds = envInt("SPIN_MICROSECONDS");
   s.spinAdaptive = envBool("SPIN_ADAPTIVE");
+  s.callerDrives = envPreference("CALLER_DRIVES");
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");

@@ -47,6 +47,8 @@ struct Settings {
   // HIERARCHICAL_ALLREDUCE, _ALLGATHER: steps within and across hosts (Auto: the engine decides)
   Preference hierarchicalAllreduce = Preference::Auto;
   Preference hierarchicalAllgather = Preference::Off;
+  // CALLER_DRIVES: a waiting thread runs its cached collective itself (Auto: a CPU per rank)
+  Preference callerDrives = Preference::Auto;
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0
   std::string logLevel = "warning";         // LOG_LEVEL

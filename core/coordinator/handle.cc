@@ -16,7 +16,14 @@ bool Handle::wait(std::optional<Millis> timeout) const {
   if (!finished()) {
     Micros budget = adaptive_ ? adaptive_->budget() : spin_;
     if (timeout) budget = std::min<Micros>(budget, *timeout);
-    bool hit = spinUntil(budget, finished);
+    bool drove = false;
+    bool hit = spinUntil(budget, [&] {
+      if (finished()) return true;
+      if (!driver_ || !driver_->tryDrive()) return false;
+      drove = true;
+      return finished();
+    });
+    if (drove && !hit) driver_->stoppedDriving();
     if (adaptive_ && budget.count() > 0) adaptive_->record(hit);
   }
   std::unique_lock<std::mutex> lock(mu_);

@@ -8,6 +8,8 @@
 // - poll(), wait(), error() are thread-safe. wait() polls for at most the spin budget (yielding the
 //   core; see core/common/spin.h), then blocks on a condition variable. The budget is fixed, or
 //   comes from an AdaptiveSpin shared by the runtime's handles, which each wait informs.
+// - With a WaitDriver (core/coordinator/wait_driver.h), each poll of the spin phase first offers
+//   to drive the runtime, so that the waiting thread may run its own collective.
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -19,14 +21,16 @@
 #include "core/common/adaptive_spin.h"
 #include "core/common/tensor.h"
 #include "core/common/time.h"
+#include "core/coordinator/wait_driver.h"
 
 namespace hora {
 
 class Handle {
  public:
-  explicit Handle(Micros spin = Micros(0)) : spin_(spin) {}
-  explicit Handle(std::shared_ptr<AdaptiveSpin> spin)
-      : spin_(spin->full()), adaptive_(std::move(spin)) {}
+  explicit Handle(Micros spin = Micros(0), std::shared_ptr<WaitDriver> driver = nullptr)
+      : spin_(spin), driver_(std::move(driver)) {}
+  explicit Handle(std::shared_ptr<AdaptiveSpin> spin, std::shared_ptr<WaitDriver> driver = nullptr)
+      : spin_(spin->full()), adaptive_(std::move(spin)), driver_(std::move(driver)) {}
 
   bool poll() const;
   // True when done; false when the timeout passed first. nullopt waits without limit.
@@ -46,6 +50,7 @@ class Handle {
  private:
   const Micros spin_;
   const std::shared_ptr<AdaptiveSpin> adaptive_;  // null: always spin_
+  const std::shared_ptr<WaitDriver> driver_;      // null: the spin only polls
   std::atomic<bool> finished_{false};             // mirrors done_ for polling without the lock
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

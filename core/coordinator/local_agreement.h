@@ -29,7 +29,8 @@
 // the rank publishes it as handed over until that tensor completes, so that the others send
 // theirs too. A slot is never both held and sent: a hand-over happens only outside an open round.
 //
-// Background thread only.
+// Background thread only, or a thread that holds its loop's drive lock
+// (core/runtime/background_loop.h).
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -5,8 +5,9 @@
 // Without a LocalAgreement (not every rank on one host, or turned off) every call is a no-op and
 // every tensor goes to the coordinator.
 //
-// Background thread only. The loop sequences the calls: it sends the hand-over batches and runs
-// the planned responses itself.
+// Background thread only (or a waiting thread under the loop's drive lock, background_loop.h).
+// The loop sequences the calls: it sends the hand-over batches and runs the planned responses
+// itself.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "core/common/errors.h"
 #include "core/common/logging.h"
@@ -19,6 +20,22 @@ Millis earliest(Millis a, Millis b) {  // -1: no bound
   if (b.count() < 0) return a;
   return std::min(a, b);
 }
+
+bool needsSending(const RequestBatch& batch) {
+  return !batch.requests.empty() || !batch.cacheBits.empty();
+}
+
+// Holds the drive lock again when it goes out of scope, also when what it guards throws.
+class Relock {
+ public:
+  explicit Relock(std::unique_lock<std::mutex>& held) : held_(held) { held_.unlock(); }
+  ~Relock() { held_.lock(); }
+  Relock(const Relock&) = delete;
+  Relock& operator=(const Relock&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>& held_;
+};
 
 }  // namespace
 
@@ -44,6 +61,7 @@ BackgroundLoop::BackgroundLoop(Parts parts, int staticSets)
       cycleTimeMs_(parts.settings.cycleTimeMs) {}
 
 void BackgroundLoop::run() {
+  driving_ = std::unique_lock<std::mutex>(drive_);
   requestPreciseSleeps();
   HORA_LOG(Debug, "background loop started (" << p_.links.transportName << ", " << p_.topology.size
                                               << " ranks)");
@@ -57,10 +75,14 @@ void BackgroundLoop::run() {
     failure = true;
     HORA_LOG(Error, "background loop failed: " << reason);
   }
+  ended_ = true;
   stop(reason, failure);
+  driving_.unlock();
 }
 
 void BackgroundLoop::cycle() {
+  // A caller cycle's failure stops the loop as one of the loop's own would.
+  if (callerError_) std::rethrow_exception(std::exchange(callerError_, nullptr));
   p_.timeline.cycleStart();
   // Before reading what frontend threads published: a wake() that still finds a wake-up pending
   // skips it and relies on what this cycle reads.
@@ -71,16 +93,15 @@ void BackgroundLoop::cycle() {
   takeFresh();
   auto now = Clock::now();
   if (startShutdown(now)) return;
+  sendDeferred(now);
+  if (shutdown_.stopped()) return;
 
-  // Send at once when nothing sent is still unanswered (lowest latency for one op at a time) or
-  // the last send is at least one cycle old; otherwise wait out the cycle, so that a burst of
-  // enqueues (a backward pass) travels as one batch and fuses.
   Millis wait(-1);
-  auto cycleTime = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(cycleTimeMs_));
-  if (!fresh_.empty() || participant_.hasResends()) {
-    if (agreement_.awaitingCoordinator() == 0 || now - lastSend_ >= cycleTime) {
-      sendRequests(now);
+  Clock::duration cycleTime = currentCycleTime();
+  if (hasFresh()) {
+    if (collectDue(now, cycleTime)) {
+      RequestBatch batch = collectFresh(now);
+      if (needsSending(batch)) send(batch, now);
       if (shutdown_.stopped()) return;
     } else {
       wait = std::chrono::ceil<Millis>(lastSend_ + cycleTime - now);
@@ -93,6 +114,60 @@ void BackgroundLoop::cycle() {
   checkPeers(now);
   if (shutdown_.stopped()) return;
   listen(now, wait);
+}
+
+bool BackgroundLoop::tryDrive() {
+  std::unique_lock<std::mutex> lock(drive_, std::try_to_lock);
+  if (!lock.owns_lock() || !callerMayDrive()) return false;
+  try {
+    callerCycle();
+  } catch (...) {
+    callerError_ = std::current_exception();
+  }
+  // Requests to send and failures need the background thread now. (Slots held and rounds open
+  // need it only once no caller steps them: callerLeft().)
+  if (!deferred_.empty() || callerError_) p_.waker.wake();
+  return true;
+}
+
+void BackgroundLoop::callerLeft() {
+  // The loop's poll may wait for what a caller cycle left (a slot held, a round open) for longer
+  // than their timers allow: it must look again.
+  p_.waker.wake();
+}
+
+// GPU work is polled and finished by the background thread only; a shutdown is its to carry out.
+bool BackgroundLoop::callerMayDrive() const {
+  return !ended_ && !callerError_ && agreement_.enabled() && !applier_.usesGpu() &&
+         !shutdown_.requested() && !shutdown_.stopped();
+}
+
+// The part of cycle() that needs no control channel.
+void BackgroundLoop::callerCycle() {
+  takeFresh();
+  auto now = Clock::now();
+  Clock::duration cycleTime = currentCycleTime();
+  if (hasFresh() && collectDue(now, cycleTime)) {
+    RequestBatch batch = collectFresh(now);
+    if (needsSending(batch)) deferred_.push_back(std::move(batch));
+  }
+  // Requests go out before the next round (as in cycle()); and rank 0 builds what its
+  // coordinator can before it joins another round (local_agreement.h), which only the
+  // background thread does.
+  if (!deferred_.empty() || (coordinator_ && !coordinator_->pending().empty())) return;
+  LocalAgreement& agreement = agreement_.agreement();
+  LocalAgreement::Outcome outcome =
+      agreement.step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycleTime));
+  if (!outcome.handOver.empty()) deferred_.push_back(agreement_.handOverBatch(outcome.handOver));
+  size_t ran = 0;
+  for (const auto& round : outcome.ready) ran += runAgreed(round);
+  callerOps_.fetch_add(ran, std::memory_order_relaxed);
+  agreement.failIfStalled(now);
+}
+
+Clock::duration BackgroundLoop::currentCycleTime() const {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(cycleTimeMs_));
 }
 
 void BackgroundLoop::takeFresh() {
@@ -157,7 +232,13 @@ bool BackgroundLoop::agree(Clock::time_point now, Millis cycle, Millis* wait) {
 void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   applier_.progressGpu(now);
   std::vector<ControlChannel::Message> messages;
-  p_.links.control->poll(messages, pollTimeout(wait, now), Micros(p_.settings.spinMicroseconds));
+  Millis timeout = pollTimeout(wait, now);
+  {
+    // Callers may drive while this thread waits for messages (background_loop.h); the poll
+    // touches nothing of the loop's but the control channel.
+    Relock relock(driving_);
+    p_.links.control->poll(messages, timeout, Micros(p_.settings.spinMicroseconds));
+  }
   auto arrived = Clock::now();
   if (coordinator_) stalls_->inspectStalls(*coordinator_, p_.sets, arrived);
   for (const auto& m : messages) {
@@ -177,12 +258,30 @@ void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   }
 }
 
-void BackgroundLoop::sendRequests(Clock::time_point now) {
+// Send at once when nothing sent is still unanswered (lowest latency for one op at a time) or
+// the last send is at least one cycle old; otherwise wait out the cycle, so that a burst of
+// enqueues (a backward pass) travels as one batch and fuses.
+bool BackgroundLoop::collectDue(Clock::time_point now, Clock::duration cycleTime) const {
+  return agreement_.awaitingCoordinator() == 0 || now - lastSend_ >= cycleTime;
+}
+
+// The fresh tensors (and resends) as one batch; cache hits stay held for local agreement. What
+// is left in the batch goes to the coordinator.
+RequestBatch BackgroundLoop::collectFresh(Clock::time_point now) {
   RequestBatch batch = participant_.collect(p_.queue, std::move(fresh_));
   fresh_.clear();  // moved from
   agreement_.hold(batch, now);
-  if (batch.requests.empty() && batch.cacheBits.empty()) return;
-  send(batch, now);
+  return batch;
+}
+
+// What caller cycles collected or handed over, in their order.
+void BackgroundLoop::sendDeferred(Clock::time_point now) {
+  std::vector<RequestBatch> batches = std::move(deferred_);
+  deferred_.clear();  // moved from
+  for (RequestBatch& batch : batches) {
+    send(batch, now);
+    if (shutdown_.stopped()) return;
+  }
 }
 
 // Requests (or handed-over cache bits) to the coordinator, with this rank's wait state.
@@ -252,8 +351,9 @@ void BackgroundLoop::takeAgreed(const LocalAgreement::Outcome& outcome) {
   for (const auto& round : outcome.ready) runAgreed(round);
 }
 
-void BackgroundLoop::runAgreed(const std::vector<int>& slots) {
-  if (slots.empty()) return;
+// Returns how many collectives ran.
+size_t BackgroundLoop::runAgreed(const std::vector<int>& slots) {
+  if (slots.empty()) return 0;
   std::vector<Response> plan = agreement_.plan(slots);
   auto begin = Clock::now();
   for (const Response& r : plan) applier_.runData(r);
@@ -261,6 +361,7 @@ void BackgroundLoop::runAgreed(const std::vector<int>& slots) {
   auto spent = Clock::now() - begin;
   peers_.paused(spent);
   agreement_.paused(spent);
+  return plan.size();
 }
 
 void BackgroundLoop::checkPeers(Clock::time_point now) {

@@ -5,17 +5,38 @@
 // stalls, poll the control channel, apply what arrived, and tear down on shutdown or failure.
 //
 // Who owns what (threads, locks):
-// - run() is the background thread's body; every method but requestShutdown() and controlSent()
-//   runs on it. It owns the participant, the coordinator and stall watch (world rank 0), the
-//   control sender, the peer watch, the shutdown sequence, local agreement and the response
+// - run() is the background thread's body; every method but requestShutdown(), controlSent(),
+//   tryDrive(), callerLeft() and callerOps() runs on it, or on a waiting thread that holds the
+//   drive lock (below). It owns the participant, the coordinator and stall watch (world rank 0),
+//   the control sender, the peer watch, the shutdown sequence, local agreement and the response
 //   applier (fusion buffer, GPU executor).
 // - The runtime's shared parts (Parts) are used by the frontends too: the tensor queue and the
 //   process-set table are thread-safe; WaitState and LoopWaker keep their own atomics and lock;
 //   TunedSettings its lock. The links' communicators and control channel are the loop's alone
-//   until it releases them at the end of run(), under LoopWaker's lock.
+//   (the communicators also a driving caller's, under the drive lock; the control channel the
+//   background thread's only) until it releases them at the end of run(), under LoopWaker's lock.
 // - Errors never leave run(): a failure ends the loop, fails every pending handle with a
 //   ShutdownError naming it, and tells the other ranks (from rank 0) so that they stop at once.
+//
+// The drive lock (drive_) and callers that drive (tryDrive(), HORA_CALLER_DRIVES):
+// - Every method that touches the loop's state runs under drive_. The background thread holds
+//   it for its whole cycle except the blocking poll of the control channel in listen(), and
+//   through stop(); the loop's state is then the lock holder's, whichever thread that is.
+// - A frontend thread waiting on a handle calls tryDrive(). It only try_locks drive_ (it never
+//   blocks), and with it runs a caller cycle: take fresh tensors, hold the cache hits for local
+//   agreement, one local-agreement step, and the agreed rounds that step resolved. It sends
+//   nothing on the control channel: requests, hand-overs and wait reports are left in deferred_
+//   for the background thread, which it wakes. Nothing that only the background thread does
+//   (coordinator batches, peer checks, shutdown, GPU work) runs on a caller. A caller that stops
+//   driving before its handle completed wakes the loop (callerLeft()): the timers of what it
+//   left (slots held, a round open) were unknown to the loop's poll.
+// - A caller cycle's failure is kept (callerError_) and rethrown by the background thread's
+//   next cycle, so the loop stops as for its own failures and callers only see it through their
+//   handles.
+#include <atomic>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,20 +80,33 @@ class BackgroundLoop {
   // Any thread.
   void requestShutdown() { shutdown_.request(); }
   uint64_t controlSent() const { return sender_.sent(); }
+  // Any thread; never blocks. Runs one caller cycle when no other thread drives the loop, local
+  // agreement is on and the loop runs no GPU work. True when it ran one.
+  bool tryDrive();
+  // Any thread: a caller that drove stops before its handle completed (then it sleeps).
+  void callerLeft();
+  // Collectives that callers ran (tryDrive()).
+  uint64_t callerOps() const { return callerOps_.load(std::memory_order_relaxed); }
 
  private:
   void cycle();
+  void callerCycle();
+  bool callerMayDrive() const;
   void takeFresh();
+  Clock::duration currentCycleTime() const;
+  bool hasFresh() const { return !fresh_.empty() || participant_.hasResends(); }
+  bool collectDue(Clock::time_point now, Clock::duration cycleTime) const;
+  RequestBatch collectFresh(Clock::time_point now);
+  void sendDeferred(Clock::time_point now);
   bool startShutdown(Clock::time_point now);
   bool coordinate(Clock::time_point now);
   bool agree(Clock::time_point now, Millis cycle, Millis* wait);
   void listen(Clock::time_point now, Millis wait);
-  void sendRequests(Clock::time_point now);
   void send(RequestBatch& batch, Clock::time_point now);
   void reportWaiting();
   void applyBatch(const ResponseBatch& batch);
   void takeAgreed(const LocalAgreement::Outcome& outcome);
-  void runAgreed(const std::vector<int>& slots);
+  size_t runAgreed(const std::vector<int>& slots);
   void checkPeers(Clock::time_point now);
   std::vector<int> watchedPeers();
   Millis pollTimeout(Millis forSending, Clock::time_point now);
@@ -90,6 +124,13 @@ class BackgroundLoop {
   std::vector<std::string> fresh_;  // enqueued, not yet sent
   Clock::time_point lastSend_{};
   double cycleTimeMs_;  // the cycle time in force (autotune may change it)
+
+  std::mutex drive_;                      // the drive lock (see the top of this file)
+  std::unique_lock<std::mutex> driving_;  // the background thread's hold of drive_
+  bool ended_ = false;                    // run() is stopping: no caller cycle any more
+  std::vector<RequestBatch> deferred_;    // for the coordinator, left by a caller cycle
+  std::exception_ptr callerError_;        // a caller cycle's failure, for the loop to stop on
+  std::atomic<uint64_t> callerOps_{0};
 };
 
 }  // namespace hora

@@ -3,7 +3,8 @@
 // (through core/ops, or the GPU executor for device tensors), barriers, errors, joins and
 // process-set changes, and completes the tensors' handles.
 //
-// Background thread only. It owns the fusion buffer and the GPU executor (made by the first
+// Background thread only (or a waiting thread under the loop's drive lock, background_loop.h;
+// never GPU work). It owns the fusion buffer and the GPU executor (made by the first
 // response on GPU tensors); the queue, process sets, participant and timeline are the runtime's,
 // shared with the rest of the loop.
 #include <exception>
@@ -42,6 +43,8 @@ class ResponseApplier {
   // A collective on tensors; a response this rank has no part in is skipped.
   void runData(const Response& r);
 
+  // Whether a response ever ran on GPU tensors here.
+  bool usesGpu() const { return gpu_ != nullptr; }
   // GPU work in flight: the loop polls it for completion.
   bool gpuBusy() const { return gpu_ && gpu_->busy(); }
   void progressGpu(Clock::time_point now) {

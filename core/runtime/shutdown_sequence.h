@@ -3,7 +3,8 @@
 // the loop then tells the coordinator once (start()) and waits at most kAckTimeout for its
 // answer; the coordinator's shutdown batch, or a failure, stops the loop (stop()).
 //
-// Threads: request() from any thread; everything else from the background thread only.
+// Threads: request() and requested() from any thread; everything else from the background thread
+// only.
 #include <atomic>
 #include <string>
 
@@ -17,6 +18,7 @@ class ShutdownSequence {
   static constexpr Millis kAckTimeout{10000};
 
   void request() { requested_.store(true, std::memory_order_release); }
+  bool requested() const { return requested_.load(std::memory_order_acquire); }
 
   // True once, in the first cycle after request(): the shutdown must be sent now.
   bool start(Clock::time_point now);

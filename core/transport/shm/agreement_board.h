@@ -23,7 +23,9 @@ class ShmAgreementBoard : public AgreementBoard {
   void publish(uint32_t round, const Round& mine) override;
   uint32_t published(int r) const override;
   void read(int r, uint32_t round, Round* out) const override;
-  void looked() override { peers_->boardSeen = peers_->othersRounds(); }
+  void looked() override {
+    peers_->boardSeen.store(peers_->othersRounds(), std::memory_order_relaxed);
+  }
 
  private:
   std::shared_ptr<ShmPeers> peers_;

@@ -11,6 +11,7 @@
 // gone and unmaps the segment: peers waiting on it fail at once. Single-threaded (a control
 // channel's wakeup() from another thread only rings a doorbell of a segment that stays mapped
 // while the channel lives).
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,7 +46,9 @@ struct ShmPeers {
   // An agreement board on the segment is in use (agreement_board.h): the control channel's waits
   // also end when another rank publishes a round after boardSeen was taken (board.looked()).
   bool boardInUse = false;
-  uint64_t boardSeen = 0;
+  // Atomic: a thread waiting on a handle may step the agreement (so write it) while the
+  // background thread waits in the control channel's poll (core/runtime/background_loop.h).
+  std::atomic<uint64_t> boardSeen{0};
   collectives::ScratchBuffers scratch;
 
   // The rank messages name for segment rank r.
@@ -61,7 +64,9 @@ struct ShmPeers {
   // The sum of the agreement rounds the other ranks published: it grows with each one.
   uint64_t othersRounds() const;
   // Whether another rank published an agreement round since boardSeen was taken.
-  bool boardMoved() const { return boardInUse && othersRounds() != boardSeen; }
+  bool boardMoved() const {
+    return boardInUse && othersRounds() != boardSeen.load(std::memory_order_relaxed);
+  }
   void markFailed(const std::string& why);
 };
 

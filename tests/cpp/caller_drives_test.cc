@@ -1,0 +1,101 @@
+// A thread waiting on its handle runs its cached collective itself (HORA_CALLER_DRIVES,
+// core/runtime/background_loop.h): ranks as threads of this process, on one host, so over shared
+// memory with local agreement. What is checked is counted (EngineCounters::callerOps), not timed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/runtime.h"
+#include "tests/cpp/runtime_job.h"
+
+namespace hora {
+namespace {
+
+using test::runJob;
+
+OpRequest sumOf(std::vector<float>& v, const std::string& name) {
+  OpRequest r;
+  r.request.kind = OpKind::Allreduce;
+  r.request.name = name;
+  r.request.reduceOp = ReduceOp::Sum;
+  r.tensor.data = v.data();
+  r.tensor.dtype = DataType::Float32;
+  r.tensor.shape = {static_cast<int64_t>(v.size())};
+  return r;
+}
+
+// callerDrives as given; a fixed spin long enough that waits are mostly spent polling (these
+// ranks share the CPUs of one process).
+std::function<void(RuntimeOptions&)> driving(Preference callerDrives) {
+  return [callerDrives](RuntimeOptions& o) {
+    o.settings.callerDrives = callerDrives;
+    o.settings.spinAdaptive = false;
+    o.settings.spinMicroseconds = 2000;
+  };
+}
+
+// `steps` allreduces of one name (cached after the first), each checked; every `freshEvery`th
+// step uses a name of its own, which only the coordinator can answer.
+void sumLoop(Runtime& rt, int rank, int n, const std::string& name, int steps, int freshEvery) {
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> v(4, static_cast<float>(rank + step));
+    bool fresh = freshEvery > 0 && step % freshEvery == 0;
+    std::string key = fresh ? name + ".fresh" + std::to_string(step) : name;
+    auto h = rt.enqueue({sumOf(v, key)}).front();
+    ASSERT_TRUE(h->wait(Millis(20000))) << key << " step " << step;
+    h->rethrowIfFailed();
+    float want = static_cast<float>(n * (n - 1) / 2 + n * step);
+    for (float x : v) ASSERT_EQ(x, want) << key << " step " << step;
+  }
+}
+
+// Which thread of a rank wins the loop for a step is up to the scheduler (here four threads
+// share the CPUs, and in some jobs the background thread wins every step): over a few jobs,
+// waiting threads must have run some.
+TEST(CallerDrives, WaitingThreadRunsCachedAllreduce) {
+  const int n = 2;
+  std::atomic<uint64_t> callerOps{0};
+  for (int job = 0; job < 5 && callerOps.load() == 0; ++job) {
+    runJob(
+        n,
+        [&](Runtime& rt, int rank) {
+          sumLoop(rt, rank, n, "cached", 500, 0);
+          callerOps += rt.counters().callerOps;
+        },
+        driving(Preference::On));
+  }
+  EXPECT_GT(callerOps.load(), 0u);
+}
+
+TEST(CallerDrives, OffLeavesEveryCollectiveToTheLoop) {
+  const int n = 2;
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        sumLoop(rt, rank, n, "cached", 200, 0);
+        EXPECT_EQ(rt.counters().callerOps, 0u) << "rank " << rank;
+      },
+      driving(Preference::Off));
+}
+
+// Several waiting threads per rank race each other and the background thread for the loop, with
+// cached tensors and, now and then, one that must go to the coordinator.
+TEST(CallerDrives, ThreeRanksTwoWaitersEachRaceTheLoop) {
+  const int n = 3;
+  runJob(
+      n,
+      [&](Runtime& rt, int rank) {
+        std::vector<std::thread> waiters;
+        for (int t = 0; t < 2; ++t) {
+          waiters.emplace_back([&, t] { sumLoop(rt, rank, n, "w" + std::to_string(t), 150, 25); });
+        }
+        for (auto& w : waiters) w.join();
+      },
+      driving(Preference::On));
+}
+
+}  // namespace
+}  // namespace hora
