@@ -20,11 +20,14 @@ def _caller_ops() -> int:
 
 
 def _expected() -> bool:
-    """Whether waiting threads should drive here: more than one rank, all on this host, shared
-    memory and the cache on, and under ``auto`` as many CPUs for this process as the host runs
-    ranks (core/common/spin.h's ``oversubscribed``: a rank bound to one CPU does not qualify)."""
+    """Whether waiting threads should drive here: more than one rank, all on this host and on
+    shared memory (the transport ``tcp+shm``: under MPI there is no agreement board), the cache
+    on, and under ``auto`` as many CPUs for this process as the host runs ranks
+    (core/common/spin.h's ``oversubscribed``: a rank bound to one CPU does not qualify)."""
     env = os.environ.get
     if size() < 2 or hora.local_size() != size():
+        return False
+    if hora._core.transport_name() != "tcp+shm":
         return False
     if env("HORA_SHM_DISABLE", "0") != "0" or env("HORA_CACHE_CAPACITY", "1") == "0":
         return False
