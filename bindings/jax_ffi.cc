@@ -11,6 +11,7 @@
 // (one per tensor, joined by '\n'; one for a barrier) and call_site.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -110,11 +111,14 @@ void runCollective(const XlaCall& call) {
     }
   }
 
-  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
+  // This thread waits at once: it drives the work itself where callers drive.
+  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests), true);
   {
     // No bound of its own, like an eager wait: a dead peer or shutdown fails the handles within
     // HORA_TIMEOUT_SECONDS, and ranks blocked on each other end as a reported deadlock.
-    BlockedScope blocked(rt);
+    bool driven = std::all_of(handles.begin(), handles.end(),
+                              [](const std::shared_ptr<Handle>& h) { return h->driven(); });
+    BlockedScope blocked(rt, driven);
     for (const auto& handle : handles) handle->wait(std::nullopt);
   }
   for (size_t i = 0; i < handles.size(); ++i) {

@@ -50,11 +50,12 @@ std::shared_ptr<Runtime> currentRuntime();
 // The running Runtime; ValueError (InvalidArgument) "not initialized" without one.
 std::shared_ptr<Runtime> requireRuntime();
 
-// Marks the calling thread as blocked in a wait (Runtime::waitBegin/waitEnd) for its lifetime.
+// Marks the calling thread as blocked in a wait (Runtime::waitBegin/waitEnd) for its lifetime;
+// driven: on a handle it may drive (Handle::driven()).
 class BlockedScope {
  public:
-  explicit BlockedScope(std::shared_ptr<Runtime> runtime) : runtime_(std::move(runtime)) {
-    if (runtime_) runtime_->waitBegin();
+  BlockedScope(std::shared_ptr<Runtime> runtime, bool driven) : runtime_(std::move(runtime)) {
+    if (runtime_) runtime_->waitBegin(driven);
   }
   ~BlockedScope() {
     if (runtime_) runtime_->waitEnd();

@@ -72,7 +72,7 @@ bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSecond
     deadline += std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::max(0.0, *timeoutSeconds)));
   }
-  BlockedScope blocked(timeoutSeconds ? nullptr : currentRuntime());
+  BlockedScope blocked(timeoutSeconds ? nullptr : currentRuntime(), handle.driven());
   while (true) {
     Millis slice = kSignalCheckInterval;
     if (timeoutSeconds) {

@@ -54,6 +54,7 @@ struct EnqueueArgs {
   py::object splits = py::none();
   std::string callSite;
   std::vector<std::optional<std::string>> dtypeOverrides;  // empty, or one per tensor
+  bool waits = false;  // the caller waits for the handles at once (Runtime::enqueue)
 };
 
 std::vector<int32_t> toSplits(const py::object& splits) {
@@ -118,7 +119,7 @@ py::list enqueueTensors(EnqueueArgs args) {
   }
 
   // On a throw here the imported inputs are released (GIL held) and nothing was queued.
-  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests));
+  std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests), args.waits);
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
   py::list result(n);
@@ -131,12 +132,24 @@ py::list enqueueTensors(EnqueueArgs args) {
 }
 
 // The keywords of submit, in the order of its signature.
-enum Arg { kKind, kTensors, kNames, kOp, kPrescale, kPostscale, kRoot, kSplits, kSetId, kFrames };
-constexpr int kNumArgs = 10;
+enum Arg {
+  kKind,
+  kTensors,
+  kNames,
+  kOp,
+  kPrescale,
+  kPostscale,
+  kRoot,
+  kSplits,
+  kSetId,
+  kFrames,
+  kWaits
+};
+constexpr int kNumArgs = 11;
 constexpr int kNumPositional = 3;
-constexpr const char* kArgNames[kNumArgs] = {"kind",           "tensors",    "names",     "op",
-                                             "prescale",       "postscale",  "root_rank", "splits",
-                                             "process_set_id", "hora_frames"};
+constexpr const char* kArgNames[kNumArgs] = {"kind",           "tensors",     "names",     "op",
+                                             "prescale",       "postscale",   "root_rank", "splits",
+                                             "process_set_id", "hora_frames", "waits"};
 
 PyObject* internedArgName(int i) {
   // Never released: they live as long as the module.
@@ -289,6 +302,11 @@ py::list submit(const std::vector<PyObject*>& a) {
   args.processSetId = static_cast<int>(intArg(a[kSetId], 0));
   // The frames above submit's caller that are certainly Hora's: the call site search skips them.
   args.callSite = callSite(static_cast<int>(intArg(a[kFrames], 0)));
+  if (a[kWaits] != nullptr) {
+    int waits = PyObject_IsTrue(a[kWaits]);
+    if (waits < 0) throw py::error_already_set();
+    args.waits = waits == 1;
+  }
   std::vector<std::optional<std::string>> overrides = args.dtypeOverrides;
 
   py::list handles = enqueueTensors(std::move(args));
@@ -312,11 +330,13 @@ PyMethodDef submitDef = {
     "submit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&submitEntry)),
     METH_FASTCALL | METH_KEYWORDS,
     "submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0, "
-    "splits=None, process_set_id=0, hora_frames=0) -> list of Handle\n\n"
+    "splits=None, process_set_id=0, hora_frames=0, waits=False) -> list of Handle\n\n"
     "The frontends' one submission: one group of `kind` (an OpKind) on `tensors` (DLPack "
     "capsules, NumPy arrays or objects with __dlpack__; none for JOIN and BARRIER), one name "
     "each. The engine checks the request (Horovod's errors), the call site is the first frame "
-    "outside Hora above `hora_frames` frames over the caller's, and the group is enqueued."};
+    "outside Hora above `hora_frames` frames over the caller's, and the group is enqueued. "
+    "`waits`: the caller waits for the handles at once (a blocking call), so that a waiting "
+    "thread that drives the engine finds the work still to do."};
 
 // The engine's checks of the requests a traced call will make when it runs (hora.jax inside
 // jit), on their shapes alone: the errors are raised where the call was written, at trace time.

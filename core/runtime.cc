@@ -38,11 +38,13 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   LogRankScope logRank(t.rank);
   links_ = connectWorld(options, settings_);
   addStaticProcessSets(links_, topology_, settings_, options.processSets, sets_);
-  // Only through local agreement (one host, cache on) does a collective need no control message;
-  // with more ranks than CPUs, measured slower: the waiting threads take the CPUs the other
-  // ranks need.
-  bool callerDrives = settings_.callerDrives == Preference::On ||
-                      (settings_.callerDrives == Preference::Auto && !oversubscribed(t.localSize));
+  // Only through local agreement (one host, cache on) does a collective need no control message.
+  // With more ranks than the host's CPUs it did not pay (measured): the waiting threads take the
+  // CPUs the other ranks need. A rank bound to one CPU of its own qualifies: while its caller
+  // drives, the loop parks (background_loop.h), so the two threads do not share the CPU.
+  bool callerDrives =
+      settings_.callerDrives == Preference::On ||
+      (settings_.callerDrives == Preference::Auto && !hostOversubscribed(t.localSize));
   callerDrives = callerDrives && links_.agreement && settings_.cacheCapacity > 0;
   loop_ = std::make_unique<BackgroundLoop>(
       BackgroundLoop::Parts{topology_, settings_, links_, sets_, queue_, timeline_, waits_, waker_,
@@ -70,9 +72,11 @@ EngineCounters RuntimeImpl::counters() const {
   return c;
 }
 
-std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest> requests) {
+std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest> requests,
+                                                          bool callerWaits) {
   std::vector<TensorEntry> group;
   std::vector<std::shared_ptr<Handle>> handles;
+  bool driven = callerDriver_ != nullptr;
   group.reserve(requests.size());
   handles.reserve(requests.size());
   auto now = Clock::now();
@@ -93,6 +97,7 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     // GPU work stays on the background thread (background_loop.h).
     std::shared_ptr<WaitDriver> driver;
     if (e.tensor.device.isCpu()) driver = callerDriver_;
+    driven = driven && driver != nullptr;
     e.handle = handleSpin_ ? std::make_shared<Handle>(handleSpin_, std::move(driver))
                            : std::make_shared<Handle>(Micros(settings_.spinMicroseconds),
                                                       std::move(driver));
@@ -101,7 +106,8 @@ std::vector<std::shared_ptr<Handle>> RuntimeImpl::enqueue(std::vector<OpRequest>
     group.push_back(std::move(e));
   }
   queue_.push(std::move(group));
-  wakeLoop();
+  // Waking the loop for work its caller is about to drive would put a second thread on it.
+  if (!(callerWaits && driven)) wakeLoop();
   return handles;
 }
 
@@ -116,8 +122,8 @@ std::shared_ptr<Handle> RuntimeImpl::enqueueControl(OpKind kind, const std::stri
   return enqueue({op}).front();
 }
 
-void RuntimeImpl::waitBegin() {
-  if (waits_.begin()) wakeLoop();
+void RuntimeImpl::waitBegin(bool driven) {
+  if (waits_.begin() && !driven) wakeLoop();
 }
 
 void RuntimeImpl::waitEnd() {

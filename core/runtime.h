@@ -77,14 +77,23 @@ class Runtime {
   // time, fusion threshold). Safe from any thread; later tuning does not change a returned copy.
   virtual Settings settings() const = 0;
 
-  virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) = 0;
+  std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) {
+    return enqueue(std::move(requests), false);
+  }
+  // callerWaits: the calling thread waits for these handles at once (a blocking frontend call).
+  // Where waiting threads drive the loop (HORA_CALLER_DRIVES), the loop is then not woken: the
+  // wait drives the work itself, or wakes the loop when it cannot.
+  virtual std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests,
+                                                       bool callerWaits) = 0;
 
   // A frontend thread is blocked in a wait without timeout between waitBegin() and waitEnd()
   // (calls from several threads count up). While any is, this rank reports itself blocked, and
   // the coordinator fails collectives that blocked ranks wait for and can never get
   // (core/coordinator/deadlock.h). A wait with a timeout must not be marked: its caller may go
-  // on to submit something else. Cheap and thread-safe.
-  virtual void waitBegin() = 0;
+  // on to submit something else. Cheap and thread-safe. driven: the thread waits on a handle it
+  // may drive (Handle::driven()); the loop then hears of the wait when the thread stops driving
+  // without its result (WaitDriver::depart), not at once.
+  virtual void waitBegin(bool driven) = 0;
   virtual void waitEnd() = 0;
 
   // Process sets. Id 0 is the world. add/remove are collective over the world: they check their

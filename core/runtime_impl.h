@@ -38,11 +38,13 @@ class RuntimeImpl final : public Runtime {
   bool running() const override { return waker_.running(); }
   const Topology& topology() const override { return topology_; }
   Settings settings() const override { return tuned_.applyTo(settings_); }
-  std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests) override;
+  using Runtime::enqueue;
+  std::vector<std::shared_ptr<Handle>> enqueue(std::vector<OpRequest> requests,
+                                               bool callerWaits) override;
   std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks,
                                         const std::string& callSite) override;
   std::shared_ptr<Handle> removeProcessSet(int id, const std::string& callSite) override;
-  void waitBegin() override;
+  void waitBegin(bool driven) override;
   void waitEnd() override;
   std::vector<int> processSetRanks(int id) const override { return sets_.ranks(id); }
   std::vector<int> processSetIds() const override { return sets_.ids(); }

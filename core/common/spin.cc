@@ -1,6 +1,7 @@
 #include "core/common/spin.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -13,6 +14,11 @@ bool oversubscribed(int localRanks) {
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof(set), &set) != 0) return true;
   return localRanks > CPU_COUNT(&set);
+}
+
+bool hostOversubscribed(int localRanks) {
+  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online <= 0 || localRanks > online;
 }
 
 void requestPreciseSleeps() {

@@ -26,6 +26,8 @@ bool spinUntil(Micros budget, Ready&& ready) {
 // Whether this host runs more ranks (localRanks) than the CPUs this process may use: a pause spin
 // helps only when every rank of the host can run at once.
 bool oversubscribed(int localRanks);
+// Whether this host runs more ranks than it has CPUs online, however they are bound.
+bool hostOversubscribed(int localRanks);
 
 // Makes the calling thread's timed sleeps end on time (Linux timer slack of 1 us instead of the
 // default 50 us): the background thread's short back-off sleeps stay short.

@@ -16,14 +16,12 @@ bool Handle::wait(std::optional<Millis> timeout) const {
   if (!finished()) {
     Micros budget = adaptive_ ? adaptive_->budget() : spin_;
     if (timeout) budget = std::min<Micros>(budget, *timeout);
-    bool drove = false;
+    if (driver_) driver_->arrive();
     bool hit = spinUntil(budget, [&] {
       if (finished()) return true;
-      if (!driver_ || !driver_->tryDrive()) return false;
-      drove = true;
-      return finished();
+      return driver_ && driver_->tryDrive() && finished();
     });
-    if (drove && !hit) driver_->stoppedDriving();
+    if (driver_) driver_->depart(hit);
     if (adaptive_ && budget.count() > 0) adaptive_->record(hit);
   }
   std::unique_lock<std::mutex> lock(mu_);

@@ -9,7 +9,8 @@
 //   core; see core/common/spin.h), then blocks on a condition variable. The budget is fixed, or
 //   comes from an AdaptiveSpin shared by the runtime's handles, which each wait informs.
 // - With a WaitDriver (core/coordinator/wait_driver.h), each poll of the spin phase first offers
-//   to drive the runtime, so that the waiting thread may run its own collective.
+//   to drive the runtime, so that the waiting thread may run its own collective; the driver hears
+//   when the spin begins and ends (arrive(), depart()).
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -33,6 +34,8 @@ class Handle {
       : spin_(spin->full()), adaptive_(std::move(spin)), driver_(std::move(driver)) {}
 
   bool poll() const;
+  // Whether a waiting thread may drive the runtime's work for this handle (it has a WaitDriver).
+  bool driven() const { return driver_ != nullptr; }
   // True when done; false when the timeout passed first. nullopt waits without limit.
   bool wait(std::optional<Millis> timeout) const;
   std::exception_ptr error() const;

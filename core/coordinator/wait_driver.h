@@ -11,11 +11,14 @@ namespace hora {
 class WaitDriver {
  public:
   virtual ~WaitDriver() = default;
+  // The thread begins to poll its handle (tryDrive() calls follow).
+  virtual void arrive() = 0;
   // True when it did work (the caller may look at its handle again at once).
   virtual bool tryDrive() = 0;
-  // The thread stops polling before its handle completed (it sleeps next): what its driving left
-  // must be looked after by the runtime itself. It waits for another thread's step at most.
-  virtual void stoppedDriving() = 0;
+  // The thread stops polling: `finished` when its handle completed; otherwise it sleeps next and
+  // what its driving left must be looked after by the runtime itself. It waits for another
+  // thread's step at most.
+  virtual void depart(bool finished) = 0;
 };
 
 }  // namespace hora

@@ -28,6 +28,7 @@ class AgreementDriver {
 
   bool enabled() const { return agreement_ != nullptr; }
   LocalAgreement& agreement() { return *agreement_; }  // enabled() only
+  const LocalAgreement& agreement() const { return *agreement_; }
 
   // Tensors sent for negotiation that only the coordinator can answer (not held here).
   size_t awaitingCoordinator() const;

@@ -14,6 +14,9 @@ namespace {
 
 // How often the loop looks at GPU work in flight.
 constexpr Millis kGpuPollInterval{1};
+// How long a parked loop sleeps before it looks at the control channel again: what may arrive
+// while a caller drives (a heartbeat, a rank's failure) waits at most this long.
+constexpr Millis kParkSlice{1};
 
 Millis earliest(Millis a, Millis b) {  // -1: no bound
   if (a.count() < 0) return b;
@@ -118,22 +121,33 @@ void BackgroundLoop::cycle() {
 
 bool BackgroundLoop::tryDrive() {
   std::unique_lock<std::mutex> lock(drive_, std::try_to_lock);
-  if (!lock.owns_lock() || !callerMayDrive()) return false;
+  if (!lock.owns_lock()) return false;  // the lock holder's cycle takes what was enqueued
+  if (!callerMayDrive()) {
+    // A caller that enqueued without waking the loop (Runtime::enqueue) needs it now.
+    p_.waker.wake();
+    return false;
+  }
   try {
     callerCycle();
   } catch (...) {
     callerError_ = std::current_exception();
   }
+  LocalAgreement& agreement = agreement_.agreement();
+  workLeft_.store(agreement.open() || agreement.held() > 0 || hasFresh(),
+                  std::memory_order_release);
   // Requests to send and failures need the background thread now. (Slots held and rounds open
-  // need it only once no caller steps them: callerLeft().)
+  // need it only once no caller steps them: callerDeparted().)
   if (!deferred_.empty() || callerError_) p_.waker.wake();
   return true;
 }
 
-void BackgroundLoop::callerLeft() {
-  // The loop's poll may wait for what a caller cycle left (a slot held, a round open) for longer
-  // than their timers allow: it must look again.
-  p_.waker.wake();
+void BackgroundLoop::callerDeparted(bool finished) {
+  lastDeparture_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  int present = callersPresent_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  // A caller about to sleep: the loop's poll may wait for what its cycles left (a slot held, a
+  // round open) for longer than their timers allow, and a parked loop for its park slice. The
+  // last caller to go wakes the loop only when it left such work.
+  if (!finished || (present == 0 && workLeft_.load(std::memory_order_acquire))) p_.waker.wake();
 }
 
 // GPU work is polled and finished by the background thread only; a shutdown is its to carry out.
@@ -233,11 +247,18 @@ void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   applier_.progressGpu(now);
   std::vector<ControlChannel::Message> messages;
   Millis timeout = pollTimeout(wait, now);
+  Micros spin(p_.settings.spinMicroseconds);
+  const bool park = mayPark(now);
   {
     // Callers may drive while this thread waits for messages (background_loop.h); the poll
     // touches nothing of the loop's but the control channel.
     Relock relock(driving_);
-    p_.links.control->poll(messages, timeout, Micros(p_.settings.spinMicroseconds));
+    if (park) {
+      p_.waker.park(earliest(timeout, kParkSlice));
+      timeout = Millis(0);
+      spin = Micros(0);
+    }
+    p_.links.control->poll(messages, timeout, spin);
   }
   auto arrived = Clock::now();
   if (coordinator_) stalls_->inspectStalls(*coordinator_, p_.sets, arrived);
@@ -256,6 +277,25 @@ void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
       if (shutdown_.stopped()) return;
     }
   }
+}
+
+// While callers drive, they step local agreement and run the rounds themselves: the loop parks
+// instead of waiting on the control channel, whose wake-ups (another rank's round published)
+// would only bring a second thread to work a caller does. It parks while a caller polls, and
+// for a slice after one left when the loop has no round or hits of its own (the next blocking
+// call is likely near; anything enqueued without a waiting caller wakes the loop). Only while
+// no control message is needed soon: nothing to send or awaited from the coordinator, and rank
+// 0's coordinator has nothing pending.
+bool BackgroundLoop::mayPark(Clock::time_point now) const {
+  if (!agreement_.enabled() || !deferred_.empty() || agreement_.awaitingCoordinator() > 0 ||
+      applier_.gpuBusy() || (coordinator_ && !coordinator_->pending().empty()) ||
+      shutdown_.requested()) {
+    return false;
+  }
+  if (callersPresent_.load(std::memory_order_acquire) > 0) return true;
+  Clock::time_point departed{Clock::duration(lastDeparture_.load(std::memory_order_relaxed))};
+  const LocalAgreement& agreement = agreement_.agreement();
+  return now - departed < kParkSlice && !agreement.open() && agreement.held() == 0 && !hasFresh();
 }
 
 // Send at once when nothing sent is still unanswered (lowest latency for one op at a time) or

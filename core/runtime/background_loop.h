@@ -33,6 +33,12 @@
 // - A caller cycle's failure is kept (callerError_) and rethrown by the background thread's
 //   next cycle, so the loop stops as for its own failures and callers only see it through their
 //   handles.
+// - Parking (mayPark()): while a caller polls (callerArrived() to callerDeparted()), and for
+//   kParkSlice after the last one left when the loop has no round or hits of its own, the
+//   background thread sleeps in LoopWaker::park() instead of the control channel's poll, whose
+//   wake-ups (another rank's round) would only bring a second thread to the caller's work. Any
+//   wake() ends a park: an enqueue without a waiting caller, work a caller deferred, a caller
+//   that left work behind or stopped polling before its result; so does the slice's end.
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -83,8 +89,10 @@ class BackgroundLoop {
   // Any thread; never blocks. Runs one caller cycle when no other thread drives the loop, local
   // agreement is on and the loop runs no GPU work. True when it ran one.
   bool tryDrive();
-  // Any thread: a caller that drove stops before its handle completed (then it sleeps).
-  void callerLeft();
+  // Any thread: a caller begins to poll its handle (tryDrive() calls follow), and stops polling
+  // (finished: its handle completed; otherwise it sleeps next).
+  void callerArrived() { callersPresent_.fetch_add(1, std::memory_order_acq_rel); }
+  void callerDeparted(bool finished);
   // Collectives that callers ran (tryDrive()).
   uint64_t callerOps() const { return callerOps_.load(std::memory_order_relaxed); }
 
@@ -102,6 +110,7 @@ class BackgroundLoop {
   bool coordinate(Clock::time_point now);
   bool agree(Clock::time_point now, Millis cycle, Millis* wait);
   void listen(Clock::time_point now, Millis wait);
+  bool mayPark(Clock::time_point now) const;
   void send(RequestBatch& batch, Clock::time_point now);
   void reportWaiting();
   void applyBatch(const ResponseBatch& batch);
@@ -131,6 +140,11 @@ class BackgroundLoop {
   std::vector<RequestBatch> deferred_;    // for the coordinator, left by a caller cycle
   std::exception_ptr callerError_;        // a caller cycle's failure, for the loop to stop on
   std::atomic<uint64_t> callerOps_{0};
+  std::atomic<int> callersPresent_{0};        // threads polling a handle they may drive
+  std::atomic<Clock::rep> lastDeparture_{0};  // when a caller last stopped polling (Clock ticks)
+  // The last caller cycle left work that no caller may step (a round open, hits held, tensors
+  // taken): a departing caller then wakes the parked loop.
+  std::atomic<bool> workLeft_{false};
 };
 
 }  // namespace hora

@@ -17,15 +17,19 @@ class CallerDriver final : public WaitDriver {
  public:
   explicit CallerDriver(BackgroundLoop* loop) : loop_(loop) {}
 
+  void arrive() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loop_ != nullptr) loop_->callerArrived();
+  }
   bool tryDrive() override {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     return lock.owns_lock() && loop_ != nullptr && loop_->tryDrive();
   }
   // Waits for another caller's cycle at most (bounded like the loop's own): the wake-up must not
   // be lost, and this thread sleeps next anyway.
-  void stoppedDriving() override {
+  void depart(bool finished) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (loop_ != nullptr) loop_->callerLeft();
+    if (loop_ != nullptr) loop_->callerDeparted(finished);
   }
   void detach() {
     std::lock_guard<std::mutex> lock(mu_);

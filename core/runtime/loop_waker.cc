@@ -11,9 +11,17 @@ void LoopWaker::open(ControlChannel* channel) {
 void LoopWaker::wake() {
   if (pending_.exchange(true, std::memory_order_acq_rel)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (parked_) unpark_.notify_one();
   if (!running_ || channel_ == nullptr) return;
   channel_->wakeup();
   wakeups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LoopWaker::park(Millis timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  parked_ = true;
+  unpark_.wait_for(lock, timeout, [this] { return pending_.load(std::memory_order_acquire); });
+  parked_ = false;
 }
 
 void LoopWaker::close(const std::function<void()>& release) {

@@ -6,6 +6,7 @@
 // thread that owns the loop. mu_ guards running_ and channel_, so that wake() never touches a
 // channel the background thread has torn down (close()).
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -23,6 +24,9 @@ class LoopWaker {
   void wake();
   // Background thread, before a cycle reads what frontend threads published.
   void cycleStart() { pending_.exchange(false, std::memory_order_acq_rel); }
+  // Background thread: sleeps until a wake-up is asked for (one pending since the last
+  // cycleStart() included) or `timeout` passes.
+  void park(Millis timeout);
   // The loop ended: under the lock, no wake-up reaches the channel any more, and `release`
   // (which may destroy it) runs.
   void close(const std::function<void()>& release);
@@ -34,6 +38,8 @@ class LoopWaker {
   mutable std::mutex mu_;
   bool running_ = false;               // guarded by mu_
   ControlChannel* channel_ = nullptr;  // guarded by mu_
+  bool parked_ = false;                // guarded by mu_: the loop sleeps in park()
+  std::condition_variable unpark_;
   // A wake-up was asked for since the loop's last cycle start.
   std::atomic<bool> pending_{false};
   std::atomic<uint64_t> wakeups_{0};

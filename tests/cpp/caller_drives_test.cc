@@ -38,13 +38,15 @@ std::function<void(RuntimeOptions&)> driving(Preference callerDrives) {
 }
 
 // `steps` allreduces of one name (cached after the first), each checked; every `freshEvery`th
-// step uses a name of its own, which only the coordinator can answer.
-void sumLoop(Runtime& rt, int rank, int n, const std::string& name, int steps, int freshEvery) {
+// step uses a name of its own, which only the coordinator can answer. callerWaits: enqueued as a
+// blocking call (Runtime::enqueue), which does not wake the loop.
+void sumLoop(Runtime& rt, int rank, int n, const std::string& name, int steps, int freshEvery,
+             bool callerWaits = false) {
   for (int step = 0; step < steps; ++step) {
     std::vector<float> v(4, static_cast<float>(rank + step));
     bool fresh = freshEvery > 0 && step % freshEvery == 0;
     std::string key = fresh ? name + ".fresh" + std::to_string(step) : name;
-    auto h = rt.enqueue({sumOf(v, key)}).front();
+    auto h = rt.enqueue({sumOf(v, key)}, callerWaits).front();
     ASSERT_TRUE(h->wait(Millis(20000))) << key << " step " << step;
     h->rethrowIfFailed();
     float want = static_cast<float>(n * (n - 1) / 2 + n * step);
@@ -62,7 +64,7 @@ TEST(CallerDrives, WaitingThreadRunsCachedAllreduce) {
     runJob(
         n,
         [&](Runtime& rt, int rank) {
-          sumLoop(rt, rank, n, "cached", 500, 0);
+          sumLoop(rt, rank, n, "cached", 500, 0, /*callerWaits=*/true);
           callerOps += rt.counters().callerOps;
         },
         driving(Preference::On));
@@ -90,7 +92,9 @@ TEST(CallerDrives, ThreeRanksTwoWaitersEachRaceTheLoop) {
       [&](Runtime& rt, int rank) {
         std::vector<std::thread> waiters;
         for (int t = 0; t < 2; ++t) {
-          waiters.emplace_back([&, t] { sumLoop(rt, rank, n, "w" + std::to_string(t), 150, 25); });
+          // One waiter enqueues as a blocking call, which leaves the loop asleep.
+          waiters.emplace_back(
+              [&, t] { sumLoop(rt, rank, n, "w" + std::to_string(t), 150, 25, t == 0); });
         }
         for (auto& w : waiters) w.join();
       },

@@ -230,7 +230,7 @@ OpRequest allgatherOf(std::vector<int32_t>& v, const std::string& name, int64_t 
 }
 
 void waitAll(Runtime& rt, const std::vector<std::shared_ptr<Handle>>& handles) {
-  rt.waitBegin();
+  rt.waitBegin(false);
   for (const auto& h : handles) {
     ASSERT_TRUE(h->wait(Millis(30000)));
     h->rethrowIfFailed();
@@ -478,7 +478,7 @@ TEST(LocalAgreementJob, CrossedCachedWaitsStillFailAsADeadlock) {
     std::vector<float> a(1, 1.0f), b(1, 1.0f);
     waitAll(rt, rt.enqueue({allreduceOf(a, "a"), allreduceOf(b, "b")}));
     auto h = rt.enqueue({allreduceOf(rank == 0 ? a : b, rank == 0 ? "a" : "b")}).front();
-    rt.waitBegin();
+    rt.waitBegin(false);
     ASSERT_TRUE(h->wait(Millis(30000)));
     rt.waitEnd();
     EXPECT_THROW(h->rethrowIfFailed(), MismatchError);

@@ -135,7 +135,7 @@ def test_engine_arguments(count, monkeypatch) -> None:
     assert (kind, names) == (ops.ALLREDUCE, expected)
     assert {k: v for k, v in request.items() if k != "hora_frames"} == {
         "op": hora.Max, "prescale": 2.0, "postscale": 3.0, "root_rank": 0, "splits": None,
-        "process_set_id": 0}
+        "process_set_id": 0, "waits": False}
     assert site == f"test_submit_paths.py:{line}"
 
 
@@ -208,3 +208,38 @@ def test_torch_parameters_are_reduced_in_place() -> None:
         result = hvd.synchronize(hvd.allreduce_async_(param, op=hvd.Sum, prescale_factor=3.0))
         assert result is param
         assert param.detach().tolist() == [3.0, 3.0]
+
+
+def test_blocking_calls_say_that_they_wait(monkeypatch) -> None:
+    """Every blocking call tells the engine that its caller waits at once (``waits=True``, so a
+    waiting thread that drives the engine finds the work still to do); the ``*_async`` forms,
+    whose callers go on, do not."""
+    import hora.torch as hvd
+    import torch
+
+    seen = []
+    real = ops._core.submit
+
+    def spy(*args, **request):
+        seen.append(request.get("waits", False))
+        return real(*args, **request)
+
+    monkeypatch.setattr(ops._core, "submit", spy)
+    t = torch.ones(2)
+    a = np.ones(2, np.float32)
+    blocking = [
+        lambda: hora.allreduce(a, name="w.1"), lambda: hora.allreduce_(a, name="w.2"),
+        lambda: hora.allgather(a, name="w.3"), lambda: hora.broadcast(a, 0, name="w.4"),
+        lambda: hora.broadcast_(a, 0, name="w.5"), lambda: hora.barrier(),
+        lambda: hvd.allreduce(t, name="w.6"), lambda: hvd.allreduce_(t, name="w.7"),
+        lambda: hvd.grouped_allreduce_([t], name="w.8"), lambda: hvd.broadcast_(t, 0, name="w.9"),
+        lambda: hvd.allgather(t, name="w.10"), lambda: hvd.broadcast(t, 0, name="w.11"),
+    ]
+    for call in blocking:
+        seen.clear()
+        call()
+        assert seen == [True], call
+    seen.clear()
+    hora.allreduce_async(a, name="w.12").wait()
+    hvd.synchronize(hvd.allreduce_async_(t, name="w.13"))
+    assert seen == [False, False]

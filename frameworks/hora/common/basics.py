@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any, Callable, Union
 
 from hora import _core
-from hora.common import store_world
-from hora.runner import rank_discovery
 from hora.common import process_sets as _ps
+from hora.common import store_world
 from hora.common.elastic import worker as elastic_worker
 from hora.errors import HoraError, NotSupportedError
+from hora.runner import rank_discovery
 
 _log = logging.getLogger("hora.elastic")
 

@@ -43,12 +43,15 @@ def _output(hs: list) -> Any:
 
 def _run(collective: str, tensors: list, single: bool, name: str | None,
          process_set: ProcessSet, op: int | None = None, average: bool | None = None,
-         prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0) -> AsyncResult:
-    """Submit one call; its result is the (in-place) inputs or the engine's outputs."""
+         prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0,
+         waits: bool = False) -> AsyncResult:
+    """Submit one call; its result is the (in-place) inputs or the engine's outputs.
+    ``waits``: the blocking form, which waits for the result at once (``ops.enqueue``)."""
     # Two frames certainly Hora's above the pipeline: this one and the API function calling it.
     handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
                           average=average, prescale=prescale, postscale=postscale,
-                          root_rank=root_rank, process_set=process_set, hora_frames=2)
+                          root_rank=root_rank, process_set=process_set, hora_frames=2,
+                          waits=waits)
     if ops.OPS[collective].in_place:
         return AsyncResult(handles, None, tensors[0] if single else list(tensors))
     return AsyncResult(handles, _output if single else _outputs)
@@ -83,8 +86,8 @@ def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None
 
     ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is deprecated.
     """
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set).wait()
+    return _run("allreduce", [tensor], True, name, process_set, op, average, prescale_factor,
+                postscale_factor, waits=True).wait()
 
 
 def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
@@ -97,8 +100,8 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
     (DeprecationWarning) and may not be combined with ``op``. Average divides by the set size
     after a sum (integers truncate).
     """
-    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                           process_set).wait()
+    return _run("allreduce", [_copy(tensor)], True, name, process_set, op, average,
+                prescale_factor, postscale_factor, waits=True).wait()
 
 
 def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: bool | None = None,
@@ -149,7 +152,8 @@ def allgather_async(tensor: Any, name: str | None = None,
 def allgather(tensor: Any, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ per rank)."""
-    return allgather_async(tensor, name, process_set).wait()
+    return _run("allgather", [_input(tensor)], True, name=name, process_set=process_set,
+                waits=True).wait()
 
 
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
@@ -184,13 +188,15 @@ def broadcast_async(tensor: Any, root_rank: int, name: str | None = None,
 def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrite ``tensor`` with the root's values, in place, and return it."""
-    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+    return _run("broadcast", [tensor], True, name=name, root_rank=root_rank,
+                process_set=process_set, waits=True).wait()
 
 
 def broadcast(tensor: Any, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new array."""
-    return broadcast_async(tensor, root_rank, name, process_set).wait()
+    return _run("broadcast", [_copy(tensor)], True, name=name, root_rank=root_rank,
+                process_set=process_set, waits=True).wait()
 
 
 # ----------------------------------------------------------------------------------- alltoall
@@ -263,7 +269,8 @@ def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str |
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Block until every rank of the set reached the barrier."""
-    ops.wait_all(ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set))
+    ops.wait_all(ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set,
+                             waits=True))
 
 
 def join() -> int:

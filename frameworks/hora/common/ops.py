@@ -180,7 +180,8 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
             names: Sequence[str] | None = None, grouped: bool = False, op: int | None = None,
             average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
             root_rank: int = 0, splits: Any = None,
-            process_set: ProcessSet = global_process_set, hora_frames: int = 0) -> list:
+            process_set: ProcessSet = global_process_set, hora_frames: int = 0,
+            waits: bool = False) -> list:
     """Submit one frontend call of ``collective`` (a key of ``OPS``): the one way every
     frontend hands a request to the engine.
 
@@ -192,7 +193,9 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     ``process_set``). ``buffers``: NumPy arrays (ml_dtypes.bfloat16 included), DLPack capsules
     or objects with ``__dlpack__``; empty for join and barrier. Allreduce, adasum and broadcast
     write in place. ``hora_frames``: how many frames above this one are certainly Hora's (the
-    frontend's own), which the search for the user's call site skips.
+    frontend's own), which the search for the user's call site skips. ``waits``: the caller
+    waits for the handles at once (a blocking call); where waiting threads drive the engine, its
+    background thread is then not woken for the work.
 
     Returns one engine handle per buffer ([] for an empty group).
 
@@ -228,7 +231,7 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         return []
     return _core.submit(kind, buffers, names, op=op, prescale=prescale, postscale=postscale,
                         root_rank=root_rank, splits=None if splits is None else split_counts(splits),
-                        process_set_id=set_id, hora_frames=1 + hora_frames)
+                        process_set_id=set_id, hora_frames=1 + hora_frames, waits=waits)
 
 
 def engine_error(exc: BaseException) -> BaseException:

@@ -127,14 +127,14 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
          in_place: bool = False, *, name: str | None = None, names: Sequence[str] | None = None,
          op: int | None = None, average: bool | None = None, prescale: float = 1.0,
          postscale: float = 1.0, root_rank: int = 0, splits: Any = None,
-         process_set: ProcessSet = global_process_set) -> AsyncResult:
+         process_set: ProcessSet = global_process_set, waits: bool = False) -> AsyncResult:
     """The torch frontend's one submission: ``collective`` on ``tensors`` (``what`` names the
     call in errors), turned into the engine's request and its result turned back.
 
     ``in_place`` operations write into the tensors themselves (``wait`` returns them), the
     others into fresh copies; operations the engine allocates return new tensors. ``prepare``
     replaces the default preparation of each tensor. The keyword arguments are those of
-    ``hora.common.ops.enqueue``.
+    ``hora.common.ops.enqueue`` (``waits``: the caller waits for the result at once).
     """
     spec = _ops.OPS[collective]
     if prepare is None:
@@ -150,7 +150,7 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     handles = _ops.enqueue(collective, engine, name=name, names=names, grouped=grouped, op=op,
                            average=average, prescale=prescale, postscale=postscale,
                            root_rank=root_rank, splits=splits, process_set=process_set,
-                           hora_frames=1)
+                           hora_frames=1, waits=waits)
     if spec.in_place:
         # The result is known now: no closure to build per call.
         results = tensors if in_place else bufs

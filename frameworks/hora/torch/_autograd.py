@@ -78,5 +78,5 @@ def run(collective: str, tensors: list[torch.Tensor], grouped: bool, **args: Any
 
 def call_now(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, args: dict) -> tuple:
     """The collective's outputs, waited for, as a tuple (alltoall's: output, received splits)."""
-    result = _a.call(collective, tensors, grouped, collective, **args).wait()
+    result = _a.call(collective, tensors, grouped, collective, waits=True, **args).wait()
     return tuple(result) if collective == "alltoall" or grouped else (result,)

@@ -70,7 +70,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         # The common call, as short as it can be: a copy of the tensor reduced in place.
         return _a.call("allreduce", [tensor], False, "allreduce_async", name=name, op=op,
                        prescale=prescale_factor, postscale=postscale_factor,
-                       process_set=process_set).wait()
+                       process_set=process_set, waits=True).wait()
     return _compressed("allreduce", [tensor], False, compression, name=name, op=op,
                        prescale=prescale_factor, postscale=postscale_factor,
                        process_set=process_set)[0]
@@ -83,7 +83,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
     """In-place allreduce: ``tensor`` receives the result and is returned."""
     return _a.call("allreduce", [tensor], False, "allreduce_async_", None, True, name=name, op=op,
                    average=average, prescale=prescale_factor, postscale=postscale_factor,
-                   process_set=process_set).wait()
+                   process_set=process_set, waits=True).wait()
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
@@ -120,7 +120,7 @@ def grouped_allreduce_(tensors: list[torch.Tensor], average: bool | None = None,
     """In-place grouped allreduce; returns the input tensors holding the results."""
     return _a.call("allreduce", tensors, True, "grouped_allreduce_async_", None, True,
                    name=name, op=op, average=average, prescale=prescale_factor,
-                   postscale=postscale_factor, process_set=process_set).wait()
+                   postscale=postscale_factor, process_set=process_set, waits=True).wait()
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
@@ -154,7 +154,8 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """In-place broadcast: ``tensor`` receives ``root_rank``'s values and is returned."""
     return _a.call("broadcast", [tensor], False, "broadcast_async_", None, True, name=name,
-                   root_rank=_a.root_rank_of(root_rank), process_set=process_set).wait()
+                   root_rank=_a.root_rank_of(root_rank), process_set=process_set,
+                   waits=True).wait()
 
 
 def alltoall(tensor: torch.Tensor, splits: SplitsLike = None, name: str | None = None,

@@ -13,9 +13,9 @@ import threading
 import time
 
 from hora import _core
-from hora.runner import rank_discovery
 from hora.common.elastic import protocol
 from hora.errors import HoraTimeoutError
+from hora.runner import rank_discovery
 
 _lock = threading.Lock()
 _client: _core.StoreClient | None = None
