@@ -8,6 +8,7 @@
 #include "core/common/logging.h"
 #include "core/net/handshake.h"
 #include "core/transport/rendezvous_store.h"
+#include "core/transport/tcp/control_tree.h"
 
 namespace hora {
 namespace tcp {
@@ -69,7 +70,12 @@ struct Attempt {
 class MeshBuilder {
  public:
   MeshBuilder(const ConnectOptions& options, Store& store, bool eager)
-      : o_(options), store_(store), eager_(eager), deadline_(Clock::now() + options.startTimeout) {
+      : o_(options),
+        store_(store),
+        eager_(eager),
+        tree_(options.size, options.controlFanout),
+        children_(tree_.children(options.rank)),
+        deadline_(Clock::now() + options.startTimeout) {
     mesh_.data.resize(o_.size);
     mesh_.control.resize(o_.size);
     mesh_.addresses.resize(o_.size);
@@ -103,6 +109,8 @@ class MeshBuilder {
   const ConnectOptions& o_;
   Store& store_;
   const bool eager_;
+  const ControlTree tree_;
+  const std::vector<int> children_;  // in the control tree: the ranks that connect here
   Clock::time_point deadline_;
   net::Socket listener_;
   std::vector<Target> targets_;
@@ -277,7 +285,7 @@ void MeshBuilder::publish() {
 }
 
 void MeshBuilder::resolveTargets() {
-  // Data connections go to every lower rank, plus the control connection to rank 0.
+  // Data connections go to every lower rank, plus the control connection to the parent.
   auto addTarget = [this](int rank, net::PeerKind kind) {
     Target t;
     t.rank = rank;
@@ -286,7 +294,7 @@ void MeshBuilder::resolveTargets() {
   };
   // The higher rank always connects, so each pair has exactly one data connection and no tie-break.
   for (int j = 0; j < o_.rank && eager_; ++j) addTarget(j, net::PeerKind::Data);
-  if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
+  if (o_.rank > 0) addTarget(tree_.parent(o_.rank), net::PeerKind::Control);
   std::vector<int> lower;
   for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
   std::vector<std::string> addresses =
@@ -340,8 +348,12 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
     return "";
   }
   if (kind == net::PeerKind::Control) {
-    // The control plane is a star around rank 0, so only rank 0 accepts control connections.
-    if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
+    // The control plane is a tree (control_tree.h): a rank accepts its children only.
+    if (rank == 0 || tree_.parent(rank) != o_.rank) {
+      return "rank " + std::to_string(rank) + " is not a child of rank " + std::to_string(o_.rank) +
+             " in the control tree of fanout " + std::to_string(tree_.fanout()) +
+             " (is HORA_CONTROL_FANOUT the same on every rank?)";
+    }
     if (claimedControl_[rank])
       return "a second control connection claims rank " + std::to_string(rank);
     claimedControl_[rank] = true;
@@ -442,10 +454,10 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
 }
 
 bool MeshBuilder::complete() const {
-  // Eager: every higher rank opens a data connection here. Rank 0 also receives one control
-  // connection from every other rank.
+  // Eager: every higher rank opens a data connection here. Each child in the control tree opens
+  // its control connection here.
   if (eager_ && incomingData_ < o_.size - 1 - o_.rank) return false;
-  if (incomingControl_ < (o_.rank == 0 ? o_.size - 1 : 0)) return false;
+  if (incomingControl_ < static_cast<int>(children_.size())) return false;
   if (!addressesKnown()) return false;
   for (const auto& t : targets_) {
     if (!t.done) return false;
@@ -474,7 +486,7 @@ std::vector<int> MeshBuilder::missingRanks(std::string* details) const {
     if (mesh_.addresses[j].empty())
       note(j, "rank " + std::to_string(j) + " has not published its address");
   }
-  for (int j = 1; o_.rank == 0 && j < o_.size; ++j) {
+  for (int j : children_) {
     if (!mesh_.control[j].valid()) note(j, "no control connection from rank " + std::to_string(j));
   }
   return std::vector<int>(missing.begin(), missing.end());

@@ -69,8 +69,9 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   std::iota(world.begin(), world.end(), 0);
   Connection c;
   c.world = std::make_unique<TcpCommunicator>(std::move(peers), std::move(world), options.rank);
-  c.control = std::make_unique<TcpControlChannel>(options.rank, options.size,
-                                                  std::move(mesh.control), options.opTimeout);
+  c.control =
+      std::make_unique<TcpControlChannel>(options.rank, options.size, std::move(mesh.control),
+                                          options.opTimeout, options.controlFanout);
   return c;
 }
 

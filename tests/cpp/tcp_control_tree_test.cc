@@ -1,0 +1,224 @@
+// The TCP control plane as a tree (core/transport/tcp/control_tree.h): ranks are threads of this
+// process connected over loopback with HORA_CONTROL_FANOUT's option forced small, so that ranks
+// relay. Messages keep their true origin and their order per sender, a broadcast reaches every
+// rank once, rank 0 holds only `fanout` control connections, a relay that closes fails both its
+// parent and its children naming it, and up to fanout + 1 ranks the wire is the star's.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/common/errors.h"
+#include "core/net/socket.h"
+#include "core/store/memory_store.h"
+#include "core/transport/control_frames.h"
+#include "core/transport/tcp/control_channel.h"
+#include "core/transport/tcp/control_tree.h"
+#include "core/transport/transport.h"
+#include "tests/cpp/connect_options.h"
+#include "tests/cpp/spawn.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono_literals;
+using Messages = std::vector<ControlChannel::Message>;
+
+const char kSecret[] = "tcp-control-tree-test";
+
+Connection connectTree(Store& store, int rank, int size, int fanout) {
+  ConnectOptions o = test::loopbackOptions(rank, size, kSecret);
+  o.controlFanout = fanout;
+  return makeTransport("tcp")->connect(o, store);
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// Polls until a message arrives (relaying meanwhile) and returns it; the bound is the test's.
+ControlChannel::Message next(ControlChannel& ch, Messages& pending) {
+  auto deadline = Clock::now() + 10s;
+  while (pending.empty()) {
+    require(Clock::now() < deadline, "rank " + std::to_string(ch.rank()) + ": nothing arrived");
+    ch.poll(pending, 1000ms);
+  }
+  ControlChannel::Message m = std::move(pending.front());
+  pending.erase(pending.begin());
+  return m;
+}
+
+TEST(ControlTree, ShapeOfTheTree) {
+  tcp::ControlTree tree(7, 2);
+  EXPECT_EQ(tree.parent(0), -1);
+  EXPECT_EQ(tree.parent(4), 1);
+  EXPECT_EQ(tree.parent(5), 2);
+  EXPECT_EQ(tree.children(1), (std::vector<int>{3, 4}));
+  EXPECT_EQ(tree.children(2), (std::vector<int>{5, 6}));
+  EXPECT_TRUE(tree.children(3).empty());
+  EXPECT_EQ(tree.childToward(0, 6), 2);
+  EXPECT_EQ(tree.childToward(0, 1), 1);
+  EXPECT_EQ(tree.childToward(1, 5), -1);  // not below rank 1
+  EXPECT_TRUE(tree.inSubtree(1, 4));
+  EXPECT_FALSE(tree.inSubtree(1, 5));
+  EXPECT_EQ(tree.depth(6), 2);
+  // Up to fanout + 1 ranks, every rank is a child of rank 0: the star.
+  tcp::ControlTree star(33, 32);
+  for (int r = 1; r < 33; ++r) EXPECT_EQ(star.parent(r), 0);
+  EXPECT_THROW(tcp::ControlTree(4, 0), InvalidArgument);
+}
+
+// Seven ranks, fanout 2: 0 -> {1, 2}, 1 -> {3, 4}, 2 -> {5, 6}. Every worker sends a run of
+// numbered messages up; rank 0 answers each worker down its subtree and broadcasts; the workers
+// confirm, and a final broadcast lets the relays stop relaying.
+TEST(TcpControlTree, RoutesWithTrueOriginsInOrderAndBroadcastsOnce) {
+  const int n = 7, fanout = 2, perRank = 50;
+  MemoryStore store;
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    auto& tcp = dynamic_cast<tcp::TcpControlChannel&>(ch);
+    const int expectLinks = rank == 0 ? 2 : (rank <= 2 ? 3 : 1);
+    require(tcp.connections() == expectLinks, "rank " + std::to_string(rank) + " holds " +
+                                                  std::to_string(tcp.connections()) +
+                                                  " control connections");
+    Messages pending;
+    if (rank == 0) {
+      std::map<int, int> seen;  // next number expected from each rank
+      for (int i = 0; i < (n - 1) * perRank; ++i) {
+        auto m = next(ch, pending);
+        require(m.from >= 1 && m.from < n, "origin " + std::to_string(m.from));
+        require(m.bytes == std::to_string(m.from) + ":" + std::to_string(seen[m.from]),
+                "from " + std::to_string(m.from) + " got '" + m.bytes + "' out of order");
+        ++seen[m.from];
+      }
+      for (int r = 1; r < n; ++r) ch.send(r, "to " + std::to_string(r));
+      ch.broadcast("everyone");
+      for (int i = 1; i < n; ++i) {
+        auto m = next(ch, pending);
+        require(m.bytes == "done " + std::to_string(m.from), "done: " + m.bytes);
+      }
+      ch.broadcast("finish");
+      return;
+    }
+    for (int i = 0; i < perRank; ++i) ch.send(0, std::to_string(rank) + ":" + std::to_string(i));
+    auto mine = next(ch, pending);
+    require(mine.from == 0 && mine.bytes == "to " + std::to_string(rank), "got " + mine.bytes);
+    auto all = next(ch, pending);
+    require(all.from == 0 && all.bytes == "everyone", "broadcast: " + all.bytes);
+    ch.send(0, "done " + std::to_string(rank));
+    // Nothing else comes before the final broadcast: the first one arrived exactly once, and no
+    // frame meant for another rank reached this one's caller.
+    auto last = next(ch, pending);
+    require(last.from == 0 && last.bytes == "finish", "expected finish, got " + last.bytes);
+    require(pending.empty(), "an extra message");
+  });
+}
+
+// A chain (fanout 1: 0 - 1 - 2 - 3): rank 0 and rank 3 send each other a message far larger than
+// the sockets' buffers at the same time, so each waits for room while the relays between them
+// read, pass on and wait for room themselves. Neither end reads until its own send is done.
+TEST(TcpControlTree, LargeMessagesCrossThroughRelaysBothWaysAtOnce) {
+  const int n = 4, fanout = 1;
+  MemoryStore store;
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    Messages pending;
+    const std::string up(3 << 20, 'u'), down(3 << 20, 'd');
+    if (rank == 0) {
+      ch.send(3, down);
+      auto m = next(ch, pending);
+      require(m.from == 3 && m.bytes == up, "rank 0: the large message from rank 3");
+      ch.broadcast("finish");
+    } else if (rank == 3) {
+      ch.send(0, up);
+      auto m = next(ch, pending);
+      require(m.from == 0 && m.bytes == down, "rank 3: the large message from rank 0");
+      require(next(ch, pending).bytes == "finish", "finish");
+    } else {
+      auto m = next(ch, pending);  // the relays only relay until the end
+      require(m.from == 0 && m.bytes == "finish", "relay got " + m.bytes.substr(0, 20));
+    }
+  });
+}
+
+// Rank 4 (a leaf under relay 1) closes: relay 1's poll fails naming it. Relay 1 then closes as
+// its loop would on that error, and both its parent (rank 0) and its other child (rank 3) fail
+// naming rank 1 instead of waiting.
+TEST(TcpControlTree, AClosingRelayFailsItsParentAndItsChildren) {
+  const int n = 7, fanout = 2;
+  MemoryStore store;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    Messages pending;
+    // One round first, so every link has carried something.
+    if (rank == 0) {
+      for (int i = 1; i < n; ++i) next(ch, pending);
+      ch.broadcast("go");
+    } else {
+      ch.send(0, "hello");
+      require(next(ch, pending).bytes == "go", "go");
+    }
+    auto expectFailureNaming = [&](const std::string& who) {
+      std::string error;
+      auto deadline = Clock::now() + 10s;
+      try {
+        while (Clock::now() < deadline) ch.poll(pending, 500ms);
+      } catch (const IoError& e) {
+        error = e.what();
+      }
+      require(error.find("control connection to " + who) != std::string::npos,
+              "rank " + std::to_string(rank) + " expected an error naming " + who + ", got '" +
+                  error + "'");
+    };
+    if (rank == 4) {
+      conn.control.reset();
+    } else if (rank == 1) {
+      expectFailureNaming("rank 4");
+      conn.control.reset();
+    } else if (rank == 0 || rank == 3) {
+      expectFailureNaming("rank 1");
+    }
+    // The other ranks stay connected until the checks are done.
+    std::unique_lock<std::mutex> lock(mutex);
+    if (rank == 0 || rank == 3) ++finished;
+    cv.notify_all();
+    cv.wait_for(lock, 20s, [&] { return finished == 2; });
+  });
+}
+
+// Up to fanout + 1 ranks nothing is relayed: rank 0's sends and broadcasts put exactly the star's
+// frames on the wire.
+TEST(TcpControlTree, AStarSizedTreeSendsTheStarsFrames) {
+  const int n = 3;
+  std::vector<net::Socket> sockets(n), far(n);
+  for (int r = 1; r < n; ++r) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    sockets[r] = net::Socket(fds[0]);
+    far[r] = net::Socket(fds[1]);
+  }
+  tcp::TcpControlChannel root(0, n, std::move(sockets), Millis(10000), 32);
+  root.send(1, "one");
+  root.broadcast("all");
+  for (int r = 1; r < n; ++r) {
+    char buf[256];
+    ssize_t got = ::recv(far[r].fd(), buf, sizeof(buf), 0);
+    ASSERT_GT(got, 0);
+    std::string expect = (r == 1 ? controlFrame("one") : "") + controlFrame("all");
+    EXPECT_EQ(std::string(buf, static_cast<size_t>(got)), expect) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace hora
