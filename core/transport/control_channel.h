@@ -39,6 +39,9 @@ class ControlChannel {
   // channel that can do better than one send per rank (the TCP tree) overrides it.
   virtual void broadcast(const std::string& bytes, bool bestEffort = false);
   virtual void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) = 0;
+  // The ranks that relay messages between this rank and `peer` (in order, e.g. "1, 4"), or ""
+  // when they travel directly: a peer that falls silent may be one of them.
+  virtual std::string relays(int /*peer*/) const { return ""; }
   virtual void wakeup() = 0;
 };
 

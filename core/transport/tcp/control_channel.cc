@@ -96,6 +96,17 @@ TcpControlChannel::Peer& TcpControlChannel::peer(int rank) {
                         std::to_string(rank));
 }
 
+std::string TcpControlChannel::relays(int peer) const {
+  // Messages between rank 0 and a worker pass every ancestor of the worker but rank 0.
+  int worker = rank_ == 0 ? peer : rank_;
+  if (worker <= 0 || worker >= size_) return "";
+  std::string out;
+  for (int r = tree_.parent(worker); r > 0; r = tree_.parent(r)) {
+    out = std::to_string(r) + (out.empty() ? "" : ", ") + out;
+  }
+  return out;
+}
+
 TcpControlChannel::Peer& TcpControlChannel::link(int rank) {
   int child = tree_.childToward(rank_, rank);
   return peer(child >= 0 ? child : tree_.parent(rank_));

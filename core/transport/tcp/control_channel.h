@@ -64,6 +64,7 @@ class TcpControlChannel : public ControlChannel {
   void broadcast(const std::string& bytes, bool bestEffort = false) override;
   void poll(std::vector<Message>& out, Millis timeout, Micros spin = Micros(0)) override;
   void wakeup() override;
+  std::string relays(int peer) const override;
 
   // The control connections this rank holds (its parent and children).
   int connections() const { return static_cast<int>(peers_.size()); }
