@@ -124,9 +124,10 @@ TEST(TcpControlTree, RoutesWithTrueOriginsInOrderAndBroadcastsOnce) {
   });
 }
 
-// A chain (fanout 1: 0 - 1 - 2 - 3): rank 0 and rank 3 send each other a message far larger than
-// the sockets' buffers at the same time, so each waits for room while the relays between them
-// read, pass on and wait for room themselves. Neither end reads until its own send is done.
+// A chain (fanout 1: 0 - 1 - 2 - 3): rank 0 sends rank 3 a message far larger than the sockets'
+// buffers while rank 3 and relay 1 send theirs to rank 0, all at once, so that each sender waits
+// for room while the ranks around it read, pass on and wait for room themselves (rank 0 and
+// rank 1 each write to the other). Nobody reads until its own send is done.
 TEST(TcpControlTree, LargeMessagesCrossThroughRelaysBothWaysAtOnce) {
   const int n = 4, fanout = 1;
   MemoryStore store;
@@ -134,11 +135,15 @@ TEST(TcpControlTree, LargeMessagesCrossThroughRelaysBothWaysAtOnce) {
     Connection conn = connectTree(store, rank, n, fanout);
     ControlChannel& ch = *conn.control;
     Messages pending;
-    const std::string up(3 << 20, 'u'), down(3 << 20, 'd');
+    const std::string up(16 << 20, 'u'), mid(16 << 20, 'm'), down(16 << 20, 'd');
     if (rank == 0) {
       ch.send(3, down);
-      auto m = next(ch, pending);
-      require(m.from == 3 && m.bytes == up, "rank 0: the large message from rank 3");
+      std::map<int, std::string> got;
+      for (int i = 0; i < 2; ++i) {
+        auto m = next(ch, pending);
+        got[m.from] = std::move(m.bytes);
+      }
+      require(got[3] == up && got[1] == mid, "rank 0: the large messages of ranks 1 and 3");
       ch.broadcast("finish");
     } else if (rank == 3) {
       ch.send(0, up);
@@ -146,9 +151,43 @@ TEST(TcpControlTree, LargeMessagesCrossThroughRelaysBothWaysAtOnce) {
       require(m.from == 0 && m.bytes == down, "rank 3: the large message from rank 0");
       require(next(ch, pending).bytes == "finish", "finish");
     } else {
-      auto m = next(ch, pending);  // the relays only relay until the end
+      if (rank == 1) ch.send(0, mid);
+      auto m = next(ch, pending);  // the relays relay until the end
       require(m.from == 0 && m.bytes == "finish", "relay got " + m.bytes.substr(0, 20));
     }
+  });
+}
+
+// A relay's caller may stop polling as soon as it has its own message (its next collective may
+// wait on the ranks below it): by then every frame the relay passes on is written. Rank 0 sends
+// rank 2 a message larger than the sockets' buffers, then a broadcast; relay 1 (fanout 1: the
+// chain 0 - 1 - 2) stops polling once it has the broadcast, and rank 2 must still get it all.
+TEST(TcpControlTree, ARelaysPollReturnsOnlyOnceWhatItRelaysIsWritten) {
+  const int n = 3, fanout = 1;
+  MemoryStore store;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool rank2Done = false;
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    Messages pending;
+    const std::string big(32 << 20, 'b');
+    if (rank == 0) {
+      ch.send(2, big);
+      ch.broadcast("after");
+    } else if (rank == 1) {
+      require(next(ch, pending).bytes == "after", "relay: the broadcast");
+    } else {
+      auto m = next(ch, pending);
+      require(m.from == 0 && m.bytes == big, "rank 2: the large message");
+      require(next(ch, pending).bytes == "after", "rank 2: the broadcast");
+    }
+    // Nobody polls from here on until rank 2 is done (the relay least of all).
+    std::unique_lock<std::mutex> lock(mutex);
+    if (rank == 2) rank2Done = true;
+    cv.notify_all();
+    cv.wait_for(lock, 20s, [&] { return rank2Done; });
   });
 }
 
@@ -199,6 +238,31 @@ TEST(TcpControlTree, AClosingRelayFailsItsParentAndItsChildren) {
     cv.notify_all();
     cv.wait_for(lock, 20s, [&] { return finished == 2; });
   });
+}
+
+// Rank 6 (below relay 2) publishes its address but never connects: relay 2 times out waiting for
+// it, and every other rank fails at set-up too, naming rank 6, rather than starting a job whose
+// control tree has a hole.
+TEST(TcpControlTree, ARankMissingBelowARelayFailsEveryRankAtSetUp) {
+  const int n = 7, fanout = 2;
+  MemoryStore store;
+  int port = 0;
+  net::Socket silent = net::listenOn("127.0.0.1", 0, &port);
+  store.set("addr/6", net::joinHostPort("127.0.0.1", port));
+  std::vector<std::string> errors(n - 1);
+  test::spawnRanks(n - 1, [&](int rank) {
+    ConnectOptions o = test::loopbackOptions(rank, n, kSecret);
+    o.controlFanout = fanout;
+    o.startTimeout = 400ms;
+    try {
+      makeTransport("tcp")->connect(o, store);
+    } catch (const TimeoutError& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int r = 0; r < n - 1; ++r) {
+    EXPECT_NE(errors[r].find("rank(s) 6"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
 }
 
 // Up to fanout + 1 ranks nothing is relayed: rank 0's sends and broadcasts put exactly the star's

@@ -36,6 +36,11 @@ std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 const char* const kStartedKey = "tcp/started";
 // How long past its own deadline a rank waits for rank 0's verdict (rank 0 may have started later).
 constexpr Millis kVerdictGrace{3000};
+// Lazy set-up in a control tree that is not a star: each relay's word that its children connected
+// ("ok") or why not ("!..."), which rank 0 awaits before its verdict, so that a rank missing below
+// a relay fails every rank at set-up, as a rank missing below rank 0 does. Rank 0 gives up on them
+// halfway through the grace, so its verdict still reaches the others in time.
+std::string subtreeKey(int rank) { return "tcp/subtree/" + std::to_string(rank); }
 
 // How an outgoing attempt failed: refused or reset connections are routine while peers start;
 // a handshake that rejected the secret or the rank is worth a warning.
@@ -88,6 +93,7 @@ class MeshBuilder {
  private:
   void publish();
   void hearVerdict();
+  void awaitSubtrees();
   void resolveTargets();
   void startDue(Clock::time_point now);
   void pump(Attempt& a);
@@ -198,8 +204,13 @@ MeshSockets MeshBuilder::build() {
 
 void MeshBuilder::hearVerdict() {
   if (o_.rank == 0) {
+    awaitSubtrees();
     storeCall(o_, "saying that every rank connected", [&] { store_.set(kStartedKey, "ok"); });
     return;
+  }
+  if (!children_.empty()) {
+    storeCall(o_, "saying that its children connected",
+              [&] { store_.set(subtreeKey(o_.rank), "ok"); });
   }
   auto key = [](int) { return std::string(kStartedKey); };
   std::string verdict = awaitRanks(o_, store_, {0}, key, deadline_ + kVerdictGrace,
@@ -208,6 +219,33 @@ void MeshBuilder::hearVerdict() {
   if (!verdict.empty() && verdict[0] == '!') {
     throw TimeoutError(me() + ": rank 0 could not connect every rank: " + verdict.substr(1));
   }
+}
+
+// Rank 0: every relay's word on its children. A failure becomes the verdict the others hear.
+void MeshBuilder::awaitSubtrees() {
+  std::vector<int> relays;
+  for (int r = 1; r < o_.size; ++r) {
+    if (tree_.hasChildren(r)) relays.push_back(r);
+  }
+  if (relays.empty()) return;
+  std::string why;
+  try {
+    std::vector<std::string> words =
+        awaitRanks(o_, store_, relays, subtreeKey, deadline_ + kVerdictGrace / 2,
+                   "connect their children in the control tree");
+    for (size_t i = 0; i < relays.size() && why.empty(); ++i) {
+      if (!words[i].empty() && words[i][0] == '!') why = words[i].substr(1);
+    }
+  } catch (const TimeoutError& e) {
+    why = e.what();
+  }
+  if (why.empty()) return;
+  try {
+    store_.set(kStartedKey, "!" + why);
+  } catch (const std::exception&) {
+    // The store failing too: the others learn it from the store, this rank from `why`.
+  }
+  throw TimeoutError(me() + ": a relay of the control tree could not connect its children: " + why);
 }
 
 // An incoming connection that has not yet proved the secret (the only kind a stranger can hold).
@@ -499,9 +537,10 @@ void MeshBuilder::timedOut() {
                     " ms connecting to rank(s) " + rankList(missing) + details +
                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if "
                     "they are slow)";
-  if (o_.rank == 0 && !eager_) {
+  if (!eager_ && (o_.rank == 0 || !children_.empty())) {
     try {
-      store_.set(kStartedKey, "!" + why);  // the others wait for this verdict (hearVerdict)
+      // The others wait for this verdict (hearVerdict); rank 0 for a relay's word on its children.
+      store_.set(o_.rank == 0 ? kStartedKey : subtreeKey(o_.rank), "!" + why);
     } catch (const std::exception&) {
       // The store failing too: the others learn it from the store, this rank from `why`.
     }
