@@ -191,6 +191,52 @@ TEST(TcpControlTree, ARelaysPollReturnsOnlyOnceWhatItRelaysIsWritten) {
   });
 }
 
+// Rank 0 tells every rank to stop and closes at once, as a shutdown does. A relay (chain 0 - 1 -
+// 2) that sees the hang-up while it still holds what came before it (rank 2 reads nothing until
+// rank 0 is gone) passes all of that on first, and only its next poll fails, naming rank 0;
+// rank 2 gets everything, then fails naming rank 1 once that closes too.
+TEST(TcpControlTree, AParentsLastWordsPassOnBeforeItsHangUpFailsTheRelay) {
+  const int n = 3, fanout = 1;
+  MemoryStore store;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool rank0Gone = false;
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    Messages pending;
+    const std::string big(48 << 20, 'b');  // more than both sockets' buffers hold
+    auto failsNaming = [&](const std::string& who) {
+      try {
+        for (int i = 0; i < 20; ++i) ch.poll(pending, 500ms);
+      } catch (const IoError& e) {
+        return std::string(e.what()).find("control connection to " + who) != std::string::npos;
+      }
+      return false;
+    };
+    if (rank == 0) {
+      ch.send(2, big);
+      ch.broadcast("stop");
+      conn.control.reset();
+      std::lock_guard<std::mutex> lock(mutex);
+      rank0Gone = true;
+      cv.notify_all();
+    } else if (rank == 1) {
+      require(next(ch, pending).bytes == "stop", "relay: stop");
+      require(failsNaming("rank 0"), "relay: the hang-up of rank 0 fails the next poll");
+      conn.control.reset();
+    } else {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        require(cv.wait_for(lock, 10s, [&] { return rank0Gone; }), "rank 0 never closed");
+      }
+      require(next(ch, pending).bytes == big, "rank 2: the large message");
+      require(next(ch, pending).bytes == "stop", "rank 2: stop");
+      require(failsNaming("rank 1"), "rank 2: the relay's hang-up fails the next poll");
+    }
+  });
+}
+
 // Rank 4 (a leaf under relay 1) closes: relay 1's poll fails naming it. Relay 1 then closes as
 // its loop would on that error, and both its parent (rank 0) and its other child (rank 3) fail
 // naming rank 1 instead of waiting.

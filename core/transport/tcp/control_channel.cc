@@ -157,8 +157,8 @@ bool TcpControlChannel::takeWakeups() {
 
 // Reads what p's socket holds now and appends every complete frame to out; a partial frame stays
 // in p.in for the next call. A peer's last messages (its shutdown, say) can arrive in the same
-// reads as its hang-up: they are delivered first, and the hang-up fails the next call (the
-// socket stays readable at its end).
+// reads as its hang-up: they are delivered (or passed on) first, and the hang-up is kept in
+// p.hangUp for failIfHungUp(), once those are handed out and written.
 void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   std::string hangUp;
   bool timedOut = false;
@@ -181,9 +181,18 @@ void TcpControlChannel::readAvailable(Peer& p, std::vector<Message>& out) {
   std::string bad = takeControlFrames(p.in, frames);
   for (auto& f : frames) route(p, f, out);
   if (!bad.empty()) fail(p.rank, "sent a malformed frame: " + bad);
-  if (!hangUp.empty() && frames.empty()) {
-    if (timedOut) fail(p.rank, unreachable(p));
-    fail(p.rank, "closed (" + hangUp + "); that rank probably exited or failed, see its log");
+  if (!hangUp.empty()) {
+    p.hangUp = timedOut
+                   ? unreachable(p)
+                   : "closed (" + hangUp + "); that rank probably exited or failed, see its log";
+  }
+}
+
+// A relay whose parent hung up right after its last messages (a shutdown) still passes them on
+// before it fails, so a hang-up fails only a call with nothing else to do.
+void TcpControlChannel::failIfHungUp() const {
+  for (const auto& p : peers_) {
+    if (!p.hangUp.empty()) fail(p.rank, p.hangUp);
   }
 }
 
@@ -266,9 +275,12 @@ void TcpControlChannel::pollSet(std::vector<pollfd>& fds) const {
   fds.clear();
   fds.push_back({wakeFd_, POLLIN, 0});
   for (const auto& p : peers_) {
-    short events = POLLIN;
-    if (p.outSent < p.out.size()) events |= POLLOUT;
-    fds.push_back({p.sock.fd(), events, 0});
+    // A peer that hung up stays readable at its end: it is left out, but for what is still to
+    // be written to it (whose failure then names it).
+    const bool writing = p.outSent < p.out.size();
+    short events = p.hangUp.empty() ? POLLIN : 0;
+    if (writing) events |= POLLOUT;
+    fds.push_back({events != 0 ? p.sock.fd() : -1, events, 0});
   }
 }
 
@@ -277,7 +289,7 @@ void TcpControlChannel::serve(const std::vector<pollfd>& fds, std::vector<Messag
   for (size_t i = 0; i < peers_.size(); ++i) {
     Peer& p = peers_[i];
     const short revents = fds[i + 1].revents;
-    if (revents & (POLLIN | POLLHUP | POLLERR)) readAvailable(p, out);
+    if (p.hangUp.empty() && (revents & (POLLIN | POLLHUP | POLLERR))) readAvailable(p, out);
     if (p.outSent < p.out.size() && (revents & POLLOUT)) flush(p);
     // Each wait is bounded by the op timeout, so a peer that stops reading is reported instead of
     // holding this rank (and what it relays) forever.
@@ -385,6 +397,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     // Once something arrived, only collect what else is already there (and write what this rank
     // relays: its caller may next wait on ranks that wait for those frames).
     woken = woken || takeWakeups();
+    if (!woken && out.size() == before && !pendingOutput()) failIfHungUp();
     int wait = waitMs(woken || out.size() > before, deadline);
     if (wait != 0) {
       // Raise the flag, then look at the counter once more: a wakeup() that bumped the counter
@@ -415,6 +428,7 @@ void TcpControlChannel::poll(std::vector<Message>& out, Millis timeout, Micros s
     serve(fds, out);
     if (pendingOutput()) continue;
     if (woken || out.size() > before) return;
+    failIfHungUp();
     // poll(2) rounds its timeout to milliseconds and may wake early, so the deadline itself
     // decides.
     if (timeout.count() >= 0 && Clock::now() >= deadline) return;

@@ -79,6 +79,7 @@ class TcpControlChannel : public ControlChannel {
     size_t outSent = 0;
     uint64_t queued = 0, written = 0;  // bytes ever queued and written, for send() to wait on
     Clock::time_point stalledSince;    // since when queued bytes made no progress
+    std::string hangUp;                // why the connection ended ("" open), see failIfHungUp()
   };
 
   Peer& peer(int rank);
@@ -99,6 +100,7 @@ class TcpControlChannel : public ControlChannel {
   // Handles one poll(2) result for every peer: reads, writes, and the stall bound.
   void serve(const std::vector<pollfd>& fds, std::vector<Message>& out);
   bool pendingOutput() const;
+  void failIfHungUp() const;  // throws IoError for the first peer that hung up
   int waitMs(bool settled, Clock::time_point deadline) const;
   // "failed: the host of rank 3 (10.0.0.3) is unreachable: ...; ranks 2, 3 run there; ...".
   std::string unreachable(const Peer& p) const;
