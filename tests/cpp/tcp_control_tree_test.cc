@@ -237,6 +237,52 @@ TEST(TcpControlTree, AParentsLastWordsPassOnBeforeItsHangUpFailsTheRelay) {
   });
 }
 
+// Rank 0 tells every rank to stop and closes; only then does rank 2 send its own messages up.
+// Relay 1, passing them on, finds its parent gone: its caller still gets the stop first (a
+// shutdown, not a failure), and only its next poll fails, naming rank 0.
+TEST(TcpControlTree, ARelayThatCannotPassAMessageUpStillDeliversItsParentsLastWords) {
+  const int n = 3, fanout = 1;
+  MemoryStore store;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int stage = 0;  // 1: rank 0 closed; 2: rank 2 sent
+  auto reach = [&](int s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    stage = s;
+    cv.notify_all();
+  };
+  auto await = [&](int s) {
+    std::unique_lock<std::mutex> lock(mutex);
+    require(cv.wait_for(lock, 10s, [&] { return stage >= s; }), "stage " + std::to_string(s));
+  };
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connectTree(store, rank, n, fanout);
+    ControlChannel& ch = *conn.control;
+    Messages pending;
+    if (rank == 0) {
+      ch.broadcast("stop");
+      conn.control.reset();
+      reach(1);
+    } else if (rank == 2) {
+      await(1);
+      for (int i = 0; i < 20; ++i) ch.send(0, "late " + std::to_string(i));
+      reach(2);
+      require(next(ch, pending).bytes == "stop", "rank 2: stop");
+    } else {
+      await(2);
+      require(next(ch, pending).bytes == "stop", "relay: stop");
+      std::string error;
+      try {
+        for (int i = 0; i < 20; ++i) ch.poll(pending, 500ms);
+      } catch (const IoError& e) {
+        error = e.what();
+      }
+      require(error.find("control connection to rank 0") != std::string::npos,
+              "relay: expected the next poll to fail naming rank 0, got '" + error + "'");
+    }
+  });
+}
+
 // Rank 4 (a leaf under relay 1) closes: relay 1's poll fails naming it. Relay 1 then closes as
 // its loop would on that error, and both its parent (rank 0) and its other child (rank 3) fail
 // naming rank 1 instead of waiting.

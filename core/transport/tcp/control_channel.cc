@@ -235,6 +235,9 @@ void TcpControlChannel::route(Peer& p, ControlFrame& f, std::vector<Message>& ou
 }
 
 uint64_t TcpControlChannel::enqueue(Peer& p, const std::string& frame) {
+  // A connection that failed takes nothing more; its read side reports it (failIfHungUp), or
+  // drainTo() does for this rank's own message.
+  if (!p.writeFailed.empty()) return p.queued;
   if (p.outSent == p.out.size()) {
     p.out.clear();
     p.outSent = 0;
@@ -246,15 +249,20 @@ uint64_t TcpControlChannel::enqueue(Peer& p, const std::string& frame) {
   return p.queued;
 }
 
-// Writes what the socket takes now; the rest waits for POLLOUT (poll(), drainTo()).
+// Writes what the socket takes now; the rest waits for POLLOUT (poll(), drainTo()). A failed
+// write does not throw here: a relay passing a child's frame up to a parent that just closed
+// (after its last messages, a shutdown) must still hand those messages to its caller. The failure
+// is kept; the socket, now in error, fails the next read (failIfHungUp), and drainTo() reports
+// it at once for this rank's own message.
 void TcpControlChannel::flush(Peer& p) {
   while (p.outSent < p.out.size()) {
     net::IoResult r =
         net::sendSome(p.sock.fd(), p.out.data() + p.outSent, p.out.size() - p.outSent);
     if (r.status == net::IoStatus::WouldBlock) return;
     if (r.status != net::IoStatus::Ok) {
-      if (r.error == ETIMEDOUT) fail(p.rank, unreachable(p));
-      fail(p.rank, "closed while sending (" + net::describe(r) + ")");
+      p.writeFailed =
+          r.error == ETIMEDOUT ? unreachable(p) : "closed while sending (" + net::describe(r) + ")";
+      break;
     }
     p.outSent += r.bytes;
     p.written += r.bytes;
@@ -345,6 +353,7 @@ void TcpControlChannel::broadcast(const std::string& bytes, bool bestEffort) {
 void TcpControlChannel::drainTo(Peer& p, uint64_t until) {
   std::vector<pollfd> fds;
   while (p.written < until) {
+    if (!p.writeFailed.empty()) fail(p.rank, p.writeFailed);
     pollSet(fds);
     int rc = ::poll(fds.data(), fds.size(), static_cast<int>(opTimeout_.count()));
     if (rc < 0 && errno != EINTR) {

@@ -79,7 +79,8 @@ class TcpControlChannel : public ControlChannel {
     size_t outSent = 0;
     uint64_t queued = 0, written = 0;  // bytes ever queued and written, for send() to wait on
     Clock::time_point stalledSince;    // since when queued bytes made no progress
-    std::string hangUp;                // why the connection ended ("" open), see failIfHungUp()
+    std::string hangUp;                // why reading it ended ("" open), see failIfHungUp()
+    std::string writeFailed;  // why writing to it failed ("" never): what is queued is dropped
   };
 
   Peer& peer(int rank);
