@@ -357,6 +357,36 @@ TEST(TcpControlTree, ARankMissingBelowARelayFailsEveryRankAtSetUp) {
   }
 }
 
+// A child that claims to pass on a message from a rank outside its subtree ends the channel,
+// naming it: the tree's routing is trusted no further than its shape.
+TEST(TcpControlTree, AFrameFromOutsideTheSendersSubtreeIsMalformed) {
+  const int n = 7;  // fanout 2: rank 1's subtree is 1, 3, 4
+  std::vector<net::Socket> sockets(n);
+  net::Socket child1, child2;
+  for (int r : {1, 2}) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    sockets[r] = net::Socket(fds[0]);
+    (r == 1 ? child1 : child2) = net::Socket(fds[1]);
+  }
+  tcp::TcpControlChannel root(0, n, std::move(sockets), Millis(10000), 2);
+  std::string frames = routedControlFrame(4, "from 4") + routedControlFrame(5, "from 5?");
+  ASSERT_EQ(::send(child1.fd(), frames.data(), frames.size(), 0),
+            static_cast<ssize_t>(frames.size()));
+  Messages got;
+  std::string error;
+  try {
+    for (int i = 0; i < 10; ++i) root.poll(got, 200ms);
+  } catch (const IoError& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].from, 4);
+  EXPECT_NE(error.find("control connection to rank 1 sent a malformed frame: origin rank 5"),
+            std::string::npos)
+      << error;
+}
+
 // Up to fanout + 1 ranks nothing is relayed: rank 0's sends and broadcasts put exactly the star's
 // frames on the wire.
 TEST(TcpControlTree, AStarSizedTreeSendsTheStarsFrames) {
