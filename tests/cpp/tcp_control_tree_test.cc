@@ -4,6 +4,7 @@
 // rank once, rank 0 holds only `fanout` control connections, a relay that closes fails both its
 // parent and its children naming it, and up to fanout + 1 ranks the wire is the star's.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/common/errors.h"
+#include "core/common/settings.h"
 #include "core/net/socket.h"
 #include "core/store/memory_store.h"
 #include "core/transport/control_frames.h"
@@ -71,6 +73,17 @@ TEST(ControlTree, ShapeOfTheTree) {
   tcp::ControlTree star(33, 32);
   for (int r = 1; r < 33; ++r) EXPECT_EQ(star.parent(r), 0);
   EXPECT_THROW(tcp::ControlTree(4, 0), InvalidArgument);
+}
+
+// HORA_CONTROL_FANOUT: 32 by default, at least 1.
+TEST(ControlTree, TheFanoutSetting) {
+  ::unsetenv("HORA_CONTROL_FANOUT");
+  EXPECT_EQ(Settings::fromEnvironment().controlFanout, tcp::kDefaultControlFanout);
+  ::setenv("HORA_CONTROL_FANOUT", "2", 1);
+  EXPECT_EQ(Settings::fromEnvironment().controlFanout, 2);
+  ::setenv("HORA_CONTROL_FANOUT", "0", 1);
+  EXPECT_THROW(Settings::fromEnvironment(), InvalidArgument);
+  ::unsetenv("HORA_CONTROL_FANOUT");
 }
 
 // Seven ranks, fanout 2: 0 -> {1, 2}, 1 -> {3, 4}, 2 -> {5, 6}. Every worker sends a run of
