@@ -60,9 +60,26 @@ void setLivenessTimeout(int fd, Millis timeout) {
   }
 }
 
+std::string unreachableHostText(int rank, const std::string& address,
+                                const std::vector<std::string>& hosts, Millis after) {
+  std::string ranks;
+  for (size_t r = 0; r < hosts.size() && !address.empty(); ++r) {
+    if (hosts[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return "the host of rank " + std::to_string(rank) +
+         (address.empty() ? "" : " (" + address + ")") + " is unreachable: no answer for " +
+         std::to_string(after.count() / 1000) + " s" +
+         (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
+         "; the host is down or the network to it is cut";
+}
+
 TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets,
-                                     Millis opTimeout, int fanout)
-    : rank_(rank), size_(size), opTimeout_(opTimeout), tree_(size, fanout) {
+                                     Millis opTimeout, int fanout, std::vector<std::string> hosts)
+    : rank_(rank),
+      size_(size),
+      opTimeout_(opTimeout),
+      tree_(size, fanout),
+      hosts_(std::move(hosts)) {
   // The vector is indexed by world rank and holds invalid sockets for ranks this one has no control
   // connection with; only the real ones become peers.
   for (int r = 0; r < static_cast<int>(sockets.size()); ++r) {
@@ -74,6 +91,12 @@ TcpControlChannel::TcpControlChannel(int rank, int size, std::vector<net::Socket
       p.address = net::peerAddress(p.sock.fd());
       peers_.push_back(std::move(p));
     }
+  }
+  // A peer's address as its connection shows it wins over the published one, so its own host
+  // always matches; without the job's table, the peers' addresses are all this rank knows.
+  hosts_.resize(static_cast<size_t>(std::max(size, 0)));
+  for (const auto& p : peers_) {
+    if (p.rank < size && !p.address.empty()) hosts_[p.rank] = p.address;
   }
   // wakeup() may come from any thread while the background thread sleeps in poll(2): an eventfd
   // in the same poll set ends that sleep without a lock or a timeout tick.
@@ -115,17 +138,8 @@ TcpControlChannel::Peer& TcpControlChannel::link(int rank) {
 // Keepalive (or the user timeout) failed p's connection: its host stopped answering. Worded as
 // TcpLinks::unreachable() words it for data connections.
 std::string TcpControlChannel::unreachable(const Peer& p) const {
-  std::string ranks;
-  for (const auto& q : peers_) {
-    if (!p.address.empty() && q.address == p.address) {
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(q.rank);
-    }
-  }
-  const auto seconds = std::min(opTimeout_, kUnreachableAfter).count() / 1000;
-  return "failed: the host of rank " + std::to_string(p.rank) +
-         (p.address.empty() ? "" : " (" + p.address + ")") + " is unreachable: no answer for " +
-         std::to_string(seconds) + " s" + (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
-         "; the host is down or the network to it is cut";
+  return "failed: " +
+         unreachableHostText(p.rank, p.address, hosts_, std::min(opTimeout_, kUnreachableAfter));
 }
 
 void TcpControlChannel::fail(int peer, const std::string& why) const {

@@ -48,12 +48,18 @@ void setLivenessTimeout(int fd, Millis timeout);
 // peer process does (busy, stopped), so only an unreachable host is reported.
 constexpr Millis kUnreachableAfter{8000};
 
+// "the host of rank 3 (10.0.0.3) is unreachable: no answer for 8 s; ranks 2, 3 run there; ...":
+// the ranks are those whose entry of `hosts` (by world rank) is `address`.
+std::string unreachableHostText(int rank, const std::string& address,
+                                const std::vector<std::string>& hosts, Millis after);
+
 class TcpControlChannel : public ControlChannel {
  public:
   // sockets: indexed by world rank, as MeshSockets::control: this rank's parent and children in
-  // the tree of `fanout`.
+  // the tree of `fanout`. hosts: every rank's host by world rank ("" unknown), to name the ranks
+  // of an unreachable host beyond this rank's own peers; empty: its peers' addresses only.
   TcpControlChannel(int rank, int size, std::vector<net::Socket> sockets, Millis opTimeout,
-                    int fanout = kDefaultControlFanout);
+                    int fanout = kDefaultControlFanout, std::vector<std::string> hosts = {});
   ~TcpControlChannel() override;
 
   int rank() const override { return rank_; }
@@ -111,6 +117,7 @@ class TcpControlChannel : public ControlChannel {
   int size_;
   Millis opTimeout_;
   ControlTree tree_;
+  std::vector<std::string> hosts_;  // by world rank; the peers' entries from their connections
   std::vector<Peer> peers_;
   // True when wakeup() got a call since the poller last looked.
   bool takeWakeups();

@@ -63,15 +63,17 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
           return p->unreachableText(rank, doing, op);
         });
   }
+  // Every rank's host, for the control channel to name the ranks of a host that goes silent.
+  std::vector<std::string> hosts = peers->addresses;
   std::vector<int> world(options.size);
   // The world communicator maps its ranks onto world ranks one to one; subsets reuse the same
   // sockets through another mapping.
   std::iota(world.begin(), world.end(), 0);
   Connection c;
   c.world = std::make_unique<TcpCommunicator>(std::move(peers), std::move(world), options.rank);
-  c.control =
-      std::make_unique<TcpControlChannel>(options.rank, options.size, std::move(mesh.control),
-                                          options.opTimeout, options.controlFanout);
+  c.control = std::make_unique<TcpControlChannel>(options.rank, options.size,
+                                                  std::move(mesh.control), options.opTimeout,
+                                                  options.controlFanout, std::move(hosts));
   return c;
 }
 
