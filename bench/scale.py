@@ -118,6 +118,28 @@ def link_rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
             for c in raw["links"]]
 
 
+def control_rows(raw: dict[str, Any], negotiation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The control tree's census per N, with rank 0's bytes per step of the 200-tensor step
+    (same order, 'after') in the star and in the tree: the star writes every response batch
+    N - 1 times, the tree once per child of rank 0 (a worker receives each batch once either way,
+    so its bytes received times the copies is what rank 0 writes)."""
+    rows = []
+    for c in raw.get("control", []):
+        row: dict[str, Any] = {"implementation": "real control tree", "case": "control", **c}
+        cell = next((r for r in negotiation if r["case"] == "negotiation"
+                     and r["implementation"] == "after" and r["ranks"] == c["ranks"]
+                     and r["tensors"] == 200 and r["order"] == "same"), None)
+        for step in ("uncached", "cached"):
+            star = tree = None
+            if cell is not None:
+                star = cell[f"{step}_rank0_bytes_sent"]
+                tree = cell[f"{step}_rank1_bytes_received"] * c["rank0_copies"]
+            row[f"{step}_rank0_bytes_sent_star"] = star
+            row[f"{step}_rank0_bytes_sent_tree"] = tree
+        rows.append(row)
+    return rows
+
+
 def plot(doc: dict[str, Any], images: Path) -> None:
     """Negotiation CPU against N (before and after) and modelled allreduce time against size."""
     import matplotlib
@@ -208,9 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     kept: list[dict[str, Any]] = []
     if path.exists():
         kept = [r for r in json.loads(path.read_text())["results"]
-                if r["case"] not in ("allreduce_model", "links")
+                if r["case"] not in ("allreduce_model", "links", "control")
                 and (args.model_only or r["implementation"] != args.label)]
-    results = [*kept, *negotiation_rows(raw, args.label), *model_rows(model), *link_rows(model)]
+    negotiation = [*kept, *negotiation_rows(raw, args.label)]
+    results = [*negotiation, *model_rows(model), *link_rows(model),
+               *control_rows(model, negotiation)]
     settings = dict(model["settings"])
     settings["ranks"] = args.ranks
     settings["tensors"] = args.tensors

@@ -405,6 +405,12 @@ if wants core; then
       parallel_run "np=$np $(basename "$f" .py) [$envs]" "$np" "$envs" "$f"
     done
   done
+  # The control plane as a tree with relays (HORA_CONTROL_FANOUT=2; every other run keeps the
+  # star at its sizes): 4 ranks over TCP, and at 5 ranks the connections each rank holds (rank 0:
+  # 2 control connections, not 4). About 6 s and 2 s.
+  envs="HORA_CONTROL_FANOUT=2 HORA_SHM_DISABLE=1"
+  parallel_run "np=4 test_core_allreduce [$envs]" 4 "$envs" tests/parallel/test_core_allreduce.py
+  parallel_run "np=5 test_core_tcp_links [$envs]" 5 "$envs" tests/parallel/test_core_tcp_links.py
   # Fusion off, and a cycle time of 0, at 2 ranks for the ops most affected by them.
   if has_np 2; then
     for f in tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py; do

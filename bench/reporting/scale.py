@@ -157,6 +157,27 @@ def links_table(doc: dict[str, Any]) -> list[str]:
     return markdown_table(header, table)
 
 
+def control_table(doc: dict[str, Any]) -> list[str]:
+    """Per N, rank 0's control connections and bytes written per step in the star and the tree,
+    the busiest rank's connections, the tree's depth and what relaying adds to a round trip."""
+    rows = sorted((r for r in doc["results"] if r["case"] == "control"), key=lambda r: r["ranks"])
+    header = ["ranks", "rank 0 sockets (star / tree)", "busiest rank (tree)", "depth",
+              "rank 0 bytes per step, cached (star / tree)",
+              "uncached (star / tree)", "extra round trip"]
+
+    def size(value: int | None) -> str:
+        return "-" if value is None else format_size(value)
+
+    def pair(r: dict[str, Any], step: str) -> str:
+        return (f"{size(r[f'{step}_rank0_bytes_sent_star'])} / "
+                f"{size(r[f'{step}_rank0_bytes_sent_tree'])}")
+
+    table = [[str(r["ranks"]), f"{r['star_rank0_sockets']} / {r['rank0_sockets']}",
+              str(r["max_sockets"]), str(r["depth"]), pair(r, "cached"), pair(r, "uncached"),
+              time_cell(r["extra_round_trip_s"])] for r in rows]
+    return markdown_table(header, table)
+
+
 def scale(doc: dict[str, Any]) -> tuple[str, list[str]]:
     """Every table of the scale simulator, each under its own caption."""
     s = doc["settings"]
@@ -187,6 +208,12 @@ def scale(doc: dict[str, Any]) -> tuple[str, list[str]]:
                  "always move; hierarchical: links to other hosts + links on the host, "
                  f"{s['ranks_per_host']} ranks per host):")
         lines += ["", links, "", *links_table(doc)]
+    control = [r for r in doc["results"] if r["case"] == "control"]
+    if control:
+        caption = (f"**The TCP control plane, star against tree** (fanout {control[0]['fanout']}; "
+                   f"bytes for {HEADLINE_TENSORS} tensors, same order; the extra round trip is "
+                   "2 (depth - 1) alphas between hosts):")
+        lines += ["", caption, "", *control_table(doc)]
     caption = (f"The scale simulator (`bench/scale/`): Hora's real negotiation code for N ranks "
                f"in one process, {s['steps']} steps per cell (the first uncached, the median of "
                f"the others cached), each rank submitting its tensors in {s['chunks']} parts; "

@@ -145,6 +145,19 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
     }
     progress("N=" + std::to_string(n) + ": link census done");
   }
+  // The control plane: rank 0's connections and copies per broadcast, star against tree.
+  out << "],\n \"control\": [";
+  first = true;
+  for (int n : o.model ? o.ranks : std::vector<int>{}) {
+    ControlCensus c = controlCensus(n, o.controlFanout, f.inter.alpha);
+    out << (first ? "\n  " : ",\n  ") << "{\"ranks\": " << n << ", \"fanout\": " << c.fanout
+        << ", \"rank0_sockets\": " << c.rank0Sockets
+        << ", \"star_rank0_sockets\": " << c.starRank0Sockets
+        << ", \"max_sockets\": " << c.maxSockets << ", \"depth\": " << c.depth
+        << ", \"rank0_copies\": " << c.rank0Copies
+        << ", \"extra_round_trip_s\": " << num(c.extraRoundTripS) << "}";
+    first = false;
+  }
   out << "]}\n";
   return out.str();
 }

@@ -1,12 +1,14 @@
 #pragma once
 // The simulator's runs and their JSON: every (N, T, order) of RunOptions through NegotiationSim,
-// then the alpha-beta model of one allreduce for every N and size (allreduce_model.h) and the
-// links each algorithm opens at every N (link_census.h).
+// then the alpha-beta model of one allreduce for every N and size (allreduce_model.h), the
+// links each algorithm opens at every N (link_census.h) and the control tree's shape
+// (control_census.h).
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "bench/scale/allreduce_model.h"
+#include "bench/scale/control_census.h"
 #include "bench/scale/link_census.h"
 #include "bench/scale/negotiation_sim.h"
 
@@ -26,6 +28,7 @@ struct RunOptions {
   Fabric fabric;
   double intraAlpha = -1, intraBeta = -1;  // main.cc only
   bool model = true;                       // the allreduce model and the link census
+  int controlFanout = 32;                  // the control tree's census (HORA_CONTROL_FANOUT)
   bool negotiation = true;
 };
 

@@ -94,6 +94,10 @@ constexpr EnvVarInfo kEnvVars[] = {
      "1 runs CPU allgathers of the global set within each host, then across hosts, then within "
      "each host again (jobs over several hosts with equal ranks per host); auto as for "
      "HIERARCHICAL_ALLREDUCE"},
+    {"CONTROL_FANOUT", "32",
+     "children per rank of the TCP control plane's tree: rank 0 holds at most this many control "
+     "connections and the others relay; up to this many + 1 ranks it is a star around rank 0 "
+     "(the same value on every rank)"},
     {"SHM_CONTROL", "1",
      "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
     {"SHM_LOCAL_AGREEMENT", "1",
@@ -204,6 +208,7 @@ Settings Settings::fromEnvironment() {
   s.hierarchicalAllreduce = envPreference("HIERARCHICAL_ALLREDUCE");
   s.hierarchicalAllgather = envPreference("HIERARCHICAL_ALLGATHER");
   s.shmControl = envBool("SHM_CONTROL");
+  s.controlFanout = envInt("CONTROL_FANOUT");
   s.shmLocalAgreement = envBool("SHM_LOCAL_AGREEMENT");
   s.startTimeoutSeconds = envDouble("START_TIMEOUT");
   s.logLevel = envString("LOG_LEVEL");
@@ -228,6 +233,9 @@ Settings Settings::fromEnvironment() {
   if (s.cacheCapacity < 0) throw InvalidArgument("HORA_CACHE_CAPACITY must be >= 0");
   if (s.spinMicroseconds < 0) throw InvalidArgument("HORA_SPIN_MICROSECONDS must be >= 0");
   if (s.timeoutSeconds <= 0) throw InvalidArgument("HORA_TIMEOUT_SECONDS must be > 0");
+  if (s.controlFanout < 1 || s.controlFanout > (1 << 20)) {
+    throw InvalidArgument("HORA_CONTROL_FANOUT must be from 1 to 1048576");
+  }
   if (s.shmRingBytes < 4096 || s.shmRingBytes > (1ll << 30) || s.shmRingBytes % 64 != 0) {
     throw InvalidArgument("HORA_SHM_RING_BYTES must be a multiple of 64 from 4096 to 1 GiB");
   }

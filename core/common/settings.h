@@ -50,6 +50,7 @@ struct Settings {
   // CALLER_DRIVES: a waiting thread runs its cached collective itself (Auto: a CPU per rank)
   Preference callerDrives = Preference::Auto;
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
+  int64_t controlFanout = 32;               // CONTROL_FANOUT: children per rank, TCP control tree
   bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0
   std::string logLevel = "warning";         // LOG_LEVEL
   bool logHideTime = false;                 // LOG_HIDE_TIME

@@ -56,7 +56,8 @@ BackgroundLoop::BackgroundLoop(Parts parts, int staticSets)
                 return shutdown_.stopped();
               }),
       peers_(parts.topology.rank, parts.topology.size,
-             secondsToMillis(parts.settings.timeoutSeconds)),
+             secondsToMillis(parts.settings.timeoutSeconds),
+             [control = parts.links.control.get()](int peer) { return control->relays(peer); }),
       agreement_(std::move(parts.links.agreement), parts.links.agreedFusionThreshold,
                  parts.topology.size, participant_, coordinator_.get(), parts.timeline),
       applier_({parts.topology, parts.settings, parts.links, parts.sets, parts.queue, participant_,

@@ -18,13 +18,10 @@ void ControlSender::send(int to, const std::string& bytes) {
 }
 
 void ControlSender::toWorkers(const std::string& bytes, bool bestEffort) {
-  for (int r = 1; r < channel_->size(); ++r) {
-    try {
-      send(r, bytes);
-    } catch (const std::exception&) {
-      if (!bestEffort) throw;  // else that rank is gone too
-    }
-  }
+  if (channel_->size() < 2) return;
+  channel_->broadcast(bytes, bestEffort);
+  // Counted per rank it is meant for, as when each got its own send.
+  sent_.fetch_add(static_cast<uint64_t>(channel_->size() - 1), std::memory_order_relaxed);
 }
 
 void ControlSender::toCoordinator(const RequestBatch& batch) {

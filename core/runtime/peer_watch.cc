@@ -7,8 +7,9 @@
 
 namespace hora {
 
-PeerWatch::PeerWatch(int rank, int worldSize, Millis timeout)
-    : liveness_(worldSize, timeout), rank_(rank) {}
+PeerWatch::PeerWatch(int rank, int worldSize, Millis timeout,
+                     std::function<std::string(int)> relays)
+    : liveness_(worldSize, timeout), rank_(rank), relays_(std::move(relays)) {}
 
 std::vector<int> PeerWatch::check(Clock::time_point now,
                                   const std::function<std::vector<int>()>& watched) {
@@ -19,10 +20,15 @@ std::vector<int> PeerWatch::check(Clock::time_point now,
     bool coordinator = rank_ == 0;
     std::string who = coordinator ? "rank " + std::to_string(v.silent) : "rank 0 (the coordinator)";
     std::string whom = coordinator ? "other ranks wait" : "this rank waits";
+    // Behind a relay, silence may be the relay's: the message names the ranks in between.
+    std::string via = relays_ ? relays_(v.silent) : "";
+    if (!via.empty())
+      via = "; messages pass through rank(s) " + via + ", which may be the silent one";
     throw TimeoutError("rank " + std::to_string(rank_) + ": " + who +
                        " is unresponsive: it sent nothing on its control connection for " +
                        std::to_string(v.silentFor.count()) + " ms while " + whom +
-                       " for it (stopped, hung or unreachable; HORA_TIMEOUT_SECONDS bounds this)");
+                       " for it (stopped, hung or unreachable; HORA_TIMEOUT_SECONDS bounds this)" +
+                       via);
   }
   return v.ping;
 }

@@ -11,6 +11,7 @@
 //
 // Background thread only; explicit clock.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/common/time.h"
@@ -23,7 +24,10 @@ class PeerWatch {
   // Pings go out at most every 20 ms anyway (a quarter of the shortest timeout).
   static constexpr Millis kCheckInterval{20};
 
-  PeerWatch(int rank, int worldSize, Millis timeout);
+  // relays(peer): the ranks that pass messages between this rank and peer ("" none;
+  // ControlChannel::relays), named beside a silent peer since one of them may be the silent one.
+  PeerWatch(int rank, int worldSize, Millis timeout,
+            std::function<std::string(int)> relays = nullptr);
 
   void heard(int from, Clock::time_point now) { liveness_.heard(from, now); }
   // This rank read no control message for `busy` (it ran collectives): nobody's silence.
@@ -38,6 +42,7 @@ class PeerWatch {
  private:
   Liveness liveness_;
   int rank_;
+  std::function<std::string(int)> relays_;
   Clock::time_point checkAt_{};  // next look for the watched ranks
 };
 

@@ -30,6 +30,7 @@ ConnectOptions connectOptions(const RuntimeOptions& options, const Settings& set
   co.shmArenaBytes = static_cast<size_t>(settings.shmArenaBytes);
   if (settings.shmHostByName) co.shmHostName = envString("HOSTNAME");
   co.shmControl = settings.shmControl;
+  co.controlFanout = static_cast<int>(settings.controlFanout);
   return co;
 }
 

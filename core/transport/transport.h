@@ -36,6 +36,7 @@ struct ConnectOptions {
   std::string shmHostName;     // shm: added to the host identity when set (a testing aid:
                                //      HORA_SHM_HOST_BY_NAME, see setup.h)
   bool shmControl = true;      // shm: negotiation over shared memory too (HORA_SHM_CONTROL)
+  int controlFanout = 32;      // tcp: children per rank of the control tree (HORA_CONTROL_FANOUT)
   int64_t mpiComm = -1;        // mpi: Fortran handle (MPI_Comm_c2f) of the communicator to
                                //      run on; kNoMpiComm = MPI_COMM_WORLD. Others ignore it.
   // Who serves the rendezvous store: a rank whose store fails names it (rendezvous_store.h).

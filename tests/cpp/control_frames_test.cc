@@ -1,6 +1,6 @@
 // The control plane's framing, shared by the TCP and shared-memory control channels: whole frames
 // are delivered in order, a partial one waits for the rest, and a bad header is refused before
-// its payload arrives.
+// its payload arrives. The TCP control tree's reader also takes routed and subtree frames.
 #include "core/transport/control_frames.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +55,32 @@ TEST(ControlFrames, ABadHeaderIsRefusedBeforeItsPayload) {
   buffer = header(net::kControlMagic, 2, 0);
   EXPECT_EQ(takeControlMessages(1, buffer, out), "unknown frame type 2");
   EXPECT_EQ(out.size(), 1u);
+}
+
+TEST(ControlFrames, TheTreesReaderTakesRoutedAndSubtreeFramesWhole) {
+  std::string routed = routedControlFrame(41, "up from 41");
+  std::string buffer = controlFrame("direct") + routed + subtreeControlFrame("all");
+  std::vector<ControlFrame> out;
+  EXPECT_EQ(takeControlFrames(buffer, out), "");
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].type, ControlFrameType::Direct);
+  EXPECT_EQ(out[0].message, "direct");
+  EXPECT_EQ(out[1].type, ControlFrameType::Routed);
+  EXPECT_EQ(out[1].rank, 41);
+  EXPECT_EQ(out[1].message, "up from 41");
+  EXPECT_EQ(out[1].wire, routed);  // a relay passes it on unchanged
+  EXPECT_EQ(out[2].type, ControlFrameType::Subtree);
+  EXPECT_EQ(out[2].message, "all");
+  EXPECT_TRUE(buffer.empty());
+  // A routed frame too short to hold its rank, and a type no revision knows.
+  buffer = header(net::kControlMagic, 2, 3) + "abc";
+  EXPECT_EQ(takeControlFrames(buffer, out), "routed frame too short");
+  buffer = header(net::kControlMagic, 4, 0);
+  EXPECT_EQ(takeControlFrames(buffer, out), "unknown frame type 4");
+  // The shared-memory channel's reader still takes direct frames only.
+  std::vector<ControlChannel::Message> messages;
+  buffer = routed;
+  EXPECT_EQ(takeControlMessages(1, buffer, messages), "unknown frame type 2");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <string>
 #include <vector>
 
 #include "core/net/socket.h"
@@ -75,6 +76,17 @@ TEST(ControlLiveness, AnUnreachableHostIsNoticedWithinTheBoundWhateverTheTimeout
   int count = intOption(fd, IPPROTO_TCP, TCP_KEEPCNT);
   EXPECT_LE(idle + interval * count, tcp::kUnreachableAfter.count() / 1000);
   EXPECT_EQ(intOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), tcp::kUnreachableAfter.count());
+}
+
+// A rank of the control tree holds connections to a few ranks only; an unreachable host is named
+// with every rank the job runs there.
+TEST(ControlLiveness, AnUnreachableHostIsNamedWithAllItsRanks) {
+  std::vector<std::string> hosts = {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.2", "10.0.0.2"};
+  std::string text = tcp::unreachableHostText(3, "10.0.0.2", hosts, Millis(8000));
+  EXPECT_NE(text.find("the host of rank 3 (10.0.0.2) is unreachable: no answer for 8 s"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("; ranks 1, 3, 4 run there"), std::string::npos) << text;
 }
 
 TEST(ControlLiveness, KeepaliveForDataSocketsProbesAsAsked) {

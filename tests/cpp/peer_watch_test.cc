@@ -75,5 +75,20 @@ TEST(PeerWatch, RankZeroNamesTheSilentWorker) {
   }
 }
 
+// In a control tree the silent rank may be a relay between the two: the message names those.
+TEST(PeerWatch, TheRanksThatRelayAreNamedBesideTheSilentOne) {
+  PeerWatch w(0, 7, Millis(4000), [](int peer) { return peer == 3 ? "1" : ""; });
+  auto workers = [] { return std::vector<int>{3}; };
+  w.check(kT0, workers);
+  try {
+    w.check(kT0 + Millis(5000), workers);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("rank 0: rank 3 is unresponsive"), std::string::npos) << m;
+    EXPECT_NE(m.find("messages pass through rank(s) 1,"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace hora

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bench/scale/allreduce_model.h"
+#include "bench/scale/control_census.h"
 #include "bench/scale/link_census.h"
 #include "bench/scale/negotiation_sim.h"
 #include "core/common/bits.h"
@@ -238,6 +239,22 @@ TEST(ScaleSim, LinkCensusSplitsHierarchicalPeersByHost) {
   EXPECT_EQ(byName["allreduce ring"].maxCrossHostPeers, -1);
   // One host: no hierarchical rows.
   for (const LinkCensus& c : linkCensus(4, 4)) EXPECT_EQ(c.maxCrossHostPeers, -1) << c.algorithm;
+}
+
+// The control tree of fanout 32: a star up to 33 ranks, then rank 0 keeps 32 connections and a
+// relay's round trip grows by two alphas per extra level.
+TEST(ScaleSim, ControlCensusFollowsTheTree) {
+  ControlCensus star = controlCensus(33, 32, 5e-6);
+  EXPECT_EQ(star.rank0Sockets, 32);
+  EXPECT_EQ(star.depth, 1);
+  EXPECT_EQ(star.extraRoundTripS, 0.0);
+  ControlCensus big = controlCensus(4096, 32, 5e-6);
+  EXPECT_EQ(big.rank0Sockets, 32);
+  EXPECT_EQ(big.starRank0Sockets, 4095);
+  EXPECT_EQ(big.rank0Copies, 32);
+  EXPECT_EQ(big.maxSockets, 33);
+  EXPECT_EQ(big.depth, 3);  // 1 + 32 + 1024 < 4096 <= 1 + 32 + 1024 + 32768
+  EXPECT_DOUBLE_EQ(big.extraRoundTripS, 4 * 5e-6);
 }
 
 }  // namespace

@@ -152,6 +152,11 @@ int main(int argc, char** argv) {
   }
   write("control_frames", "requests", controlStream);
   write("control_frames", "partial", controlStream.substr(0, controlStream.size() - 3));
+  // The control tree's relayed frames: routed (a rank, then the message) and subtree.
+  std::string routed = WireWriter().u32(2).take() + "to rank 2";
+  write("control_frames", "relayed",
+        net::buildFrame(net::kControlMagic, 2, routed) +
+            net::buildFrame(net::kControlMagic, 3, "to every rank below"));
 
   // Store requests, one protocol conversation per seed.
   std::string setGet = storeFrame(proto::kSet, WireWriter().str("k").str("v").take()) +

@@ -2,8 +2,9 @@
 workload of ring collectives, its two ring neighbours, not every other rank.
 
 Counted from the kernel's socket tables (/proc/self/fd, /proc/net/tcp): every established TCP
-connection of this process, less the rendezvous store's and the control star's (rank 0 holds one
-per other rank, the others one to rank 0). Runs in a process of its own (one file per horarun
+connection of this process, less the rendezvous store's and the control tree's (one to the rank's
+parent, one per child: HORA_CONTROL_FANOUT children at most; a star around rank 0 at these sizes
+unless the fanout is set lower). Runs in a process of its own (one file per horarun
 job), so no other test's collectives opened links first. Over shared memory it has nothing to
 count and is skipped (the same decision on every rank).
 """
@@ -45,12 +46,18 @@ def established_connections() -> list[tuple[int, int]]:
     return list(found.values())
 
 
+def control_connections() -> int:
+    """This rank's parent and children in the control tree (core/transport/tcp/control_tree.h)."""
+    fanout = int(os.environ.get("HORA_CONTROL_FANOUT", "32") or 32)
+    children = [c for c in range(rank() * fanout + 1, rank() * fanout + fanout + 1) if c < size()]
+    return len(children) + (1 if rank() > 0 else 0)
+
+
 def data_links(connections: list[tuple[int, int]]) -> int:
-    """Of ``connections``, those that are neither the store's nor the control star's."""
+    """Of ``connections``, those that are neither the store's nor the control tree's."""
     store_port = int(os.environ.get("HORA_RENDEZVOUS_PORT", "0") or 0)
     connections = [c for c in connections if c[1] != store_port]
-    control = size() - 1 if rank() == 0 else 1
-    return len(connections) - control
+    return len(connections) - control_connections()
 
 
 def test_a_ring_workload_opens_only_the_ring_neighbours_links() -> None:

@@ -25,7 +25,7 @@ ShmControlChannel::ShmControlChannel(std::shared_ptr<ShmPeers> peers, Millis opT
       rank_(peers_->worldRank),
       size_(peers_->worldSize),
       opTimeout_(opTimeout) {
-  // The control rings form a star around rank 0, as the TCP control connections do.
+  // The control rings form a star around rank 0 (the TCP control connections form a tree).
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) inbound_.push_back({r, std::string()});
   } else {

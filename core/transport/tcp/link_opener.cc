@@ -76,7 +76,7 @@ void LinkOpener::close() {
 // ---- accepting ----------------------------------------------------------------------------
 
 std::string LinkOpener::validate(net::PeerKind kind, int rank) {
-  // The control star is made at start (mesh.h); after it only data links arrive here.
+  // The control tree is made at start (mesh.h); after it only data links arrive here.
   if (kind != net::PeerKind::Data) {
     return std::string("a ") + net::peerKindName(kind) + " connection after start-up";
   }

@@ -8,6 +8,7 @@
 #include "core/common/logging.h"
 #include "core/net/handshake.h"
 #include "core/transport/rendezvous_store.h"
+#include "core/transport/tcp/control_tree.h"
 
 namespace hora {
 namespace tcp {
@@ -35,6 +36,11 @@ std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
 const char* const kStartedKey = "tcp/started";
 // How long past its own deadline a rank waits for rank 0's verdict (rank 0 may have started later).
 constexpr Millis kVerdictGrace{3000};
+// Lazy set-up in a control tree that is not a star: each relay's word that its children connected
+// ("ok") or why not ("!..."), which rank 0 awaits before its verdict, so that a rank missing below
+// a relay fails every rank at set-up, as a rank missing below rank 0 does. Rank 0 gives up on them
+// halfway through the grace, so its verdict still reaches the others in time.
+std::string subtreeKey(int rank) { return "tcp/subtree/" + std::to_string(rank); }
 
 // How an outgoing attempt failed: refused or reset connections are routine while peers start;
 // a handshake that rejected the secret or the rank is worth a warning.
@@ -69,7 +75,12 @@ struct Attempt {
 class MeshBuilder {
  public:
   MeshBuilder(const ConnectOptions& options, Store& store, bool eager)
-      : o_(options), store_(store), eager_(eager), deadline_(Clock::now() + options.startTimeout) {
+      : o_(options),
+        store_(store),
+        eager_(eager),
+        tree_(options.size, options.controlFanout),
+        children_(tree_.children(options.rank)),
+        deadline_(Clock::now() + options.startTimeout) {
     mesh_.data.resize(o_.size);
     mesh_.control.resize(o_.size);
     mesh_.addresses.resize(o_.size);
@@ -82,6 +93,7 @@ class MeshBuilder {
  private:
   void publish();
   void hearVerdict();
+  void awaitSubtrees();
   void resolveTargets();
   void startDue(Clock::time_point now);
   void pump(Attempt& a);
@@ -103,6 +115,8 @@ class MeshBuilder {
   const ConnectOptions& o_;
   Store& store_;
   const bool eager_;
+  const ControlTree tree_;
+  const std::vector<int> children_;  // in the control tree: the ranks that connect here
   Clock::time_point deadline_;
   net::Socket listener_;
   std::vector<Target> targets_;
@@ -190,8 +204,13 @@ MeshSockets MeshBuilder::build() {
 
 void MeshBuilder::hearVerdict() {
   if (o_.rank == 0) {
+    awaitSubtrees();
     storeCall(o_, "saying that every rank connected", [&] { store_.set(kStartedKey, "ok"); });
     return;
+  }
+  if (!children_.empty()) {
+    storeCall(o_, "saying that its children connected",
+              [&] { store_.set(subtreeKey(o_.rank), "ok"); });
   }
   auto key = [](int) { return std::string(kStartedKey); };
   std::string verdict = awaitRanks(o_, store_, {0}, key, deadline_ + kVerdictGrace,
@@ -200,6 +219,33 @@ void MeshBuilder::hearVerdict() {
   if (!verdict.empty() && verdict[0] == '!') {
     throw TimeoutError(me() + ": rank 0 could not connect every rank: " + verdict.substr(1));
   }
+}
+
+// Rank 0: every relay's word on its children. A failure becomes the verdict the others hear.
+void MeshBuilder::awaitSubtrees() {
+  std::vector<int> relays;
+  for (int r = 1; r < o_.size; ++r) {
+    if (tree_.hasChildren(r)) relays.push_back(r);
+  }
+  if (relays.empty()) return;
+  std::string why;
+  try {
+    std::vector<std::string> words =
+        awaitRanks(o_, store_, relays, subtreeKey, deadline_ + kVerdictGrace / 2,
+                   "connect their children in the control tree");
+    for (size_t i = 0; i < relays.size() && why.empty(); ++i) {
+      if (!words[i].empty() && words[i][0] == '!') why = words[i].substr(1);
+    }
+  } catch (const TimeoutError& e) {
+    why = e.what();
+  }
+  if (why.empty()) return;
+  try {
+    store_.set(kStartedKey, "!" + why);
+  } catch (const std::exception&) {
+    // The store failing too: the others learn it from the store, this rank from `why`.
+  }
+  throw TimeoutError(me() + ": a relay of the control tree could not connect its children: " + why);
 }
 
 // An incoming connection that has not yet proved the secret (the only kind a stranger can hold).
@@ -277,7 +323,7 @@ void MeshBuilder::publish() {
 }
 
 void MeshBuilder::resolveTargets() {
-  // Data connections go to every lower rank, plus the control connection to rank 0.
+  // Data connections go to every lower rank, plus the control connection to the parent.
   auto addTarget = [this](int rank, net::PeerKind kind) {
     Target t;
     t.rank = rank;
@@ -286,7 +332,7 @@ void MeshBuilder::resolveTargets() {
   };
   // The higher rank always connects, so each pair has exactly one data connection and no tie-break.
   for (int j = 0; j < o_.rank && eager_; ++j) addTarget(j, net::PeerKind::Data);
-  if (o_.rank > 0) addTarget(0, net::PeerKind::Control);
+  if (o_.rank > 0) addTarget(tree_.parent(o_.rank), net::PeerKind::Control);
   std::vector<int> lower;
   for (int j = 0; j < o_.rank; ++j) lower.push_back(j);
   std::vector<std::string> addresses =
@@ -340,8 +386,12 @@ std::string MeshBuilder::validate(net::PeerKind kind, int rank) {
     return "";
   }
   if (kind == net::PeerKind::Control) {
-    // The control plane is a star around rank 0, so only rank 0 accepts control connections.
-    if (o_.rank != 0 || rank == 0) return "control connections go to rank 0 only";
+    // The control plane is a tree (control_tree.h): a rank accepts its children only.
+    if (rank == 0 || tree_.parent(rank) != o_.rank) {
+      return "rank " + std::to_string(rank) + " is not a child of rank " + std::to_string(o_.rank) +
+             " in the control tree of fanout " + std::to_string(tree_.fanout()) +
+             " (is HORA_CONTROL_FANOUT the same on every rank?)";
+    }
     if (claimedControl_[rank])
       return "a second control connection claims rank " + std::to_string(rank);
     claimedControl_[rank] = true;
@@ -442,10 +492,10 @@ void MeshBuilder::abandon(Attempt& a, const std::string& why, Setback setback) {
 }
 
 bool MeshBuilder::complete() const {
-  // Eager: every higher rank opens a data connection here. Rank 0 also receives one control
-  // connection from every other rank.
+  // Eager: every higher rank opens a data connection here. Each child in the control tree opens
+  // its control connection here.
   if (eager_ && incomingData_ < o_.size - 1 - o_.rank) return false;
-  if (incomingControl_ < (o_.rank == 0 ? o_.size - 1 : 0)) return false;
+  if (incomingControl_ < static_cast<int>(children_.size())) return false;
   if (!addressesKnown()) return false;
   for (const auto& t : targets_) {
     if (!t.done) return false;
@@ -474,7 +524,7 @@ std::vector<int> MeshBuilder::missingRanks(std::string* details) const {
     if (mesh_.addresses[j].empty())
       note(j, "rank " + std::to_string(j) + " has not published its address");
   }
-  for (int j = 1; o_.rank == 0 && j < o_.size; ++j) {
+  for (int j : children_) {
     if (!mesh_.control[j].valid()) note(j, "no control connection from rank " + std::to_string(j));
   }
   return std::vector<int>(missing.begin(), missing.end());
@@ -487,9 +537,10 @@ void MeshBuilder::timedOut() {
                     " ms connecting to rank(s) " + rankList(missing) + details +
                     " (did every rank start, with the same secret? raise HORA_START_TIMEOUT if "
                     "they are slow)";
-  if (o_.rank == 0 && !eager_) {
+  if (!eager_ && (o_.rank == 0 || !children_.empty())) {
     try {
-      store_.set(kStartedKey, "!" + why);  // the others wait for this verdict (hearVerdict)
+      // The others wait for this verdict (hearVerdict); rank 0 for a relay's word on its children.
+      store_.set(o_.rank == 0 ? kStartedKey : subtreeKey(o_.rank), "!" + why);
     } catch (const std::exception&) {
       // The store failing too: the others learn it from the store, this rank from `why`.
     }

@@ -3,8 +3,9 @@
 //
 //   1. Listen on an ephemeral port of the address this rank advertises (options.listenHost, see
 //      net::advertisedHost()), and only there; publish "addr/<rank>" = "host:port" in the store.
-//   2. Control plane: a star; every rank > 0 opens a connection to rank 0 (so rank 0 holds N-1
-//      control connections, every other rank one).
+//   2. Control plane: a tree (control_tree.h); every rank > 0 opens a connection to its parent
+//      (so a rank holds one control connection per child, at most HORA_CONTROL_FANOUT, and one to
+//      its parent; up to fanout + 1 ranks, a star around rank 0).
 //      Data plane, eager (HORA_TCP_EAGER_MESH=1): one connection per pair of ranks; the higher
 //      rank connects to the lower. Lazy (the default): none here; set-up ends once every rank's
 //      address is read from the store (polled, so the listener is served meanwhile), and the
@@ -34,7 +35,7 @@ namespace tcp {
 
 struct MeshSockets {
   std::vector<net::Socket> data;       // by world rank; invalid for this rank and links not made
-  std::vector<net::Socket> control;    // by world rank: rank 0 holds 1..N-1; others hold [0] only
+  std::vector<net::Socket> control;    // by world rank: the parent's and the children's
   net::Socket listener;                // where peers open their links (invalid for one rank)
   std::vector<std::string> addresses;  // every rank's "host:port" ("" unread: eager mesh only)
 };

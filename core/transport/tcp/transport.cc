@@ -63,6 +63,8 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
           return p->unreachableText(rank, doing, op);
         });
   }
+  // Every rank's host, for the control channel to name the ranks of a host that goes silent.
+  std::vector<std::string> hosts = peers->addresses;
   std::vector<int> world(options.size);
   // The world communicator maps its ranks onto world ranks one to one; subsets reuse the same
   // sockets through another mapping.
@@ -70,7 +72,8 @@ Connection TcpTransport::connect(const ConnectOptions& options, Store& store) {
   Connection c;
   c.world = std::make_unique<TcpCommunicator>(std::move(peers), std::move(world), options.rank);
   c.control = std::make_unique<TcpControlChannel>(options.rank, options.size,
-                                                  std::move(mesh.control), options.opTimeout);
+                                                  std::move(mesh.control), options.opTimeout,
+                                                  options.controlFanout, std::move(hosts));
   return c;
 }
 
