@@ -126,6 +126,7 @@ def submit(
     splits: Sequence[int] | None = None,
     process_set_id: int = 0,
     hora_frames: int = 0,
+    waits: bool = False,
 ) -> list[Handle]: ...
 def check_traced(
     kind: int,
