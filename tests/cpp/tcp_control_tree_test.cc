@@ -68,6 +68,8 @@ TEST(ControlTree, ShapeOfTheTree) {
   EXPECT_EQ(tree.childToward(1, 5), -1);  // not below rank 1
   EXPECT_TRUE(tree.inSubtree(1, 4));
   EXPECT_FALSE(tree.inSubtree(1, 5));
+  EXPECT_FALSE(tree.inSubtree(1, 7));  // would hang below rank 3, but the world has 7 ranks
+  EXPECT_FALSE(tree.inSubtree(0, -1));
   EXPECT_EQ(tree.depth(6), 2);
   // Up to fanout + 1 ranks, every rank is a child of rank 0: the star.
   tcp::ControlTree star(33, 32);

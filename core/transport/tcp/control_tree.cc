@@ -23,6 +23,7 @@ std::vector<int> ControlTree::children(int rank) const {
 }
 
 bool ControlTree::inSubtree(int root, int rank) const {
+  if (rank < 0 || rank >= size_) return false;  // no rank of this world
   // Walking up from `rank` passes `root` when it is an ancestor; ranks only decrease on the way.
   while (rank > root) rank = parent(rank);
   return rank == root;
