@@ -61,14 +61,16 @@ void setLivenessTimeout(int fd, Millis timeout) {
 }
 
 std::string unreachableHostText(int rank, const std::string& address,
-                                const std::vector<std::string>& hosts, Millis after) {
+                                const std::vector<std::string>& hosts, Millis after,
+                                const std::string& during) {
   std::string ranks;
+  // Addresses hold the host only, not the port, so equal addresses mean the same host.
   for (size_t r = 0; r < hosts.size() && !address.empty(); ++r) {
     if (hosts[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   }
   return "the host of rank " + std::to_string(rank) +
          (address.empty() ? "" : " (" + address + ")") + " is unreachable: no answer for " +
-         std::to_string(after.count() / 1000) + " s" +
+         std::to_string(after.count() / 1000) + " s" + during +
          (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
          "; the host is down or the network to it is cut";
 }
@@ -140,6 +142,11 @@ TcpControlChannel::Peer& TcpControlChannel::link(int rank) {
 std::string TcpControlChannel::unreachable(const Peer& p) const {
   return "failed: " +
          unreachableHostText(p.rank, p.address, hosts_, std::min(opTimeout_, kUnreachableAfter));
+}
+
+void TcpControlChannel::stalled(int peer) const {
+  throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                     " accepted no control data for " + std::to_string(opTimeout_.count()) + " ms");
 }
 
 void TcpControlChannel::fail(int peer, const std::string& why) const {
@@ -219,7 +226,7 @@ void TcpControlChannel::route(Peer& p, ControlFrame& f, std::vector<Message>& ou
     case ControlFrameType::Routed:
       if (!fromParent) {
         // Only ranks of p's subtree send through p.
-        if (f.rank < 0 || !tree_.inSubtree(p.rank, f.rank)) {
+        if (!tree_.inSubtree(p.rank, f.rank)) {
           fail(p.rank, "sent a malformed frame: origin rank " + std::to_string(f.rank) +
                            " is not below it");
         }
@@ -316,9 +323,7 @@ void TcpControlChannel::serve(const std::vector<pollfd>& fds, std::vector<Messag
     // Each wait is bounded by the op timeout, so a peer that stops reading is reported instead of
     // holding this rank (and what it relays) forever.
     if (p.outSent < p.out.size() && now - p.stalledSince >= opTimeout_) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) +
-                         " ms");
+      stalled(p.rank);
     }
   }
 }
@@ -373,11 +378,7 @@ void TcpControlChannel::drainTo(Peer& p, uint64_t until) {
     if (rc < 0 && errno != EINTR) {
       fail(p.rank, std::string("poll failed: ") + std::strerror(errno));
     }
-    if (rc == 0) {
-      throw TimeoutError("rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
-                         " accepted no control data for " + std::to_string(opTimeout_.count()) +
-                         " ms");
-    }
+    if (rc == 0) stalled(p.rank);
     if (rc > 0) serve(fds, stash_);
   }
 }

@@ -49,9 +49,11 @@ void setLivenessTimeout(int fd, Millis timeout);
 constexpr Millis kUnreachableAfter{8000};
 
 // "the host of rank 3 (10.0.0.3) is unreachable: no answer for 8 s; ranks 2, 3 run there; ...":
-// the ranks are those whose entry of `hosts` (by world rank) is `address`.
+// the ranks are those whose entry of `hosts` (by world rank) is `address`. `during` follows the
+// seconds (" while sending during allreduce" for a data link; "" on the control channel).
 std::string unreachableHostText(int rank, const std::string& address,
-                                const std::vector<std::string>& hosts, Millis after);
+                                const std::vector<std::string>& hosts, Millis after,
+                                const std::string& during = "");
 
 class TcpControlChannel : public ControlChannel {
  public:
@@ -112,6 +114,8 @@ class TcpControlChannel : public ControlChannel {
   // "failed: the host of rank 3 (10.0.0.3) is unreachable: ...; ranks 2, 3 run there; ...".
   std::string unreachable(const Peer& p) const;
   [[noreturn]] void fail(int peer, const std::string& why) const;
+  // TimeoutError: `peer` took none of what this rank writes to it for the op timeout.
+  [[noreturn]] void stalled(int peer) const;
 
   int rank_;
   int size_;

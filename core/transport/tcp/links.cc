@@ -10,6 +10,7 @@
 
 #include "core/common/errors.h"
 #include "core/common/spin.h"
+#include "core/transport/tcp/control_channel.h"
 
 namespace hora {
 namespace tcp {
@@ -49,16 +50,8 @@ std::vector<int> TcpPeerSockets::linkedRanks() const {
 // Every rank reached at the same address is on that host.
 std::string TcpPeerSockets::unreachableText(int rank, const char* doing, const char* op) const {
   const std::string address = rank < static_cast<int>(addresses.size()) ? addresses[rank] : "";
-  std::string ranks;
-  // Addresses hold the host only, not the port, so equal addresses mean the same host.
-  for (size_t r = 0; r < addresses.size() && !address.empty(); ++r) {
-    if (addresses[r] == address) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return "the host of rank " + std::to_string(rank) +
-         (address.empty() ? "" : " (" + address + ")") + " is unreachable: no answer for " +
-         std::to_string(unreachableAfter.count() / 1000) + " s while " + doing + " during " + op +
-         (ranks.empty() ? "" : "; ranks " + ranks + " run there") +
-         "; the host is down or the network to it is cut";
+  return unreachableHostText(rank, address, addresses, unreachableAfter,
+                             std::string(" while ") + doing + " during " + op);
 }
 
 TcpLinks::TcpLinks(std::shared_ptr<TcpPeerSockets> peers, std::vector<int> worldRanks, int rank)
