@@ -10,7 +10,8 @@
 #   1. pip installs the build and test dependencies, then Hora itself (pip install .)
 #   2. the C++ style check (tests/check_format.sh), the layer check (tests/check_layers.py: no
 #      include cycle between folders of core/, no backend including another, none included by the
-#      runtime, core/ops or bindings/ outside its allow-list), then C++ unit tests
+#      runtime, core/ops or bindings/ outside its allow-list), the function length check (lizard:
+#      no function in core/ over 80 lines), then C++ unit tests
 #      (CMake + Ninja + gtest, ctest)
 #   3. single-process pytest (tests/single) and mypy over the package's public API
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
@@ -302,7 +303,8 @@ if wants install; then
   stage install
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0
+    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0 \
+    lizard==1.24.3
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \
@@ -328,6 +330,10 @@ if wants cpp; then
   stage cpp
   run "clang-format check (C++ style)" bash tests/check_format.sh
   run "layer check (no include cycle between core/ folders)" "$PY" tests/check_layers.py
+  # lizard measures each function from its signature to its closing brace; -C 1000 leaves
+  # branchiness alone, which the 80 lines bound well enough.
+  run "function length check (no function in core/ over 80 lines)" \
+    "$PY" -m lizard core --length 80 -C 1000 --warnings_only
   if [ -f tests/cpp/CMakeLists.txt ]; then
     run "C++ configure (cmake, Ninja)" \
       cmake -S . -B build/cpp -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release

@@ -94,6 +94,62 @@ Verdict decide(const std::vector<Preference>& prefs, const collectives::HostGrou
   return v;
 }
 
+// Every rank's preferences and place, as every rank gathered them.
+struct Gathered {
+  std::vector<Preference> reduce, gather;
+  std::vector<collectives::RankPlace> places;
+};
+
+// Every rank decides from the same gathered inputs, so all reach the same verdict: a hierarchical
+// collective on some ranks and a flat one on others would never match.
+Gathered gatherPreferences(Communicator& world, const HierarchyRequest& requested,
+                           const collectives::RankPlace& mine) {
+  const int size = world.size();
+  // 5 x int32 from each rank.
+  int32_t own[5] = {static_cast<int32_t>(requested.allreduce),
+                    static_cast<int32_t>(requested.allgather), mine.host, mine.hostCount,
+                    mine.hostRanks};
+  std::vector<int32_t> every(5 * static_cast<size_t>(size));
+  world.allgatherv(own, every.data(), std::vector<size_t>(size, sizeof(own)));
+  Gathered g{std::vector<Preference>(size), std::vector<Preference>(size),
+             std::vector<collectives::RankPlace>(size)};
+  for (int r = 0; r < size; ++r) {
+    const int32_t* e = &every[5 * static_cast<size_t>(r)];
+    g.reduce[r] = static_cast<Preference>(e[0]);
+    g.gather[r] = static_cast<Preference>(e[1]);
+    g.places[r] = {e[2], e[3], e[4]};
+  }
+  return g;
+}
+
+// Rank 0's one line per path chosen: the shape, the backends, and how to turn it off.
+void logChosen(const Verdict& reduce, const Verdict& gather, const collectives::HostLayout& layout,
+               const Communicator& local, const Communicator& cross,
+               const std::string& localWhyNot) {
+  std::ostringstream shape;
+  // Every host has the same number of ranks here (groupHosts() refuses otherwise), so host 0's
+  // count is every host's.
+  shape << layout.hosts.size() << " hosts x " << layout.hosts[0].size()
+        << " ranks; within rank 0's host over " << local.backendName() << ", across hosts over "
+        << cross.backendName();
+  auto why = [](const Verdict& v, const char* variable) {
+    return v.asked ? std::string()
+                   : std::string(" (chosen by the engine; ") + variable + "=0 keeps it flat)";
+  };
+  if (reduce.run) {
+    HORA_LOG(Info, "hierarchical allreduce: " << shape.str()
+                                              << why(reduce, "HORA_HIERARCHICAL_ALLREDUCE"));
+  }
+  if (gather.run) {
+    HORA_LOG(Info, "hierarchical allgather: " << shape.str()
+                                              << why(gather, "HORA_HIERARCHICAL_ALLGATHER"));
+  }
+  if (!localWhyNot.empty()) {
+    HORA_LOG(Info, "within rank 0's host the hierarchical steps stay on " << local.backendName()
+                                                                          << ": " << localWhyNot);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
@@ -101,28 +157,12 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
                                                      const HierarchyRequest& requested,
                                                      const collectives::RankPlace& mine,
                                                      const HostLocalFactory& hostLocal) {
-  const int size = world.size();
   // One rank has no host to share and nothing to gather; the flat view is all it needs.
-  if (size == 1) return world.subset(all);
-  // Each rank's preferences and place, gathered on every rank (5 x int32 each).
-  int32_t own[5] = {static_cast<int32_t>(requested.allreduce),
-                    static_cast<int32_t>(requested.allgather), mine.host, mine.hostCount,
-                    mine.hostRanks};
-  std::vector<int32_t> every(5 * static_cast<size_t>(size));
-  // Every rank decides from the same gathered inputs, so all reach the same verdict: a hierarchical
-  // collective on some ranks and a flat one on others would never match.
-  world.allgatherv(own, every.data(), std::vector<size_t>(size, sizeof(own)));
-  std::vector<collectives::RankPlace> places(size);
-  std::vector<Preference> reducePrefs(size), gatherPrefs(size);
-  for (int r = 0; r < size; ++r) {
-    const int32_t* e = &every[5 * static_cast<size_t>(r)];
-    reducePrefs[r] = static_cast<Preference>(e[0]);
-    gatherPrefs[r] = static_cast<Preference>(e[1]);
-    places[r] = {e[2], e[3], e[4]};
-  }
-  const collectives::HostGroups groups = collectives::groupHosts(places);
-  const Verdict reduce = decide(reducePrefs, groups, "HORA_HIERARCHICAL_ALLREDUCE");
-  const Verdict gather = decide(gatherPrefs, groups, "HORA_HIERARCHICAL_ALLGATHER");
+  if (world.size() == 1) return world.subset(all);
+  const Gathered prefs = gatherPreferences(world, requested, mine);
+  const collectives::HostGroups groups = collectives::groupHosts(prefs.places);
+  const Verdict reduce = decide(prefs.reduce, groups, "HORA_HIERARCHICAL_ALLREDUCE");
+  const Verdict gather = decide(prefs.gather, groups, "HORA_HIERARCHICAL_ALLGATHER");
   // Only rank 0 logs the verdict: it is the same on every rank, and one line per job is enough.
   const bool lead = world.rank() == 0;
   if (lead && !reduce.whyNot.empty()) {
@@ -139,9 +179,6 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   for (const auto& host : layout.hosts) cross.push_back(host[layout.index]);
   // subset() takes ranks in ascending order.
   std::sort(cross.begin(), cross.end());
-  // Every host has the same number of ranks here (groupHosts() refuses otherwise), so host 0's
-  // count is every host's.
-  const int perHost = static_cast<int>(layout.hosts[0].size());
   std::unique_ptr<Communicator> local;
   std::string localWhyNot;
   // Every rank of each host calls the factory, and a host's ranks get one verdict from it, so
@@ -155,27 +192,7 @@ std::unique_ptr<Communicator> makeGlobalCommunicator(Communicator& world,
   // The flat view still carries every collective that does not run hierarchically.
   auto flat = world.subset(all);
   auto crossComm = world.subset(cross);
-  if (lead) {
-    std::ostringstream shape;
-    shape << layout.hosts.size() << " hosts x " << perHost << " ranks; within rank 0's host over "
-          << local->backendName() << ", across hosts over " << crossComm->backendName();
-    auto why = [](const Verdict& v, const char* variable) {
-      return v.asked ? std::string()
-                     : std::string(" (chosen by the engine; ") + variable + "=0 keeps it flat)";
-    };
-    if (reduce.run) {
-      HORA_LOG(Info, "hierarchical allreduce: " << shape.str()
-                                                << why(reduce, "HORA_HIERARCHICAL_ALLREDUCE"));
-    }
-    if (gather.run) {
-      HORA_LOG(Info, "hierarchical allgather: " << shape.str()
-                                                << why(gather, "HORA_HIERARCHICAL_ALLGATHER"));
-    }
-    if (!localWhyNot.empty()) {
-      HORA_LOG(Info, "within rank 0's host the hierarchical steps stay on " << local->backendName()
-                                                                            << ": " << localWhyNot);
-    }
-  }
+  if (lead) logChosen(reduce, gather, layout, *local, *crossComm, localWhyNot);
   return std::make_unique<HierarchicalCommunicator>(
       std::move(flat), std::move(local), std::move(crossComm), std::move(layout), choice);
 }

@@ -193,17 +193,51 @@ void LinkOpener::hostUnreachable(int rank, const char* op) const {
   throw IoError(me() + ": " + unreachable_(rank, "connecting", op));
 }
 
+void LinkOpener::timedOut(int rank, bool dial, Millis waited, const char* op) const {
+  throw TimeoutError(
+      me() + ": rank " + std::to_string(rank) + " did not " +
+      (dial ? "take the data link this rank dialled" : "open the data link to this rank") +
+      " for " + std::to_string(waited.count()) + " ms during " + op +
+      "; it is stuck, much slower, or not calling the same collective (raise "
+      "HORA_TIMEOUT_SECONDS if it is only slow)");
+}
+
+std::unique_ptr<LinkOpener::Outgoing> LinkOpener::dial(int rank, const char* op) const {
+  std::string host;
+  int port = 0;
+  net::parseHostPort(addresses_[rank], &host, &port);
+  bool pending = false;
+  int err = 0;
+  net::Socket s = net::startConnect(host, port, &pending, &err);
+  if (!s.valid()) {
+    if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
+    if (isUnreachableError(err)) hostUnreachable(rank, op);
+    gone(rank, op, std::strerror(err));
+  }
+  // Keepalive: a host that dies while this rank waits for the handshake fails the socket.
+  net::setKeepalive(s.fd(), std::max(Millis(1000), unreachableAfter_ - Millis(5000)), Millis(1000),
+                    5);
+  // A check on the dialer never gets as far as the handshake.
+  net::Handshake hs = net::Handshake::connector(secret_, net::PeerKind::Data, rank_, rank);
+  auto out = std::make_unique<Outgoing>(std::move(s), std::move(hs));
+  out->connecting = pending;
+  out->started = Clock::now();
+  return out;
+}
+
+void LinkOpener::finishConnect(Outgoing& out, int rank, const char* op) const {
+  int err = net::connectResult(out.sock.fd());
+  if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
+  if (isUnreachableError(err)) hostUnreachable(rank, op);
+  if (err != 0) gone(rank, op, std::strerror(err));
+  out.connecting = false;
+}
+
 // Moves this rank's dial on: a completed handshake adopts the link (or, for a check on a dialer,
 // which has no handshake to run, only proves the peer alive).
 void LinkOpener::progressOutgoing(Outgoing& out, int rank, const char* op,
                                   Clock::time_point* retryAt, Millis* backoff) {
-  if (out.connecting) {
-    int err = net::connectResult(out.sock.fd());
-    if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-    if (isUnreachableError(err)) hostUnreachable(rank, op);
-    if (err != 0) gone(rank, op, std::strerror(err));
-    out.connecting = false;
-  }
+  if (out.connecting) finishConnect(out, rank, op);
   std::string why;
   bool rejected = false;
   int error = 0;
@@ -236,46 +270,19 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
     throw IoError(me() + ": cannot open the data link with rank " + std::to_string(rank) +
                   ": this rank's data plane has failed");
   }
-  std::string host;
-  int port = 0;
-  net::parseHostPort(addresses_[rank], &host, &port);
-  const bool dial = rank_ > rank;
+  const bool dialer = rank_ > rank;
   const auto start = Clock::now();
   // The dialer dials at once; the acceptor checks on the dialer from kCheckDialerEvery on.
-  Clock::time_point nextAttempt = dial ? start : start + kCheckDialerEvery;
+  Clock::time_point nextAttempt = dialer ? start : start + kCheckDialerEvery;
   Millis backoff = kFirstRetry;
   std::unique_ptr<Outgoing> out;
   std::vector<pollfd> fds;
   while (!linked_[rank]) {
     auto now = Clock::now();
-    if (now >= deadline) {
-      throw TimeoutError(
-          me() + ": rank " + std::to_string(rank) + " did not " +
-          (dial ? "take the data link this rank dialled" : "open the data link to this rank") +
-          " for " + std::to_string(std::chrono::duration_cast<Millis>(now - start).count()) +
-          " ms during " + op +
-          "; it is stuck, much slower, or not calling the same collective (raise "
-          "HORA_TIMEOUT_SECONDS if it is only slow)");
-    }
-    if (!out && now >= nextAttempt) {
-      bool pending = false;
-      int err = 0;
-      net::Socket s = net::startConnect(host, port, &pending, &err);
-      if (!s.valid()) {
-        if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-        if (isUnreachableError(err)) hostUnreachable(rank, op);
-        gone(rank, op, std::strerror(err));
-      }
-      // Keepalive: a host that dies while this rank waits for the handshake fails the socket.
-      net::setKeepalive(s.fd(), std::max(Millis(1000), unreachableAfter_ - Millis(5000)),
-                        Millis(1000), 5);
-      // A check on the dialer never gets as far as the handshake.
-      net::Handshake hs = net::Handshake::connector(secret_, net::PeerKind::Data, rank_, rank);
-      out = std::make_unique<Outgoing>(std::move(s), std::move(hs));
-      out->connecting = pending;
-      out->started = now;
-    }
-    if (out && !dial && !out->connecting) {
+    if (now >= deadline)
+      timedOut(rank, dialer, std::chrono::duration_cast<Millis>(now - start), op);
+    if (!out && now >= nextAttempt) out = dial(rank, op);
+    if (out && !dialer && !out->connecting) {
       // A check on the dialer: its listener took the connection, so the process is alive.
       out.reset();
       nextAttempt = now + kCheckDialerEvery;
@@ -297,7 +304,7 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
     if (rc < 0 && errno != EINTR) throw IoError(me() + ": poll failed while opening a data link");
     service();
     if (out && rc > 0 && fds[mine].revents != 0) {
-      if (dial) {
+      if (dialer) {
         Clock::time_point retryAt = now;
         progressOutgoing(*out, rank, op, &retryAt, &backoff);
         if (!out->sock.valid()) {
@@ -305,11 +312,7 @@ void LinkOpener::open(int rank, Clock::time_point deadline, const char* op) {
           nextAttempt = retryAt;
         }
       } else {
-        int err = net::connectResult(out->sock.fd());
-        if (err == ECONNREFUSED) gone(rank, op, "its listener refuses connections");
-        if (isUnreachableError(err)) hostUnreachable(rank, op);
-        if (err != 0) gone(rank, op, std::strerror(err));
-        out->connecting = false;
+        finishConnect(*out, rank, op);
       }
     }
   }

@@ -84,6 +84,11 @@ class LinkOpener {
                         Millis* backoff);
   [[noreturn]] void gone(int rank, const char* op, const std::string& detail) const;
   [[noreturn]] void hostUnreachable(int rank, const char* op) const;
+  [[noreturn]] void timedOut(int rank, bool dial, Millis waited, const char* op) const;
+  // Starts a connect to the rank's listener, with the handshake ready to run.
+  std::unique_ptr<Outgoing> dial(int rank, const char* op) const;
+  // Completes a non-blocking connect, or throws naming why it failed.
+  void finishConnect(Outgoing& out, int rank, const char* op) const;
   std::string me() const { return "rank " + std::to_string(rank_); }
 
   int rank_;
