@@ -30,6 +30,11 @@ class PyHandle {
   bool poll();
   // True when done (raising the operation's error, if any); false when the timeout passed first.
   bool wait(std::optional<double> timeoutSeconds);
+  // For a blocking submission (submit's `waits`): waits without a timeout and releases the input,
+  // leaving the operation's error, if any, to raiseIfFailed(). Every error the engine delivers
+  // through a handle is already of the class hora.common.ops.engine_error would make of it.
+  void finish();
+  void raiseIfFailed() { handle_->rethrowIfFailed(); }
   pybind11::object output();
   std::vector<int32_t> receivedSplits();
   int lastJoinedRank();

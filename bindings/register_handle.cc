@@ -99,6 +99,11 @@ bool PyHandle::wait(std::optional<double> timeoutSeconds) {
   return true;
 }
 
+void PyHandle::finish() {
+  waitInterruptibly(*handle_, std::nullopt);
+  releaseInputIfDone();
+}
+
 void PyHandle::requireSuccess(const char* what) {
   if (!handle_->poll()) {
     throw InvalidArgument(std::string(what) +

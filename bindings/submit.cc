@@ -1,7 +1,7 @@
 // hora._core.submit: the one way a frontend's request enters the engine from Python.
 //
 //   submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0,
-//          splits=None, process_set_id=0, hora_frames=0) -> [Handle, ...]
+//          splits=None, process_set_id=0, hora_frames=0, waits=False) -> [Handle, ...]
 //
 // It turns the call into EnqueueArgs (each tensor exported through DLPack, the user's call site
 // found on the stack) and enqueues them as one group; every rule about the request is checked
@@ -54,7 +54,7 @@ struct EnqueueArgs {
   py::object splits = py::none();
   std::string callSite;
   std::vector<std::optional<std::string>> dtypeOverrides;  // empty, or one per tensor
-  bool waits = false;  // the caller waits for the handles at once (Runtime::enqueue)
+  bool waits = false;  // a blocking call: submit waits for the handles (Runtime::enqueue)
 };
 
 std::vector<int32_t> toSplits(const py::object& splits) {
@@ -123,10 +123,19 @@ py::list enqueueTensors(EnqueueArgs args) {
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
   py::list result(n);
+  std::vector<PyHandle*> wrappers(n);
   for (size_t i = 0; i < n; ++i) {
-    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
+    wrappers[i] = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
     PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
-                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
+                    py::cast(wrappers[i], py::return_value_policy::take_ownership).release().ptr());
+  }
+  if (args.waits) {
+    // As hora.common.ops.wait_all: every operation finishes before the first error is raised,
+    // so that none of the group's names stays in flight. An interrupted wait drops the list,
+    // whose handles then keep their inputs until their operations finish.
+    for (PyHandle* h : wrappers) h->finish();
+    sweepDeferredReleases();
+    for (PyHandle* h : wrappers) h->raiseIfFailed();
   }
   return result;
 }
@@ -335,8 +344,10 @@ PyMethodDef submitDef = {
     "capsules, NumPy arrays or objects with __dlpack__; none for JOIN and BARRIER), one name "
     "each. The engine checks the request (Horovod's errors), the call site is the first frame "
     "outside Hora above `hora_frames` frames over the caller's, and the group is enqueued. "
-    "`waits`: the caller waits for the handles at once (a blocking call), so that a waiting "
-    "thread that drives the engine finds the work still to do."};
+    "`waits`: a blocking call. submit returns once every operation of the group finished (the "
+    "GIL released meanwhile, Ctrl-C let through), raising the first failure as "
+    "hora.common.ops.engine_error presents it; a waiting thread that drives the engine finds "
+    "the work still to do."};
 
 // The engine's checks of the requests a traced call will make when it runs (hora.jax inside
 // jit), on their shapes alone: the errors are raised where the call was written, at trace time.

@@ -39,9 +39,11 @@ void executeResponse(const Response& r, OpContext& cx) {
   OpFn run = lookup(r.kind);
   try {
     run(r, cx);
-  } catch (const InvalidArgument&) {
-    // Local to these tensors (e.g. an unsupported dtype for the op): the job goes on.
-    completeAll(cx, std::current_exception());
+  } catch (const InvalidArgument& e) {
+    // Local to these tensors (e.g. an unsupported dtype for the op): the job goes on. An
+    // operation the engine refuses after the ranks agreed on it is an InvalidCollectiveError,
+    // as the coordinator's refusals are (response_applier.cc), whichever way it is waited for.
+    completeAll(cx, std::make_exception_ptr(InvalidCollectiveError(e.what())));
     return;
   } catch (...) {
     completeAll(cx, std::current_exception());

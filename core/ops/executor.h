@@ -7,7 +7,8 @@
 namespace hora {
 
 // Throws only for errors that leave the communicator unusable (IoError, TimeoutError,
-// InternalError); per-tensor failures are delivered through the handles.
+// InternalError); per-tensor failures are delivered through the handles, an op's refusal of its
+// tensors (InvalidArgument) as InvalidCollectiveError.
 void executeResponse(const Response& r, OpContext& cx);
 
 }  // namespace hora

@@ -264,8 +264,9 @@ void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry
     gpu::checkCuda(lib_.cuda().eventCreateWithFlags(&w.done, gpu::kEventDisableTiming),
                    "cudaEventCreateWithFlags");
     gpu::checkCuda(lib_.cuda().eventRecord(w.done, d.stream), "cudaEventRecord");
-  } catch (const InvalidArgument&) {
-    finish(w, std::current_exception());
+  } catch (const InvalidArgument& e) {
+    // A refusal after negotiation, as on the CPU path (executor.cc).
+    finish(w, std::make_exception_ptr(InvalidCollectiveError(e.what())));
     return;
   } catch (const NotSupported&) {
     finish(w, std::current_exception());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/errors.h"
 #include "core/coordinator/response_builder.h"
 #include "core/coordinator/tensor_queue.h"
 #include "core/fusion/fusion_buffer.h"
@@ -151,6 +152,38 @@ std::vector<std::string> namesOf(const std::vector<Response>& plan, size_t i) {
 }
 
 std::string tensorName(size_t t) { return "t" + std::to_string(t); }
+
+// ---- refusals --------------------------------------------------------------------------
+
+// An op that refuses its tensors after negotiation (Adasum on integers, which the enqueue check
+// normally stops first) fails their handles with InvalidCollectiveError, the class of every
+// refusal after negotiation, and leaves the communicator usable.
+TEST(OpsRefusal, AnOpRefusingItsTensorsFailsTheirHandlesAsAnInvalidCollective) {
+  runRanks(1, [](int rank, Communicator& comm) {
+    Request base;
+    base.kind = OpKind::Adasum;
+    base.dtype = DataType::Int32;
+    base.name = tensorName(0);
+    auto local = makeLocal(rank, 0, base, {4});
+    Response r;
+    r.kind = OpKind::Adasum;
+    r.names = {base.name};
+    r.dtype = DataType::Int32;
+    r.elementCounts = {4};
+    FusionBuffer fusion;
+    std::vector<int> setRanks{0};
+    std::vector<TensorEntry*> entries{&local->entry};
+    OpContext cx{comm, fusion, setRanks, entries, nullptr};
+    EXPECT_NO_THROW(executeResponse(r, cx));
+    ASSERT_TRUE(local->entry.handle->poll());
+    try {
+      local->entry.handle->rethrowIfFailed();
+      ADD_FAILURE() << "the handle did not fail";
+    } catch (const InvalidCollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("floating-point tensors only"), std::string::npos);
+    }
+  });
+}
 
 // ---- fused allgather ---------------------------------------------------------------------
 

@@ -243,3 +243,41 @@ def test_blocking_calls_say_that_they_wait(monkeypatch) -> None:
     hora.allreduce_async(a, name="w.12").wait()
     hvd.synchronize(hvd.allreduce_async_(t, name="w.13"))
     assert seen == [False, False]
+
+
+def test_a_blocking_submission_returns_once_every_operation_finished() -> None:
+    """``waits=True`` makes the submission itself wait: the handles come back finished (and the
+    inputs reduced), so the blocking calls need no wait of their own."""
+    for round_ in range(20):
+        buffers = arrays(40, shape=(257,))
+        handles = ops.enqueue("allreduce", buffers, name=f"blocking.{round_}", grouped=True,
+                              op=hora.Sum, waits=True)
+        assert [h.poll() for h in handles] == [True] * 40
+        assert all(np.array_equal(b, np.full(257, i + 1, np.float32))
+                   for i, b in enumerate(buffers))
+
+
+def test_the_blocking_torch_calls_give_what_the_general_path_gives() -> None:
+    """``allreduce_``, ``allreduce`` and ``broadcast_`` take a shorter path for a plain CPU tensor
+    (hora.torch._async_ops.run_one); every other tensor still goes through the general checks,
+    and both give the same results and errors."""
+    import hora.torch as hvd
+    import torch
+
+    plain = torch.arange(4, dtype=torch.float32)
+    assert hvd.allreduce_(plain, op=hvd.Sum) is plain
+    out = hvd.allreduce(plain, op=hvd.Sum)
+    assert out is not plain and out.tolist() == plain.tolist() == [0.0, 1.0, 2.0, 3.0]
+    out[0] = 7.0
+    assert plain[0].item() == 0.0  # a copy
+    assert hvd.broadcast_(plain, 0) is plain
+    leaf = torch.ones(3, requires_grad=True)
+    assert hvd.allreduce_(leaf, op=hvd.Sum) is leaf and leaf.tolist() == [1.0, 1.0, 1.0]
+    strided = torch.arange(8, dtype=torch.float32)[::2]
+    with pytest.raises(ValueError, match="not contiguous"):
+        hvd.allreduce_(strided)
+    assert hvd.allreduce(strided, op=hvd.Sum).tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(ValueError, match="Tensor type torch.complex64 is not supported"):
+        hvd.allreduce_(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="expects a torch.Tensor"):
+        hvd.allreduce_([1.0, 2.0])

@@ -46,15 +46,15 @@ def _run(collective: str, tensors: list, single: bool, name: str | None,
          prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0,
          waits: bool = False) -> AsyncResult:
     """Submit one call; its result is the (in-place) inputs or the engine's outputs.
-    ``waits``: the blocking form, which waits for the result at once (``ops.enqueue``)."""
+    ``waits``: the blocking form, which returns once the result is there (``ops.enqueue``)."""
     # Two frames certainly Hora's above the pipeline: this one and the API function calling it.
     handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
                           average=average, prescale=prescale, postscale=postscale,
                           root_rank=root_rank, process_set=process_set, hora_frames=2,
                           waits=waits)
     if ops.OPS[collective].in_place:
-        return AsyncResult(handles, None, tensors[0] if single else list(tensors))
-    return AsyncResult(handles, _output if single else _outputs)
+        return AsyncResult(handles, None, tensors[0] if single else list(tensors), waits)
+    return AsyncResult(handles, _output if single else _outputs, None, waits)
 
 
 # ---------------------------------------------------------------------------------- allreduce
@@ -269,8 +269,7 @@ def grouped_reducescatter(tensors: Sequence[Any], op: int = Average, name: str |
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Block until every rank of the set reached the barrier."""
-    ops.wait_all(ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set,
-                             waits=True))
+    ops.enqueue("barrier", [], names=["barrier.noname"], process_set=process_set, waits=True)
 
 
 def join() -> int:

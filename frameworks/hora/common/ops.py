@@ -193,9 +193,10 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     ``process_set``). ``buffers``: NumPy arrays (ml_dtypes.bfloat16 included), DLPack capsules
     or objects with ``__dlpack__``; empty for join and barrier. Allreduce, adasum and broadcast
     write in place. ``hora_frames``: how many frames above this one are certainly Hora's (the
-    frontend's own), which the search for the user's call site skips. ``waits``: the caller
-    waits for the handles at once (a blocking call); where waiting threads drive the engine, its
-    background thread is then not woken for the work.
+    frontend's own), which the search for the user's call site skips. ``waits``: a blocking
+    call. The engine waits inside the submission (the GIL released) and returns the handles
+    finished, raising the first failure as ``wait_all`` does; where waiting threads drive the
+    engine, its background thread is not woken for the work.
 
     Returns one engine handle per buffer ([] for an empty group).
 
@@ -307,17 +308,19 @@ class AsyncResult:
 
     Holds the engine handles of one call and how to build its result once they are done:
     ``finish(handles)``, or with ``finish=None`` the ``result`` given here (an in-place
-    operation's own tensors, without a closure made per call).
+    operation's own tensors, without a closure made per call). ``waited``: the handles come
+    from a blocking submission (``enqueue``'s ``waits``), finished and their errors raised.
     """
 
-    __slots__ = ("_done", "_finish", "_handles", "_result")
+    __slots__ = ("_done", "_finish", "_handles", "_result", "_waited")
 
     def __init__(self, handles: Sequence[Any], finish: Callable[[list], Any] | None,
-                 result: Any = None) -> None:
+                 result: Any = None, waited: bool = False) -> None:
         self._handles = list(handles)
         self._finish = finish
         self._done = False
         self._result: Any = result
+        self._waited = waited
 
     def poll(self) -> bool:
         """True when every operation of the call has finished."""
@@ -331,7 +334,8 @@ class AsyncResult:
         """
         if self._done:
             return self._result
-        wait_all(self._handles, timeout)
+        if not self._waited:
+            wait_all(self._handles, timeout)
         if self._finish is not None:
             self._result = self._finish(self._handles)
         self._done = True

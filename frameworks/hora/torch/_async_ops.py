@@ -158,7 +158,7 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     if spec.in_place:
         # The result is known now: no closure to build per call.
         results = tensors if in_place else bufs
-        return AsyncResult(handles, None, list(results) if grouped else results[0])
+        return AsyncResult(handles, None, list(results) if grouped else results[0], waits)
 
     def finish(hs: list) -> Any:
         outs = [from_engine(_ops.handle_output(h), t.dtype, list(t.shape))
@@ -168,7 +168,33 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
             return outs[0], received
         return outs if grouped else outs[0]
 
-    return AsyncResult(handles, finish)
+    return AsyncResult(handles, finish, None, waits)
+
+
+def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, name: str | None,
+            op: int | None, average: bool | None, prescale: float, postscale: float,
+            root_rank: int, process_set: ProcessSet) -> torch.Tensor:
+    """``call(collective, [tensor], False, what, None, in_place, waits=True, ...).wait()`` for
+    the operations that write into their buffer (allreduce, broadcast), in fewer steps: the
+    engine waits inside the submission and the result is the buffer, so no AsyncResult is made.
+    The arguments are ``call``'s, positional: a training loop's small operations pay for every
+    keyword passed on."""
+    # The common tensor (plain, dense, contiguous, on the CPU, outside autograd, of a dtype the
+    # engine takes) needs no more checks; any other goes through inplace_view or fresh_copy,
+    # which say what is wrong with it or detach it, and _engine_form.
+    plain = (type(tensor) is _Tensor and tensor.layout == _STRIDED and not tensor.requires_grad
+             and tensor.is_cpu and tensor.dtype in _SUPPORTED_DTYPES and tensor.is_contiguous())
+    if plain:
+        buf = tensor if in_place else tensor.clone()
+        engine = _to_dlpack(buf)
+    else:
+        buf = inplace_view(tensor, what) if in_place else fresh_copy(tensor, what)
+        engine = _engine_form(buf)
+    # Frames certainly Hora's above the pipeline: this one.
+    _ops.enqueue(collective, [engine], name=name, op=op, average=average, prescale=prescale,
+                 postscale=postscale, root_rank=root_rank, process_set=process_set, hora_frames=1,
+                 waits=True)
+    return tensor if in_place else buf
 
 
 def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: str,

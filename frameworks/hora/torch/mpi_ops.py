@@ -68,9 +68,8 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = handle_average_backwards_compatibility(op, average)
     if compression is NoneCompressor and not _needs_graph([tensor]):
         # The common call, as short as it can be: a copy of the tensor reduced in place.
-        return _a.call("allreduce", [tensor], False, "allreduce_async", name=name, op=op,
-                       prescale=prescale_factor, postscale=postscale_factor,
-                       process_set=process_set, waits=True).wait()
+        return _a.run_one("allreduce", tensor, "allreduce_async", False, name, op, None,
+                          prescale_factor, postscale_factor, 0, process_set)
     return _compressed("allreduce", [tensor], False, compression, name=name, op=op,
                        prescale=prescale_factor, postscale=postscale_factor,
                        process_set=process_set)[0]
@@ -81,9 +80,8 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """In-place allreduce: ``tensor`` receives the result and is returned."""
-    return _a.call("allreduce", [tensor], False, "allreduce_async_", None, True, name=name, op=op,
-                   average=average, prescale=prescale_factor, postscale=postscale_factor,
-                   process_set=process_set, waits=True).wait()
+    return _a.run_one("allreduce", tensor, "allreduce_async_", True, name, op, average,
+                      prescale_factor, postscale_factor, 0, process_set)
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], average: bool | None = None,
@@ -153,9 +151,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """In-place broadcast: ``tensor`` receives ``root_rank``'s values and is returned."""
-    return _a.call("broadcast", [tensor], False, "broadcast_async_", None, True, name=name,
-                   root_rank=_a.root_rank_of(root_rank), process_set=process_set,
-                   waits=True).wait()
+    return _a.run_one("broadcast", tensor, "broadcast_async_", True, name, None, None, 1.0, 1.0,
+                      _a.root_rank_of(root_rank), process_set)
 
 
 def alltoall(tensor: torch.Tensor, splits: SplitsLike = None, name: str | None = None,
