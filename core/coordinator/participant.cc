@@ -10,10 +10,20 @@
 
 namespace hora {
 
-RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string> fresh) {
+RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string>&& fresh) {
   RequestBatch batch;
   batch.appliedBatches = applied_;
-  std::vector<std::string> keys = std::move(fresh);
+  auto add = [&](std::string& key) {
+    TensorEntry* e = queue.find(key);
+    if (e == nullptr) return;
+    int slot = cache_.enabled() ? cache_.lookup(key, e->request) : -1;
+    if (slot < 0) {
+      batch.requests.push_back(e->request);
+    } else {
+      setBit(batch.cacheBits, static_cast<size_t>(slot));
+    }
+    outstanding_[std::move(key)] = slot < 0 ? kSentInFull : slot;
+  };
   // A resend whose tensor finished since (the batch that evicted its slot answered it too) is
   // dropped: the name may be in the queue again by now, and then it is among `fresh`, and sending
   // it twice would count this rank twice at the coordinator.
@@ -23,20 +33,11 @@ RequestBatch Participant::collect(TensorQueue& queue, std::vector<std::string> f
     if (i != resends) resend_[resends] = std::move(resend_[i]);
     ++resends;
   }
-  keys.insert(keys.begin(), std::make_move_iterator(resend_.begin()),
-              std::make_move_iterator(resend_.begin() + static_cast<std::ptrdiff_t>(resends)));
+  // Resends first, then the fresh keys: the order in which they were first submitted.
+  for (size_t i = 0; i < resends; ++i) add(resend_[i]);
   resend_.clear();
-  for (auto& key : keys) {
-    TensorEntry* e = queue.find(key);
-    if (e == nullptr) continue;
-    int slot = cache_.enabled() ? cache_.lookup(key, e->request) : -1;
-    if (slot < 0) {
-      batch.requests.push_back(e->request);
-    } else {
-      setBit(batch.cacheBits, static_cast<size_t>(slot));
-    }
-    outstanding_[std::move(key)] = slot < 0 ? kSentInFull : slot;
-  }
+  for (auto& key : fresh) add(key);
+  fresh.clear();
   return batch;
 }
 

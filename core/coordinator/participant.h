@@ -26,8 +26,9 @@ class Participant {
 
   // True when tensors wait to be (re)sent.
   bool hasResends() const { return !resend_.empty(); }
-  // Builds the batch for `fresh` keys plus pending resends; entries no longer queued are skipped.
-  RequestBatch collect(TensorQueue& queue, std::vector<std::string> fresh);
+  // Builds the batch for pending resends plus the `fresh` keys; entries no longer queued are
+  // skipped. The keys are moved out of `fresh`, which is left empty with its buffer kept.
+  RequestBatch collect(TensorQueue& queue, std::vector<std::string>&& fresh);
 
   // Applying a response batch, in this order: evictions, then cache puts of its responses.
   void applyEvictions(const std::vector<int32_t>& slots);

@@ -14,9 +14,6 @@ std::string tensorKey(int processSetId, const std::string& name) {
 
 namespace {
 
-// Room fresh_ starts each cycle with: a burst of submissions rarely needs to grow it.
-constexpr size_t kFreshRoom = 64;
-
 InvalidArgument repeatedName(const TensorEntry& e) {
   return InvalidArgument("Requested to " + std::string(opKindName(e.request.kind)) +
                          " a tensor with the same name as another tensor that is currently "
@@ -53,17 +50,15 @@ void TensorQueue::push(std::vector<TensorEntry> group) {
   }
 }
 
+void TensorQueue::takeNew(std::vector<std::string>& into) {
+  into.clear();  // outside the lock: the strings are freed here
+  std::lock_guard<std::mutex> lock(mu_);
+  into.swap(fresh_);
+}
+
 std::vector<std::string> TensorQueue::takeNew() {
-  // fresh_ keeps room for as many keys as the last take had, allocated outside the lock.
-  std::vector<std::string> room;
-  room.reserve(std::max<size_t>(kFreshRoom, lastTaken_));
   std::vector<std::string> out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    out.swap(fresh_);
-    fresh_.swap(room);
-  }
-  lastTaken_ = out.size();
+  takeNew(out);
   return out;
 }
 

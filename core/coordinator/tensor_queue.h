@@ -34,7 +34,10 @@ class TensorQueue {
  public:
   void push(std::vector<TensorEntry> group);
 
-  // Keys pushed since the last call, in arrival order.
+  // Keys pushed since the last take, in arrival order, into `into` (cleared first). The queue
+  // keeps into's old buffer for the next pushes, so that a loop taking into the same vectors
+  // allocates nothing once their capacity suits its bursts.
+  void takeNew(std::vector<std::string>& into);
   std::vector<std::string> takeNew();
   TensorEntry* find(const std::string& key);
   std::unique_ptr<TensorEntry> remove(const std::string& key);
@@ -45,7 +48,6 @@ class TensorQueue {
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> inFlight_;
   std::vector<std::string> fresh_;
-  size_t lastTaken_ = 0;  // background thread: keys the last takeNew() returned
   bool closed_ = false;
   std::string closedReason_;
 };

@@ -186,12 +186,14 @@ Clock::duration BackgroundLoop::currentCycleTime() const {
 }
 
 void BackgroundLoop::takeFresh() {
-  auto fresh = p_.queue.takeNew();
+  // taken_, fresh_ and the queue's own vector pass their buffers round: no allocation per cycle.
+  p_.queue.takeNew(taken_);
+  if (taken_.empty()) return;
   if (fresh_.empty()) {
-    fresh_ = std::move(fresh);
+    fresh_.swap(taken_);
   } else {
-    fresh_.insert(fresh_.end(), std::make_move_iterator(fresh.begin()),
-                  std::make_move_iterator(fresh.end()));
+    fresh_.insert(fresh_.end(), std::make_move_iterator(taken_.begin()),
+                  std::make_move_iterator(taken_.end()));
   }
 }
 
@@ -309,8 +311,7 @@ bool BackgroundLoop::collectDue(Clock::time_point now, Clock::duration cycleTime
 // The fresh tensors (and resends) as one batch; cache hits stay held for local agreement. What
 // is left in the batch goes to the coordinator.
 RequestBatch BackgroundLoop::collectFresh(Clock::time_point now) {
-  RequestBatch batch = participant_.collect(p_.queue, std::move(fresh_));
-  fresh_.clear();  // moved from
+  RequestBatch batch = participant_.collect(p_.queue, std::move(fresh_));  // empties fresh_
   agreement_.hold(batch, now);
   return batch;
 }

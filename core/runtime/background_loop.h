@@ -131,6 +131,7 @@ class BackgroundLoop {
   AgreementDriver agreement_;
   ResponseApplier applier_;
   std::vector<std::string> fresh_;  // enqueued, not yet sent
+  std::vector<std::string> taken_;  // the last take from the queue (takeFresh)
   Clock::time_point lastSend_{};
   double cycleTimeMs_;  // the cycle time in force (autotune may change it)
 
