@@ -44,17 +44,20 @@ def _output(hs: list) -> Any:
 def _run(collective: str, tensors: list, single: bool, name: str | None,
          process_set: ProcessSet, op: int | None = None, average: bool | None = None,
          prescale: float = 1.0, postscale: float = 1.0, root_rank: int = 0,
-         waits: bool = False) -> AsyncResult:
-    """Submit one call; its result is the (in-place) inputs or the engine's outputs.
-    ``waits``: the blocking form, which returns once the result is there (``ops.enqueue``)."""
+         waits: bool = False) -> Any:
+    """Submit one call; its result is the (in-place) inputs or the engine's outputs. Returns an
+    AsyncResult, or with ``waits`` (the blocking form, which returns once the engine finished:
+    ``ops.enqueue``) the result itself."""
     # Two frames certainly Hora's above the pipeline: this one and the API function calling it.
     handles = ops.enqueue(collective, tensors, name=name, grouped=not single, op=op,
                           average=average, prescale=prescale, postscale=postscale,
                           root_rank=root_rank, process_set=process_set, hora_frames=2,
                           waits=waits)
     if ops.OPS[collective].in_place:
-        return AsyncResult(handles, None, tensors[0] if single else list(tensors), waits)
-    return AsyncResult(handles, _output if single else _outputs, None, waits)
+        result = tensors[0] if single else list(tensors)
+        return result if waits else AsyncResult(handles, None, result)
+    finish = _output if single else _outputs
+    return finish(handles) if waits else AsyncResult(handles, finish)
 
 
 # ---------------------------------------------------------------------------------- allreduce
@@ -87,7 +90,7 @@ def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None
     ``op`` is Average (default), Sum, Adasum, Min, Max or Product; ``average=`` is deprecated.
     """
     return _run("allreduce", [tensor], True, name, process_set, op, average, prescale_factor,
-                postscale_factor, waits=True).wait()
+                postscale_factor, waits=True)
 
 
 def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
@@ -101,7 +104,7 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
     after a sum (integers truncate).
     """
     return _run("allreduce", [_copy(tensor)], True, name, process_set, op, average,
-                prescale_factor, postscale_factor, waits=True).wait()
+                prescale_factor, postscale_factor, waits=True)
 
 
 def grouped_allreduce_async_(tensors: Sequence[np.ndarray], average: bool | None = None,
@@ -153,7 +156,7 @@ def allgather(tensor: Any, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenate ``tensor`` from every rank of the set along dim 0 (which may differ per rank)."""
     return _run("allgather", [_input(tensor)], True, name=name, process_set=process_set,
-                waits=True).wait()
+                waits=True)
 
 
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
@@ -189,14 +192,14 @@ def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrite ``tensor`` with the root's values, in place, and return it."""
     return _run("broadcast", [tensor], True, name=name, root_rank=root_rank,
-                process_set=process_set, waits=True).wait()
+                process_set=process_set, waits=True)
 
 
 def broadcast(tensor: Any, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Return the value of ``tensor`` on ``root_rank`` (a global rank) as a new array."""
     return _run("broadcast", [_copy(tensor)], True, name=name, root_rank=root_rank,
-                process_set=process_set, waits=True).wait()
+                process_set=process_set, waits=True)
 
 
 # ----------------------------------------------------------------------------------- alltoall
