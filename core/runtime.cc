@@ -39,12 +39,12 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
   links_ = connectWorld(options, settings_);
   addStaticProcessSets(links_, topology_, settings_, options.processSets, sets_);
   // Only through local agreement (one host, cache on) does a collective need no control message.
-  // With more ranks than the host's CPUs it did not pay (measured): the waiting threads take the
-  // CPUs the other ranks need. A rank bound to one CPU of its own qualifies: while its caller
-  // drives, the loop parks (background_loop.h), so the two threads do not share the CPU.
+  // Under auto, up to two ranks per CPU (callerDrivesByDefault says why). A rank bound to one CPU
+  // qualifies: while its caller drives, the loop parks (background_loop.h), so the two threads do
+  // not take turns on the CPU.
   bool callerDrives =
       settings_.callerDrives == Preference::On ||
-      (settings_.callerDrives == Preference::Auto && !hostOversubscribed(t.localSize));
+      (settings_.callerDrives == Preference::Auto && callerDrivesByDefault(t.localSize));
   callerDrives = callerDrives && links_.agreement && settings_.cacheCapacity > 0;
   loop_ = std::make_unique<BackgroundLoop>(
       BackgroundLoop::Parts{topology_, settings_, links_, sets_, queue_, timeline_, waits_, waker_,

@@ -24,8 +24,8 @@ constexpr EnvVarInfo kEnvVars[] = {
      "at once (polling every 8th wait)"},
     {"CALLER_DRIVES", "auto",
      "1: a thread waiting for a cached collective on one host runs it itself while it polls, "
-     "instead of handing it to the background thread; 0 never; auto: when the host runs no more "
-     "ranks than it has CPUs online"},
+     "instead of handing it to the background thread; 0 never; auto: when the host runs at most "
+     "two ranks per CPU online"},
     {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
     {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
     {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},

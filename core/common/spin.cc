@@ -16,9 +16,9 @@ bool oversubscribed(int localRanks) {
   return localRanks > CPU_COUNT(&set);
 }
 
-bool hostOversubscribed(int localRanks) {
+bool callerDrivesByDefault(int localRanks) {
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return online <= 0 || localRanks > online;
+  return online > 0 && localRanks <= 2 * online;
 }
 
 void requestPreciseSleeps() {

@@ -26,8 +26,12 @@ bool spinUntil(Micros budget, Ready&& ready) {
 // Whether this host runs more ranks (localRanks) than the CPUs this process may use: a pause spin
 // helps only when every rank of the host can run at once.
 bool oversubscribed(int localRanks);
-// Whether this host runs more ranks than it has CPUs online, however they are bound.
-bool hostOversubscribed(int localRanks);
+// Whether waiting threads drive the engine under HORA_CALLER_DRIVES=auto: while the host runs at
+// most two ranks per CPU online, however they are bound. Up to there a driving waiter saves the
+// hand-off between a rank's two threads, which costs more than the CPU it takes from the other
+// ranks (4 ranks on 2 CPUs: a 4 B allreduce in half the time); beyond it, the waiter mostly
+// gives up its poll before its peers come (8 ranks on 2 CPUs: slower than the hand-off).
+bool callerDrivesByDefault(int localRanks);
 
 // Makes the calling thread's timed sleeps end on time (Linux timer slack of 1 us instead of the
 // default 50 us): the background thread's short back-off sleeps stay short.

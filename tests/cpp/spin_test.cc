@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/common/spin.h"
 #include "core/coordinator/handle.h"
 
@@ -34,6 +36,15 @@ TEST(SpinUntil, GivesUpWhenTheBudgetIsSpent) {
   auto took = Clock::now() - start;
   EXPECT_GE(took, 20ms);
   EXPECT_LT(took, 2000ms);  // generous: the box may be busy
+}
+
+TEST(CallerDrivesByDefault, UpToTwoRanksPerCpuOnline) {
+  const int online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  ASSERT_GT(online, 0);
+  EXPECT_TRUE(callerDrivesByDefault(1));
+  EXPECT_TRUE(callerDrivesByDefault(online));
+  EXPECT_TRUE(callerDrivesByDefault(2 * online));
+  EXPECT_FALSE(callerDrivesByDefault(2 * online + 1));
 }
 
 TEST(HandleWait, CompletionDuringOrAfterTheSpin) {

@@ -2,7 +2,7 @@
 
 On one host with the response cache on, a cached tensor needs no message to rank 0: the waiting
 thread may then agree on it and reduce it without handing it to the background thread. Under the
-default ``auto`` it does so when each rank of the host has a CPU of its own. What is checked is
+default ``auto`` it does so while the host runs at most two ranks per CPU. What is checked is
 the count of collectives run by waiting threads (``caller_ops``), never a time.
 """
 
@@ -22,10 +22,10 @@ def _caller_ops() -> int:
 def _expected() -> bool | None:
     """Whether waiting threads drive here: more than one rank, all on this host and on shared
     memory (the transport ``tcp+shm``: under MPI there is no agreement board), the cache on, and
-    under ``auto`` no more ranks on the host than it has CPUs online (core/common/spin.h's
-    ``hostOversubscribed``: a rank bound to one CPU of its own qualifies). None when forced on
-    with more ranks than CPUs: a waiting thread may then stop polling (HORA_SPIN_ADAPTIVE) before
-    it drives, so whether it does is up to the scheduler."""
+    under ``auto`` at most two ranks per CPU online on the host (core/common/spin.h's
+    ``callerDrivesByDefault``). None when on with more ranks than CPUs: a waiting thread may then
+    stop polling (HORA_SPIN_ADAPTIVE) before it drives, so whether it does is up to the
+    scheduler."""
     env = os.environ.get
     if size() < 2 or hora.local_size() != size():
         return False
@@ -38,10 +38,10 @@ def _expected() -> bool | None:
     setting = env("HORA_CALLER_DRIVES", "auto").lower()
     if setting in ("0", "false", "no"):
         return False
-    enough_cpus = hora.local_size() <= (os.cpu_count() or 1)
-    if setting != "auto":
-        return True if enough_cpus else None
-    return enough_cpus
+    cpus = os.cpu_count() or 1
+    if setting == "auto" and hora.local_size() > 2 * cpus:
+        return False
+    return True if hora.local_size() <= cpus else None
 
 
 def test_cached_allreduces_are_right_and_run_by_the_waiting_thread() -> None:
