@@ -13,7 +13,7 @@
 #      runtime, core/ops or bindings/ outside its allow-list), the function length check (lizard:
 #      no function in core/ over 80 lines), then C++ unit tests
 #      (CMake + Ninja + gtest, ctest)
-#   3. single-process pytest (tests/single) and mypy over the package's public API
+#   3. single-process pytest (tests/single), mypy over the package's public API, and ruff
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
 #      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3;
 #      the hierarchical allreduce and allgather with ranks on two host names at -np 2 and 4
@@ -304,7 +304,7 @@ if wants install; then
   run "pip install build and test dependencies" \
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
     matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0 \
-    lizard==1.24.3
+    lizard==1.24.3 ruff==0.17.6
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \
@@ -362,6 +362,8 @@ if wants single; then
     pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider "${SINGLE_ARGS[@]}" tests/single
   # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
   run "mypy (public API)" "$PY" -m mypy
+  # Python style and import order ([tool.ruff] in pyproject.toml) over all Python in the tree.
+  run "ruff (Python lint)" "$PY" -m ruff check frameworks tests bench examples
 fi
 
 # ------------------------------------------------------------------------------------------------

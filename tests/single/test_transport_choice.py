@@ -3,9 +3,9 @@ starting the engine; and the comm= argument checks that need no MPI."""
 
 import hora
 import pytest
-from hora.runner import rank_discovery
 from hora.common.basics import _mpi_comm_argument, _require_mpi_launch
 from hora.errors import NotSupportedError
+from hora.runner import rank_discovery
 
 MPIRUN = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
 
