@@ -197,20 +197,25 @@ void GpuExecutor::waitForDevice(Work& w, gpu::cudaStream_t stream, const std::st
   }
 }
 
+int GpuExecutor::deviceOf(const std::vector<std::unique_ptr<TensorEntry>>& owned,
+                          int setKey) const {
+  int ordinal = -1;
+  for (const auto& e : owned) {
+    if (e) ordinal = e->tensor.device.index;
+  }
+  if (ordinal >= 0) return ordinal;
+  // A joined rank holds no tensor: it contributes on the device its set already uses.
+  for (const auto& [key, comm] : comms_) {
+    if (key.first == setKey) ordinal = key.second;
+  }
+  return ordinal;
+}
+
 void GpuExecutor::run(const Response& r, std::vector<std::unique_ptr<TensorEntry>> owned,
                       const std::vector<int>& setRanks, Timeline* timeline,
                       HierarchicalCommunicator* hierarchy) {
   const bool hierarchical = hierarchy != nullptr && r.kind == OpKind::Allreduce;
-  int ordinal = -1;
-  for (auto& e : owned) {
-    if (e) ordinal = e->tensor.device.index;
-  }
-  if (ordinal < 0) {
-    // A joined rank holds no tensor: it contributes on the device its set already uses.
-    for (auto& [key, comm] : comms_) {
-      if (key.first == (hierarchical ? kHostSet : r.processSetId)) ordinal = key.second;
-    }
-  }
+  const int ordinal = deviceOf(owned, hierarchical ? kHostSet : r.processSetId);
   Work w;
   w.entries = std::move(owned);
   w.what = describe(r, ordinal, setRanks);

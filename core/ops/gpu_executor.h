@@ -101,6 +101,9 @@ class GpuExecutor {
   };
 
   DeviceState& device(int ordinal);
+  // The device of the tensors (the last one's), or for a rank holding none (joined) the device the
+  // set `setKey` already uses; -1 when there is none.
+  int deviceOf(const std::vector<std::unique_ptr<TensorEntry>>& owned, int setKey) const;
   gpu::NcclCommunicator& communicator(int setId, int ordinal, const std::vector<int>& setRanks);
   // The NCCL communicator of this rank's host on `ordinal` (ranks of the host in `hier`'s layout).
   gpu::NcclCommunicator& hostCommunicator(int ordinal, const HierarchicalCommunicator& hier);
