@@ -123,11 +123,13 @@ py::list enqueueTensors(EnqueueArgs args) {
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
   py::list result(n);
-  std::vector<PyHandle*> wrappers(n);
+  std::vector<PyHandle*> wrappers;  // kept for a blocking call only: an async one has no use
+  if (args.waits) wrappers.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    wrappers[i] = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
+    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
+    if (args.waits) wrappers.push_back(wrapper);
     PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
-                    py::cast(wrappers[i], py::return_value_policy::take_ownership).release().ptr());
+                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
   }
   if (args.waits) {
     // As hora.common.ops.wait_all: every operation finishes before the first error is raised,

@@ -157,7 +157,7 @@ std::string tensorName(size_t t) { return "t" + std::to_string(t); }
 
 // An op that refuses its tensors after negotiation (Adasum on integers, which the enqueue check
 // normally stops first) fails their handles with InvalidCollectiveError, the class of every
-// refusal after negotiation, and leaves the communicator usable.
+// refusal after negotiation, without throwing: the job goes on.
 TEST(OpsRefusal, AnOpRefusingItsTensorsFailsTheirHandlesAsAnInvalidCollective) {
   runRanks(1, [](int rank, Communicator& comm) {
     Request base;
