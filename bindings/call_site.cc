@@ -21,21 +21,44 @@ constexpr int kUserFile = 0;
 constexpr int kFrameworkFile = 1;
 // Bounds the cache: a process that runs more files than this starts over.
 constexpr size_t kMaxFiles = 4096;
+constexpr size_t kMaxSites = 4096;  // likewise for the positions submitted from
 
 struct FileFacts {
   int owner;
   std::string baseName;
 };
 
+// Where a frame stands: its code object and the offset of its last instruction.
+struct Position {
+  PyObject* code;
+  int lasti;
+  bool operator==(const Position& o) const { return code == o.code && lasti == o.lasti; }
+};
+
+struct PositionHash {
+  size_t operator()(const Position& p) const {
+    return std::hash<const void*>()(p.code) * 31 + std::hash<int>()(p.lasti);
+  }
+};
+
 // Keyed by the code objects' filename strings, each held by a reference so that its address
-// cannot be reused by another string while it is a key. Touched only with the GIL held.
+// cannot be reused by another string while it is a key; the sites likewise hold their code
+// objects. Touched only with the GIL held.
 struct FileCache {
   py::object classifier;  // callable(filename) -> int, set by hora.common.call_sites
   std::unordered_map<PyObject*, FileFacts> files;
+  // "file.py:12" per position: a line number costs a scan of the code's line table, and a
+  // training loop submits from the same few positions every step.
+  std::unordered_map<Position, std::string, PositionHash> sites;
 
+  void clearSites() {
+    for (auto& kv : sites) Py_DECREF(kv.first.code);
+    sites.clear();
+  }
   void clear() {
     for (auto& kv : files) Py_DECREF(kv.first);
     files.clear();
+    clearSites();
   }
 };
 
@@ -78,8 +101,24 @@ PyFrameObject* callerOf(PyFrameObject* frame) {
 // framework's executor, and the user's line is where the node was built.
 thread_local std::string givenSite;
 
-std::string siteOf(const FileFacts& facts, PyFrameObject* frame) {
-  return facts.baseName + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+int lastInstruction(PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyFrame_GetLasti(frame);
+#else
+  return frame->f_lasti;
+#endif
+}
+
+std::string siteOf(const FileFacts& facts, PyFrameObject* frame, PyCodeObject* code) {
+  FileCache& c = cache();
+  Position at{reinterpret_cast<PyObject*>(code), lastInstruction(frame)};
+  auto it = c.sites.find(at);
+  if (it != c.sites.end()) return it->second;
+  if (c.sites.size() >= kMaxSites) c.clearSites();
+  std::string site = facts.baseName + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+  Py_INCREF(at.code);
+  c.sites.emplace(at, site);
+  return site;
 }
 
 }  // namespace
@@ -108,13 +147,14 @@ std::string callSite(int skip) {
       Py_DECREF(frame);
       throw;
     }
-    Py_DECREF(code);
     if (facts->owner == kUserFile) {
-      std::string site = siteOf(*facts, frame);
+      std::string site = siteOf(*facts, frame, code);
+      Py_DECREF(code);
       Py_DECREF(frame);
       return site;
     }
-    if (facts->owner == kFrameworkFile && fallback.empty()) fallback = siteOf(*facts, frame);
+    if (facts->owner == kFrameworkFile && fallback.empty()) fallback = siteOf(*facts, frame, code);
+    Py_DECREF(code);
     frame = callerOf(frame);
   }
   return fallback;

@@ -107,17 +107,18 @@ void checkAndCompleteRequest(OpRequest& op, int worldRank, const ProcessSetTable
   require(static_cast<int>(r.reduceOp) <= static_cast<int>(ReduceOp::Product), [&] {
     return what(r.kind) + ": unknown reduce op " + std::to_string(static_cast<int>(r.reduceOp));
   });
-  require(sets.contains(r.processSetId), [&] {
+  const std::optional<ProcessSetTable::Place> place = sets.place(r.processSetId);
+  require(place.has_value(), [&] {
     std::string id = r.processSetId < 0 ? "" : " (id " + std::to_string(r.processSetId) + ")";
     return what(r.kind) + ": the process set" + id + " of tensor '" + name +
            "' is not registered; pass it to hora.init(process_sets=[...]) or "
            "hora.add_process_set() first";
   });
-  require(sets.setRank(r.processSetId) >= 0, [&] {
+  require(place->setRank >= 0, [&] {
     return what(r.kind) + ": Rank " + std::to_string(worldRank) +
            " is not a member of the provided process set. " + tensorNamed(name);
   });
-  const int setSize = sets.size(r.processSetId);
+  const int setSize = place->size;
 
   const OpKind asked = r.kind;
   if (r.kind == OpKind::Allreduce && r.reduceOp == ReduceOp::Adasum) r.kind = OpKind::Adasum;

@@ -24,6 +24,7 @@ bool Handle::wait(std::optional<Millis> timeout) const {
     if (driver_) driver_->depart(hit);
     if (adaptive_ && budget.count() > 0) adaptive_->record(hit);
   }
+  if (finished()) return true;  // done_ is set: no need to take the lock
   std::unique_lock<std::mutex> lock(mu_);
   if (!timeout) {
     cv_.wait(lock, [this] { return done_; });
@@ -33,6 +34,8 @@ bool Handle::wait(std::optional<Millis> timeout) const {
 }
 
 std::exception_ptr Handle::error() const {
+  // error_ is written before finished_ (release) and never after it.
+  if (finished_.load(std::memory_order_acquire)) return error_;
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
 }

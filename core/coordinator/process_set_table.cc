@@ -55,12 +55,33 @@ int ProcessSetTable::size(int id) const {
 
 int ProcessSetTable::setRank(int id) const { return setRankOf(id, worldRank_); }
 
+namespace {
+
+int positionOf(const std::vector<int>& ranks, int worldRank) {
+  auto it = std::lower_bound(ranks.begin(), ranks.end(), worldRank);
+  if (it == ranks.end() || *it != worldRank) return -1;
+  return static_cast<int>(it - ranks.begin());
+}
+
+}  // namespace
+
 int ProcessSetTable::setRankOf(int id, int worldRank) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto& r = get(id).ranks;
-  auto it = std::lower_bound(r.begin(), r.end(), worldRank);
-  if (it == r.end() || *it != worldRank) return -1;
-  return static_cast<int>(it - r.begin());
+  return positionOf(get(id).ranks, worldRank);
+}
+
+std::optional<ProcessSetTable::Place> ProcessSetTable::place(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return std::nullopt;
+  const std::vector<int>& ranks = it->second.ranks;
+  return Place{positionOf(ranks, worldRank_), static_cast<int>(ranks.size())};
+}
+
+ProcessSetTable::Member ProcessSetTable::member(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry& e = get(id);
+  return Member{e.comm.get(), positionOf(e.ranks, worldRank_), &e.ranks};
 }
 
 int ProcessSetTable::findByRanks(const std::vector<int>& ranks) const {

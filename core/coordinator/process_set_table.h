@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "core/transport/communicator.h"
@@ -34,6 +35,22 @@ class ProcessSetTable {
   // Id of a set with exactly these ranks, -1 when none.
   int findByRanks(const std::vector<int>& ranks) const;
   Communicator* communicator(int id) const;
+
+  // This rank's place in set `id`, in one lookup from any thread; nullopt when the set is unknown.
+  struct Place {
+    int setRank;  // -1 when this rank is not a member
+    int size;
+  };
+  std::optional<Place> place(int id) const;
+
+  // What running a collective of set `id` needs, in one lookup. Background thread only: the
+  // pointers stay valid until it removes the set.
+  struct Member {
+    Communicator* comm = nullptr;             // null when this rank is not a member
+    int setRank = -1;                         // -1 when this rank is not a member
+    const std::vector<int>* ranks = nullptr;  // world ranks, ascending
+  };
+  Member member(int id) const;  // InvalidArgument when unknown
 
  private:
   struct Entry {

@@ -42,7 +42,7 @@ void runAllgather(const Response& r, OpContext& cx) {
   }
 
   if (tensors == 1) {
-    ActivityScope a(cx, r, collectiveActivity(cx, allgatherActivity(cx)));
+    ActivityScope a(cx, r, TransportActivity{allgatherActivity(cx)});
     cx.comm.allgatherv(cx.entries[0]->tensor.data, outputs[0].data(), blockBytes);
   } else {
     size_t total = 0, mine = 0;
@@ -61,7 +61,7 @@ void runAllgather(const Response& r, OpContext& cx) {
       }
     }
     {
-      ActivityScope a(cx, r, collectiveActivity(cx, allgatherActivity(cx)));
+      ActivityScope a(cx, r, TransportActivity{allgatherActivity(cx)});
       cx.comm.allgatherv(buf + mine, buf, blockBytes);
     }
     ActivityScope a(cx, r, "MEMCPY_OUT_FUSION_BUFFER");

@@ -65,7 +65,7 @@ void allreducePieces(const Response& r, OpContext& cx, ReduceOp op, size_t total
     void* data = cx.entries[t] != nullptr ? cx.entries[t]->tensor.data : nullptr;
     pieces.push_back({data, static_cast<size_t>(r.elementCounts[t]) * elem});
   }
-  ActivityScope a(cx, r, collectiveActivity(cx, "ALLREDUCE"));
+  ActivityScope a(cx, r, TransportActivity{"ALLREDUCE"});
   if (r.prescale != 1.0) {
     for (const auto& p : pieces) {
       if (p.data != nullptr) scaleInPlace(p.data, p.bytes / elem, r.dtype, r.prescale);
@@ -107,10 +107,9 @@ void runAllreduce(const Response& r, OpContext& cx) {
   }
 
   {
-    ActivityScope a(
-        cx, r,
-        collectiveActivity(
-            cx, cx.comm.hierarchicalAllreduce() ? "HIERARCHICAL_ALLREDUCE" : "ALLREDUCE"));
+    ActivityScope a(cx, r,
+                    TransportActivity{cx.comm.hierarchicalAllreduce() ? "HIERARCHICAL_ALLREDUCE"
+                                                                      : "ALLREDUCE"});
     if (r.prescale != 1.0) scaleInPlace(buf, total, r.dtype, r.prescale);
     if (sumsWide(r)) {
       std::vector<int32_t> wide(total);

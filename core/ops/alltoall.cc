@@ -27,7 +27,7 @@ void runAlltoall(const Response& r, OpContext& cx) {
   shape[0] = plan.rows;
   OutputTensor out = OutputTensor::allocate(r.dtype, shape);
   {
-    ActivityScope a(cx, r, collectiveActivity(cx, "ALLTOALL"));
+    ActivityScope a(cx, r, TransportActivity{"ALLTOALL"});
     cx.comm.alltoallv(e->tensor.data, plan.sendBytes, out.data(), plan.recvBytes);
   }
   e->handle->output = std::move(out);

@@ -4,9 +4,17 @@
 
 namespace hora {
 
-ActivityScope::ActivityScope(OpContext& cx, const Response& r, const std::string& activity)
+ActivityScope::ActivityScope(OpContext& cx, const Response& r, const char* activity)
     : timeline_(cx.timeline != nullptr && cx.timeline->enabled() ? cx.timeline : nullptr), r_(r) {
-  if (timeline_ == nullptr) return;
+  if (timeline_ != nullptr) start(activity);
+}
+
+ActivityScope::ActivityScope(OpContext& cx, const Response& r, TransportActivity collective)
+    : timeline_(cx.timeline != nullptr && cx.timeline->enabled() ? cx.timeline : nullptr), r_(r) {
+  if (timeline_ != nullptr) start(collectiveActivity(cx, collective.op));
+}
+
+void ActivityScope::start(const std::string& activity) {
   for (const auto& name : r_.names) timeline_->activityStart(r_.processSetId, name, activity);
 }
 

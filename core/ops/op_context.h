@@ -20,15 +20,24 @@ struct OpContext {
   Timeline* timeline = nullptr;  // null or disabled: no activities recorded
 };
 
-// Records an activity on every tensor of a response for as long as it lives.
+// A collective's activity, named after the transport that runs it ("TCP_ALLREDUCE").
+struct TransportActivity {
+  const char* op;
+};
+
+// Records an activity on every tensor of a response for as long as it lives. The activity's name
+// is made only while the timeline records: an op pays nothing for it otherwise.
 class ActivityScope {
  public:
-  ActivityScope(OpContext& cx, const Response& r, const std::string& activity);
+  ActivityScope(OpContext& cx, const Response& r, const char* activity);
+  ActivityScope(OpContext& cx, const Response& r, TransportActivity collective);
   ~ActivityScope();
   ActivityScope(const ActivityScope&) = delete;
   ActivityScope& operator=(const ActivityScope&) = delete;
 
  private:
+  void start(const std::string& activity);
+
   Timeline* timeline_;
   const Response& r_;
 };

@@ -57,7 +57,7 @@ uint8_t* packBlocks(const Response& r, OpContext& cx, const std::vector<int64_t>
 // summed in a wider type where the dtype needs it.
 void reduceScatterBlocks(const Response& r, OpContext& cx, const void* in, void* out,
                          const std::vector<size_t>& counts, size_t total) {
-  ActivityScope a(cx, r, collectiveActivity(cx, "REDUCESCATTER"));
+  ActivityScope a(cx, r, TransportActivity{"REDUCESCATTER"});
   const int n = cx.comm.size();
   const size_t mine = counts[cx.comm.rank()];
   if (sumsWide(r)) {

@@ -60,11 +60,14 @@ void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now) {
   while (!batch.cacheBits.empty() && batch.cacheBits.back() == 0) batch.cacheBits.pop_back();
 }
 
-std::vector<Response> AgreementDriver::plan(const std::vector<int>& slots) {
-  if (slots.empty()) return {};
+const std::vector<Response>& AgreementDriver::plan(const std::vector<int>& slots) {
+  if (slots.empty()) {
+    planned_.clear();
+    return planned_;
+  }
   // Planned from the cache in place: running the plan writes these slots again, only after.
-  std::vector<const Response*> singles;
-  singles.reserve(slots.size());
+  std::vector<const Response*>& singles = singles_;
+  singles.clear();
   for (int slot : slots) {
     singles.push_back(&participant_.cachedResponse(slot));  // its cacheSlots hold `slot`
     if (!coordinator_) continue;
@@ -75,8 +78,14 @@ std::vector<Response> AgreementDriver::plan(const std::vector<int>& slots) {
       timeline_.negotiateEnd(0, name);
     }
   }
+  if (singles.size() == 1) {
+    planned_.resize(1);
+    planned_.front() = *singles.front();
+    return planned_;
+  }
   const int size = worldSize_;
-  return planFusion(singles, fusionThreshold_, [size](int) { return size; });
+  planned_ = planFusion(singles, fusionThreshold_, [size](int) { return size; });
+  return planned_;
 }
 
 RequestBatch AgreementDriver::handOverBatch(const std::vector<int>& slots) {

@@ -43,8 +43,8 @@ class AgreementDriver {
   // going out is published too: the other ranks then stop holding what this rank will not submit.
   void hold(RequestBatch& batch, Clock::time_point now);
   // What every rank holds runs as the coordinator would have answered it: the cached responses,
-  // in slot order, fused under rank 0's threshold.
-  std::vector<Response> plan(const std::vector<int>& slots);
+  // in slot order, fused under rank 0's threshold. Valid until the next plan().
+  const std::vector<Response>& plan(const std::vector<int>& slots);
   // Slots that waited too long, or that another rank handed over, go to the coordinator as the
   // cache bits they would have been; the caller sets the wait state and sends it.
   RequestBatch handOverBatch(const std::vector<int>& slots);
@@ -58,6 +58,10 @@ class AgreementDriver {
   Participant& participant_;
   Coordinator* coordinator_;
   Timeline& timeline_;
+  // The last plan. A lone slot (a blocking call's round) is copied into what it held before,
+  // which reuses its allocations.
+  std::vector<Response> planned_;
+  std::vector<const Response*> singles_;  // scratch of plan()
 };
 
 }  // namespace hora

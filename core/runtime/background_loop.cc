@@ -396,7 +396,7 @@ void BackgroundLoop::takeAgreed(const LocalAgreement::Outcome& outcome) {
 // Returns how many collectives ran.
 size_t BackgroundLoop::runAgreed(const std::vector<int>& slots) {
   if (slots.empty()) return 0;
-  std::vector<Response> plan = agreement_.plan(slots);
+  const std::vector<Response>& plan = agreement_.plan(slots);
   auto begin = Clock::now();
   for (const Response& r : plan) applier_.runData(r);
   // No control message was read while the collectives ran: that time is nobody's silence.

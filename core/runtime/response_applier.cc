@@ -72,8 +72,9 @@ void ResponseApplier::runBarrier(const Response& r) {
 }
 
 void ResponseApplier::runData(const Response& r) {
-  if (p_.sets.setRank(r.processSetId) < 0) return;  // not a member: nothing to run here
-  Communicator* comm = p_.sets.communicator(r.processSetId);
+  ProcessSetTable::Member set = p_.sets.member(r.processSetId);
+  if (set.setRank < 0) return;  // not a member: nothing to run here
+  Communicator* comm = set.comm;
 
   // Take the entries out of the queue before running, so that a frontend woken by completion
   // can reuse the name at once.
@@ -89,7 +90,7 @@ void ResponseApplier::runData(const Response& r) {
                "response for tensor '" + r.names[i] + "' this rank never enqueued");
     entries.push_back(e.get());
     if (e && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
-      singleResponseInto(r, i, p_.sets.size(r.processSetId), &cachedScratch_);
+      singleResponseInto(r, i, static_cast<int>(set.ranks->size()), &cachedScratch_);
       p_.participant.recordCached(r.cacheSlots[i], key, e->request, cachedScratch_);
     }
     owned.push_back(std::move(e));
@@ -98,8 +99,7 @@ void ResponseApplier::runData(const Response& r) {
     runOnGpu(r, comm, std::move(owned));
     return;
   }
-  std::vector<int> setRanks = p_.sets.ranks(r.processSetId);
-  OpContext cx{*comm, fusion_, setRanks, std::move(entries), &p_.timeline};
+  OpContext cx{*comm, fusion_, *set.ranks, std::move(entries), &p_.timeline};
   bool recording = p_.timeline.enabled();
   if (recording) {
     for (const auto& name : r.names) p_.timeline.opStart(r.processSetId, name, opKindName(r.kind));

@@ -10,6 +10,7 @@
 #include "core/transport/backends.h"
 #include "core/transport/hierarchical_communicator.h"
 #include "core/transport/rendezvous_store.h"
+#include "core/transport/solo_board.h"
 #include "core/transport/transport.h"
 
 namespace hora {
@@ -127,6 +128,8 @@ WorldLinks connectWorld(const RuntimeOptions& options, const Settings& settings)
   links.dataCapabilities = links.world->capabilities();
   links.sharedPool = links.world->sharedPool();
   links.control = std::move(conn.control);
+  // A rank alone agrees with itself: its cached tensors then skip the coordinator, as on one host.
+  if (co.size == 1 && !conn.board) conn.board = std::make_unique<SoloBoard>();
   // Where every rank allows it and autotune (which learns from what reaches the coordinator) is
   // off. Fusion then follows rank 0's threshold, as the coordinator's batches do.
   if (conn.board &&

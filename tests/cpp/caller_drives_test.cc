@@ -72,6 +72,21 @@ TEST(CallerDrives, WaitingThreadRunsCachedAllreduce) {
   EXPECT_GT(callerOps.load(), 0u);
 }
 
+// A rank alone agrees with itself (core/transport/solo_board.h): a waiting thread runs every
+// cached collective, and the background thread is never needed for one.
+TEST(CallerDrives, ARankAloneRunsItsCachedCollectivesItself) {
+  runJob(
+      1,
+      [&](Runtime& rt, int rank) {
+        sumLoop(rt, rank, 1, "cached", 200, 0, /*callerWaits=*/true);
+        // All but the first few: the first is negotiated, and the loop may take the next one
+        // while it still finishes that cycle.
+        EXPECT_GE(rt.counters().callerOps, 190u);
+        EXPECT_EQ(rt.counters().controlMessagesSent, 0u);
+      },
+      driving(Preference::Auto));
+}
+
 TEST(CallerDrives, OffLeavesEveryCollectiveToTheLoop) {
   const int n = 2;
   runJob(

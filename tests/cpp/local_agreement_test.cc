@@ -11,6 +11,7 @@
 
 #include "core/common/errors.h"
 #include "core/runtime.h"
+#include "core/transport/solo_board.h"
 #include "tests/cpp/runtime_job.h"
 
 namespace hora {
@@ -87,6 +88,17 @@ TEST(LocalAgreementRounds, SlotsEveryRankHoldsRunInSlotOrderOnEveryRank) {
   }
   EXPECT_EQ(ranks[1].held(), 1u);
   EXPECT_EQ(ranks[0].held(), 0u);
+}
+
+TEST(LocalAgreementRounds, ARankAloneRunsWhatItHoldsInTheStepThatPublishesIt) {
+  LocalAgreement alone(std::make_unique<SoloBoard>(), kHandOver, kOpenBound);
+  for (int step = 0; step < 3; ++step) {
+    alone.hold(7, "a", at(step));
+    alone.hold(2, "b", at(step));
+    EXPECT_EQ(alone.step(1, at(step), kCycle).ready, (Rounds{{2, 7}})) << "step " << step;
+    EXPECT_FALSE(alone.open());
+    EXPECT_EQ(alone.held(), 0u);
+  }
 }
 
 TEST(LocalAgreementRounds, ASlotHeldLaterRunsInTheRoundItsHolderStarts) {

@@ -20,16 +20,14 @@ def _caller_ops() -> int:
 
 
 def _expected() -> bool | None:
-    """Whether waiting threads drive here: more than one rank, all on this host and on shared
-    memory (the transport ``tcp+shm``: under MPI there is no agreement board), the cache on, and
-    under ``auto`` at most two ranks per CPU online on the host (core/common/spin.h's
-    ``callerDrivesByDefault``). None when on with more ranks than CPUs: a waiting thread may then
-    stop polling (HORA_SPIN_ADAPTIVE) before it drives, so whether it does is up to the
-    scheduler."""
+    """Whether waiting threads drive here: one rank alone (it agrees with itself, whatever its
+    transport), or every rank on this host and on shared memory (the transport ``tcp+shm``: under
+    MPI there is no agreement board); the cache on, and under ``auto`` at most two ranks per CPU
+    online on the host (core/common/spin.h's ``callerDrivesByDefault``). None when on with more
+    ranks than CPUs: a waiting thread may then stop polling (HORA_SPIN_ADAPTIVE) before it drives,
+    so whether it does is up to the scheduler."""
     env = os.environ.get
-    if size() < 2 or hora.local_size() != size():
-        return False
-    if hora._core.transport_name() != "tcp+shm":
+    if size() > 1 and (hora.local_size() != size() or hora._core.transport_name() != "tcp+shm"):
         return False
     if env("HORA_SHM_DISABLE", "0") != "0" or env("HORA_CACHE_CAPACITY", "1") == "0":
         return False

@@ -146,6 +146,18 @@ def test_call_site_is_the_callers_line(case: Callable[[str], tuple[int, Any]],
     assert recorded_sites == [f"{HERE}:{line}"] * len(recorded_sites)
 
 
+def test_each_line_of_one_function_is_its_own_site(recorded_sites: list[str]) -> None:
+    """Sites are remembered per code object and instruction: two submissions from one function
+    name two lines, each again when run again."""
+    lines = []
+    for _ in range(2):
+        lines.append(inspect.currentframe().f_lineno + 1)  # type: ignore[union-attr]
+        hvd.allreduce_(_tensor(), op=hvd.Sum, name="call_sites.first")
+        lines.append(inspect.currentframe().f_lineno + 1)  # type: ignore[union-attr]
+        hvd.allreduce_(_tensor(), op=hvd.Sum, name="call_sites.second")
+    assert recorded_sites == [f"{HERE}:{line}" for line in lines]
+
+
 def test_call_site_from_a_shallow_stack_falls_back_to_looking_at_every_frame() -> None:
     from hora.common.call_sites import call_site
 
