@@ -16,6 +16,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -184,9 +185,11 @@ int argIndex(PyObject* keyword) {
                        py::str(keyword).cast<std::string>() + "'");
 }
 
+using ParsedArgs = std::array<PyObject*, kNumArgs>;
+
 // The arguments by name, borrowed; null where not given.
-std::vector<PyObject*> parseArgs(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  std::vector<PyObject*> out(kNumArgs, nullptr);
+ParsedArgs parseArgs(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  ParsedArgs out{};
   if (nargs > kNumPositional) {
     throw py::type_error(
         "submit() takes 3 positional arguments (kind, tensors, names); the "
@@ -288,7 +291,7 @@ std::vector<std::string> namesOf(PyObject* names) {
   return out;
 }
 
-py::list submit(const std::vector<PyObject*>& a) {
+py::list submit(const ParsedArgs& a) {
   EnqueueArgs args;
   args.kind = static_cast<int>(intArg(a[kKind], 0));
   py::object tensors = py::reinterpret_steal<py::object>(

@@ -134,7 +134,7 @@ void NegotiationSim::cycle(StepStats* stats) {
     batch.waiting = submittedAll_;
     stats->fullRequests += static_cast<int>(batch.requests.size());
     if (r == 0) {
-      timed(&stats->ingestCpuS, [&] { coordinator_->ingest(0, batch); });
+      timed(&stats->ingestCpuS, [&] { coordinator_->ingest(0, std::move(batch)); });
     } else {
       net_.send(r, 0, std::make_shared<const std::string>(encodeRequestBatch(batch)));
     }
@@ -148,7 +148,9 @@ void NegotiationSim::cycle(StepStats* stats) {
     for (size_t i = 0; i < arrived.size(); ++i) batches[i] = decodeRequestBatch(*arrived[i].bytes);
   });
   timed(&stats->ingestCpuS, [&] {
-    for (size_t i = 0; i < arrived.size(); ++i) coordinator_->ingest(arrived[i].from, batches[i]);
+    for (size_t i = 0; i < arrived.size(); ++i) {
+      coordinator_->ingest(arrived[i].from, std::move(batches[i]));
+    }
   });
   stats->peakPending = std::max(stats->peakPending, coordinator_->pending().size());
   peakPendingBytes_ = std::max(peakPendingBytes_, pendingBytes(*coordinator_));

@@ -23,9 +23,9 @@ constexpr EnvVarInfo kEnvVars[] = {
      "1: with more local ranks than CPUs, a caller whose last waits outlasted the poll sleeps "
      "at once (polling every 8th wait)"},
     {"CALLER_DRIVES", "auto",
-     "1: a thread waiting for a cached collective on one host runs it itself while it polls, "
-     "instead of handing it to the background thread; 0 never; auto: when the host runs at most "
-     "two ranks per CPU online"},
+     "1: a thread waiting for a cached collective on one host (or in a job of one rank) runs "
+     "it itself while it polls, instead of handing it to the background thread; 0 never; auto: "
+     "when the host runs at most two ranks per CPU online"},
     {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
     {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
     {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
@@ -102,8 +102,9 @@ constexpr EnvVarInfo kEnvVars[] = {
      "0 keeps negotiation with rank 0 on TCP when collectives run over shared memory"},
     {"SHM_LOCAL_AGREEMENT", "1",
      "0 sends every tensor to rank 0 for negotiation, cached ones included; by default, when "
-     "negotiation runs over shared memory, the ranks agree on cached tensors of the global "
-     "process set among themselves (off on every rank when any rank sets 0 or autotune is on)"},
+     "negotiation runs over shared memory (or the job has one rank), the ranks agree on cached "
+     "tensors of the global process set among themselves (off on every rank when any rank sets "
+     "0 or autotune is on)"},
     {"CPU_OPERATIONS", "", "transport for CPU tensors: tcp (alias gloo) or mpi"},
     // Elastic mode, set by horarun --min-np/--host-discovery-script for each worker.
     {"ELASTIC", "0", "1: this process is an elastic worker; init() asks the driver for its rank"},

@@ -223,6 +223,7 @@ RequestBatch decodeRequestBatch(const std::string& bytes) {
   b.cacheBits = rd.vec<uint64_t>();
   static const size_t kMinRequestBytes = minEncodedBytes<Request>(writeRequest);
   uint32_t n = messageCount(rd, kMinRequestBytes, "requests");
+  b.requests.reserve(n);  // n is bounded by the bytes left (messageCount)
   for (uint32_t i = 0; i < n; ++i) b.requests.push_back(readRequest(rd));
   b.shutdown = rd.boolean();
   b.waiting = rd.boolean();
@@ -262,6 +263,7 @@ ResponseBatch decodeResponseBatch(const std::string& bytes) {
     return w.data().size();
   }();
   uint32_t n = messageCount(rd, kMinResponseBytes, "responses");
+  b.responses.reserve(n);
   for (uint32_t i = 0; i < n; ++i) b.responses.push_back(readResponse(rd));
   b.cycleTimeMs = rd.f64();
   b.fusionThreshold = rd.i64();

@@ -50,7 +50,7 @@ Coordinator::Coordinator(int worldSize, const ProcessSetTable& sets, const Setti
       waiting_(static_cast<size_t>(worldSize), false),
       waitReportedAt_(static_cast<size_t>(worldSize), 0) {}
 
-void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
+void Coordinator::ingest(int fromRank, RequestBatch&& batch) {
   ++changes_;
   waiting_[fromRank] = batch.waiting;
   waitReportedAt_[fromRank] = batch.appliedBatches;
@@ -67,11 +67,11 @@ void Coordinator::ingest(int fromRank, const RequestBatch& batch) {
       addHit(fromRank, s, applied);
     }
   });
-  for (const auto& r : batch.requests) {
+  for (auto& r : batch.requests) {
     if (r.kind == OpKind::Join) {
       addJoin(fromRank, r);
     } else {
-      addFull(fromRank, r);
+      addFull(fromRank, std::move(r));
     }
   }
   if (batch.shutdown) requestShutdown("rank " + std::to_string(fromRank) + " shut down");
@@ -263,16 +263,15 @@ std::string Coordinator::deadlockReport(const std::vector<int>& stuck) const {
   return out.str();
 }
 
-void Coordinator::addFull(int fromRank, const Request& request) {
+void Coordinator::addFull(int fromRank, Request&& request) {
   auto key = tensorKey(request.processSetId, request.name);
   // A full request for a cached name means parameters changed on that rank: forget the slot, so
   // every rank renegotiates this name in full.
   int slot = cache_.slotOf(key);
   if (slot >= 0) evictSlot(slot);
   auto& p = pendingFor(key, request.processSetId, request.name, request.kind);
-  Request r = request;
-  r.rank = fromRank;
-  p.requests.push_back(std::move(r));
+  request.rank = fromRank;
+  p.requests.push_back(std::move(request));
   markReady(p, fromRank);
 }
 
@@ -432,12 +431,22 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
     }
     return r;
   }
-  std::sort(p.requests.begin(), p.requests.end(),
-            [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  // Often in rank order already (batches read in the order of their senders): then no sort.
+  auto byRank = [](const Request& a, const Request& b) { return a.rank < b.rank; };
+  if (!std::is_sorted(p.requests.begin(), p.requests.end(), byRank)) {
+    std::sort(p.requests.begin(), p.requests.end(), byRank);
+  }
   NegotiationInput in;
   in.requests = &p.requests;
-  for (const auto& q : p.requests) in.setRanks.push_back(sets_.setRankOf(p.processSetId, q.rank));
-  in.setSize = sets_.size(p.processSetId);
+  // One lookup of the set, not one per request (each would take the table's lock).
+  const std::vector<int>& ranks = *sets_.member(p.processSetId).ranks;
+  in.setRanks.reserve(p.requests.size());
+  for (const auto& q : p.requests) {
+    auto it = std::lower_bound(ranks.begin(), ranks.end(), q.rank);
+    in.setRanks.push_back(it != ranks.end() && *it == q.rank ? static_cast<int>(it - ranks.begin())
+                                                             : -1);
+  }
+  in.setSize = static_cast<int>(ranks.size());
   in.someRanksJoined = someJoined;
   Response r = negotiateResponse(in);
   if (r.kind == OpKind::AddProcessSet || r.kind == OpKind::RemoveProcessSet) {

@@ -61,7 +61,9 @@ class Coordinator {
   Coordinator(int worldSize, const ProcessSetTable& sets, const Settings& settings,
               int nextProcessSetId, Timeline* timeline = nullptr);
 
-  void ingest(int fromRank, const RequestBatch& batch);
+  // The batch's full requests are moved into the pending tensors (the const form copies them).
+  void ingest(int fromRank, RequestBatch&& batch);
+  void ingest(int fromRank, const RequestBatch& batch) { ingest(fromRank, RequestBatch(batch)); }
   void requestShutdown(const std::string& reason);
   // Rank 0 reports its own wait state here (other ranks through their batches).
   void setWaiting(int rank, bool waiting, uint64_t appliedBatches);
@@ -88,7 +90,7 @@ class Coordinator {
   std::string callSiteOf(const PendingTensor& p) const;
 
  private:
-  void addFull(int fromRank, const Request& request);
+  void addFull(int fromRank, Request&& request);
   void addHit(int fromRank, int slot, uint64_t senderApplied);
   void addJoin(int fromRank, const Request& request);
   PendingTensor& pendingFor(const std::string& key, int processSetId, const std::string& name,

@@ -1,27 +1,34 @@
 #include "core/coordinator/local_agreement.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/common/bits.h"
 #include "core/common/errors.h"
 
 namespace hora {
-namespace {
-
-constexpr size_t kWords = AgreementBoard::kWords;
-
-}  // namespace
 
 LocalAgreement::LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis handOverAfter,
                                Millis openBound)
     : board_(std::move(board)),
       handOverAfter_(handOverAfter),
       openBound_(openBound),
+      held_(AgreementBoard::kSlots),
       rounds_(static_cast<size_t>(board_->size())) {}
 
 void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point now) {
-  HORA_CHECK(accepts(slot) && held_.count(slot) == 0, "slot held twice for local agreement");
-  held_[slot] = Held{key, now, false};
+  HORA_CHECK(accepts(slot) && !isHeld(slot), "slot held twice for local agreement");
+  Held& h = held_[static_cast<size_t>(slot)];
+  h.key = key;
+  h.since = now;
+  h.published = false;
+  setBit(heldBits_, static_cast<size_t>(slot));
+  ++heldCount_;
+}
+
+void LocalAgreement::release(int slot) {
+  heldBits_[static_cast<size_t>(slot) / 64] &= ~(uint64_t{1} << (static_cast<size_t>(slot) % 64));
+  --heldCount_;
 }
 
 bool LocalAgreement::othersAhead() const {
@@ -67,25 +74,23 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
     forEachSetBit(ready, kWords, [&](size_t bit) {
       int slot = static_cast<int>(bit);
       // This rank published the bit, and no batch it applied since could have taken it back.
-      HORA_CHECK(held_.count(slot) == 1, "an agreed slot this rank no longer holds");
+      HORA_CHECK(isHeld(slot), "an agreed slot this rank no longer holds");
       agreed.push_back(slot);
-      held_.erase(slot);
+      release(slot);
     });
     if (!agreed.empty()) out.ready.push_back(std::move(agreed));
   }
-  for (auto it = held_.begin(); it != held_.end();) {
-    auto next = std::next(it);
-    if (othersJoined_ || bitSet(handedOver, static_cast<size_t>(it->first))) handOver(it, out);
-    it = next;
-  }
+  forEachHeld([&](int slot) {
+    if (othersJoined_ || bitSet(handedOver, static_cast<size_t>(slot))) handOver(slot, out);
+  });
   return out;
 }
 
-void LocalAgreement::handOver(std::map<int, Held>::iterator it, Outcome& out) {
-  out.handOver.push_back(it->first);
-  handedOver_[it->first] = it->second.key;
+void LocalAgreement::handOver(int slot, Outcome& out) {
+  out.handOver.push_back(slot);
+  handedOver_[slot] = held_[static_cast<size_t>(slot)].key;
   handOverNews_ = true;
-  held_.erase(it);
+  release(slot);
 }
 
 LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point now,
@@ -94,21 +99,25 @@ LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point
   Outcome out;
   if (resolvable()) out = resolve();
   if (open_) return out;
-  for (auto it = held_.begin(); it != held_.end();) {
-    auto next = std::next(it);
-    if (othersJoined_ || now - it->second.since >= handOverAfter_) handOver(it, out);
-    it = next;
-  }
   bool fresh = false, waiting = false;
-  for (const auto& kv : held_) (kv.second.published ? waiting : fresh) = true;
+  forEachHeld([&](int slot) {
+    const Held& h = held_[static_cast<size_t>(slot)];
+    if (othersJoined_ || now - h.since >= handOverAfter_) {
+      handOver(slot, out);
+    } else {
+      (h.published ? waiting : fresh) = true;
+    }
+  });
   bool news = fresh && (!waiting || now - lastPublish_ >= cycle);
-  bool batchesMoved = !held_.empty() && applied != publishedApplied_;
+  bool batchesMoved = heldCount_ > 0 && applied != publishedApplied_;
   if (!(news || batchesMoved || handOverNews_ || joinNews_ || othersAhead())) return out;
   publish(applied, now);
   // Every other rank may have published this round already: then no wake-up would come for it.
   if (resolvable()) {
     Outcome more = resolve();
-    out.ready.insert(out.ready.end(), more.ready.begin(), more.ready.end());  // a round apart
+    if (out.ready.empty() && out.handOver.empty()) return more;  // (a rank alone, always)
+    out.ready.insert(out.ready.end(), std::make_move_iterator(more.ready.begin()),
+                     std::make_move_iterator(more.ready.end()));  // a round apart
     out.handOver.insert(out.handOver.end(), more.handOver.begin(), more.handOver.end());
   }
   return out;
@@ -118,10 +127,10 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   AgreementBoard::Round mine;
   mine.applied = applied;
   mine.joined = joined_ ? 1 : 0;
-  for (auto& kv : held_) {
-    setBit(mine.ready, static_cast<size_t>(kv.first));
-    kv.second.published = true;
-  }
+  forEachHeld([&](int slot) {
+    setBit(mine.ready, static_cast<size_t>(slot));
+    held_[static_cast<size_t>(slot)].published = true;
+  });
   for (const auto& kv : handedOver_) setBit(mine.handedOver, static_cast<size_t>(kv.first));
   board_->publish(++round_, mine);
   open_ = true;
@@ -142,7 +151,9 @@ void LocalAgreement::setJoined(bool joined) {
 
 bool LocalAgreement::evicted(int slot) {
   handedOver_.erase(slot);
-  return held_.erase(slot) > 0;
+  if (!accepts(slot) || !isHeld(slot)) return false;
+  release(slot);
+  return true;
 }
 
 void LocalAgreement::finished(const std::string& key) {
@@ -156,13 +167,14 @@ void LocalAgreement::finished(const std::string& key) {
 
 Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
   if (open_) return millisUntil(openedAt_ + openBound_, now);
-  if (held_.empty()) return Millis(-1);
+  if (heldCount_ == 0) return Millis(-1);
   Clock::time_point due = Clock::time_point::max();
   bool fresh = false, waiting = false;
-  for (const auto& kv : held_) {
-    due = std::min(due, kv.second.since + handOverAfter_);
-    (kv.second.published ? waiting : fresh) = true;
-  }
+  forEachHeld([&](int slot) {
+    const Held& h = held_[static_cast<size_t>(slot)];
+    due = std::min(due, h.since + handOverAfter_);
+    (h.published ? waiting : fresh) = true;
+  });
   if (fresh && waiting) due = std::min(due, lastPublish_ + cycle);
   return millisUntil(due, now);
 }

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/bits.h"
 #include "core/common/time.h"
 #include "core/transport/agreement_board.h"
 
@@ -76,7 +77,7 @@ class LocalAgreement {
   // The tensor completed (or failed): it is no longer handed over.
   void finished(const std::string& key);
   // Slots held (the participant counts them as sent; the coordinator does not know them).
-  size_t held() const { return held_.size(); }
+  size_t held() const { return heldCount_; }
   // How long until step() has something to do by itself (hand over, publish delayed news, or fail
   // an open round); negative when nothing but another rank's round can give it work.
   Millis untilDue(Clock::time_point now, Millis cycle) const;
@@ -95,14 +96,26 @@ class LocalAgreement {
   };
 
   void publish(uint64_t applied, Clock::time_point now);
-  void handOver(std::map<int, Held>::iterator it, Outcome& out);
+  void handOver(int slot, Outcome& out);
   bool othersAhead() const;
+  bool isHeld(int slot) const { return bitSet(heldBits_, static_cast<size_t>(slot)); }
+  void release(int slot);
+  // Calls f(slot) for every slot held, in slot order; f may release the slot it is given.
+  template <typename F>
+  void forEachHeld(F&& f) const {
+    forEachSetBit(heldBits_, kWords, [&](size_t bit) { f(static_cast<int>(bit)); });
+  }
+  static constexpr size_t kWords = AgreementBoard::kWords;
 
   std::unique_ptr<AgreementBoard> board_;
   Millis handOverAfter_;
   Millis openBound_;
   Clock::time_point openedAt_{};
-  std::map<int, Held> held_;               // by slot
+  // By slot, where heldBits_ is set: a slot's entry keeps its key's buffer for the next tensor
+  // held there, so holding allocates nothing once a slot was used.
+  std::vector<Held> held_;
+  uint64_t heldBits_[kWords] = {};
+  size_t heldCount_ = 0;
   std::map<int, std::string> handedOver_;  // slot -> key, until that tensor completes
   uint32_t round_ = 0;                     // the last round this rank published
   bool open_ = false;

@@ -270,7 +270,7 @@ void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
     if (coordinator_) {
       RequestBatch b = decodeRequestBatch(m.bytes);
       if (sender_.answerHeartbeat(m.from, b.heartbeat, 0)) continue;
-      coordinator_->ingest(m.from, b);
+      coordinator_->ingest(m.from, std::move(b));
     } else {
       ResponseBatch b = decodeResponseBatch(m.bytes);
       bool heartbeat = sender_.answerHeartbeat(m.from, b.heartbeat, participant_.appliedBatches());

@@ -77,11 +77,16 @@ void ResponseApplier::runData(const Response& r) {
   Communicator* comm = set.comm;
 
   // Take the entries out of the queue before running, so that a frontend woken by completion
-  // can reuse the name at once.
-  std::vector<std::unique_ptr<TensorEntry>> owned;
-  std::vector<TensorEntry*> entries;
-  owned.reserve(r.names.size());
-  entries.reserve(r.names.size());
+  // can reuse the name at once. They stay in owned_ until this returns or throws: vectors kept
+  // between calls, so a collective allocates none.
+  std::vector<std::unique_ptr<TensorEntry>>& owned = owned_;
+  struct Release {
+    std::vector<std::unique_ptr<TensorEntry>>& owned;
+    ~Release() { owned.clear(); }
+  } release{owned};
+  std::vector<TensorEntry*> entries = std::move(entries_);
+  owned.clear();
+  entries.clear();
   for (size_t i = 0; i < r.names.size(); ++i) {
     auto key = tensorKey(r.processSetId, r.names[i]);
     auto e = p_.queue.remove(key);
@@ -112,6 +117,7 @@ void ResponseApplier::runData(const Response& r) {
                         e != nullptr ? shapeString(e->tensor.shape) : "[]");
     }
   }
+  entries_ = std::move(cx.entries);  // its buffer, for the next collective
 }
 
 void ResponseApplier::runOnGpu(const Response& r, Communicator* comm,

@@ -68,6 +68,9 @@ class ResponseApplier {
   FusionBuffer fusion_;
   std::unique_ptr<GpuExecutor> gpu_;
   Response cachedScratch_;  // runData: a tensor's single response, before it is cached
+  // runData's vectors, kept for their buffers; empty between calls.
+  std::vector<std::unique_ptr<TensorEntry>> owned_;
+  std::vector<TensorEntry*> entries_;
 };
 
 }  // namespace hora

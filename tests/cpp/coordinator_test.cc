@@ -340,6 +340,20 @@ TEST(Coordinator, MismatchNamesEveryRank) {
   EXPECT_NE(m.find("rank 2: [4]"), std::string::npos) << m;
 }
 
+// Whatever order the requests arrive in, the message lists the ranks in rank order, as does
+// what the response is built from.
+TEST(Coordinator, RequestsArrivingOutOfOrderAreTakenInRankOrder) {
+  Job job(3, 16);
+  job.enqueue(0, "t", {2});
+  job.enqueue(1, "t", {3});
+  job.enqueue(2, "t", {4});
+  for (int r : {2, 0, 1}) job.send(r);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  const auto& m = out[0].errorMessage;
+  EXPECT_NE(m.find("rank 0: [2], rank 1: [3], rank 2: [4]"), std::string::npos) << m;
+}
+
 TEST(Coordinator, DtypeMismatch) {
   Job job(2, 16);
   job.enqueue(0, "t", {2}, OpKind::Allreduce, DataType::Float32);
