@@ -9,6 +9,7 @@ namespace hora {
 
 inline bool bitSet(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) & 1u; }
 inline void setBit(uint64_t* words, size_t i) { words[i / 64] |= uint64_t{1} << (i % 64); }
+inline void clearBit(uint64_t* words, size_t i) { words[i / 64] &= ~(uint64_t{1} << (i % 64)); }
 // Grows the vector to hold bit i.
 inline void setBit(std::vector<uint64_t>& words, size_t i) {
   if (words.size() <= i / 64) words.resize(i / 64 + 1, 0);

@@ -441,11 +441,7 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
   // One lookup of the set, not one per request (each would take the table's lock).
   const std::vector<int>& ranks = *sets_.member(p.processSetId).ranks;
   in.setRanks.reserve(p.requests.size());
-  for (const auto& q : p.requests) {
-    auto it = std::lower_bound(ranks.begin(), ranks.end(), q.rank);
-    in.setRanks.push_back(it != ranks.end() && *it == q.rank ? static_cast<int>(it - ranks.begin())
-                                                             : -1);
-  }
+  for (const auto& q : p.requests) in.setRanks.push_back(setRankIn(ranks, q.rank));
   in.setSize = static_cast<int>(ranks.size());
   in.someRanksJoined = someJoined;
   Response r = negotiateResponse(in);

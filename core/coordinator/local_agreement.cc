@@ -27,7 +27,7 @@ void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point no
 }
 
 void LocalAgreement::release(int slot) {
-  heldBits_[static_cast<size_t>(slot) / 64] &= ~(uint64_t{1} << (static_cast<size_t>(slot) % 64));
+  clearBit(heldBits_, static_cast<size_t>(slot));
   --heldCount_;
 }
 

@@ -6,6 +6,12 @@
 
 namespace hora {
 
+int setRankIn(const std::vector<int>& ranks, int worldRank) {
+  auto it = std::lower_bound(ranks.begin(), ranks.end(), worldRank);
+  if (it == ranks.end() || *it != worldRank) return -1;
+  return static_cast<int>(it - ranks.begin());
+}
+
 void ProcessSetTable::add(int id, std::vector<int> ranks, std::unique_ptr<Communicator> comm) {
   std::lock_guard<std::mutex> lock(mu_);
   sets_[id] = Entry{std::move(ranks), std::move(comm)};
@@ -55,19 +61,9 @@ int ProcessSetTable::size(int id) const {
 
 int ProcessSetTable::setRank(int id) const { return setRankOf(id, worldRank_); }
 
-namespace {
-
-int positionOf(const std::vector<int>& ranks, int worldRank) {
-  auto it = std::lower_bound(ranks.begin(), ranks.end(), worldRank);
-  if (it == ranks.end() || *it != worldRank) return -1;
-  return static_cast<int>(it - ranks.begin());
-}
-
-}  // namespace
-
 int ProcessSetTable::setRankOf(int id, int worldRank) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return positionOf(get(id).ranks, worldRank);
+  return setRankIn(get(id).ranks, worldRank);
 }
 
 std::optional<ProcessSetTable::Place> ProcessSetTable::place(int id) const {
@@ -75,13 +71,13 @@ std::optional<ProcessSetTable::Place> ProcessSetTable::place(int id) const {
   auto it = sets_.find(id);
   if (it == sets_.end()) return std::nullopt;
   const std::vector<int>& ranks = it->second.ranks;
-  return Place{positionOf(ranks, worldRank_), static_cast<int>(ranks.size())};
+  return Place{setRankIn(ranks, worldRank_), static_cast<int>(ranks.size())};
 }
 
 ProcessSetTable::Member ProcessSetTable::member(int id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Entry& e = get(id);
-  return Member{e.comm.get(), positionOf(e.ranks, worldRank_), &e.ranks};
+  return Member{e.comm.get(), setRankIn(e.ranks, worldRank_), &e.ranks};
 }
 
 int ProcessSetTable::findByRanks(const std::vector<int>& ranks) const {

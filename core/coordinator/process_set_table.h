@@ -14,6 +14,9 @@
 
 namespace hora {
 
+// The position of worldRank in a set's ranks (ascending), -1 when it is not one of them.
+int setRankIn(const std::vector<int>& ranks, int worldRank);
+
 class ProcessSetTable {
  public:
   explicit ProcessSetTable(int worldRank) : worldRank_(worldRank) {}

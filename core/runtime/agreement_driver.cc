@@ -51,7 +51,7 @@ void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now) {
     const Response& cached = participant_.cachedResponse(slot);
     if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) return;
     agreement_->hold(slot, participant_.cachedKey(slot), now);
-    batch.cacheBits[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+    clearBit(batch.cacheBits.data(), bit);
     if (recording()) {
       timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));
       timeline_.rankReady(0, cached.names.front(), 0);

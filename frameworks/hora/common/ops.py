@@ -207,16 +207,14 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         TypeError: an object that is not a tensor.
     """
     spec = OPS[collective]
-    # The global set's id, and op_name's answer for a named call, without their calls: a
-    # training loop's small operations pay for every call on this path.
+    # The global set's id without a call: a training loop's small operations pay for every call
+    # on this path.
     set_id = 0 if process_set is global_process_set else process_set_id(process_set)
     if names is None:
         if grouped:
             names = group_names(spec.grouped_prefix, name, len(buffers), set_id)
-        elif name:
-            names = [f"{spec.prefix}.{name}"]
         else:
-            names = [auto_name(spec.prefix, set_id)]
+            names = [op_name(spec.prefix, name, set_id)]
     else:
         names = [str(n) for n in names]
     kind = spec.kind
