@@ -118,7 +118,7 @@ void runCollective(const XlaCall& call) {
     // HORA_TIMEOUT_SECONDS, and ranks blocked on each other end as a reported deadlock.
     bool driven = std::all_of(handles.begin(), handles.end(),
                               [](const std::shared_ptr<Handle>& h) { return h->driven(); });
-    BlockedScope blocked(rt, driven);
+    BlockedScope blocked(rt.get(), driven);
     for (const auto& handle : handles) handle->wait(std::nullopt);
   }
   for (size_t i = 0; i < handles.size(); ++i) {

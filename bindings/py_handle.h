@@ -33,7 +33,8 @@ class PyHandle {
   // For a blocking submission (submit's `waits`): waits without a timeout and releases the input,
   // leaving the operation's error, if any, to raiseIfFailed(). Every error the engine delivers
   // through a handle is already of the class hora.common.ops.engine_error would make of it.
-  void finish();
+  // runtime: the running one, which the caller holds (null: looked up).
+  void finish(Runtime* runtime);
   void raiseIfFailed() { handle_->rethrowIfFailed(); }
   pybind11::object output();
   std::vector<int32_t> receivedSplits();
@@ -56,10 +57,10 @@ std::shared_ptr<Runtime> currentRuntime();
 std::shared_ptr<Runtime> requireRuntime();
 
 // Marks the calling thread as blocked in a wait (Runtime::waitBegin/waitEnd) for its lifetime;
-// driven: on a handle it may drive (Handle::driven()).
+// driven: on a handle it may drive (Handle::driven()). The caller keeps `runtime` alive.
 class BlockedScope {
  public:
-  BlockedScope(std::shared_ptr<Runtime> runtime, bool driven) : runtime_(std::move(runtime)) {
+  BlockedScope(Runtime* runtime, bool driven) : runtime_(runtime) {
     if (runtime_) runtime_->waitBegin(driven);
   }
   ~BlockedScope() {
@@ -69,13 +70,15 @@ class BlockedScope {
   BlockedScope& operator=(const BlockedScope&) = delete;
 
  private:
-  std::shared_ptr<Runtime> runtime_;
+  Runtime* runtime_;
 };
 
 // Waits for `handle` in slices of at most kSignalCheckInterval with the GIL released, running
 // Python's signal handlers between slices (a KeyboardInterrupt or an alarm's exception propagates
 // within one slice). Without a timeout the thread counts as blocked for deadlock detection.
-// True when done; false when `timeoutSeconds` passed first. GIL held on entry.
-bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds);
+// True when done; false when `timeoutSeconds` passed first. GIL held on entry. runtime: the
+// running one when the caller holds it (null: looked up when the wait counts as blocked).
+bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds,
+                       Runtime* runtime = nullptr);
 
 }  // namespace hora::bindings

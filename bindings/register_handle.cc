@@ -63,16 +63,22 @@ bool PyHandle::poll() {
   return done;
 }
 
-bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds) {
+bool waitInterruptibly(const Handle& handle, std::optional<double> timeoutSeconds,
+                       Runtime* runtime) {
   // A finished operation (most of a step's waits) needs no blocked state, whose start and end
   // would each wake the background loop, and no release of the GIL.
   if (handle.poll()) return true;
-  auto deadline = Clock::now();
+  Clock::time_point deadline;  // read the clock only for a timeout: blocking calls pass none
   if (timeoutSeconds) {
-    deadline += std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(std::max(0.0, *timeoutSeconds)));
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(std::max(0.0, *timeoutSeconds)));
   }
-  BlockedScope blocked(timeoutSeconds ? nullptr : currentRuntime(), handle.driven());
+  std::shared_ptr<Runtime> looked;  // keeps a runtime looked up here alive for the wait
+  if (!timeoutSeconds && runtime == nullptr) {
+    looked = currentRuntime();
+    runtime = looked.get();
+  }
+  BlockedScope blocked(timeoutSeconds ? nullptr : runtime, handle.driven());
   while (true) {
     Millis slice = kSignalCheckInterval;
     if (timeoutSeconds) {
@@ -99,8 +105,8 @@ bool PyHandle::wait(std::optional<double> timeoutSeconds) {
   return true;
 }
 
-void PyHandle::finish() {
-  waitInterruptibly(*handle_, std::nullopt);
+void PyHandle::finish(Runtime* runtime) {
+  waitInterruptibly(*handle_, std::nullopt, runtime);
   releaseInputIfDone();
 }
 

@@ -178,7 +178,7 @@ void waitForProcessSetChange(const std::shared_ptr<Runtime>& rt, const Handle& h
   double timeout = rt->settings().timeoutSeconds;
   std::optional<double> bound;
   if (timeout > 0) bound = timeout;
-  BlockedScope blocked(rt, /*driven=*/false);
+  BlockedScope blocked(rt.get(), /*driven=*/false);
   if (!waitInterruptibly(handle, bound)) {
     throw TimeoutError(std::string(call) + " did not complete within HORA_TIMEOUT_SECONDS (" +
                        std::to_string(static_cast<int64_t>(timeout)) + " s) on rank " +

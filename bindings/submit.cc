@@ -3,6 +3,7 @@
 //   submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0,
 //          splits=None, process_set_id=0, hora_frames=0, waits=False) -> [Handle, ...]
 //
+// (A blocking call, `waits`, of an operation that writes into its buffers returns [].)
 // It turns the call into EnqueueArgs (each tensor exported through DLPack, the user's call site
 // found on the stack) and enqueues them as one group; every rule about the request is checked
 // by the engine (core/coordinator/enqueue_checks.cc), which raises Horovod's errors. Nothing here
@@ -72,7 +73,15 @@ std::vector<int32_t> toSplits(const py::object& splits) {
   return out;
 }
 
-// Imports every tensor, enqueues them as one group and returns one Handle per name.
+// Operations whose handles hold nothing to read once they succeeded: they write into their
+// input, or (barrier) have no data.
+bool resultInTheBuffers(OpKind kind) {
+  return kind == OpKind::Allreduce || kind == OpKind::Adasum || kind == OpKind::Broadcast ||
+         kind == OpKind::Barrier;
+}
+
+// Imports every tensor, enqueues them as one group and returns one Handle per name; a blocking
+// call (`waits`) of an operation that writes into its buffers returns none.
 py::list enqueueTensors(EnqueueArgs args) {
   sweepDeferredReleases();
   auto rt = requireRuntime();
@@ -123,22 +132,26 @@ py::list enqueueTensors(EnqueueArgs args) {
   std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests), args.waits);
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
-  py::list result(n);
-  std::vector<PyHandle*> wrappers;  // kept for a blocking call only: an async one has no use
-  if (args.waits) wrappers.reserve(n);
+  std::vector<std::unique_ptr<PyHandle>> waited(n);
   for (size_t i = 0; i < n; ++i) {
-    auto* wrapper = new PyHandle(std::move(handles[i]), std::move(inputs[i]));
-    if (args.waits) wrappers.push_back(wrapper);
-    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
-                    py::cast(wrapper, py::return_value_policy::take_ownership).release().ptr());
+    waited[i] = std::make_unique<PyHandle>(std::move(handles[i]), std::move(inputs[i]));
   }
   if (args.waits) {
     // As hora.common.ops.wait_all: every operation finishes before the first error is raised,
-    // so that none of the group's names stays in flight. An interrupted wait drops the list,
-    // whose handles then keep their inputs until their operations finish.
-    for (PyHandle* h : wrappers) h->finish();
+    // so that none of the group's names stays in flight. An interrupted wait drops the handles,
+    // which then keep their inputs until their operations finish.
+    for (auto& h : waited) h->finish(rt.get());
     sweepDeferredReleases();
-    for (PyHandle* h : wrappers) h->raiseIfFailed();
+    for (auto& h : waited) h->raiseIfFailed();
+    // The result is in the caller's buffers: no Python handle to build and drop per call.
+    if (resultInTheBuffers(opKind)) return py::list();
+  }
+  py::list result(n);
+  for (size_t i = 0; i < n; ++i) {
+    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
+                    py::cast(waited[i].release(), py::return_value_policy::take_ownership)
+                        .release()
+                        .ptr());
   }
   return result;
 }
@@ -163,22 +176,26 @@ constexpr const char* kArgNames[kNumArgs] = {"kind",           "tensors",     "n
                                              "prescale",       "postscale",   "root_rank", "splits",
                                              "process_set_id", "hora_frames", "waits"};
 
-PyObject* internedArgName(int i) {
-  // Never released: they live as long as the module.
+// The keywords' interned names, by Arg. Never released: they live as long as the module.
+PyObject* const* internedArgNames() {
   static PyObject** names = [] {
     auto** out = new PyObject*[kNumArgs];
     for (int k = 0; k < kNumArgs; ++k) out[k] = PyUnicode_InternFromString(kArgNames[k]);
     return out;
   }();
-  return names[i];
+  return names;
 }
 
-int argIndex(PyObject* keyword) {
+// `hint`: where to look first. Callers pass keywords in the signature's order, so the one after
+// the previous keyword is almost always the match.
+int argIndex(PyObject* keyword, int hint) {
+  PyObject* const* names = internedArgNames();
   for (int i = 0; i < kNumArgs; ++i) {
-    if (keyword == internedArgName(i)) return i;
+    int k = (hint + i) % kNumArgs;
+    if (keyword == names[k]) return k;
   }
   for (int i = 0; i < kNumArgs; ++i) {  // a keyword built at run time: not the interned one
-    if (PyUnicode_Compare(keyword, internedArgName(i)) == 0) return i;
+    if (PyUnicode_Compare(keyword, names[i]) == 0) return i;
   }
   if (PyErr_Occurred()) throw py::error_already_set();
   throw py::type_error("submit() got an unexpected keyword argument '" +
@@ -197,8 +214,10 @@ ParsedArgs parseArgs(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
   }
   for (Py_ssize_t i = 0; i < nargs; ++i) out[i] = args[i];
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  int next = kNumPositional;
   for (Py_ssize_t i = 0; i < nkw; ++i) {
-    int k = argIndex(PyTuple_GET_ITEM(kwnames, i));
+    int k = argIndex(PyTuple_GET_ITEM(kwnames, i), next);
+    next = k + 1;
     if (out[k] != nullptr) {
       throw py::type_error(std::string("submit() got multiple values for argument '") +
                            kArgNames[k] + "'");
@@ -324,7 +343,7 @@ py::list submit(const ParsedArgs& a) {
   std::vector<std::optional<std::string>> overrides = args.dtypeOverrides;
 
   py::list handles = enqueueTensors(std::move(args));
-  for (size_t i = 0; i < overrides.size(); ++i) {
+  for (size_t i = 0; i < overrides.size() && i < handles.size(); ++i) {
     if (overrides[i] && *overrides[i] == kBfloat16) handles[i].attr("_hora_dtype") = kBfloat16;
   }
   return handles;
@@ -352,7 +371,8 @@ PyMethodDef submitDef = {
     "`waits`: a blocking call. submit returns once every operation of the group finished (the "
     "GIL released meanwhile, Ctrl-C let through), raising the first failure as "
     "hora.common.ops.engine_error presents it; a waiting thread that drives the engine finds "
-    "the work still to do."};
+    "the work still to do. A blocking allreduce, adasum, broadcast or barrier returns []: its "
+    "result is in its buffers."};
 
 // The engine's checks of the requests a traced call will make when it runs (hora.jax inside
 // jit), on their shapes alone: the errors are raised where the call was written, at trace time.

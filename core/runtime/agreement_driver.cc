@@ -81,10 +81,12 @@ const std::vector<Response>& AgreementDriver::plan(const std::vector<int>& slots
   if (singles.size() == 1) {
     planned_.resize(1);
     planned_.front() = *singles.front();
-    return planned_;
+  } else {
+    const int size = worldSize_;
+    planned_ = planFusion(singles, fusionThreshold_, [size](int) { return size; });
   }
-  const int size = worldSize_;
-  planned_ = planFusion(singles, fusionThreshold_, [size](int) { return size; });
+  // Every tensor of the plan is a hit, whatever the response it was cached from said.
+  for (Response& r : planned_) r.cacheHit = true;
   return planned_;
 }
 

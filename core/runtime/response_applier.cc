@@ -94,7 +94,9 @@ void ResponseApplier::runData(const Response& r) {
     HORA_CHECK(e != nullptr || r.withJoinedRanks,
                "response for tensor '" + r.names[i] + "' this rank never enqueued");
     entries.push_back(e.get());
-    if (e && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
+    // A hit was rebuilt from this rank's cache: its slot already holds it (and a participant's
+    // cache keeps no recency to update).
+    if (e && !r.cacheHit && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
       singleResponseInto(r, i, static_cast<int>(set.ranks->size()), &cachedScratch_);
       p_.participant.recordCached(r.cacheSlots[i], key, e->request, cachedScratch_);
     }

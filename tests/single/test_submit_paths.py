@@ -246,15 +246,21 @@ def test_blocking_calls_say_that_they_wait(monkeypatch) -> None:
 
 
 def test_a_blocking_submission_returns_once_every_operation_finished() -> None:
-    """``waits=True`` makes the submission itself wait: the handles come back finished (and the
-    inputs reduced), so the blocking calls need no wait of their own."""
+    """``waits=True`` makes the submission itself wait: the inputs come back reduced and an
+    allgather's handles finished, so the blocking calls need no wait of their own. An operation
+    that writes into its buffers returns no handles: its result is there."""
     for round_ in range(20):
         buffers = arrays(40, shape=(257,))
         handles = ops.enqueue("allreduce", buffers, name=f"blocking.{round_}", grouped=True,
                               op=hora.Sum, waits=True)
-        assert [h.poll() for h in handles] == [True] * 40
+        assert handles == []
         assert all(np.array_equal(b, np.full(257, i + 1, np.float32))
                    for i, b in enumerate(buffers))
+        inputs = arrays(40, shape=(3,))
+        gathered = ops.enqueue("allgather", inputs, name=f"blocking.gather.{round_}",
+                               grouped=True, waits=True)
+        assert [h.poll() for h in gathered] == [True] * 40
+        assert all(np.array_equal(ops.handle_output(h), x) for h, x in zip(gathered, inputs))
 
 
 def test_the_blocking_torch_calls_give_what_the_general_path_gives() -> None:

@@ -198,7 +198,8 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     finished, raising the first failure as ``wait_all`` does; where waiting threads drive the
     engine, its background thread is not woken for the work.
 
-    Returns one engine handle per buffer ([] for an empty group).
+    Returns one engine handle per buffer ([] for an empty group, and for a blocking
+    allreduce, adasum, broadcast or barrier, whose result is in its buffers).
 
     Raises:
         ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
