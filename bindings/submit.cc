@@ -132,26 +132,25 @@ py::list enqueueTensors(EnqueueArgs args) {
   std::vector<std::shared_ptr<Handle>> handles = rt->enqueue(std::move(requests), args.waits);
   HORA_CHECK(handles.size() == n, "runtime returned " + std::to_string(handles.size()) +
                                       " handles for " + std::to_string(n) + " requests");
-  std::vector<std::unique_ptr<PyHandle>> waited(n);
+  std::vector<std::unique_ptr<PyHandle>> pyHandles(n);
   for (size_t i = 0; i < n; ++i) {
-    waited[i] = std::make_unique<PyHandle>(std::move(handles[i]), std::move(inputs[i]));
+    pyHandles[i] = std::make_unique<PyHandle>(std::move(handles[i]), std::move(inputs[i]));
   }
   if (args.waits) {
     // As hora.common.ops.wait_all: every operation finishes before the first error is raised,
     // so that none of the group's names stays in flight. An interrupted wait drops the handles,
     // which then keep their inputs until their operations finish.
-    for (auto& h : waited) h->finish(rt.get());
+    for (auto& h : pyHandles) h->finish(rt.get());
     sweepDeferredReleases();
-    for (auto& h : waited) h->raiseIfFailed();
+    for (auto& h : pyHandles) h->raiseIfFailed();
     // The result is in the caller's buffers: no Python handle to build and drop per call.
     if (resultInTheBuffers(opKind)) return py::list();
   }
   py::list result(n);
   for (size_t i = 0; i < n; ++i) {
-    PyList_SET_ITEM(result.ptr(), static_cast<py::ssize_t>(i),
-                    py::cast(waited[i].release(), py::return_value_policy::take_ownership)
-                        .release()
-                        .ptr());
+    PyList_SET_ITEM(
+        result.ptr(), static_cast<py::ssize_t>(i),
+        py::cast(pyHandles[i].release(), py::return_value_policy::take_ownership).release().ptr());
   }
   return result;
 }
