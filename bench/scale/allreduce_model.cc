@@ -169,7 +169,7 @@ const char* algorithmName(collectives::AllreduceAlgorithm a) {
     case collectives::AllreduceAlgorithm::RankOrdered: return "rank_ordered";
     case collectives::AllreduceAlgorithm::ChainOrdered: return "chain_ordered";
     case collectives::AllreduceAlgorithm::GatherFold: return "gather_fold";
-    case collectives::AllreduceAlgorithm::SharedLine: return "shared_line";
+    case collectives::AllreduceAlgorithm::SharedPayload: return "shared_payload";
     case collectives::AllreduceAlgorithm::Window: return "window";
     default: return "recursive_doubling";
   }

@@ -16,7 +16,7 @@ void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp o
       allreduceChainOrdered(links, buf, count, dtype, op);
       break;
     case AllreduceAlgorithm::GatherFold: allreduceGatherFold(links, buf, count, dtype, op); break;
-    case AllreduceAlgorithm::SharedLine:  // never chosen here: both need the shared segment
+    case AllreduceAlgorithm::SharedPayload:  // never chosen here: both need the shared segment
     case AllreduceAlgorithm::Window:
     case AllreduceAlgorithm::RecursiveDoubling:
       allreduceRecursiveDoubling(links, buf, count, dtype, op);

@@ -33,8 +33,27 @@ TEST(AlgorithmTable, OrderFreeAllreducesTakeRecursiveDoublingOrTheRing) {
   EXPECT_EQ(chooseAllreduce(4, 1, 4096, false), AllreduceAlgorithm::RecursiveDoubling);
   EXPECT_EQ(chooseAllreduce(64 << 20, 16 << 20, 4096, false), AllreduceAlgorithm::Ring);
   // The shared segment's own paths come first.
-  EXPECT_EQ(chooseAllreduce(4, 1, 4, true, true), AllreduceAlgorithm::SharedLine);
+  EXPECT_EQ(chooseAllreduce(4, 1, 4, true, true), AllreduceAlgorithm::SharedPayload);
   EXPECT_EQ(chooseAllreduce(4096, 1024, 4, true, false, true), AllreduceAlgorithm::Window);
+}
+
+AllreduceAlgorithm onOneHost(size_t bytes, int size) {
+  return chooseAllreduce(bytes, bytes / 4, size, needsRankOrder(true, true, size), true, true);
+}
+
+// A shared payload up to 8 KiB, and while every rank's fold reads at most 32 KiB of payloads;
+// the window above.
+TEST(AlgorithmTable, SmallAllreducesOnOneHostAreSharedPayloadsUpToTheirFoldLimit) {
+  for (int size : {2, 3, 4}) {
+    EXPECT_EQ(onOneHost(4, size), AllreduceAlgorithm::SharedPayload) << size;
+    EXPECT_EQ(onOneHost(8 << 10, size), AllreduceAlgorithm::SharedPayload) << size;
+    EXPECT_EQ(onOneHost((8 << 10) + 4, size), AllreduceAlgorithm::Window) << size;
+  }
+  EXPECT_EQ(sharedPayloadMaxBytes(8), size_t{4} << 10);
+  EXPECT_EQ(onOneHost(4 << 10, 8), AllreduceAlgorithm::SharedPayload);
+  EXPECT_EQ(onOneHost((4 << 10) + 4, 8), AllreduceAlgorithm::Window);
+  EXPECT_EQ(onOneHost(4, 64), AllreduceAlgorithm::SharedPayload);
+  EXPECT_EQ(onOneHost(1 << 10, 64), AllreduceAlgorithm::Window);
 }
 
 }  // namespace

@@ -303,6 +303,9 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
         const size_t es = dtypeSize(dt);
         std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
         if (big) {
+          // The largest shared payload over shared memory, and the smallest window after it.
+          counts.push_back(collectives::sharedPayloadMaxBytes(ranks) / es);
+          counts.push_back(collectives::sharedPayloadMaxBytes(ranks) / es + 1);
           counts.push_back(collectives::kAllreduceRingMinBytes / es -
                            1);                             // the last size below the ring
           counts.push_back(multiSegmentCount(ranks, dt));  // ring (or rank order), 2+ segments

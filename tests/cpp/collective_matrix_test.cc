@@ -37,9 +37,9 @@ struct TransportUnderTest {
 
 const TransportUnderTest kTcp{"tcp", true, 7, 0, "tcp"};
 // Shared memory runs the same Links algorithms as TCP (checked up to 7 ranks there); 1-4 ranks
-// cover its own paths (small payloads in cache lines, rings, leaving ranks) at less CI time.
+// cover its own paths (shared payloads, rings, leaving ranks) at less CI time.
 const TransportUnderTest kShm{"shm", true, 4, 0, "shm"};
-// With windows, allreduces above a cache line's payload and broadcasts from 512 KiB run in them
+// With windows, allreduces above a shared payload and broadcasts from 512 KiB run in them
 // (window_allreduce.h, window_gather.h); windows of 4 KiB split the larger cases into parts (up
 // to a few hundred).
 const TransportUnderTest kShmWindow{"shm", true, 4, 4096, "shm-window"};

@@ -87,10 +87,10 @@ enum class Layout { Private, ArenaInOrder, ArenaOutOfOrder };
 
 // Pieces in the arena are read there by the other ranks, pieces elsewhere are staged, and either
 // way every rank gets the rank-ordered fold, bit for bit (these values round differently in any
-// other order).
+// other order). The whole is larger than a shared payload, so that it goes to the windows.
 TEST(ShmArena, PartsInTheArenaAreReadInPlaceWithTheSameResult) {
   const int n = 3;
-  const std::vector<size_t> sizes{5, 7, 100, 1};
+  const std::vector<size_t> sizes{5, 7, 2100, 1};
   size_t count = 0;
   for (size_t s : sizes) count += s;
   auto value = [](int r, size_t i) {
@@ -145,12 +145,12 @@ TEST(ShmArena, PartsInTheArenaAreReadInPlaceWithTheSameResult) {
       counts[rank].push_back({pool->partsReadInPlace(), pool->partsStaged()});
     }
   });
-  // 113 floats in parts of 32: 4 parts per run. Out of order, the parts of elements 32-63 and
-  // 64-95 still lie in one piece, so in one run: only the first and the last part are staged.
+  // 2,113 floats in parts of 32: 67 parts per run, the last of one float. Out of order, every part
+  // but the first lies in one piece, so in one run: only the first is staged.
   using Counts = std::vector<std::pair<uint64_t, uint64_t>>;
-  EXPECT_EQ(counts[0], (Counts{{4, 0}, {8, 0}, {12, 0}}));
-  EXPECT_EQ(counts[1], (Counts{{4, 0}, {8, 0}, {10, 2}}));
-  EXPECT_EQ(counts[2], (Counts{{0, 4}, {4, 4}, {8, 4}}));
+  EXPECT_EQ(counts[0], (Counts{{67, 0}, {134, 0}, {201, 0}}));
+  EXPECT_EQ(counts[1], (Counts{{67, 0}, {134, 0}, {200, 1}}));
+  EXPECT_EQ(counts[2], (Counts{{0, 67}, {67, 67}, {134, 67}}));
 }
 
 TEST(ShmArena, NoArenaWithoutAWindowOrWhenSetToZero) {

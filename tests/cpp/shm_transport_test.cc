@@ -298,10 +298,11 @@ TEST(ShmSetup, StrangerWithoutTheSecretGetsNoDescriptor) {
 // Tensors the runtime would fuse reach the window unfused, as pieces: each piece gets its part of
 // the result, a piece without data counts as zeros, and a float sum is the rank-ordered fold,
 // bit for bit (these values round differently in any other order). Windows of 256 bytes hold 32
-// floats per part, so pieces straddle parts.
+// floats per part, so pieces straddle parts; one piece is larger than a shared payload, so that
+// the whole goes to the window.
 TEST(ShmWindow, PiecesGetTheRankOrderedFoldOfTheirPart) {
   const int n = 3;
-  const std::vector<size_t> sizes{5, 0, 7, 100, 1};
+  const std::vector<size_t> sizes{5, 0, 7, 2100, 1};
   auto value = [](int r, size_t i) {
     float big = 1e8f * static_cast<float>(1 + i % 3);
     return r == 0 ? big : r == 1 ? -big : 1.5f + static_cast<float>(i);
@@ -327,11 +328,11 @@ TEST(ShmWindow, PiecesGetTheRankOrderedFoldOfTheirPart) {
     }
     // Both halves of every window hold other data first, which a piece without data must not
     // bring back.
-    std::vector<float> before(64, 7.0f);
+    std::vector<float> before(2100, 7.0f);
     c.allreduce(before.data(), before.size(), DataType::Float32, ReduceOp::Sum);
     require(c.reducesPieces(count, DataType::Float32, ReduceOp::Sum), "pieces refused");
-    require(!c.reducesPieces(14, DataType::Float32, ReduceOp::Sum),
-            "a cache line's payload went to the window");
+    require(!c.reducesPieces(2048, DataType::Float32, ReduceOp::Sum),
+            "a shared payload went to the window");
     c.allreducePieces(pieces, count, DataType::Float32, ReduceOp::Sum);
     at = 0;
     for (size_t p = 0; p < sizes.size(); at += sizes[p], ++p) {

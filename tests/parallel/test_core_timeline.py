@@ -49,7 +49,7 @@ def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
     snapshots = []
     try:
         for step in range(6):
-            grads = [np.full(64 * (i + 1), float(rank()), np.float32) for i in range(3)]
+            grads = [np.full(1024 * (i + 1), float(rank()), np.float32) for i in range(3)]
             handles = [
                 hora.allreduce_async_(g, name=f"timeline.grad{i}", op=hora.Sum)
                 for i, g in enumerate(grads)
@@ -75,7 +75,8 @@ def test_timeline_is_valid_json_throughout_and_summarizes(tmp_path) -> None:
     assert "CYCLE_START" in names and "STEP" in names
     assert any(n.endswith("_ALLREDUCE") and n != "NEGOTIATE_ALLREDUCE" for n in names if n)
     if _windows_in_use():
-        # Fused tensors go into the shared windows directly, with no fusion buffer.
+        # Fused tensors (larger together than a shared payload) go into the shared windows
+        # directly, with no fusion buffer.
         assert "SHM_ALLREDUCE" in names
         assert not {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} & names
     ticks = {e["name"] for e in events if e.get("ph") == "X"}

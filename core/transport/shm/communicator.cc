@@ -36,8 +36,8 @@ bool ShmCommunicator::rankOrder(DataType dtype, ReduceOp op) const {
 
 collectives::AllreduceAlgorithm ShmCommunicator::algorithm(size_t count, DataType dtype,
                                                            ReduceOp op) const {
-  // Passing wholeJob_ as sharedLines keeps subsets off the shared lines, which belong to the whole
-  // segment.
+  // Passing wholeJob_ as sharedPayloads keeps subsets off the payload lines and blocks, which
+  // belong to the whole segment.
   return collectives::chooseAllreduce(count * dtypeSize(dtype), count, size(), rankOrder(dtype, op),
                                       wholeJob_, windows());
 }
@@ -63,8 +63,8 @@ std::shared_ptr<SharedPool> ShmCommunicator::sharedPool() const {
 
 bool ShmCommunicator::allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) {
   switch (algorithm(count, dtype, op)) {
-    case collectives::AllreduceAlgorithm::SharedLine:
-      allreduceSharedLine(buf, count, dtype, op);
+    case collectives::AllreduceAlgorithm::SharedPayload:
+      allreduceSharedPayload(buf, count, dtype, op);
       return true;
     case collectives::AllreduceAlgorithm::Window:
       windowAllreduce(links_, {{buf, count * dtypeSize(dtype)}}, count, dtype, op,
@@ -84,16 +84,19 @@ bool ShmCommunicator::broadcastDirect(void* buf, size_t bytes, int root) {
   return true;
 }
 
-// Payload k goes to parity k & 1 of the rank's lines. A rank reads a peer's payload k only after
-// seeing its seq >= k, and no rank can publish k + 2 (overwriting parity k & 1) before every rank
-// has published k + 1, which each does only after reading payload k.
-void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op) {
+// Payload k goes to parity k & 1 of the rank's lines, or of its payload blocks when larger than a
+// line holds. A rank reads a peer's payload k only after seeing its seq >= k, and no rank can
+// publish k + 2 (overwriting parity k & 1) before every rank has published k + 1, which each does
+// only after reading payload k.
+void ShmCommunicator::allreduceSharedPayload(void* buf, size_t count, DataType dtype,
+                                             ReduceOp op) {
   ShmPeers& p = *peers_;
   const Segment& s = p.segment;
   const size_t bytes = count * dtypeSize(dtype);
   const uint32_t k = ++p.lineSeq;
   auto slot = [&](int r) -> uint8_t* {
     RankBlock& b = s.rank(r);
+    if (bytes > kLinePayloadBytes) return b.payloads[k & 1];
     return (k & 1) ? b.spare.payload : b.line.payload;
   };
   // The payload is written before seq is stored with release, so a peer that acquires the new seq
@@ -122,12 +125,10 @@ void ShmCommunicator::allreduceSharedLine(void* buf, size_t count, DataType dtyp
   };
   // A rank that published its payload and then left (the job ending) does not fail this wait.
   links_.waitFor(ready, others_, missing, [&](int r) { return !published(r); });
-  uint8_t acc[collectives::kSharedLineMaxBytes];
   // Every rank folds the payloads in the same order, rank 0 first, so all ranks get bit-identical
-  // results even for floating point.
-  std::memcpy(acc, slot(0), bytes);
-  for (int r = 1; r < p.worldSize; ++r) reduceInto(acc, slot(r), count, dtype, op);
-  std::memcpy(buf, acc, bytes);
+  // results even for floating point. Its own is in its slot: buf may take the fold.
+  std::memcpy(buf, slot(0), bytes);
+  for (int r = 1; r < p.worldSize; ++r) reduceInto(buf, slot(r), count, dtype, op);
 }
 
 }  // namespace shm

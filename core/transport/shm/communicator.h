@@ -4,9 +4,9 @@
 // of their ranks to world ranks.
 //
 // Collectives, argument checks and the failure rule come from LinksCommunicator over ShmLinks.
-// A group spanning the whole job runs small allreduces (kSharedLineMaxBytes) through the ranks'
-// own cache lines instead (SharedLine in the algorithm table): each rank publishes its payload and
-// a sequence number, then reduces every rank's payload itself, in rank order, so floating sums are
+// A group spanning the whole job runs small allreduces (SharedPayload in the algorithm table)
+// through the ranks' own lines and payload blocks instead: each rank publishes its payload and a
+// sequence number, then reduces every rank's payload itself, in rank order, so floating sums are
 // bit-identical to the rank-ordered algorithm. When the segment has windows, it runs larger
 // allreduces in them (Window, window_allreduce.h), fused tensors included (allreducePieces), and
 // large broadcasts (window_gather.h). A
@@ -48,14 +48,14 @@ class ShmCommunicator : public LinksCommunicator {
   bool broadcastDirect(void* buf, size_t bytes, int root) override;
 
  private:
-  void allreduceSharedLine(void* buf, size_t count, DataType dtype, ReduceOp op);
+  void allreduceSharedPayload(void* buf, size_t count, DataType dtype, ReduceOp op);
   bool rankOrder(DataType dtype, ReduceOp op) const;
   bool windows() const { return wholeJob_ && peers_->segment.windowBytes() > 0; }
   collectives::AllreduceAlgorithm algorithm(size_t count, DataType dtype, ReduceOp op) const;
 
   std::shared_ptr<ShmPeers> peers_;
   ShmLinks links_;
-  bool wholeJob_;  // members are every world rank, in order: the cache lines are this group's
+  bool wholeJob_;  // members are every world rank, in order: the payload lines are this group's
   std::vector<int> others_;  // group ranks other than this one
 };
 

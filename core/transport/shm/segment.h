@@ -9,7 +9,7 @@
 //
 // Layout (all cache-line aligned, nothing shared between writers on one line):
 //   header | per rank: identity line, doorbell line, two small-payload lines, window line,
-//   agreement line and two agreement rounds |
+//   agreement line, two agreement rounds and two payload blocks |
 //   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
 //   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data |
 //   per rank: window (two halves) |
@@ -17,7 +17,7 @@
 // The data rings belong to the collectives; the control rings carry only negotiation messages
 // (control_channel.h), so a collective never reads one by mistake. A rank's window holds the
 // data of an allreduce that its peers reduce in place (window_allreduce.h). The size is fixed when
-// the job starts: 64 B + 1024 B per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
+// the job starts: 64 B + 17 KiB per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
 // kControlRingBytes) per rank other than 0 + windowBytes per rank, whatever the tensors the job
 // later moves. The arena's areas (arenaBytes per rank) are holes in the file until a rank
 // allocates a block there.
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/collectives/algorithm_table.h"
 #include "core/transport/agreement_board.h"
 #include "core/transport/shm/arena.h"
 
@@ -38,6 +39,9 @@ namespace shm {
 constexpr size_t kLine = 64;
 // Bytes of the small payload one rank publishes beside its sequence number (one line minus seq).
 constexpr size_t kLinePayloadBytes = kLine - 8;
+// Bytes of each of a rank's two payload blocks: the largest payload it publishes beside its line's
+// sequence number (SharedPayload in the algorithm table).
+constexpr size_t kPayloadBlockBytes = collectives::kSharedPayloadMaxBytes;
 // Bytes of each control ring: a batch of negotiation messages for a few hundred tensors fits;
 // a larger message passes in pieces.
 constexpr size_t kControlRingBytes = 256 << 10;
@@ -88,6 +92,8 @@ struct RankBlock {
   WindowLine window;
   AgreementLine agreement;
   AgreementRound rounds[2];
+  // Payloads too large for a line, by parity, published by line.seq all the same.
+  alignas(kLine) uint8_t payloads[2][kPayloadBlockBytes];
 };
 // A single-producer single-consumer byte ring: head counts bytes written (by the sender), tail
 // bytes consumed (by the receiver); both only grow. writerWaiting (control rings only) is set by

@@ -64,8 +64,9 @@ def needs_graph(tensors: list[torch.Tensor]) -> bool:
     """Whether a gradient can flow through a call on ``tensors`` (one of them requires one and
     grad mode is on). When none can, a call skips autograd's bookkeeping, which costs more than
     the collective's own call on a small tensor."""
-    return torch.is_grad_enabled() and (tensors[0].requires_grad if len(tensors) == 1 else
-                                        any(t.requires_grad for t in tensors))
+    if len(tensors) == 1:  # the attribute first: most calls stop at it, and it is cheaper
+        return tensors[0].requires_grad and torch.is_grad_enabled()
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def run(collective: str, tensors: list[torch.Tensor], grouped: bool, **args: Any) -> tuple:
