@@ -88,8 +88,7 @@ bool ShmCommunicator::broadcastDirect(void* buf, size_t bytes, int root) {
 // line holds. A rank reads a peer's payload k only after seeing its seq >= k, and no rank can
 // publish k + 2 (overwriting parity k & 1) before every rank has published k + 1, which each does
 // only after reading payload k.
-void ShmCommunicator::allreduceSharedPayload(void* buf, size_t count, DataType dtype,
-                                             ReduceOp op) {
+void ShmCommunicator::allreduceSharedPayload(void* buf, size_t count, DataType dtype, ReduceOp op) {
   ShmPeers& p = *peers_;
   const Segment& s = p.segment;
   const size_t bytes = count * dtypeSize(dtype);
