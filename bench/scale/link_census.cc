@@ -62,7 +62,7 @@ class AlwaysReadyGroup : public collectives::Group {
   }
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
                  const std::vector<size_t>& recvBytes) override {
-    collectives::alltoallvPairwise(links_, in, sendBytes, out, recvBytes);
+    collectives::alltoallv(links_, in, sendBytes, out, recvBytes, /*everyPairLinked=*/false);
   }
 
  private:
@@ -184,6 +184,13 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
     std::vector<size_t> per(n, 4);
     std::vector<uint8_t> in(4 * n);
     collectives::alltoallvPairwise(l, in.data(), per, bytes(4 * n), per);
+  }));
+  out.push_back(flat("alltoallv bruck", n, [&](collectives::Links& l) {
+    // Empty blocks: what these pipes deliver (zeros) is then what the rounds' size tables say,
+    // and the tables cross the same links in every round as the blocks would.
+    std::vector<size_t> none(n, 0);
+    uint8_t unused = 0;
+    collectives::alltoallvBruck(l, &unused, none, &unused, none);
   }));
   if (ranksPerHost > 0 && n % ranksPerHost == 0 && n / ranksPerHost > 1) {
     // 1 KiB: recursive doubling across hosts; 1 MiB: the ring (integers) or the chain-ordered

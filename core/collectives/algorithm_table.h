@@ -115,6 +115,7 @@ enum class AllreduceAlgorithm {
   Window
 };
 enum class BroadcastAlgorithm { BinomialTree, Chain };
+enum class AlltoallAlgorithm { Pairwise, Bruck };
 
 // Floating-point Sum and Product depend on the order of the operands. With two ranks every
 // algorithm computes a + b (commutative, so identical); from three ranks on, recursive doubling
@@ -151,6 +152,17 @@ inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
     return AllreduceAlgorithm::RecursiveDoubling;
   }
   return AllreduceAlgorithm::Ring;
+}
+
+// Alltoall from this many ranks on takes Bruck's exchange: 2 ceil(log2 N) links per rank instead
+// of the pairwise exchange's N - 1 (each a TCP connection, opened on first use), for about
+// log2(N) / 2 times the bytes. Below it, and where every pair is linked anyway (everyPairLinked:
+// shared memory's rings), the pairwise exchange moves every byte once.
+constexpr int kAlltoallBruckMinRanks = 32;
+
+inline AlltoallAlgorithm chooseAlltoall(int size, bool everyPairLinked = false) {
+  return size >= kAlltoallBruckMinRanks && !everyPairLinked ? AlltoallAlgorithm::Bruck
+                                                            : AlltoallAlgorithm::Pairwise;
 }
 
 inline BroadcastAlgorithm chooseBroadcast(size_t bytes, int size) {

@@ -60,6 +60,11 @@ void broadcastChain(Links& links, void* buf, size_t bytes, int root);
 // Pairwise exchange: in step s every rank sends to rank+s and receives from rank-s.
 void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes,
                        void* out, const std::vector<size_t>& recvBytes);
+// Bruck's exchange (bruck_alltoall.cc): ceil(log2 N) rounds with the ranks 2^k apart, so
+// 2 ceil(log2 N) links per rank; each block crosses a link per set bit of its distance. IoError
+// when a block that arrives is not the size recvBytes expects.
+void alltoallvBruck(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
+                    const std::vector<size_t>& recvBytes);
 // Dissemination barrier: ceil(log2 N) rounds of one byte.
 void barrierDissemination(Links& links);
 

@@ -32,5 +32,14 @@ void broadcast(Links& links, void* buf, size_t bytes, int root) {
   }
 }
 
+void alltoallv(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
+               const std::vector<size_t>& recvBytes, bool everyPairLinked) {
+  if (chooseAlltoall(links.size(), everyPairLinked) == AlltoallAlgorithm::Bruck) {
+    alltoallvBruck(links, in, sendBytes, out, recvBytes);
+  } else {
+    alltoallvPairwise(links, in, sendBytes, out, recvBytes);
+  }
+}
+
 }  // namespace collectives
 }  // namespace hora

@@ -7,6 +7,7 @@
 // Same rules as algorithms.h: every member calls with compatible arguments; errors come from
 // Links. The callers check their arguments (reduce op, root) before calling.
 #include <cstddef>
+#include <vector>
 
 #include "core/collectives/links.h"
 #include "core/common/dtype.h"
@@ -17,6 +18,9 @@ namespace collectives {
 // op is Sum, Min, Max or Product.
 void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 void broadcast(Links& links, void* buf, size_t bytes, int root);
+// everyPairLinked: see chooseAlltoall.
+void alltoallv(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
+               const std::vector<size_t>& recvBytes, bool everyPairLinked);
 
 }  // namespace collectives
 }  // namespace hora

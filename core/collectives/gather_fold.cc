@@ -2,7 +2,7 @@
 // ceil(log2 N) rounds for any N) and folds them itself in rank order. It gives the same bits as
 // the rank-ordered allreduce (rank_ordered.cc), ((v0 op v1) op v2) ..., in log2(N) rounds
 // instead of that one's N rounds (its ring allgather), at the price of receiving (N-1) buffers:
-// the choice for small buffers when the order matters (algorithm_table.h), as the shared line
+// the choice for small buffers when the order matters (algorithm_table.h), as the shared payload
 // is on shared memory.
 #include <cstring>
 

@@ -85,7 +85,8 @@ void LinksCommunicator::alltoallv(const void* in, const std::vector<size_t>& sen
                           std::to_string(sendBytes[r]) + " bytes but expects " +
                           std::to_string(recvBytes[r]));
   }
-  run("alltoallv", [&] { collectives::alltoallvPairwise(links(), in, sendBytes, out, recvBytes); });
+  run("alltoallv",
+      [&] { collectives::alltoallv(links(), in, sendBytes, out, recvBytes, everyPairLinked()); });
 }
 
 void LinksCommunicator::reduceScatter(const void* in, void* out,

@@ -55,6 +55,9 @@ class LinksCommunicator : public Communicator {
   virtual bool allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op);
   // Likewise for broadcast (arguments checked, size() > 1, bytes > 0).
   virtual bool broadcastDirect(void* buf, size_t bytes, int root);
+  // Every pair of members is linked from the start (no link to open on first use): the algorithm
+  // table then never trades bytes for fewer links.
+  virtual bool everyPairLinked() const { return false; }
 
   // Validates a subset's ranks (ascending, distinct, members, this rank among them) and returns
   // this rank's index in it.

@@ -219,6 +219,8 @@ TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
     EXPECT_EQ(byName["allreduce chain-ordered"].rank0Peers, std::min(2, n - 1)) << at;
     EXPECT_EQ(byName["alltoallv pairwise"].maxPeers, n - 1) << at;
     EXPECT_EQ(byName["alltoallv pairwise"].sampled, n <= kCensusAllRanks ? n : 258) << at;
+    EXPECT_LE(byName["alltoallv bruck"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_GE(byName["alltoallv bruck"].maxPeers, ceilLog2) << at;
   }
 }
 

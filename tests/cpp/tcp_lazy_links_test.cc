@@ -113,6 +113,48 @@ TEST(TcpLazyLinks, ASmallAllreduceOpensOnlyTheRecursiveDoublingPartners) {
   }
 }
 
+// From kAlltoallBruckMinRanks ranks an alltoall takes Bruck's exchange: it opens links only to
+// the ranks a power of two away, 2 log2 N - 1 of them at 32 ranks instead of 31, and every rank
+// gets every block.
+TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
+  const int n = collectives::kAlltoallBruckMinRanks;
+  MemoryStore store;
+  std::vector<std::vector<int>> atStart(n), linked(n);
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+    atStart[rank] = linkedRanks(conn);
+    // Rank r sends r + 1 values of 100 * r + d to rank d.
+    std::vector<size_t> sendBytes(n, (rank + 1) * sizeof(int32_t)), recvBytes(n);
+    std::vector<int32_t> in, out;
+    for (int d = 0; d < n; ++d) {
+      recvBytes[d] = (d + 1) * sizeof(int32_t);
+      in.insert(in.end(), rank + 1, 100 * rank + d);
+    }
+    out.resize(static_cast<size_t>(n) * (n + 1) / 2);
+    conn.world->alltoallv(in.data(), sendBytes, out.data(), recvBytes);
+    size_t at = 0;
+    for (int s = 0; s < n; ++s) {
+      for (int i = 0; i <= s; ++i, ++at) {
+        if (out[at] != 100 * s + rank)
+          throw std::runtime_error("wrong block from " + std::to_string(s));
+      }
+    }
+    linked[rank] = linkedRanks(conn);
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> allowed = atStart[r];
+    for (int d = 1; d < n; d *= 2) {
+      allowed.push_back((r + d) % n);
+      allowed.push_back((r - d + n) % n);
+    }
+    std::sort(allowed.begin(), allowed.end());
+    allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+    EXPECT_TRUE(std::includes(allowed.begin(), allowed.end(), linked[r].begin(), linked[r].end()))
+        << "rank " << r << ": " << describe(linked[r]);
+    EXPECT_LE(linked[r].size(), atStart[r].size() + 9) << "rank " << r;
+  }
+}
+
 TEST(TcpLazyLinks, TheEagerMeshSettingConnectsEveryPairAtStart) {
   const int n = 4;
   MemoryStore store;

@@ -46,6 +46,7 @@ class ShmCommunicator : public LinksCommunicator {
   void setOp(const char* op) override { links_.setOp(op); }
   bool allreduceDirect(void* buf, size_t count, DataType dtype, ReduceOp op) override;
   bool broadcastDirect(void* buf, size_t bytes, int root) override;
+  bool everyPairLinked() const override { return true; }  // a ring per ordered pair, from start
 
  private:
   void allreduceSharedPayload(void* buf, size_t count, DataType dtype, ReduceOp op);
