@@ -32,11 +32,9 @@ constexpr size_t kBroadcastChainMinBytes = 64 << 10;
 
 // Over shared memory (core/transport/shm/), a small allreduce over the whole job is a shared
 // payload (SharedPayload): every rank publishes its whole buffer beside a sequence number, and
-// every rank folds all of them itself, in rank order: one publication and one wait. Up to
-// kSharedLineMaxBytes, the payload a 64-byte line holds beside the sequence number and size, it
-// travels in the rank's own line; above, in a payload block of the rank's, at most
-// kSharedPayloadMaxBytes.
-constexpr size_t kSharedLineMaxBytes = 56;
+// every rank folds all of them itself, in rank order: one publication and one wait. Up to 56
+// bytes, what a 64-byte line holds beside the sequence number and size, it travels in the rank's
+// own line; above, in a payload block of the rank's, at most kSharedPayloadMaxBytes.
 constexpr size_t kSharedPayloadMaxBytes = 8 << 10;
 // Each rank reads every rank's payload: up to this many bytes in all, so a large job's ranks take
 // the window (each reduces a slice) before their folds cost more than its second wait.
