@@ -60,11 +60,7 @@ void bruckRound(Links& links, std::vector<Block>& blocks, int d) {
 void alltoallvBruck(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
                     const std::vector<size_t>& recvBytes) {
   const int n = links.size(), r = links.rank();
-  std::vector<size_t> sendAt(n), recvAt(n);
-  for (int i = 1; i < n; ++i) {
-    sendAt[i] = sendAt[i - 1] + sendBytes[i - 1];
-    recvAt[i] = recvAt[i - 1] + recvBytes[i - 1];
-  }
+  const std::vector<size_t> sendAt = startsOf(sendBytes), recvAt = startsOf(recvBytes);
   const auto* src = static_cast<const uint8_t*>(in);
   std::vector<Block> blocks(n);
   for (int j = 0; j < n; ++j) {

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "core/collectives/ring.h"
+
 namespace hora {
 namespace collectives {
 
@@ -38,11 +40,7 @@ void runTransfers(Links& links, Transfer* transfers, size_t count) {
 void alltoallvPairwise(Links& links, const void* in, const std::vector<size_t>& sendBytes,
                        void* out, const std::vector<size_t>& recvBytes) {
   int n = links.size(), r = links.rank();
-  std::vector<size_t> sendAt(n), recvAt(n);
-  for (int i = 1; i < n; ++i) {
-    sendAt[i] = sendAt[i - 1] + sendBytes[i - 1];
-    recvAt[i] = recvAt[i - 1] + recvBytes[i - 1];
-  }
+  const std::vector<size_t> sendAt = startsOf(sendBytes), recvAt = startsOf(recvBytes);
   auto* src = static_cast<uint8_t*>(const_cast<void*>(in));
   auto* dst = static_cast<uint8_t*>(out);
   if (recvBytes[r] > 0) std::memmove(dst + recvAt[r], src + sendAt[r], recvBytes[r]);

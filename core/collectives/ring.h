@@ -41,6 +41,13 @@ void runRing(Links& links, const RingPlan& plan);
 // i modulo n, in [0, n) also for negative i: rank arithmetic around a ring.
 inline int wrapRank(int i, int n) { return ((i % n) + n) % n; }
 
+// Where each of the blocks of `bytes`, laid out one after another, starts.
+inline std::vector<size_t> startsOf(const std::vector<size_t>& bytes) {
+  std::vector<size_t> at(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) at[i] = at[i - 1] + bytes[i - 1];
+  return at;
+}
+
 // Splits count elements into `parts` blocks as evenly as possible (the first count % parts blocks
 // get one more) and fills byte offsets and sizes.
 void splitEvenly(size_t count, int parts, size_t elementSize, std::vector<size_t>* offsets,

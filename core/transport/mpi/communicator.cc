@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/collectives/ring.h"
 #include "core/common/errors.h"
 #include "core/common/logging.h"
 #include "core/transport/mpi/mpi_datatypes.h"
@@ -22,16 +23,6 @@ constexpr size_t kMaxUnit = size_t(1) << 16;
 
 const uint8_t* bytesOf(const void* p) { return static_cast<const uint8_t*>(p); }
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
-
-std::vector<size_t> offsetsOf(const std::vector<size_t>& counts) {
-  std::vector<size_t> offsets(counts.size(), 0);
-  size_t at = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    offsets[i] = at;
-    at += counts[i];
-  }
-  return offsets;
-}
 
 std::vector<int> inUnits(const std::vector<size_t>& values, size_t unit) {
   std::vector<int> out(values.size());
@@ -254,7 +245,7 @@ void MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, ReduceO
 void MpiCommunicator::allgatherv(const void* in, void* out,
                                  const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
-  std::vector<size_t> offsets = offsetsOf(bytesPerRank);
+  std::vector<size_t> offsets = collectives::startsOf(bytesPerRank);
   uint8_t* mine = bytesOf(out) + offsets[rank_];
   const size_t myBytes = bytesPerRank[rank_];
   // MPI forbids a send buffer that aliases the receive buffer; an input that already is this rank's
@@ -313,7 +304,8 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& sendB
                           std::to_string(sendBytes[rank_]) + " bytes but expects " +
                           std::to_string(recvBytes[rank_]));
   }
-  std::vector<size_t> sendOffsets = offsetsOf(sendBytes), recvOffsets = offsetsOf(recvBytes);
+  std::vector<size_t> sendOffsets = collectives::startsOf(sendBytes),
+                      recvOffsets = collectives::startsOf(recvBytes);
   const uint8_t* myIn = bytesOf(in) + sendOffsets[rank_];
   uint8_t* myOut = bytesOf(out) + recvOffsets[rank_];
   if (size_ == 1) {
@@ -357,7 +349,7 @@ void MpiCommunicator::reduceScatter(const void* in, void* out,
   checkPerRank("reducescatter", countsPerRank.size());
   checkElementwise("reducescatter", op);
   const size_t elem = dtypeSize(dtype);
-  std::vector<size_t> offsets = offsetsOf(countsPerRank);
+  std::vector<size_t> offsets = collectives::startsOf(countsPerRank);
   const size_t total = offsets.back() + countsPerRank.back();
   const size_t mine = countsPerRank[rank_];
   if (size_ == 1) {
