@@ -70,6 +70,20 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   }
 }
 
+std::vector<std::optional<std::string>> MemoryStore::getMany(const std::vector<std::string>& keys,
+                                                             Millis timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_until(lock, deadline, [&] { return missingLocked(keys).empty(); });
+  std::vector<std::optional<std::string>> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) {
+    auto it = values_.find(k);
+    values.push_back(it == values_.end() ? std::nullopt : std::make_optional(it->second));
+  }
+  return values;
+}
+
 std::vector<std::string> MemoryStore::missingLocked(const std::vector<std::string>& keys) const {
   std::vector<std::string> missing;
   for (const auto& k : keys) {

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ class MemoryStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override;
 
  private:
   std::vector<std::string> missingLocked(const std::vector<std::string>& keys) const;

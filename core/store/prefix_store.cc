@@ -30,4 +30,9 @@ void PrefixStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   base_.wait(full(keys), timeout);
 }
 
+std::vector<std::optional<std::string>> PrefixStore::getMany(const std::vector<std::string>& keys,
+                                                             Millis timeout) {
+  return base_.getMany(full(keys), timeout);
+}
+
 }  // namespace hora

@@ -2,6 +2,7 @@
 // PrefixStore: a view of another Store whose keys all live under "<prefix>/". Used to keep the
 // rendezvous of each init generation and of each process set apart in one underlying store.
 // Does not own the base store, which must outlive it. Thread-safe when the base store is.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ class PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override;
 
   const std::string& prefix() const { return prefix_; }
 

@@ -6,9 +6,10 @@
 // - Values are opaque bytes. set() overwrites. add() treats a missing key as 0 and returns the new
 //   value atomically across all clients.
 // - Every blocking call takes a timeout and throws TimeoutError naming the missing keys when it
-//   runs out; IoError when the store is unreachable.
+//   runs out (getMany instead returns what it has); IoError when the store is unreachable.
 // - Implementations are thread-safe: one Store may be used from several threads at once.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ class Store {
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Blocks until every key exists.
   virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+  // Blocks until every key exists or `timeout` passes, then returns the keys' values in order,
+  // nullopt for a key still missing (a timeout of 0 only looks). One request however many keys:
+  // a rank that needs every rank's value asks once, not once per rank.
+  virtual std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                          Millis timeout) = 0;
 };
 
 }  // namespace hora

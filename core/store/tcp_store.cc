@@ -164,4 +164,25 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) 
   if (r.type != kOk) throw IoError(where() + ": unexpected reply to wait");
 }
 
+std::vector<std::optional<std::string>> TcpStoreClient::getMany(
+    const std::vector<std::string>& keys, Millis timeout) {
+  uint64_t ms = clampMs(timeout);
+  net::Writer w;
+  w.u64(ms).u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  Reply r = call(kGetMany, w.take(), Millis(ms) + kReplyGrace);
+  net::Reader reader(r.payload);
+  uint32_t n = reader.u32();
+  std::vector<std::optional<std::string>> values;
+  for (uint32_t i = 0; i < n && reader.ok(); ++i) {
+    bool present = reader.u8() != 0;
+    std::string value = reader.str();
+    values.push_back(present ? std::make_optional(std::move(value)) : std::nullopt);
+  }
+  if (r.type != kValues || !reader.ok() || values.size() != keys.size()) {
+    throw IoError(where() + ": unexpected reply to getMany");
+  }
+  return values;
+}
+
 }  // namespace hora

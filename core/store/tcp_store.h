@@ -16,6 +16,7 @@
 // busy), so a thread blocked in wait() never holds up another thread's set().
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ class TcpStoreClient : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override;
 
  private:
   struct Connection;

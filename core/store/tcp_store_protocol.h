@@ -7,6 +7,8 @@
 //   Add   {key, delta i64}             -> Counter {i64} | Error {message}
 //   Check {n u32, keys}                -> Bool {u8}
 //   Wait  {timeoutMs u64, n u32, keys} -> Ok | TimedOut {missing keys}
+//   GetMany {timeoutMs u64, n u32, keys} -> Values {n u32, n x (present u8, value)}: answered
+//         once every key exists or at the timeout, with what exists then (never TimedOut)
 //   TimedOut carries {timeoutMs u64, n u32, keys}.
 #include <cstddef>
 #include <cstdint>
@@ -20,12 +22,14 @@ enum Type : uint16_t {
   kAdd = 3,
   kCheck = 4,
   kWait = 5,
+  kGetMany = 6,
   kOk = 100,
   kValue = 101,
   kCounter = 102,
   kBool = 103,
   kTimedOut = 104,
   kError = 105,
+  kValues = 106,
 };
 
 // Largest frame either side accepts; a larger announced length is treated as garbage.

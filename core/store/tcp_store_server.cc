@@ -8,10 +8,13 @@
 // tiny requests; one event loop serves every connection without contention, and a slow or
 // stalled client can only stall its own connection.
 //
-// Blocking requests (Get of a missing key, Wait) are parked, not polled: the connection stops
-// reading further requests (so its replies stay in request order) and the parked request is
+// Blocking requests (Get of a missing key, Wait, GetMany) are parked, not polled: the connection
+// stops reading further requests (so its replies stay in request order) and the parked request is
 // answered by the Set/Add that provides the keys, or by its own deadline (a TimedOut reply that
-// names the missing keys). Clients therefore never spin against the server.
+// names the missing keys; GetMany's Values with what exists). Clients therefore never spin
+// against the server. A parked request remembers how many of its keys, in order, are known to
+// exist (keys are never removed), so that each Set looks at one key per parked request: N ranks
+// each awaiting all N ranks' keys cost the server O(N^2) lookups over a start-up, not O(N^3).
 //
 // A connection is dropped, with a warning, on anything that is not this protocol (a failed
 // handshake, a bad frame header, an unknown request type, a payload that does not decode), because
@@ -65,16 +68,18 @@ class TcpStoreServer::Impl {
     size_t inPos = 0;
     std::string out;
     size_t outPos = 0;
-    bool waiting = false;  // a Get/Wait is parked in waiters_
+    bool waiting = false;  // a Get/Wait/GetMany is parked in waiters_
     bool dead = false;
   };
-  // A parked Get/Wait; timeoutMs is echoed in the TimedOut reply for the client's message.
+  // A parked Get/Wait/GetMany; timeoutMs is echoed in the TimedOut reply for the client's
+  // message. keys[0, known) exist.
   struct Waiter {
     Conn* conn;
     uint16_t type;
     std::vector<std::string> keys;
     Clock::time_point deadline;
     uint64_t timeoutMs;
+    size_t known = 0;
   };
 
   void run();
@@ -93,6 +98,8 @@ class TcpStoreServer::Impl {
   void resumeReleased();
   void expire(Clock::time_point now);
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  bool allKnown(Waiter& w) const;
+  std::string valuesOf(const std::vector<std::string>& keys) const;
   int nextTimeoutMs() const;
 
   Socket listener_;
@@ -351,13 +358,15 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
       return reply(c, kBool, net::Writer().u8(missing(keys).empty() ? 1 : 0).take());
     }
     case kGet:
-    case kWait: {
+    case kWait:
+    case kGetMany: {
       // Clamped so the deadline below cannot overflow, whatever the client asked for.
       uint64_t timeoutMs = std::min(r.u64(), kMaxWaitMs);
       std::vector<std::string> keys = type == kGet ? std::vector<std::string>{r.str()} : readKeys();
       if (malformed()) break;
       c.waiting = true;
-      waiters_.push_back({&c, type, std::move(keys), Clock::now() + Millis(timeoutMs), timeoutMs});
+      waiters_.push_back(
+          {&c, type, std::move(keys), Clock::now() + Millis(timeoutMs), timeoutMs, 0});
       notifyWaiters();  // answers at once when the keys are already there
       return;
     }
@@ -371,9 +380,11 @@ void TcpStoreServer::Impl::handle(Conn& c, uint16_t type, net::Reader& r) {
 void TcpStoreServer::Impl::notifyWaiters() {
   for (size_t i = 0; i < waiters_.size();) {
     Waiter& w = waiters_[i];
-    if (!w.conn->dead && missing(w.keys).empty()) {
+    if (!w.conn->dead && allKnown(w)) {
       if (w.type == kGet) {
         reply(*w.conn, kValue, net::Writer().str(values_[w.keys[0]]).take());
+      } else if (w.type == kGetMany) {
+        reply(*w.conn, kValues, valuesOf(w.keys));
       } else {
         reply(*w.conn, kOk, "");
       }
@@ -402,11 +413,15 @@ void TcpStoreServer::Impl::expire(Clock::time_point now) {
   for (size_t i = 0; i < waiters_.size();) {
     Waiter& w = waiters_[i];
     if (!w.conn->dead && w.deadline <= now) {
-      auto keys = missing(w.keys);
-      net::Writer out;
-      out.u64(w.timeoutMs).u32(static_cast<uint32_t>(keys.size()));
-      for (const auto& k : keys) out.str(k);
-      reply(*w.conn, kTimedOut, out.take());
+      if (w.type == kGetMany) {
+        reply(*w.conn, kValues, valuesOf(w.keys));
+      } else {
+        auto keys = missing(w.keys);
+        net::Writer out;
+        out.u64(w.timeoutMs).u32(static_cast<uint32_t>(keys.size()));
+        for (const auto& k : keys) out.str(k);
+        reply(*w.conn, kTimedOut, out.take());
+      }
       w.conn->waiting = false;
       released_.push_back(w.conn);
       waiters_.erase(waiters_.begin() + static_cast<long>(i));
@@ -426,6 +441,22 @@ std::vector<std::string> TcpStoreServer::Impl::missing(const std::vector<std::st
     if (values_.find(k) == values_.end()) out.push_back(k);
   }
   return out;
+}
+
+bool TcpStoreServer::Impl::allKnown(Waiter& w) const {
+  while (w.known < w.keys.size() && values_.count(w.keys[w.known]) != 0) ++w.known;
+  return w.known == w.keys.size();
+}
+
+// GetMany's reply: every key's value, or that it is missing.
+std::string TcpStoreServer::Impl::valuesOf(const std::vector<std::string>& keys) const {
+  net::Writer out;
+  out.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    auto it = values_.find(k);
+    out.u8(it == values_.end() ? 0 : 1).str(it == values_.end() ? std::string() : it->second);
+  }
+  return out.take();
 }
 
 void TcpStoreServer::Impl::reply(Conn& c, uint16_t type, const std::string& payload) {

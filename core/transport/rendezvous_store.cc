@@ -1,8 +1,16 @@
 #include "core/transport/rendezvous_store.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace hora {
+namespace {
+
+// The longest single wait of awaitRanks: after each, it asks only for the ranks still missing, so
+// that a store failing later names only those.
+constexpr Millis kAwaitSlice{1000};
+
+}  // namespace
 
 std::string storeOwnerName(StoreOwner owner) {
   return owner == StoreOwner::Rank0 ? "rank 0" : "the launcher";
@@ -40,36 +48,41 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
                                     const std::vector<int>& ranks,
                                     const std::function<std::string(int)>& keyOf,
                                     Clock::time_point deadline, const std::string& purpose) {
-  std::vector<std::string> values;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const std::string doing = "waiting for rank(s) " + std::to_string(ranks[i]) + " to " + purpose;
-    // One deadline for all the ranks: later ranks get what time the earlier ones left. A deadline
-    // that has passed still allows a zero-wait get, so a key already there is taken.
-    auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
-    try {
-      values.push_back(store.get(keyOf(ranks[i]), left));
-      continue;
-    } catch (const IoError& e) {
-      throwStoreFailure(o, e, doing);
-    } catch (const TimeoutError&) {
-      // The store answered that the key is still missing at the deadline: see which others are.
-    }
+  std::vector<std::string> values(ranks.size());
+  std::vector<size_t> pending;  // indices into ranks whose value has not arrived
+  for (size_t i = 0; i < ranks.size(); ++i) pending.push_back(i);
+  // The first request only looks, even past the deadline: what is there already is taken, and
+  // only the ranks still missing are waited for (and named if the store fails meanwhile).
+  Millis wait(0);
+  while (!pending.empty()) {
+    std::vector<std::string> keys;
     std::vector<int> missing;
-    // The timeout names every rank still missing, not only the first one found missing.
-    for (size_t j = i; j < ranks.size(); ++j) {
-      bool there = storeCall(o, doing, [&] { return store.check({keyOf(ranks[j])}); });
-      if (!there) missing.push_back(ranks[j]);
+    for (size_t i : pending) {
+      keys.push_back(keyOf(ranks[i]));
+      missing.push_back(ranks[i]);
     }
-    if (missing.empty()) {  // every key arrived just after the deadline: take them
-      for (size_t j = i; j < ranks.size(); ++j) {
-        values.push_back(
-            storeCall(o, doing, [&] { return store.get(keyOf(ranks[j]), Millis(0)); }));
+    const std::string doing = "waiting for rank(s) " + rankList(missing) + " to " + purpose;
+    std::vector<std::optional<std::string>> got =
+        storeCall(o, doing, [&] { return store.getMany(keys, wait); });
+    std::vector<size_t> still;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      if (got[j]) {
+        values[pending[j]] = std::move(*got[j]);
+      } else {
+        still.push_back(pending[j]);
       }
-      return values;
     }
-    throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
-                       std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
-                       rankList(missing) + " to " + purpose + " (not started, or failed)");
+    pending.swap(still);
+    if (pending.empty()) break;
+    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left <= Millis(0)) {
+      missing.clear();
+      for (size_t i : pending) missing.push_back(ranks[i]);
+      throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
+                         std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
+                         rankList(missing) + " to " + purpose + " (not started, or failed)");
+    }
+    wait = std::min(left, kAwaitSlice);
   }
   return values;
 }

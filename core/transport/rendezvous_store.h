@@ -42,10 +42,11 @@ auto storeCall(const ConnectOptions& o, const std::string& doing, Call&& call) -
   }
 }
 
-// Waits until each rank of `ranks` has set keyOf(rank) and returns the values, in that order. The
-// keys are awaited one at a time, in order, so that a failure of the store names the first rank
-// not seen yet. Past `deadline`, TimeoutError "rank R: timed out after <startTimeout> ms waiting
-// for rank(s) <every rank still missing> to <purpose> (not started, or failed)".
+// Waits until each rank of `ranks` has set keyOf(rank) and returns the values, in that order. One
+// request asks for every key still missing (Store::getMany), so awaiting all N ranks costs a rank a
+// few requests, not N; a failure of the store names the ranks not seen yet. Past `deadline`,
+// TimeoutError "rank R: timed out after <startTimeout> ms waiting for rank(s) <every rank still
+// missing> to <purpose> (not started, or failed)".
 std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
                                     const std::vector<int>& ranks,
                                     const std::function<std::string(int)>& keyOf,

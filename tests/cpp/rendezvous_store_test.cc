@@ -20,6 +20,7 @@
 #include "core/transport/rendezvous_store.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/connect_options.h"
+#include "tests/cpp/counting_store.h"
 
 namespace hora {
 namespace {
@@ -46,6 +47,14 @@ class WatchedStore : public Store {
   }
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     inner_.wait(keys, timeout);
+  }
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override {
+    // Only a getMany that waits: a look (timeout 0) comes first and is over at once.
+    if (timeout > Millis(0)) {
+      for (const auto& k : keys) seen("getMany", k);
+    }
+    return inner_.getMany(keys, timeout);
   }
 
   // Blocks until the watched call was made (bounded: the test fails, never hangs).
@@ -115,7 +124,8 @@ TEST(RendezvousStore, RankWaitingForAnAddressNamesTheMissingRankAndRank0) {
   auto rank0Published = [](Store& s) {
     s.set("addr/0", "127.0.0.1:" + std::to_string(unusedPort()));
   };
-  std::string m = errorWhenTheStoreStops(2, 3, StoreOwner::Rank0, rank0Published, "get", "addr/1");
+  std::string m =
+      errorWhenTheStoreStops(2, 3, StoreOwner::Rank0, rank0Published, "getMany", "addr/1");
   EXPECT_NE(m.find("rank 2: the rendezvous store, served by rank 0, failed while this rank was "
                    "waiting for rank(s) 1 to publish their address: store at 127.0.0.1:"),
             std::string::npos)
@@ -203,6 +213,32 @@ TEST(RendezvousStore, AwaitRanksReturnsValuesInOrderAndNamesEveryMissingRankAtTh
   store.set("k/1", "b");
   EXPECT_EQ(awaitRanks(o, store, {2, 0, 1}, keyOf, Clock::now(), "say hello"),
             (std::vector<std::string>{"c", "a", "b"}));
+}
+
+// Every rank awaits every rank's key at start-up (hosts, shared-memory attachment): one request
+// asks for all the keys still missing, so a rank asks a few times, not once per rank.
+TEST(RendezvousStore, AwaitingManyRanksTakesAFewRequestsNotOnePerRank) {
+  MemoryStore shared;
+  test::CountingStore store(shared);
+  auto keyOf = [](int r) { return "k/" + std::to_string(r); };
+  const int n = 100;
+  for (int r = 0; r < n; ++r) {
+    if (r % 10 != 3) shared.set(keyOf(r), std::to_string(r));
+  }
+  std::thread late([&] {  // the last ranks arrive while the others are awaited
+    std::this_thread::sleep_for(50ms);
+    for (int r = 3; r < n; r += 10) shared.set(keyOf(r), std::to_string(r));
+  });
+  std::vector<int> everyone;
+  for (int r = 0; r < n; ++r) everyone.push_back(r);
+  ConnectOptions o = options(0, n, StoreOwner::Launcher);
+  std::vector<std::string> values =
+      awaitRanks(o, store, everyone, keyOf, Clock::now() + 10000ms, "say hello");
+  late.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(values[r], std::to_string(r));
+  // A look at what is there, then one wait for the ten still missing (a wait per second more
+  // only on a machine so slow that they take longer).
+  EXPECT_LE(store.requests(), 4) << "requests for " << n << " ranks";
 }
 
 // A store failure of the class TimeoutError (a store that stopped answering) stays a

@@ -226,7 +226,8 @@ TEST(ShmSetup, DisabledOnAnyRankKeepsTcpOnEveryRank) {
   });
 }
 
-// A Store that runs a hook before every get(), so a test can hold one rank at a chosen key.
+// A Store that runs a hook before every get() (and getMany(), per key), so a test can hold one rank
+// at a chosen key.
 class GatedStore : public Store {
  public:
   GatedStore(Store& inner, std::function<void(const std::string&)> beforeGet)
@@ -240,6 +241,11 @@ class GatedStore : public Store {
   bool check(const std::vector<std::string>& keys) override { return inner_.check(keys); }
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     inner_.wait(keys, timeout);
+  }
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override {
+    for (const auto& k : keys) beforeGet_(k);
+    return inner_.getMany(keys, timeout);
   }
 
  private:

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +78,16 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
     holder = other();
     return holder ? *holder : store();
   }
+  // A thread that, 50 ms from now, sets "y" to "late" and adds `z` to "z" through another handle
+  // (kept in `holder`).
+  std::thread setLater(std::unique_ptr<Store>& holder, int64_t z) {
+    Store& setter = otherOrSame(holder);
+    return std::thread([&setter, z] {
+      std::this_thread::sleep_for(50ms);
+      setter.set("y", "late");
+      setter.add("z", z);
+    });
+  }
 
   std::unique_ptr<StoreFactory> factory_;
 };
@@ -118,12 +129,7 @@ TEST_P(StoreContract, CheckAndWait) {
   EXPECT_TRUE(store().check({}));
   store().wait({}, 0ms);
   std::unique_ptr<Store> holder;
-  Store& setter = otherOrSame(holder);
-  std::thread t([&] {
-    std::this_thread::sleep_for(50ms);
-    setter.set("y", "late");
-    setter.add("z", 1);
-  });
+  std::thread t = setLater(holder, 1);
   auto start = std::chrono::steady_clock::now();
   store().wait({"x", "y", "z"}, 5000ms);
   EXPECT_EQ(store().get("y", 0ms), "late");
@@ -150,6 +156,31 @@ TEST_P(StoreContract, TimeoutsNameTheMissingKeys) {
   // The store still works after timeouts.
   store().set("after", "ok");
   EXPECT_EQ(store().get("after", 100ms), "ok");
+}
+
+TEST_P(StoreContract, GetManyReturnsWhatExistsInOrderAndWaitsForTheRest) {
+  using Values = std::vector<std::optional<std::string>>;
+  store().set("a", "1");
+  store().set("empty", "");
+  std::string binary("\0\x01\xff", 3);
+  store().set("bin", binary);
+  // A look (timeout 0): missing keys are nullopt, an empty value is a value.
+  EXPECT_EQ(store().getMany({"a", "missing", "empty", "bin", "a"}, 0ms),
+            (Values{"1", std::nullopt, "", binary, "1"}));
+  EXPECT_EQ(store().getMany({}, 0ms), Values{});
+  // A wait returns once the last key arrives, with every value.
+  std::unique_ptr<Store> holder;
+  std::thread t = setLater(holder, 2);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(store().getMany({"y", "a", "z"}, 5000ms), (Values{"late", "1", "2"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2000ms);
+  t.join();
+  // At the timeout: what exists, without an error.
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(store().getMany({"a", "never"}, 150ms), (Values{"1", std::nullopt}));
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 140ms);
+  EXPECT_LT(took, 2000ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreContract, ::testing::Values("Memory", "Tcp", "Prefix"),
@@ -434,6 +465,37 @@ TEST(TcpStore, ManyRequestsQueuedBehindAParkedOneAreAllAnswered) {
     ASSERT_EQ(h.length, 0u) << "reply " << i;
   }
   EXPECT_EQ(other.get("gate", 100ms), "open");
+}
+
+// Parked getManys remember how many of their keys, in order, exist: each must still be answered
+// when its last missing key arrives, whichever order the keys come in, with every value.
+TEST(TcpStore, ParkedGetManysAreAnsweredWithEveryValueInAnyOrderOfArrival) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  const int keys = 200, clients = 8;
+  auto key = [](int k) { return "k" + std::to_string(k); };
+  std::vector<std::vector<std::optional<std::string>>> got(clients);
+  std::vector<std::vector<std::string>> asked(clients);
+  std::thread setter([&] {
+    TcpStoreClient c("127.0.0.1", server.port(), kSecret, Millis(5000));
+    std::this_thread::sleep_for(50ms);  // after the clients have parked, most likely
+    for (int i = 0; i < keys; ++i) {
+      int k = (i * 37 + 11) % keys;  // 37 is prime to 200: every key once, scrambled
+      c.set(key(k), "v" + std::to_string(k));
+    }
+  });
+  test::spawnRanks(clients, [&](int who) {
+    for (int i = 0; i < keys; ++i) asked[who].push_back(key((i + who * 25) % keys));
+    TcpStoreClient c("127.0.0.1", server.port(), kSecret, Millis(5000));
+    got[who] = c.getMany(asked[who], 10000ms);
+  });
+  setter.join();
+  for (int who = 0; who < clients; ++who) {
+    ASSERT_EQ(got[who].size(), static_cast<size_t>(keys));
+    for (int i = 0; i < keys; ++i) {
+      ASSERT_TRUE(got[who][i].has_value()) << "client " << who << ", " << asked[who][i];
+      EXPECT_EQ(*got[who][i], "v" + asked[who][i].substr(1));
+    }
+  }
 }
 
 // A client that floods the server behind a parked request is held back by TCP once the server

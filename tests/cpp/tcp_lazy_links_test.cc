@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -21,6 +22,7 @@
 #include "core/transport/tcp/communicator.h"
 #include "core/transport/transport.h"
 #include "tests/cpp/connect_options.h"
+#include "tests/cpp/counting_store.h"
 #include "tests/cpp/spawn.h"
 
 namespace hora {
@@ -153,6 +155,27 @@ TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
         << "rank " << r << ": " << describe(linked[r]);
     EXPECT_LE(linked[r].size(), atStart[r].size() + 9) << "rank " << r;
   }
+}
+
+// Set-up asks the store a few times per rank, whatever the job's size: its own address, one wait
+// for the lower ranks' addresses, a look now and then for the higher ones' (one request for all
+// those still missing), rank 0's verdict. Reading the addresses one rank at a time took every rank
+// N - 1 requests or more, and the store N (N - 1) over a start-up.
+TEST(TcpLazyLinks, SetUpAsksTheStoreAFewTimesPerRankNotOncePerRank) {
+  const int n = 24;
+  MemoryStore shared;
+  std::vector<std::unique_ptr<test::CountingStore>> stores;
+  for (int r = 0; r < n; ++r) stores.push_back(std::make_unique<test::CountingStore>(shared));
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(*stores[rank], test::loopbackOptions(rank, n, kSecret));
+  });
+  std::string counts;
+  int most = 0;
+  for (const auto& s : stores) {
+    counts += (counts.empty() ? "" : ", ") + std::to_string(s->requests());
+    most = std::max(most, s->requests());
+  }
+  EXPECT_LT(most, n - 1) << "requests by rank: " << counts;
 }
 
 TEST(TcpLazyLinks, TheEagerMeshSettingConnectsEveryPairAtStart) {

@@ -321,7 +321,7 @@ TEST(TcpTransport, MissingRankTimesOutNamingIt) {
   for (const auto& m : messages) EXPECT_NE(m.find("rank(s) 2"), std::string::npos) << m;
 }
 
-// A store that goes away (the launcher stopped it) while check() is asked.
+// A store that goes away (the launcher stopped it) while check() or getMany() is asked.
 class VanishingStore : public Store {
  public:
   void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
@@ -335,6 +335,11 @@ class VanishingStore : public Store {
   }
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     inner_.wait(keys, timeout);
+  }
+  std::vector<std::optional<std::string>> getMany(const std::vector<std::string>& keys,
+                                                  Millis timeout) override {
+    if (gone) throw IoError("store at test: connection closed by peer");
+    return inner_.getMany(keys, timeout);
   }
   std::atomic<bool> gone{false};
 

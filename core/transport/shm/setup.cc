@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/common/errors.h"
@@ -121,12 +123,17 @@ std::string serveSegment(const ConnectOptions& o, Store& store, int listenFd, co
       if (served.count(r) == 0) unserved.push_back(r);
     }
     const std::string doing = "waiting for rank(s) " + rankList(unserved) + " to attach";
-    for (int r : unserved) {
-      // A rank that could not attach publishes why under its "ok" key; looking for it here stops
-      // rank 0 from serving until the deadline a rank that will never connect.
-      if (storeCall(o, doing, [&] { return store.check({key("ok", r)}); })) {
-        std::string v = storeCall(o, doing, [&] { return store.get(key("ok", r), Millis(1000)); });
-        if (v != "ok") return "rank " + std::to_string(r) + ": " + v.substr(1);
+    // A rank that could not attach publishes why under its "ok" key; looking for it here (one
+    // request for them all) stops rank 0 from serving until the deadline a rank that will never
+    // connect.
+    std::vector<std::string> okKeys;
+    for (int r : unserved) okKeys.push_back(key("ok", r));
+    std::vector<std::optional<std::string>> oks =
+        storeCall(o, doing, [&] { return store.getMany(okKeys, Millis(0)); });
+    for (size_t i = 0; i < unserved.size(); ++i) {
+      // A rank publishes "ok..." only once served, "!why" when it could not attach.
+      if (oks[i] && !oks[i]->empty() && (*oks[i])[0] == '!') {
+        return "rank " + std::to_string(unserved[i]) + ": " + oks[i]->substr(1);
       }
     }
     if (Clock::now() >= deadline) {

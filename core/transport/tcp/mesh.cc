@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "core/common/errors.h"
@@ -108,7 +109,7 @@ class MeshBuilder {
   [[noreturn]] void timedOut();
   void checkStore(Clock::time_point now);
   void pollAddresses(Clock::time_point now);
-  bool addressesKnown() const { return eager_ || addressesRead_ == o_.size; }
+  bool addressesKnown() const { return eager_ || addressesFound_ == o_.size; }
   std::string doing() const;
   std::string me() const { return "rank " + std::to_string(o_.rank); }
 
@@ -123,7 +124,7 @@ class MeshBuilder {
   std::vector<std::unique_ptr<Attempt>> attempts_;
   std::vector<bool> claimedData_, claimedControl_;
   int incomingData_ = 0, incomingControl_ = 0;
-  int addressesRead_ = 0;  // ranks 0..addressesRead_-1 have their address in mesh_.addresses
+  int addressesFound_ = 0;  // how many ranks have their address in mesh_.addresses
   Clock::time_point nextStoreCheck_, nextAddressPoll_;
   Millis addressPoll_ = kFirstAddressPoll;
   MeshSockets mesh_;
@@ -288,19 +289,24 @@ void MeshBuilder::checkStore(Clock::time_point now) {
   storeCall(o_, doing(), [&] { return store_.check({addressKey(o_.rank)}); });
 }
 
-// Lazy set-up: reads the addresses published so far, in rank order, without blocking, so that the
-// listener is served between looks (a stranger, or a peer opening its link early).
+// Lazy set-up: one look (Store::getMany, without waiting) for every address still missing, so that
+// the listener is served between looks (a stranger, or a peer opening its link early), and a rank
+// asks the store a few times over its set-up, not once per rank.
 void MeshBuilder::pollAddresses(Clock::time_point now) {
   if (addressesKnown() || now < nextAddressPoll_) return;
-  const std::string waiting = doing();
-  while (addressesRead_ < o_.size) {
-    const int r = addressesRead_;
-    if (mesh_.addresses[r].empty()) {
-      if (!storeCall(o_, waiting, [&] { return store_.check({addressKey(r)}); })) break;
-      mesh_.addresses[r] =
-          storeCall(o_, waiting, [&] { return store_.get(addressKey(r), Millis(0)); });
-    }
-    ++addressesRead_;
+  std::vector<int> ranks;
+  std::vector<std::string> keys;
+  for (int r = 0; r < o_.size; ++r) {
+    if (!mesh_.addresses[r].empty()) continue;
+    ranks.push_back(r);
+    keys.push_back(addressKey(r));
+  }
+  std::vector<std::optional<std::string>> got =
+      storeCall(o_, doing(), [&] { return store_.getMany(keys, Millis(0)); });
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (!got[i]) continue;
+    mesh_.addresses[ranks[i]] = std::move(*got[i]);
+    ++addressesFound_;
   }
   addressPoll_ = std::min(addressPoll_ * 2, kMaxAddressPoll);
   nextAddressPoll_ = now + addressPoll_;
@@ -341,7 +347,7 @@ void MeshBuilder::resolveTargets() {
       // the listener meanwhile.
       awaitRanks(o_, store_, lower, addressKey, deadline_, "publish their address");
   for (size_t i = 0; i < lower.size(); ++i) mesh_.addresses[lower[i]] = addresses[i];
-  addressesRead_ = o_.rank + 1;  // the lower ranks' and this rank's own
+  addressesFound_ = o_.rank + 1;  // the lower ranks' and this rank's own
   for (auto& t : targets_) {
     net::parseHostPort(addresses[t.rank], &t.host, &t.port);
     t.retryAt = Clock::now();
@@ -458,8 +464,10 @@ void MeshBuilder::finish(Attempt& a) {
   (a.hs.peerKind() == net::PeerKind::Data ? mesh_.data : mesh_.control)[rank] = std::move(a.sock);
   ++(a.hs.peerKind() == net::PeerKind::Data ? incomingData_ : incomingControl_);
   // A rank that connected has published its address: look for it (and any other) now.
-  nextAddressPoll_ = Clock::now();
-  addressPoll_ = kFirstAddressPoll;
+  if (mesh_.addresses[rank].empty()) {
+    nextAddressPoll_ = Clock::now();
+    addressPoll_ = kFirstAddressPoll;
+  }
   HORA_LOG(Debug, me() << ": " << net::peerKindName(a.hs.peerKind()) << " connection from rank "
                        << rank << " ready");
 }

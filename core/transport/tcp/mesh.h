@@ -8,7 +8,8 @@
 //      its parent; up to fanout + 1 ranks, a star around rank 0).
 //      Data plane, eager (HORA_TCP_EAGER_MESH=1): one connection per pair of ranks; the higher
 //      rank connects to the lower. Lazy (the default): none here; set-up ends once every rank's
-//      address is read from the store (polled, so the listener is served meanwhile), and the
+//      address is read from the store (looked for in one request for all those still missing,
+//      every 50 ms at most, so the listener is served meanwhile), and the
 //      links are opened on first use (link_opener.h) through the listener returned here. A data
 //      connection from a higher rank that already opens its link while this rank is still in
 //      set-up is taken as in the eager mesh.
