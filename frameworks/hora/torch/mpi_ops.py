@@ -65,8 +65,10 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         ValueError: both ``average`` and ``op`` given; unsupported dtype.
         HoraError: the ranks disagree on shape, dtype or op, or communication failed.
     """
-    op = handle_average_backwards_compatibility(op, average)
-    if compression is NoneCompressor and not _needs_graph([tensor]):
+    if average is not None or op is None:
+        op = handle_average_backwards_compatibility(op, average)
+    # needs_graph([tensor]), without the list and the call.
+    if compression is NoneCompressor and not (tensor.requires_grad and torch.is_grad_enabled()):
         # The common call, as short as it can be: a copy of the tensor reduced in place.
         return _a.run_one("allreduce", tensor, "allreduce_async", False, name, op, None,
                           prescale_factor, postscale_factor, 0, process_set)
