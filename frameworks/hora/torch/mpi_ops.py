@@ -37,7 +37,6 @@ from hora.torch._async_ops import (
     sparse_allreduce_async,
     synchronize,
 )
-from hora.torch._autograd import needs_graph as _needs_graph
 from hora.torch._autograd import run as _run
 from hora.torch.compression import Compression, Compressor, NoneCompressor
 
