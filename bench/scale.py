@@ -174,7 +174,8 @@ def plot(doc: dict[str, Any], images: Path) -> None:
         sizes = [r["bytes"] for r in rows]
         for key, name in (("recursive_doubling_s", "recursive doubling"), ("ring_s", "ring"),
                           ("rank_ordered_s", "rank-ordered"),
-                          ("chain_ordered_s", "chain-ordered"), ("gather_fold_s", "gather-fold"),
+                          ("chain_ordered_s", "chain-ordered"),
+                          ("bruck_ordered_s", "bruck-ordered"), ("gather_fold_s", "gather-fold"),
                           ("hierarchical_s", "hierarchical"),
                           ("lower_bound_s", "lower bound")):
             ys = [r[key] for r in rows]

@@ -15,7 +15,8 @@ HEADLINE_TENSORS = 200
 MODEL_RANKS = (8, 64, 512, 4096)
 ALGORITHMS = (("recursive_doubling_s", "recursive doubling"), ("ring_s", "ring"),
               ("rank_ordered_s", "rank-ordered"),
-              ("chain_ordered_s", "chain-ordered"), ("gather_fold_s", "gather-fold"),
+              ("chain_ordered_s", "chain-ordered"),
+              ("bruck_ordered_s", "bruck-ordered"), ("gather_fold_s", "gather-fold"),
               ("hierarchical_s", "hierarchical"))
 
 

@@ -32,6 +32,13 @@
 // links). Two ranks have no link that carries both: R + 1 steps.
 //     T = steps (a + g b),  steps = max(2 (n-1) + R - 1, 2 R + n - 2)   (n >= 3)
 //
+// Bruck-ordered (bruck_ordered.cc, float Sum/Product from 5 ranks on, blocks of S/n up to 4 KiB):
+// Bruck's exchange, ceil(log2 n) rounds; the round of distance d sends the pieces (S/n each) of
+// the m_d slots j in [1, n) with bit d set, one message each way; then a Bruck allgather of the
+// folded blocks, ceil(log2 n) rounds of min(2^k, n - 2^k) blocks each (as the gather-fold's, of
+// S/n instead of S). Every round's link: the slowest of the job.
+//     T = sum over d (a + m_d S/n b) + sum over rounds (a + m_k S/n b),  sum of m_k = n - 1
+//
 // Gather-fold (gather_fold.cc, small float Sum/Product on 3 ranks or more): a Bruck allgather of
 // every rank's whole buffer, ceil(log2 n) rounds; round k sends min(2^k, n - 2^k) buffers to rank
 // r - 2^k and receives as many from r + 2^k (on more than one host some pair of every round
@@ -106,6 +113,19 @@ double chainOrderedSeconds(int n, double bytes, const Fabric& f) {
   return steps * cost(slowest(n, f), bytes / segments);
 }
 
+double bruckOrderedSeconds(int n, double bytes, const Fabric& f) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const LinkCost& link = slowest(n, f);
+  const double block = bytes / n;
+  double t = 0;
+  for (int d = 1; d < n; d *= 2) {
+    int moved = 0;
+    for (int j = d; j < n; ++j) moved += (j & d) != 0;
+    t += cost(link, moved * block);
+  }
+  return t + gatherFoldSeconds(n, block, f);
+}
+
 double gatherFoldSeconds(int n, double bytes, const Fabric& f) {
   if (n <= 1 || bytes <= 0) return 0;
   double t = 0;
@@ -158,6 +178,7 @@ double secondsOf(collectives::AllreduceAlgorithm a, int n, double bytes, const F
     case collectives::AllreduceAlgorithm::Ring: return ringSeconds(n, bytes, f);
     case collectives::AllreduceAlgorithm::RankOrdered: return rankOrderedSeconds(n, bytes, f);
     case collectives::AllreduceAlgorithm::ChainOrdered: return chainOrderedSeconds(n, bytes, f);
+    case collectives::AllreduceAlgorithm::BruckOrdered: return bruckOrderedSeconds(n, bytes, f);
     case collectives::AllreduceAlgorithm::GatherFold: return gatherFoldSeconds(n, bytes, f);
     default: return recursiveDoublingSeconds(n, bytes, f);
   }
@@ -168,6 +189,7 @@ const char* algorithmName(collectives::AllreduceAlgorithm a) {
     case collectives::AllreduceAlgorithm::Ring: return "ring";
     case collectives::AllreduceAlgorithm::RankOrdered: return "rank_ordered";
     case collectives::AllreduceAlgorithm::ChainOrdered: return "chain_ordered";
+    case collectives::AllreduceAlgorithm::BruckOrdered: return "bruck_ordered";
     case collectives::AllreduceAlgorithm::GatherFold: return "gather_fold";
     case collectives::AllreduceAlgorithm::SharedPayload: return "shared_payload";
     case collectives::AllreduceAlgorithm::Window: return "window";

@@ -33,6 +33,7 @@ double ringSeconds(int n, double bytes, const Fabric& f);
 double recursiveDoublingSeconds(int n, double bytes, const Fabric& f);
 double rankOrderedSeconds(int n, double bytes, const Fabric& f);
 double chainOrderedSeconds(int n, double bytes, const Fabric& f);
+double bruckOrderedSeconds(int n, double bytes, const Fabric& f);
 double gatherFoldSeconds(int n, double bytes, const Fabric& f);
 // Local reduce-scatter, cross allreduce between hosts (the algorithm the table picks for H ranks
 // and bytes / L), local allgather; n / f.ranksPerHost hosts.

@@ -162,6 +162,10 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
     collectives::allreduceChainOrdered(l, bytes(blocks * 4), blocks, DataType::Float32,
                                        ReduceOp::Sum);
   }));
+  out.push_back(flat("allreduce bruck-ordered", n, [&](collectives::Links& l) {
+    collectives::allreduceBruckOrdered(l, bytes(blocks * 4), blocks, DataType::Float32,
+                                       ReduceOp::Sum);
+  }));
   out.push_back(flat("allgatherv ring", n, [&](collectives::Links& l) {
     std::vector<size_t> per(n, 4);
     collectives::allgathervRing(l, bytes(4 * n), buf.data(), per);

@@ -120,6 +120,7 @@ std::string runAll(const RunOptions& o, const std::function<void(const std::stri
           << ", \"recursive_doubling_s\": " << num(recursiveDoublingSeconds(n, s, f))
           << ", \"rank_ordered_s\": " << num(rankOrderedSeconds(n, s, f))
           << ", \"chain_ordered_s\": " << num(chainOrderedSeconds(n, s, f))
+          << ", \"bruck_ordered_s\": " << num(bruckOrderedSeconds(n, s, f))
           << ", \"gather_fold_s\": " << num(gatherFoldSeconds(n, s, f))
           << ", \"hierarchical_s\": " << (hier < 0 ? std::string("null") : num(hier))
           << ", \"lower_bound_s\": " << num(lowerBoundSeconds(n, s, f))

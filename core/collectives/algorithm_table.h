@@ -103,11 +103,24 @@ inline size_t chainSegmentBytes(size_t bytes, int size, size_t elementSize) {
 // connection. From 5 ranks on the chain's 2 links against N-1 decide.
 constexpr int kRankOrderedRanks = 4;
 
+// When the order matters, from this many ranks on, a buffer whose blocks (bytes / N, one per
+// rank) are at most kBruckOrderedMaxBlockBytes takes the Bruck-ordered allreduce
+// (bruck_ordered.cc) where the gather-fold does not: 2 ceil(log2 N) rounds in a row instead of
+// the chain's 2 (N-1) hops, for about log2(N) / 2 + 1 times the buffer's bytes sent per rank
+// instead of 2. In the alpha-beta model (bench/scale: 5 us and 10 Gbit/s per link) the chain
+// takes 1.4-2.3x its time at the bound from 5 to 4,096 ranks, and far more below it (4 KiB at
+// 4,096 ranks: 48 ms against 0.14 ms); at four times the bound, 0.6x (4,096 ranks) to 1.5x
+// (5 ranks). Nothing measured: the chain was chosen from 3- and 4-rank runs, and from 5 ranks on
+// both are choices of the model.
+constexpr int kBruckOrderedMinRanks = 5;
+constexpr size_t kBruckOrderedMaxBlockBytes = 4 << 10;
+
 enum class AllreduceAlgorithm {
   RecursiveDoubling,
   Ring,
   RankOrdered,
   ChainOrdered,
+  BruckOrdered,
   GatherFold,
   SharedPayload,
   Window
@@ -119,7 +132,7 @@ enum class AlltoallAlgorithm { Pairwise, Bruck };
 // algorithm computes a + b (commutative, so identical); from three ranks on, recursive doubling
 // and the ring reduce in orders that depend on the size and position, so a fused buffer would not
 // match its tensors run alone. Those cases fold in rank order at every size: the gather-fold, the
-// chain-ordered or the rank-ordered allreduce (the same bits).
+// Bruck-ordered, the chain-ordered or the rank-ordered allreduce (the same bits).
 inline bool needsRankOrder(bool floating, bool orderSensitiveOp, int size) {
   return floating && orderSensitiveOp && size >= 3;
 }
@@ -143,6 +156,10 @@ inline AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size,
   if (window) return AllreduceAlgorithm::Window;
   if (rankOrder) {
     if (bytes * (size - 1) <= kGatherFoldMaxBytes) return AllreduceAlgorithm::GatherFold;
+    if (size >= kBruckOrderedMinRanks &&
+        bytes <= kBruckOrderedMaxBlockBytes * static_cast<size_t>(size)) {
+      return AllreduceAlgorithm::BruckOrdered;
+    }
     return size == kRankOrderedRanks ? AllreduceAlgorithm::RankOrdered
                                      : AllreduceAlgorithm::ChainOrdered;
   }

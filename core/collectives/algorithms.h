@@ -43,6 +43,11 @@ void allreduceRankOrdered(Links& links, void* buf, size_t count, DataType dtype,
 // (see chain_ordered.cc). Two links per rank instead of n-1.
 void allreduceChainOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 
+// The same bits as allreduceRankOrdered in 2 ceil(log2 N) rounds through the ranks a power of two
+// away: Bruck's exchange brings each rank its block of every buffer, it folds them in rank order,
+// and a Bruck allgather spreads the folded blocks (see bruck_ordered.cc); for small blocks on many
+// ranks.
+void allreduceBruckOrdered(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 // The same result as allreduceRankOrdered in ceil(log2 N) rounds: every rank gathers every
 // buffer and folds them in rank order (see gather_fold.cc); for small buffers.
 void allreduceGatherFold(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
@@ -53,6 +58,10 @@ void reduceScatterRing(Links& links, const void* in, void* out, const std::vecto
 // Ring allgather of uneven blocks (zeros allowed). in may alias this rank's block of out.
 void allgathervRing(Links& links, const void* in, void* out,
                     const std::vector<size_t>& bytesPerRank);
+// The same in ceil(log2 N) rounds with the ranks a power of two away (bruck_allgather.cc), for the
+// same bytes sent per rank; it stages the blocks in scratch kScratchRecv.
+void allgathervBruck(Links& links, const void* in, void* out,
+                     const std::vector<size_t>& bytesPerRank);
 // Binomial-tree broadcast (small buffers).
 void broadcastBinomial(Links& links, void* buf, size_t bytes, int root);
 // Pipelined chain broadcast (large buffers): root -> root+1 -> ... in segments.

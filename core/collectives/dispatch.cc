@@ -15,6 +15,9 @@ void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp o
     case AllreduceAlgorithm::ChainOrdered:
       allreduceChainOrdered(links, buf, count, dtype, op);
       break;
+    case AllreduceAlgorithm::BruckOrdered:
+      allreduceBruckOrdered(links, buf, count, dtype, op);
+      break;
     case AllreduceAlgorithm::GatherFold: allreduceGatherFold(links, buf, count, dtype, op); break;
     case AllreduceAlgorithm::SharedPayload:  // never chosen here: both need the shared segment
     case AllreduceAlgorithm::Window:

@@ -16,11 +16,20 @@ TEST(AlgorithmTable, SmallOrderSensitiveAllreducesGatherAndFoldAtEveryRankCount)
   for (int size : {3, 4, 7, 64, 1024, 4096}) {
     EXPECT_EQ(orderSensitive(4, size), AllreduceAlgorithm::GatherFold) << size;
   }
-  // Up to kGatherFoldMaxBytes from the N-1 peers together, then the chain in rank order.
+  // Up to kGatherFoldMaxBytes from the N-1 peers together, then the chain in rank order below
+  // kBruckOrderedMinRanks.
   EXPECT_EQ(orderSensitive(32 << 10, 3), AllreduceAlgorithm::GatherFold);
   EXPECT_EQ(orderSensitive((32 << 10) + 4, 3), AllreduceAlgorithm::ChainOrdered);
   EXPECT_EQ(orderSensitive(64, 1025), AllreduceAlgorithm::GatherFold);
-  EXPECT_EQ(orderSensitive(128, 1025), AllreduceAlgorithm::ChainOrdered);
+  // From 5 ranks on, the Bruck-ordered allreduce while each rank's block is at most 4 KiB.
+  EXPECT_EQ(orderSensitive(128, 1025), AllreduceAlgorithm::BruckOrdered);
+  EXPECT_EQ(orderSensitive(4096 * 1025, 1025), AllreduceAlgorithm::BruckOrdered);
+  EXPECT_EQ(orderSensitive(4096 * 1025 + 4, 1025), AllreduceAlgorithm::ChainOrdered);
+  EXPECT_EQ(orderSensitive(20 << 10, 5), AllreduceAlgorithm::BruckOrdered);
+  EXPECT_EQ(orderSensitive((20 << 10) + 4, 5), AllreduceAlgorithm::ChainOrdered);
+  EXPECT_EQ(orderSensitive(16 << 10, 5), AllreduceAlgorithm::GatherFold);
+  EXPECT_EQ(orderSensitive(16 << 10, 4), AllreduceAlgorithm::GatherFold);
+  EXPECT_EQ(orderSensitive(24 << 10, 4), AllreduceAlgorithm::RankOrdered);  // below 5 ranks
   // Above it the chain, except at 4 ranks (kRankOrderedRanks).
   for (int size : {3, 5, 7, 64, 4096}) {
     EXPECT_EQ(orderSensitive(64 << 20, size), AllreduceAlgorithm::ChainOrdered) << size;

@@ -306,6 +306,10 @@ std::vector<Case> matrixCases(Collective collective, int ranks, bool large) {
           // The largest shared payload over shared memory, and the smallest window after it.
           counts.push_back(collectives::sharedPayloadMaxBytes(ranks) / es);
           counts.push_back(collectives::sharedPayloadMaxBytes(ranks) / es + 1);
+          // The largest Bruck-ordered buffer (float Sum and Product from 5 ranks on).
+          if (ranks >= collectives::kBruckOrderedMinRanks) {
+            counts.push_back(collectives::kBruckOrderedMaxBlockBytes * ranks / es);
+          }
           counts.push_back(collectives::kAllreduceRingMinBytes / es -
                            1);                             // the last size below the ring
           counts.push_back(multiSegmentCount(ranks, dt));  // ring (or rank order), 2+ segments

@@ -134,8 +134,14 @@ TEST(ScaleSim, ModelMatchesTheClosedForms) {
       EXPECT_LE(bound, rankOrderedSeconds(n, s, f) * (1 + 1e-12));
       EXPECT_LE(bound, chainOrderedSeconds(n, s, f) * (1 + 1e-12));
       EXPECT_LE(bound, gatherFoldSeconds(n, s, f) * (1 + 1e-12));
+      EXPECT_LE(bound, bruckOrderedSeconds(n, s, f) * (1 + 1e-12));
     }
   }
+  // Bruck-ordered at 8 ranks and 8 KiB (blocks of 1 KiB): the exchange's rounds of distance 1, 2
+  // and 4 move the slots with that bit (4 each), then the allgather's rounds 1, 2 and 4 blocks;
+  // at 6 ranks, slots 1 3 5, 2 3, 4 5, then 1, 2 and 2 blocks.
+  EXPECT_DOUBLE_EQ(bruckOrderedSeconds(8, 8192, f), 6 * a + (12 + 7) * 1024 * b);
+  EXPECT_DOUBLE_EQ(bruckOrderedSeconds(6, 6144, f), 6 * a + (7 + 5) * 1024 * b);
   // Gather-fold at 8 ranks: three Bruck rounds of 1, 2 and 4 buffers; at 6: 1, 2 and 2.
   EXPECT_DOUBLE_EQ(gatherFoldSeconds(8, 4, f), 3 * a + 7 * 4 * b);
   EXPECT_DOUBLE_EQ(gatherFoldSeconds(6, 4, f), 3 * a + 5 * 4 * b);
@@ -175,6 +181,7 @@ TEST(ScaleSim, HierarchicalModelComposesItsThreeSteps) {
       EXPECT_LE(bound, rankOrderedSeconds(n, bytes, f)) << n << " " << bytes;
       EXPECT_LE(bound, chainOrderedSeconds(n, bytes, f)) << n << " " << bytes;
       EXPECT_LE(bound, gatherFoldSeconds(n, bytes, f)) << n << " " << bytes;
+      EXPECT_LE(bound, bruckOrderedSeconds(n, bytes, f)) << n << " " << bytes;
     }
   }
 }
@@ -183,6 +190,7 @@ TEST(ScaleSim, ReportsTheRealAlgorithmChoice) {
   using A = collectives::AllreduceAlgorithm;
   EXPECT_EQ(realChoice(8, 4, 4, true), A::GatherFold);
   EXPECT_EQ(realChoice(8, 1 << 20, 4, true), A::ChainOrdered);
+  EXPECT_EQ(realChoice(4096, 64 << 10, 4, true), A::BruckOrdered);
   EXPECT_EQ(realChoice(2, 4, 4, false), A::RecursiveDoubling);
   EXPECT_EQ(realChoice(2, 1 << 20, 4, false), A::Ring);
   // Fewer elements than ranks: recursive doubling at any size.
@@ -212,6 +220,8 @@ TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
     EXPECT_LE(byName["allreduce gather-fold"].maxPeers, 2 * ceilLog2) << at;
     EXPECT_GE(byName["allreduce gather-fold"].maxPeers, ceilLog2) << at;
     EXPECT_LE(byName["barrier dissemination"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_LE(byName["allreduce bruck-ordered"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_GE(byName["allreduce bruck-ordered"].maxPeers, ceilLog2) << at;
     EXPECT_EQ(byName["allreduce rank-ordered"].maxPeers, n - 1) << at;
     // The chain in rank order: ring neighbours only, at every N.
     EXPECT_EQ(byName["allreduce chain-ordered"].maxPeers, std::min(2, n - 1)) << at;
