@@ -6,8 +6,8 @@ full mesh at start, over loopback on this host.
 For every N and both set-ups (the default, where each data link opens on first use, and
 ``HORA_TCP_EAGER_MESH=1``, every pair at start), runs ``horarun -np N`` with
 ``HORA_SHM_DISABLE=1`` (TCP only). Each rank times ``hora.init()``, then counts its established
-TCP connections (from /proc/self/fd and /proc/net/tcp; the store's and the control star's are
-left out: rank 0 holds one control connection per other rank, every other rank one) after init
+TCP connections (from /proc/self/fd and /proc/net/tcp; the store's and the control tree's are
+left out: a rank's parent and children, HORA_CONTROL_FANOUT of them at most) after init
 and after each step of a workload: a ring-only step (an int32 allreduce of 1 MiB and an
 allgather), a small float32 Sum allreduce (gather-fold: log2 N partners each way), a 1 MiB
 float32 Sum allreduce (the chain-ordered allreduce: its two ring neighbours; at 4 ranks the
@@ -74,7 +74,11 @@ def worker(out: str) -> None:
     hora.init()
     end = time.time()
     n, rank = hora.size(), hora.rank()
-    control = n - 1 if rank == 0 else 1
+    # The control tree's connections (core/transport/tcp/control_tree.h): the parent's and the
+    # children's; up to fanout + 1 ranks, the star around rank 0.
+    fanout = int(os.environ.get("HORA_CONTROL_FANOUT", "32") or 32)
+    children = [c for c in range(rank * fanout + 1, rank * fanout + fanout + 1) if c < n]
+    control = len(children) + (1 if rank > 0 else 0)
 
     def links() -> int:
         return established_connections() - control
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(rows)))
     settings = {"ranks": ranks, "repeats": args.repeats, "transport": "tcp (HORA_SHM_DISABLE=1)",
                 "figure": "links: the largest count over the ranks of established TCP "
-                          "connections less the store's and the control star's; init: median "
+                          "connections less the store's and the control tree's; init: median "
                           "over the repeats of the slowest rank's hora.init(); init after the "
                           "last arrival: median of (last rank done - last rank's init start)"}
     recorder.write(args.json, settings, rows)

@@ -170,6 +170,10 @@ std::vector<LinkCensus> linkCensus(int n, int ranksPerHost) {
     std::vector<size_t> per(n, 4);
     collectives::allgathervRing(l, bytes(4 * n), buf.data(), per);
   }));
+  out.push_back(flat("allgatherv bruck", n, [&](collectives::Links& l) {
+    std::vector<size_t> per(n, 4);
+    collectives::allgathervBruck(l, bytes(4 * n), buf.data(), per);
+  }));
   out.push_back(flat("reducescatter ring", n, [&](collectives::Links& l) {
     std::vector<size_t> counts(n, 4);
     std::vector<uint8_t> mine(16);

@@ -35,6 +35,16 @@ void broadcast(Links& links, void* buf, size_t bytes, int root) {
   }
 }
 
+void allgatherv(Links& links, const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+  size_t total = 0;
+  for (size_t b : bytesPerRank) total += b;
+  if (chooseAllgather(total, links.size()) == AllgatherAlgorithm::Bruck) {
+    allgathervBruck(links, in, out, bytesPerRank);
+  } else {
+    allgathervRing(links, in, out, bytesPerRank);
+  }
+}
+
 void alltoallv(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
                const std::vector<size_t>& recvBytes, bool everyPairLinked) {
   if (chooseAlltoall(links.size(), everyPairLinked) == AlltoallAlgorithm::Bruck) {

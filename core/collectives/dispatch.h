@@ -18,6 +18,8 @@ namespace collectives {
 // op is Sum, Min, Max or Product.
 void allreduce(Links& links, void* buf, size_t count, DataType dtype, ReduceOp op);
 void broadcast(Links& links, void* buf, size_t bytes, int root);
+// in may alias this rank's block of out.
+void allgatherv(Links& links, const void* in, void* out, const std::vector<size_t>& bytesPerRank);
 // everyPairLinked: see chooseAlltoall.
 void alltoallv(Links& links, const void* in, const std::vector<size_t>& sendBytes, void* out,
                const std::vector<size_t>& recvBytes, bool everyPairLinked);

@@ -62,7 +62,7 @@ void LinksCommunicator::allreduce(void* buf, size_t count, DataType dtype, Reduc
 void LinksCommunicator::allgatherv(const void* in, void* out,
                                    const std::vector<size_t>& bytesPerRank) {
   checkPerRank("allgatherv", bytesPerRank.size());
-  run("allgatherv", [&] { collectives::allgathervRing(links(), in, out, bytesPerRank); });
+  run("allgatherv", [&] { collectives::allgatherv(links(), in, out, bytesPerRank); });
 }
 
 void LinksCommunicator::broadcast(void* buf, size_t bytes, int root) {

@@ -46,6 +46,16 @@ TEST(AlgorithmTable, OrderFreeAllreducesTakeRecursiveDoublingOrTheRing) {
   EXPECT_EQ(chooseAllreduce(4096, 1024, 4, true, false, true), AllreduceAlgorithm::Window);
 }
 
+// The Bruck allgather from 32 ranks for blocks of 16 KiB on average or less; the ring otherwise.
+TEST(AlgorithmTable, SmallAllgathersOfManyRanksTakeBrucksRounds) {
+  EXPECT_EQ(chooseAllgather(4 * 31, 31), AllgatherAlgorithm::Ring);
+  EXPECT_EQ(chooseAllgather(4 * 32, 32), AllgatherAlgorithm::Bruck);
+  EXPECT_EQ(chooseAllgather((16 << 10) * 32, 32), AllgatherAlgorithm::Bruck);
+  EXPECT_EQ(chooseAllgather((16 << 10) * 32 + 1, 32), AllgatherAlgorithm::Ring);
+  EXPECT_EQ(chooseAllgather(size_t{16} << 20, 4096), AllgatherAlgorithm::Bruck);
+  EXPECT_EQ(chooseAllgather(size_t{1} << 30, 4096), AllgatherAlgorithm::Ring);
+}
+
 AllreduceAlgorithm onOneHost(size_t bytes, int size) {
   return chooseAllreduce(bytes, bytes / 4, size, needsRankOrder(true, true, size), true, true);
 }

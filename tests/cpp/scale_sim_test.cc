@@ -220,6 +220,8 @@ TEST(ScaleSim, LinkCensusCountsThePeersEachAlgorithmUses) {
     EXPECT_LE(byName["allreduce gather-fold"].maxPeers, 2 * ceilLog2) << at;
     EXPECT_GE(byName["allreduce gather-fold"].maxPeers, ceilLog2) << at;
     EXPECT_LE(byName["barrier dissemination"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_LE(byName["allgatherv bruck"].maxPeers, 2 * ceilLog2) << at;
+    EXPECT_GE(byName["allgatherv bruck"].maxPeers, ceilLog2) << at;
     EXPECT_LE(byName["allreduce bruck-ordered"].maxPeers, 2 * ceilLog2) << at;
     EXPECT_GE(byName["allreduce bruck-ordered"].maxPeers, ceilLog2) << at;
     EXPECT_EQ(byName["allreduce rank-ordered"].maxPeers, n - 1) << at;

@@ -118,6 +118,27 @@ TEST(TcpLazyLinks, ASmallAllreduceOpensOnlyTheRecursiveDoublingPartners) {
 // From kAlltoallBruckMinRanks ranks an alltoall takes Bruck's exchange: it opens links only to
 // the ranks a power of two away, 2 log2 N - 1 of them at 32 ranks instead of 31, and every rank
 // gets every block.
+// Every rank linked, beyond its links at start, only to ranks a power of two away: 2 log2 N more
+// at most.
+void expectOnlyPowerOfTwoPartnersAdded(const std::vector<std::vector<int>>& atStart,
+                                       const std::vector<std::vector<int>>& linked) {
+  const int n = static_cast<int>(linked.size());
+  int maxAdded = 0;
+  for (int d = 1; d < n; d *= 2) maxAdded += 2;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> allowed = atStart[r];
+    for (int d = 1; d < n; d *= 2) {
+      allowed.push_back((r + d) % n);
+      allowed.push_back((r - d + n) % n);
+    }
+    std::sort(allowed.begin(), allowed.end());
+    allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+    EXPECT_TRUE(std::includes(allowed.begin(), allowed.end(), linked[r].begin(), linked[r].end()))
+        << "rank " << r << ": " << describe(linked[r]);
+    EXPECT_LE(linked[r].size(), atStart[r].size() + maxAdded) << "rank " << r;
+  }
+}
+
 TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
   const int n = collectives::kAlltoallBruckMinRanks;
   MemoryStore store;
@@ -143,17 +164,39 @@ TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
     }
     linked[rank] = linkedRanks(conn);
   });
-  for (int r = 0; r < n; ++r) {
-    std::vector<int> allowed = atStart[r];
-    for (int d = 1; d < n; d *= 2) {
-      allowed.push_back((r + d) % n);
-      allowed.push_back((r - d + n) % n);
+  expectOnlyPowerOfTwoPartnersAdded(atStart, linked);
+}
+
+// From kAllgatherBruckMinRanks ranks a small allgather takes Bruck's rounds, so it too opens only
+// the links to the ranks a power of two away, where the ring would take N - 1 steps.
+TEST(TcpLazyLinks, ASmallAllgatherOfManyRanksOpensOnlyThePowerOfTwoPartners) {
+  const int n = collectives::kAllgatherBruckMinRanks;
+  MemoryStore store;
+  std::vector<std::vector<int>> atStart(n), linked(n);
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+    atStart[rank] = linkedRanks(conn);
+    // Rank r contributes r % 3 + 1 values of r.
+    std::vector<size_t> bytes(n);
+    std::vector<int32_t> want;
+    for (int s = 0; s < n; ++s) {
+      bytes[s] = (s % 3 + 1) * sizeof(int32_t);
+      want.insert(want.end(), s % 3 + 1, s);
     }
-    std::sort(allowed.begin(), allowed.end());
-    allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
-    EXPECT_TRUE(std::includes(allowed.begin(), allowed.end(), linked[r].begin(), linked[r].end()))
-        << "rank " << r << ": " << describe(linked[r]);
-    EXPECT_LE(linked[r].size(), atStart[r].size() + 9) << "rank " << r;
+    std::vector<int32_t> mine(rank % 3 + 1, rank), out(want.size());
+    conn.world->allgatherv(mine.data(), out.data(), bytes);
+    if (out != want) throw std::runtime_error("wrong allgather on rank " + std::to_string(rank));
+    linked[rank] = linkedRanks(conn);
+  });
+  expectOnlyPowerOfTwoPartnersAdded(atStart, linked);
+  // Every round moves bytes both ways, so every partner is linked (the ring would link two).
+  for (int r = 0; r < n; ++r) {
+    for (int d = 1; d < n; d *= 2) {
+      for (int p : {(r + d) % n, (r - d + n) % n}) {
+        EXPECT_TRUE(std::count(linked[r].begin(), linked[r].end(), p) == 1)
+            << "rank " << r << " not linked to " << p << ": " << describe(linked[r]);
+      }
+    }
   }
 }
 
