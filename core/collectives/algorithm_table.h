@@ -110,9 +110,9 @@ constexpr int kRankOrderedRanks = 4;
 // instead of 2. In the alpha-beta model (bench/scale: 5 us and 10 Gbit/s per link) the chain
 // takes 1.4-2.3x its time at the bound from 5 to 4,096 ranks, and far more below it (4 KiB at
 // 4,096 ranks: 48 ms against 0.14 ms); at four times the bound, 0.6x (4,096 ranks) to 1.5x
-// (5 ranks). Measured at the bound over loopback TCP on 2 cores busy with another job (medians
-// of 400, 3 alternated pairs, against the chain): 5 ranks level (0.5-1.7 ms against 0.7-1.8 ms),
-// 7 ranks 2.0-2.9 ms against 3.2-4.5 ms.
+// (5 ranks). Measured just under the bound over loopback TCP on 2 cores (medians of 400, 3
+// alternated pairs, against the chain): 5 ranks 256-318 us against 459-551 us, 6 ranks 272-366
+// against 743-824 us, 7 ranks 360-400 against 958-1,154 us.
 constexpr int kBruckOrderedMinRanks = 5;
 constexpr size_t kBruckOrderedMaxBlockBytes = 4 << 10;
 
