@@ -53,7 +53,7 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
   for (size_t i = 0; i < ranks.size(); ++i) pending.push_back(i);
   // The first request only looks, even past the deadline: what is there already is taken, and
   // only the ranks still missing are waited for (and named if the store fails meanwhile).
-  Millis wait(0);
+  bool looked = false;
   while (!pending.empty()) {
     std::vector<std::string> keys;
     std::vector<int> missing;
@@ -61,6 +61,17 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
       keys.push_back(keyOf(ranks[i]));
       missing.push_back(ranks[i]);
     }
+    Millis wait(0);
+    if (looked) {
+      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      if (left <= Millis(0)) {
+        throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
+                           std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
+                           rankList(missing) + " to " + purpose + " (not started, or failed)");
+      }
+      wait = std::min(left, kAwaitSlice);
+    }
+    looked = true;
     const std::string doing = "waiting for rank(s) " + rankList(missing) + " to " + purpose;
     std::vector<std::optional<std::string>> got =
         storeCall(o, doing, [&] { return store.getMany(keys, wait); });
@@ -73,16 +84,6 @@ std::vector<std::string> awaitRanks(const ConnectOptions& o, Store& store,
       }
     }
     pending.swap(still);
-    if (pending.empty()) break;
-    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left <= Millis(0)) {
-      missing.clear();
-      for (size_t i : pending) missing.push_back(ranks[i]);
-      throw TimeoutError("rank " + std::to_string(o.rank) + ": timed out after " +
-                         std::to_string(o.startTimeout.count()) + " ms waiting for rank(s) " +
-                         rankList(missing) + " to " + purpose + " (not started, or failed)");
-    }
-    wait = std::min(left, kAwaitSlice);
   }
   return values;
 }
