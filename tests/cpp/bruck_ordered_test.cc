@@ -30,16 +30,6 @@ std::set<int> powerOfTwoPartners(int r, int n) {
   return partners;
 }
 
-void expectRankOrderedBits(int n, size_t count, DataType dtype, ReduceOp op, size_t pipeBytes) {
-  const std::string at = where(n, count, dtype, op);
-  auto want = run(collectives::allreduceRankOrdered, n, count, dtype, op, 1000);
-  auto got = run(collectives::allreduceBruckOrdered, n, count, dtype, op, pipeBytes);
-  for (int r = 0; r < n; ++r) {
-    ASSERT_EQ(got[r].size(), want[r].size()) << at;
-    ASSERT_TRUE(got[r] == want[r]) << at << ": rank " << r << " differs";
-  }
-}
-
 TEST(BruckOrdered, GivesTheRankOrderedBitsForEveryFloatDtypeOpAndSize) {
   for (int n : {1, 2, 3, 5, 6, 8, 13}) {
     for (DataType dtype :
@@ -48,7 +38,7 @@ TEST(BruckOrdered, GivesTheRankOrderedBitsForEveryFloatDtypeOpAndSize) {
       for (size_t count :
            {size_t{0}, size_t{1}, static_cast<size_t>(n - 1), size_t{1003}, size_t{7 * 11 + 3}}) {
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max}) {
-          expectRankOrderedBits(n, count, dtype, op, 1000);
+          expectRankOrderedBits(collectives::allreduceBruckOrdered, n, count, dtype, op, 1000);
         }
       }
     }
@@ -65,12 +55,9 @@ TEST(BruckOrdered, MovesBytesOnlyWithRanksAPowerOfTwoAwayThroughTinyPipes) {
               collectives::AllreduceAlgorithm::BruckOrdered)
         << n;
     std::vector<std::set<int>> peers;
-    auto want =
-        run(collectives::allreduceRankOrdered, n, count, DataType::Float32, ReduceOp::Sum, 4096);
-    auto got = run(collectives::allreduceBruckOrdered, n, count, DataType::Float32, ReduceOp::Sum,
-                   251, &peers);
+    expectRankOrderedBits(collectives::allreduceBruckOrdered, n, count, DataType::Float32,
+                          ReduceOp::Sum, 251, &peers);
     for (int r = 0; r < n; ++r) {
-      EXPECT_TRUE(got[r] == want[r]) << "n=" << n << " rank " << r;
       EXPECT_EQ(peers[r], powerOfTwoPartners(r, n)) << "n=" << n << " rank " << r;
     }
   }

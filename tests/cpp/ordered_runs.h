@@ -3,8 +3,7 @@
 // run directly over bounded in-memory pipes (thread_links.h) on inputs whose floating-point folds
 // give other bits in another order, so that two of them can be compared bit for bit.
 //
-//   auto want = run(collectives::allreduceRankOrdered, n, count, dtype, op, 1000);
-//   auto got = run(collectives::allreduceChainOrdered, n, count, dtype, op, 1000);
+//   expectRankOrderedBits(collectives::allreduceChainOrdered, n, count, dtype, op, 1000);
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,6 +66,19 @@ inline std::vector<Bytes> run(AllreduceFn fn, int n, size_t count, DataType dtyp
 inline std::string where(int n, size_t count, DataType dtype, ReduceOp op) {
   return "n=" + std::to_string(n) + " count=" + std::to_string(count) + " " + dtypeName(dtype) +
          " op=" + std::to_string(static_cast<int>(op));
+}
+
+// Runs `fn` (pipes of `pipeBytes`) and the rank-ordered allreduce on the same inputs, and fails
+// the test when any rank's bits differ. peers: as in run(), for `fn`.
+inline void expectRankOrderedBits(AllreduceFn fn, int n, size_t count, DataType dtype, ReduceOp op,
+                                  size_t pipeBytes, std::vector<std::set<int>>* peers = nullptr) {
+  const std::string at = where(n, count, dtype, op);
+  auto want = run(collectives::allreduceRankOrdered, n, count, dtype, op, 4096);
+  auto got = run(fn, n, count, dtype, op, pipeBytes, peers);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(got[r].size(), want[r].size()) << at;
+    ASSERT_TRUE(got[r] == want[r]) << at << ": rank " << r << " differs";
+  }
 }
 
 }  // namespace test

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -115,13 +116,29 @@ TEST(TcpLazyLinks, ASmallAllreduceOpensOnlyTheRecursiveDoublingPartners) {
   }
 }
 
-// From kAlltoallBruckMinRanks ranks an alltoall takes Bruck's exchange: it opens links only to
-// the ranks a power of two away, 2 log2 N - 1 of them at 32 ranks instead of 31, and every rank
-// gets every block.
+// Every rank's linked ranks once connected (atStart) and after a workload (linked).
+struct LinksAround {
+  std::vector<std::vector<int>> atStart, linked;
+};
+
+// Connects n ranks over TCP and runs `workload(connection, rank)` on each.
+LinksAround linksAround(int n, const std::function<void(Connection&, int)>& workload) {
+  MemoryStore store;
+  LinksAround links{std::vector<std::vector<int>>(n), std::vector<std::vector<int>>(n)};
+  test::spawnRanks(n, [&](int rank) {
+    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
+    links.atStart[rank] = linkedRanks(conn);
+    workload(conn, rank);
+    links.linked[rank] = linkedRanks(conn);
+  });
+  return links;
+}
+
 // Every rank linked, beyond its links at start, only to ranks a power of two away: 2 log2 N more
 // at most.
-void expectOnlyPowerOfTwoPartnersAdded(const std::vector<std::vector<int>>& atStart,
-                                       const std::vector<std::vector<int>>& linked) {
+void expectOnlyPowerOfTwoPartnersAdded(const LinksAround& links) {
+  const std::vector<std::vector<int>>& atStart = links.atStart;
+  const std::vector<std::vector<int>>& linked = links.linked;
   const int n = static_cast<int>(linked.size());
   int maxAdded = 0;
   for (int d = 1; d < n; d *= 2) maxAdded += 2;
@@ -139,13 +156,12 @@ void expectOnlyPowerOfTwoPartnersAdded(const std::vector<std::vector<int>>& atSt
   }
 }
 
+// From kAlltoallBruckMinRanks ranks an alltoall takes Bruck's exchange: it opens links only to
+// the ranks a power of two away, 2 log2 N - 1 of them at 32 ranks instead of 31, and every rank
+// gets every block.
 TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
   const int n = collectives::kAlltoallBruckMinRanks;
-  MemoryStore store;
-  std::vector<std::vector<int>> atStart(n), linked(n);
-  test::spawnRanks(n, [&](int rank) {
-    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
-    atStart[rank] = linkedRanks(conn);
+  LinksAround links = linksAround(n, [&](Connection& conn, int rank) {
     // Rank r sends r + 1 values of 100 * r + d to rank d.
     std::vector<size_t> sendBytes(n, (rank + 1) * sizeof(int32_t)), recvBytes(n);
     std::vector<int32_t> in, out;
@@ -162,20 +178,15 @@ TEST(TcpLazyLinks, AnAlltoallOfManyRanksOpensOnlyThePowerOfTwoPartners) {
           throw std::runtime_error("wrong block from " + std::to_string(s));
       }
     }
-    linked[rank] = linkedRanks(conn);
   });
-  expectOnlyPowerOfTwoPartnersAdded(atStart, linked);
+  expectOnlyPowerOfTwoPartnersAdded(links);
 }
 
 // From kAllgatherBruckMinRanks ranks a small allgather takes Bruck's rounds, so it too opens only
 // the links to the ranks a power of two away, where the ring would take N - 1 steps.
 TEST(TcpLazyLinks, ASmallAllgatherOfManyRanksOpensOnlyThePowerOfTwoPartners) {
   const int n = collectives::kAllgatherBruckMinRanks;
-  MemoryStore store;
-  std::vector<std::vector<int>> atStart(n), linked(n);
-  test::spawnRanks(n, [&](int rank) {
-    Connection conn = connect(store, test::loopbackOptions(rank, n, kSecret));
-    atStart[rank] = linkedRanks(conn);
+  LinksAround links = linksAround(n, [&](Connection& conn, int rank) {
     // Rank r contributes r % 3 + 1 values of r.
     std::vector<size_t> bytes(n);
     std::vector<int32_t> want;
@@ -186,10 +197,10 @@ TEST(TcpLazyLinks, ASmallAllgatherOfManyRanksOpensOnlyThePowerOfTwoPartners) {
     std::vector<int32_t> mine(rank % 3 + 1, rank), out(want.size());
     conn.world->allgatherv(mine.data(), out.data(), bytes);
     if (out != want) throw std::runtime_error("wrong allgather on rank " + std::to_string(rank));
-    linked[rank] = linkedRanks(conn);
   });
-  expectOnlyPowerOfTwoPartnersAdded(atStart, linked);
+  expectOnlyPowerOfTwoPartnersAdded(links);
   // Every round moves bytes both ways, so every partner is linked (the ring would link two).
+  const std::vector<std::vector<int>>& linked = links.linked;
   for (int r = 0; r < n; ++r) {
     for (int d = 1; d < n; d *= 2) {
       for (int p : {(r + d) % n, (r - d + n) % n}) {
