@@ -317,7 +317,8 @@ void registerRuntime(py::module_& m) {
       },
       "Totals since init on this rank, for tests and benchmarks: control_messages_sent "
       "(negotiation messages to other ranks), loop_wakeups (wake-ups of the background thread "
-      "asked by frontend threads), wait_end_reports (a worker telling rank 0 on their own that "
+      "asked by frontend threads, each ask counted even when one was still pending), "
+      "wait_end_reports (a worker telling rank 0 on their own that "
       "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
       "itself, HORA_CALLER_DRIVES).");
   m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1, py::arg("ranks") = std::vector<int>{},

@@ -66,7 +66,7 @@ RuntimeImpl::~RuntimeImpl() { shutdown(); }
 EngineCounters RuntimeImpl::counters() const {
   EngineCounters c;
   c.controlMessagesSent = loop_->controlSent();
-  c.loopWakeups = waker_.wakeups();
+  c.loopWakeups = waker_.asked();
   c.waitEndReports = waits_.endReports();
   c.callerOps = loop_->callerOps();
   return c;

@@ -60,9 +60,10 @@ struct RuntimeOptions {
 // between frontend threads and the background thread, counted rather than timed.
 struct EngineCounters {
   uint64_t controlMessagesSent = 0;  // negotiation messages this rank sent to other ranks
-  uint64_t loopWakeups = 0;          // wake-ups of the background thread from other threads
-  uint64_t waitEndReports = 0;       // a worker's "no longer blocked" reports, sent on their own
-  uint64_t callerOps = 0;            // collectives a waiting frontend thread ran itself
+  uint64_t loopWakeups = 0;     // wake-ups of the background thread asked by other threads (one
+                                // that found another still pending counts too)
+  uint64_t waitEndReports = 0;  // a worker's "no longer blocked" reports, sent on their own
+  uint64_t callerOps = 0;       // collectives a waiting frontend thread ran itself
 };
 
 class Runtime {

@@ -9,12 +9,14 @@ void LoopWaker::open(ControlChannel* channel) {
 }
 
 void LoopWaker::wake() {
+  // Counted before coalescing: whether a wake-up finds another still pending depends on how the
+  // threads interleave, whether one was asked for does not.
+  asked_.fetch_add(1, std::memory_order_relaxed);
   if (pending_.exchange(true, std::memory_order_acq_rel)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (parked_) unpark_.notify_one();
   if (!running_ || channel_ == nullptr) return;
   channel_->wakeup();
-  wakeups_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void LoopWaker::park(Millis timeout) {

@@ -32,7 +32,8 @@ class LoopWaker {
   void close(const std::function<void()>& release);
 
   bool running() const;
-  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+  // Every wake() so far, those that found a wake-up still pending included.
+  uint64_t asked() const { return asked_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::mutex mu_;
@@ -42,7 +43,7 @@ class LoopWaker {
   std::condition_variable unpark_;
   // A wake-up was asked for since the loop's last cycle start.
   std::atomic<bool> pending_{false};
-  std::atomic<uint64_t> wakeups_{0};
+  std::atomic<uint64_t> asked_{0};
 };
 
 }  // namespace hora

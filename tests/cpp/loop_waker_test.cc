@@ -1,5 +1,5 @@
-// LoopWaker: one wake-up per cycle at most, none once the loop released its channel, and a
-// parked loop woken by the next one.
+// LoopWaker: one wake-up per cycle at most, none once the loop released its channel, a parked
+// loop woken by the next one, and every wake-up asked counted.
 #include "core/runtime/loop_waker.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +30,8 @@ TEST(LoopWaker, OneWakeUpPerCycleAtMost) {
   w.cycleStart();
   w.wake();
   EXPECT_EQ(channel.wakeups, 2);
-  EXPECT_EQ(w.wakeups(), 2u);
+  // Three asked, the second coalesced with the first: the count does not depend on the timing.
+  EXPECT_EQ(w.asked(), 3u);
 }
 
 TEST(LoopWaker, AClosedLoopIsNeverWokenAndItsReleaseRuns) {

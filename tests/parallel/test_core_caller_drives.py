@@ -60,11 +60,12 @@ def test_cached_allreduces_are_right_and_run_by_the_waiting_thread() -> None:
 
 def test_blocking_calls_leave_the_background_thread_asleep() -> None:
     """A blocking call's waiting thread does the work, and the background thread keeps out of its
-    way: the engine does not wake it for the call (far fewer wake-ups than calls, where every call
-    woke it before), and it parks instead of watching for the other ranks' rounds, so nearly
-    every call is run by its waiting thread (without parking, the two threads split them). A
-    wake-up is still owed when a wait outlasts its poll (another rank was slow), so a few may
-    come."""
+    way: the engine does not wake it for the call (far fewer wake-ups asked than calls, where
+    every call asks one otherwise), and it parks instead of watching for the other ranks'
+    rounds, so nearly every call is run by its waiting thread (without parking, the two threads
+    split them). A wake-up is still owed when a wait outlasts its poll (another rank was slow),
+    so a few may come. ``loop_wakeups`` counts the wake-ups asked, also one that finds another
+    still pending: how many reach the thread depends on how the threads interleave."""
     for _ in range(20):  # cached, and the background thread parked
         hora.allreduce(np.ones(2, np.float32), op=hora.Sum, name="cd.asleep")
     before = hora._core.engine_counters()
