@@ -39,6 +39,7 @@ size_t pendingBytes(const Coordinator& c) {
     const PendingTensor& p = kv.second;
     n += kNodeBytes + sizeof(std::string) + stringHeap(kv.first) + sizeof(PendingTensor);
     n += stringHeap(p.name) + p.requests.capacity() * sizeof(Request);
+    n += p.twins.capacity() * sizeof(uint64_t);
     for (const auto& r : p.requests) n += requestHeap(r);
   }
   return n;

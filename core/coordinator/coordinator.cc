@@ -104,6 +104,7 @@ std::vector<uint64_t> Coordinator::submittedBits(const PendingTensor& p) const {
   for (const auto& r : p.requests) {
     if (r.rank >= 0 && r.rank < worldSize_) setBit(have, static_cast<size_t>(r.rank));
   }
+  for (size_t w = 0; w < p.twins.size() && w < have.size(); ++w) have[w] |= p.twins[w];
   return have;
 }
 
@@ -249,6 +250,10 @@ std::string Coordinator::deadlockReport(const std::vector<int>& stuck) const {
           site = r.callSite;
         }
       }
+      if (!p.twins.empty() && bitSet(p.twins.data(), static_cast<size_t>(rank))) {
+        mine = true;
+        site = p.requests.front().callSite;
+      }
       if (!mine && !(p.slot >= 0 && hits_.has(p.slot, rank))) continue;
       if (shown++ == kTensorsPerRank) {
         out << " ...";
@@ -265,6 +270,17 @@ std::string Coordinator::deadlockReport(const std::vector<int>& stuck) const {
 
 void Coordinator::addFull(int fromRank, Request&& request) {
   auto key = tensorKey(request.processSetId, request.name);
+  // A name with full requests pending holds no slot (the first one evicted it): no cache lookup.
+  auto it = pending_.find(key);
+  if (it != pending_.end() && !it->second.requests.empty()) {
+    PendingTensor& p = it->second;
+    if (!addTwin(p, fromRank, request)) {
+      request.rank = fromRank;
+      p.requests.push_back(std::move(request));
+    }
+    markReady(p, fromRank);
+    return;
+  }
   // A full request for a cached name means parameters changed on that rank: forget the slot, so
   // every rank renegotiates this name in full.
   int slot = cache_.slotOf(key);
@@ -273,6 +289,30 @@ void Coordinator::addFull(int fromRank, Request&& request) {
   request.rank = fromRank;
   p.requests.push_back(std::move(request));
   markReady(p, fromRank);
+}
+
+bool Coordinator::addTwin(PendingTensor& p, int fromRank, const Request& request) {
+  const Request& first = p.requests.front();
+  if (fromRank == first.rank || request.name != first.name || request.callSite != first.callSite ||
+      !request.sameParams(first)) {
+    return false;
+  }
+  if (p.twins.empty()) p.twins.assign(joinedBits_.size(), 0);
+  // A rank that asks twice is kept in full, and counted twice, as before twins.
+  if (bitSet(p.twins.data(), static_cast<size_t>(fromRank))) return false;
+  setBit(p.twins.data(), static_cast<size_t>(fromRank));
+  ++p.twinCount;
+  return true;
+}
+
+void Coordinator::expandTwins(PendingTensor& p) {
+  forEachSetBit(p.twins.data(), p.twins.size(), [&](size_t r) {
+    Request copy = p.requests.front();
+    copy.rank = static_cast<int32_t>(r);
+    p.requests.push_back(std::move(copy));
+  });
+  p.twins.clear();
+  p.twinCount = 0;
 }
 
 PendingTensor& Coordinator::pendingFor(const std::string& key, int processSetId,
@@ -374,7 +414,8 @@ void Coordinator::evictSlot(int slot) {
 bool Coordinator::isReady(const PendingTensor& p) const {
   const int members = setSize(p.processSetId);
   if (members < 0) return true;  // answered with an error
-  size_t have = p.requests.size() + (p.slot >= 0 ? static_cast<size_t>(hits_.count(p.slot)) : 0);
+  size_t have = p.requests.size() + static_cast<size_t>(p.twinCount) +
+                (p.slot >= 0 ? static_cast<size_t>(hits_.count(p.slot)) : 0);
   if (have == 0) return false;
   // Every rank asks once (a full request or a bit), so while no rank has joined a tensor is
   // ready when as many asked as the set has members.
@@ -391,6 +432,9 @@ bool Coordinator::isReady(const PendingTensor& p) const {
   // Ranks that submitted and then joined still count as submitted.
   size_t fromJoined = 0;
   for (const auto& q : p.requests) fromJoined += joined_[q.rank] ? 1 : 0;
+  for (size_t w = 0; w < p.twins.size(); ++w) {
+    fromJoined += static_cast<size_t>(__builtin_popcountll(p.twins[w] & joinedBits_[w]));
+  }
   for (int r : hitRanks(p)) fromJoined += joined_[r] ? 1 : 0;
   return have - fromJoined >= needed;
 }
@@ -431,6 +475,8 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
     }
     return r;
   }
+  // Requests that differ are checked and listed rank by rank, the twins among them.
+  if (p.twinCount > 0 && p.requests.size() > 1) expandTwins(p);
   // Often in rank order already (batches read in the order of their senders): then no sort.
   auto byRank = [](const Request& a, const Request& b) { return a.rank < b.rank; };
   if (!std::is_sorted(p.requests.begin(), p.requests.end(), byRank)) {
@@ -442,6 +488,11 @@ Response Coordinator::respond(const std::string& key, PendingTensor& p) {
   const std::vector<int>& ranks = *sets_.member(p.processSetId).ranks;
   in.setRanks.reserve(p.requests.size());
   for (const auto& q : p.requests) in.setRanks.push_back(setRankIn(ranks, q.rank));
+  if (readsEveryRank(p.requests.front().kind)) {
+    forEachSetBit(p.twins.data(), p.twins.size(), [&](size_t r) {
+      in.twinSetRanks.push_back(setRankIn(ranks, static_cast<int>(r)));
+    });
+  }
   in.setSize = static_cast<int>(ranks.size());
   in.someRanksJoined = someJoined;
   Response r = negotiateResponse(in);

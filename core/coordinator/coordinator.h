@@ -19,6 +19,9 @@
 // the first report of the slot), and deciding whether a tensor is ready O(1) while no rank has
 // joined, so rank 0's work per step grows with the reports it receives (N x T bits) and nothing
 // more. Listing who reported (stall and deadlock reports, liveness) scans the slot's row of N bits.
+// A full request like the first one for its tensor (the usual case) is kept as a bit too
+// (PendingTensor::twins): what rank 0 holds for an uncached step grows with N x T bits, not
+// N x T requests.
 //
 // Deadlocks: every batch says whether a frontend thread of its sender is blocked in a wait. A
 // rank counts as blocked only while that report is current (sent after applying every batch built
@@ -50,6 +53,11 @@ struct PendingTensor {
   int processSetId = 0;
   std::string name;
   std::vector<Request> requests;  // full requests, in arrival order
+  // Ranks whose full request equals requests.front() in all but the rank (name, call site and
+  // every parameter): a bit each instead of a stored copy, so a tensor that N ranks ask for alike
+  // holds one request, not N. Sized to the world on the first twin.
+  std::vector<uint64_t> twins;
+  int twinCount = 0;
   int slot = -1;  // the cache slot ranks reported it by, -1 when none (Coordinator::hitRanks)
   uint64_t arrival = 0;
   Clock::time_point firstSeen;
@@ -91,6 +99,10 @@ class Coordinator {
 
  private:
   void addFull(int fromRank, Request&& request);
+  // Counts `request` as a twin of p's first request when it is one; false when it is kept in full.
+  bool addTwin(PendingTensor& p, int fromRank, const Request& request);
+  // The twins as full requests again, for what lists every rank's request (a mismatch).
+  static void expandTwins(PendingTensor& p);
   void addHit(int fromRank, int slot, uint64_t senderApplied);
   void addJoin(int fromRank, const Request& request);
   PendingTensor& pendingFor(const std::string& key, int processSetId, const std::string& name,

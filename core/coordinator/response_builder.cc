@@ -1,5 +1,7 @@
 #include "core/coordinator/response_builder.h"
 
+#include <algorithm>
+
 namespace hora {
 namespace {
 
@@ -44,6 +46,7 @@ Response buildResponse(const NegotiationInput& in) {
     case OpKind::Allgather:
       resp.gatheredRows.assign(in.setSize, 0);
       for (size_t i = 0; i < reqs.size(); ++i) resp.gatheredRows[in.setRanks[i]] = reqs[i].shape[0];
+      for (int t : in.twinSetRanks) resp.gatheredRows[t] = first.shape[0];
       resp.rowElements = {rowElements(first.shape)};
       break;
     case OpKind::Alltoall:
@@ -54,6 +57,10 @@ Response buildResponse(const NegotiationInput& in) {
               reqs[i].splits[j];
         }
       }
+      for (int t : in.twinSetRanks) {
+        std::copy(first.splits.begin(), first.splits.end(),
+                  resp.splitsMatrix.begin() + static_cast<ptrdiff_t>(t) * in.setSize);
+      }
       resp.rowElements = {rowElements(first.shape)};
       break;
     case OpKind::AddProcessSet:
@@ -62,6 +69,8 @@ Response buildResponse(const NegotiationInput& in) {
   }
   return resp;
 }
+
+bool readsEveryRank(OpKind kind) { return kind == OpKind::Allgather || kind == OpKind::Alltoall; }
 
 Response negotiateResponse(const NegotiationInput& in) {
   if (auto error = checkAgreement(in)) return *error;

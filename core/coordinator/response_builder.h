@@ -10,6 +10,10 @@ namespace hora {
 // Assumes checkAgreement(in) passed.
 Response buildResponse(const NegotiationInput& in);
 
+// Whether buildResponse reads every rank's request of this kind (allgather's first dimensions,
+// alltoall's splits), so that NegotiationInput::twinSetRanks must be filled.
+bool readsEveryRank(OpKind kind);
+
 // checkAgreement, then buildResponse: the Error response or the response to execute.
 Response negotiateResponse(const NegotiationInput& in);
 

@@ -13,8 +13,13 @@
 namespace hora {
 
 struct NegotiationInput {
-  const std::vector<Request>* requests;  // one per contributing rank, ascending set rank
+  const std::vector<Request>* requests;  // one per contributing rank (but twinSetRanks), ascending
+                                         // set rank
   std::vector<int> setRanks;             // set rank of each request
+  // Set ranks that asked with a request equal to (*requests)[0] in all but the rank, not listed in
+  // requests; filled where buildResponse reads every rank (readsEveryRank, response_builder.h).
+  // Only beside a single request: requests that differ come one per rank.
+  std::vector<int> twinSetRanks;
   int setSize = 1;
   bool someRanksJoined = false;  // joined ranks contribute zeros (allreduce only)
 };

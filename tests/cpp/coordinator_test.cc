@@ -547,6 +547,103 @@ TEST(Coordinator, WhileRanksJoinedUnsupportedOpsFailWithoutWaitingForOthers) {
   EXPECT_TRUE(out[0].withJoinedRanks);
 }
 
+// Full requests alike but for the rank are held as the first one and a bit per other rank: a
+// tensor asked by 64 ranks holds one request until it runs, and runs only once the last asks.
+TEST(Coordinator, RequestsAlikeAreHeldAsOneRequestAndABitPerRank) {
+  const int n = 64;
+  Job job(n, 16);
+  for (int r = 0; r < n - 1; ++r) {
+    job.enqueue(r, "t", {5});
+    job.send(r);
+  }
+  EXPECT_TRUE(job.answer().empty());
+  const PendingTensor& p = job.coordinator().pending().at(tensorKey(0, "t"));
+  EXPECT_EQ(p.requests.size(), 1u);
+  EXPECT_EQ(p.twinCount, n - 2);
+  EXPECT_EQ(job.coordinator().submitters(p).size(), static_cast<size_t>(n - 1));
+  EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{n - 1}));
+  job.enqueue(n - 1, "t", {5});
+  job.send(n - 1);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{5}));
+}
+
+// What only each rank knows (its first dimension for allgather, its splits for alltoall) is known
+// for the ranks held as bits too.
+TEST(Coordinator, AllgatherAndAlltoallOfRanksAlikeKnowEveryRanksRows) {
+  Job job(4, 16);
+  auto splits = [](Request& q) { q.splits = {1, 2, 0, 1}; };
+  for (int r = 0; r < 4; ++r) {
+    job.enqueue(r, "g", {2, 3}, OpKind::Allgather);
+    job.enqueue(r, "a", {4}, OpKind::Alltoall, DataType::Float32, splits);
+    job.send(r);
+  }
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 2u);
+  for (const Response& r : out) {
+    if (r.kind == OpKind::Allgather) {
+      EXPECT_EQ(r.gatheredRows, (std::vector<int64_t>{2, 2, 2, 2}));
+    } else {
+      ASSERT_EQ(r.kind, OpKind::Alltoall) << r.errorMessage;
+      std::vector<int64_t> row = {1, 2, 0, 1};
+      std::vector<int64_t> matrix;
+      for (int i = 0; i < 4; ++i) matrix.insert(matrix.end(), row.begin(), row.end());
+      EXPECT_EQ(r.splitsMatrix, matrix);
+    }
+  }
+}
+
+// A rank that differs lists every rank's value, those held as bits included, in rank order.
+TEST(Coordinator, AMismatchAfterRanksAlikeListsEachOfThem) {
+  Job job(4, 16);
+  for (int r : {3, 0, 1, 2}) {
+    job.enqueue(r, "t", {r == 1 ? 3 : 2});
+    job.send(r);
+  }
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].kind, OpKind::Error);
+  const auto& m = out[0].errorMessage;
+  EXPECT_NE(m.find("rank 0: [2], rank 1: [3], rank 2: [2], rank 3: [2]"), std::string::npos) << m;
+}
+
+// A request from another call site is kept in full: reports name each rank's own line.
+TEST(Coordinator, ARequestFromAnotherCallSiteIsKeptInFull) {
+  Job job(3, 16);
+  auto at = [](const char* site) { return [site](Request& q) { q.callSite = site; }; };
+  job.enqueue(0, "t", {2}, OpKind::Allreduce, DataType::Float32, at("train.py:10"));
+  job.enqueue(1, "t", {2}, OpKind::Allreduce, DataType::Float32, at("train.py:12"));
+  job.send(0);
+  job.send(1);
+  const PendingTensor& p = job.coordinator().pending().at(tensorKey(0, "t"));
+  ASSERT_EQ(p.requests.size(), 2u);
+  EXPECT_EQ(p.requests[1].callSite, "train.py:12");
+  EXPECT_EQ(p.twinCount, 0);
+}
+
+// A rank held as a bit that then joined still counts as one that asked, and only once: the
+// tensor waits for every rank that has not joined.
+TEST(Coordinator, ARankAlikeThatJoinedCountsOnce) {
+  Job job(4, 16);
+  job.enqueue(0, "g", {3});
+  job.send(0);
+  job.enqueue(1, "g", {3});
+  job.send(1);
+  job.enqueue(1, "join.noname", {}, OpKind::Join);
+  job.send(1);
+  job.enqueue(2, "g", {3});
+  job.send(2);
+  EXPECT_TRUE(job.answer().empty()) << "ran before rank 3 asked";
+  job.enqueue(3, "g", {3});
+  job.send(3);
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_TRUE(out[0].withJoinedRanks);
+}
+
 TEST(Coordinator, ShutdownFromAnyRankEndsTheJob) {
   Job job(2, 16);
   RequestBatch b;

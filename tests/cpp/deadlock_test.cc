@@ -6,6 +6,7 @@
 
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/deadlock.h"
+#include "core/coordinator/tensor_queue.h"
 
 namespace hora {
 namespace {
@@ -134,6 +135,38 @@ TEST(CoordinatorDeadlock, CrossedWaitsFailOnceConfirmed) {
         << r.errorMessage;
   }
   EXPECT_TRUE(job.coordinator().pending().empty());
+}
+
+// Ranks asking alike from one line are held as one request and bits (coordinator.h): the report
+// still names each of them with that line.
+TEST(CoordinatorDeadlock, RanksAskingAlikeAreEachNamedWithTheirCallSite) {
+  ProcessSetTable sets(0);
+  sets.add(0, {0, 1, 2}, nullptr);
+  Coordinator coordinator(3, sets, Settings{}, 1);
+  auto submit = [&](int rank, const std::string& name, const std::string& site) {
+    RequestBatch b;
+    b.waiting = true;
+    Request r;
+    r.name = name;
+    r.rank = rank;
+    r.shape = {4};
+    r.callSite = site;
+    b.requests.push_back(r);
+    coordinator.ingest(rank, b);
+  };
+  submit(0, "a", "train.py:10");
+  submit(1, "a", "train.py:10");
+  submit(2, "b", "train.py:20");
+  ASSERT_EQ(coordinator.pending().at(tensorKey(0, "a")).twinCount, 1);
+  auto t0 = Clock::now();
+  EXPECT_FALSE(coordinator.failDeadlocks(t0));
+  EXPECT_TRUE(coordinator.failDeadlocks(t0 + Millis(5000)));
+  ResponseBatch batch;
+  ASSERT_TRUE(coordinator.buildBatch(&batch));
+  ASSERT_EQ(batch.responses.size(), 2u);
+  const std::string& m = batch.responses[0].errorMessage;
+  EXPECT_NE(m.find("rank 1: ALLREDUCE 'a' submitted at train.py:10"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 2: ALLREDUCE 'b' submitted at train.py:20"), std::string::npos) << m;
 }
 
 TEST(CoordinatorDeadlock, ARankNotWaitingIsNeverEnded) {
