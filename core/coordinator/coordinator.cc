@@ -272,26 +272,23 @@ void Coordinator::addFull(int fromRank, Request&& request) {
   auto key = tensorKey(request.processSetId, request.name);
   // A name with full requests pending holds no slot (the first one evicted it): no cache lookup.
   auto it = pending_.find(key);
-  if (it != pending_.end() && !it->second.requests.empty()) {
-    PendingTensor& p = it->second;
-    if (!addTwin(p, fromRank, request)) {
-      request.rank = fromRank;
-      p.requests.push_back(std::move(request));
-    }
-    markReady(p, fromRank);
-    return;
+  PendingTensor* p = it != pending_.end() && !it->second.requests.empty() ? &it->second : nullptr;
+  if (p == nullptr) {
+    // A full request for a cached name means parameters changed on that rank: forget the slot, so
+    // every rank renegotiates this name in full.
+    int slot = cache_.slotOf(key);
+    if (slot >= 0) evictSlot(slot);
+    p = &pendingFor(key, request.processSetId, request.name, request.kind);
   }
-  // A full request for a cached name means parameters changed on that rank: forget the slot, so
-  // every rank renegotiates this name in full.
-  int slot = cache_.slotOf(key);
-  if (slot >= 0) evictSlot(slot);
-  auto& p = pendingFor(key, request.processSetId, request.name, request.kind);
-  request.rank = fromRank;
-  p.requests.push_back(std::move(request));
-  markReady(p, fromRank);
+  if (!addTwin(*p, fromRank, request)) {
+    request.rank = fromRank;
+    p->requests.push_back(std::move(request));
+  }
+  markReady(*p, fromRank);
 }
 
 bool Coordinator::addTwin(PendingTensor& p, int fromRank, const Request& request) {
+  if (p.requests.empty()) return false;  // the first request: kept in full
   const Request& first = p.requests.front();
   if (fromRank == first.rank || request.name != first.name || request.callSite != first.callSite ||
       !request.sameParams(first)) {

@@ -99,7 +99,8 @@ class Coordinator {
 
  private:
   void addFull(int fromRank, Request&& request);
-  // Counts `request` as a twin of p's first request when it is one; false when it is kept in full.
+  // Counts `request` as a twin of p's first request when it is one; false when it is kept in full
+  // (p's first request among them).
   bool addTwin(PendingTensor& p, int fromRank, const Request& request);
   // The twins as full requests again, for what lists every rank's request (a mismatch).
   static void expandTwins(PendingTensor& p);

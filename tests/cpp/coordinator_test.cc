@@ -102,6 +102,15 @@ class Job {
   std::vector<std::unique_ptr<Participant>> participants_;
 };
 
+// The job's next answer is one allreduce of `elements`, with zeros for joined ranks or without.
+void expectOneAllreduce(Job& job, int64_t elements, bool withJoinedRanks = false) {
+  auto out = job.answer();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
+  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{elements}));
+  EXPECT_EQ(out[0].withJoinedRanks, withJoinedRanks);
+}
+
 // Found by the scale simulator (bench/scale/): with a full cache, one batch can answer a tensor
 // from its slot and then evict that slot for another tensor. Applying the eviction first queues
 // the tensor for resending; the response then finishes it. When the name is submitted again
@@ -152,10 +161,7 @@ TEST(Coordinator, ReadyOnlyWhenEveryRankAsked) {
   EXPECT_TRUE(job.answer().empty());
   job.enqueue(2, "a", {4});
   job.send(2);
-  auto out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{4}));
+  expectOneAllreduce(job, 4);
 }
 
 // A hit that arrived as slots alone is rebuilt from the rank's own cache, fused in the order of
@@ -318,10 +324,7 @@ TEST(Coordinator, NewShapeUnderSameNameRenegotiates) {
   for (int r = 0; r < 2; ++r) job.enqueue(r, "a", {6});
   EXPECT_EQ(job.send(0).requests.size(), 1u);
   job.send(1);
-  auto out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{6}));
+  expectOneAllreduce(job, 6);
 }
 
 TEST(Coordinator, MismatchNamesEveryRank) {
@@ -488,13 +491,10 @@ TEST(Coordinator, JoinedRanksLetAllreduceRunAndJoinReturnsLastRank) {
   EXPECT_TRUE(job.answer().empty());
   job.enqueue(0, "g", {3});
   job.send(0);
-  auto out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_TRUE(out[0].withJoinedRanks);
+  expectOneAllreduce(job, 3, true);
   job.enqueue(0, "x", {3}, OpKind::Allgather);
   job.send(0);
-  out = job.answer();
+  auto out = job.answer();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].kind, OpKind::Error);
   EXPECT_NE(out[0].errorMessage.find("Allgather is not supported with Join"), std::string::npos);
@@ -541,10 +541,7 @@ TEST(Coordinator, WhileRanksJoinedUnsupportedOpsFailWithoutWaitingForOthers) {
   EXPECT_TRUE(job.answer().empty());
   job.enqueue(2, "g", {3});
   job.send(2);
-  out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_TRUE(out[0].withJoinedRanks);
+  expectOneAllreduce(job, 3, true);
 }
 
 // Full requests alike but for the rank are held as the first one and a bit per other rank: a
@@ -564,10 +561,7 @@ TEST(Coordinator, RequestsAlikeAreHeldAsOneRequestAndABitPerRank) {
   EXPECT_EQ(job.coordinator().awaitedRanks(), (std::vector<int>{n - 1}));
   job.enqueue(n - 1, "t", {5});
   job.send(n - 1);
-  auto out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_EQ(out[0].elementCounts, (std::vector<int64_t>{5}));
+  expectOneAllreduce(job, 5);
 }
 
 // What only each rank knows (its first dimension for allgather, its splits for alltoall) is known
@@ -638,10 +632,7 @@ TEST(Coordinator, ARankAlikeThatJoinedCountsOnce) {
   EXPECT_TRUE(job.answer().empty()) << "ran before rank 3 asked";
   job.enqueue(3, "g", {3});
   job.send(3);
-  auto out = job.answer();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].kind, OpKind::Allreduce);
-  EXPECT_TRUE(out[0].withJoinedRanks);
+  expectOneAllreduce(job, 3, true);
 }
 
 TEST(Coordinator, ShutdownFromAnyRankEndsTheJob) {
