@@ -313,6 +313,7 @@ void registerRuntime(py::module_& m) {
         d["loop_wakeups"] = c.loopWakeups;
         d["wait_end_reports"] = c.waitEndReports;
         d["caller_ops"] = c.callerOps;
+        d["folded_ops"] = c.foldedOps;
         return d;
       },
       "Totals since init on this rank, for tests and benchmarks: control_messages_sent "
@@ -320,7 +321,8 @@ void registerRuntime(py::module_& m) {
       "asked by frontend threads, each ask counted even when one was still pending), "
       "wait_end_reports (a worker telling rank 0 on their own that "
       "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
-      "itself, HORA_CALLER_DRIVES).");
+      "itself, HORA_CALLER_DRIVES), folded_ops (small allreduces run from the data every rank "
+      "published with its agreement round, without a second exchange).");
   m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1, py::arg("ranks") = std::vector<int>{},
         "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
         "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "

@@ -64,6 +64,8 @@ struct EngineCounters {
                                 // that found another still pending counts too)
   uint64_t waitEndReports = 0;  // a worker's "no longer blocked" reports, sent on their own
   uint64_t callerOps = 0;       // collectives a waiting frontend thread ran itself
+  uint64_t foldedOps = 0;       // allreduces folded from the data published with their agreement
+                                // round (local_agreement.h), not exchanged again
 };
 
 class Runtime {

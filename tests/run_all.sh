@@ -403,6 +403,13 @@ if wants core; then
       parallel_run "np=$np $(basename "$f" .py) ${envs:+[$envs]}" "$np" "$envs" "$f"
     done
   done
+  # Small allreduces folded from the agreement rounds at 3 and 4 ranks, where the default
+  # (more ranks than this machine's 2 CPUs) leaves it off.
+  for np in 3 4; do
+    has_np "$np" || continue
+    envs="HORA_AGREEMENT_PAYLOADS=1"
+    parallel_run "np=$np test_core_eager_fold [$envs]" "$np" "$envs" tests/parallel/test_core_eager_fold.py
+  done
   # Over TCP at 3 ranks, or at the one rank count asked for (the quick tier's 2).
   TCP_NP=3
   has_np 3 || TCP_NP=$(for np in $NPS; do [ "$np" -ge 2 ] && echo "$np"; done | head -n 1)

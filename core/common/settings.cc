@@ -26,6 +26,10 @@ constexpr EnvVarInfo kEnvVars[] = {
      "1: a thread waiting for a cached collective on one host (or in a job of one rank) runs "
      "it itself while it polls, instead of handing it to the background thread; 0 never; auto: "
      "when the host runs at most two ranks per CPU online"},
+    {"AGREEMENT_PAYLOADS", "auto",
+     "1: on one host, a rank publishes a small cached allreduce's data with its agreement round, "
+     "and the ranks fold it from there without exchanging it again; 0 never; auto: when the host "
+     "has a CPU online for each of its ranks"},
     {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
     {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
     {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},
@@ -200,6 +204,7 @@ Settings Settings::fromEnvironment() {
   s.spinMicroseconds = envInt("SPIN_MICROSECONDS");
   s.spinAdaptive = envBool("SPIN_ADAPTIVE");
   s.callerDrives = envPreference("CALLER_DRIVES");
+  s.agreementPayloads = envPreference("AGREEMENT_PAYLOADS");
   s.timeoutSeconds = envDouble("TIMEOUT_SECONDS");
   s.shmDisable = envBool("SHM_DISABLE");
   s.shmRingBytes = envInt("SHM_RING_BYTES");

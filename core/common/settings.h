@@ -49,6 +49,9 @@ struct Settings {
   Preference hierarchicalAllgather = Preference::Off;
   // CALLER_DRIVES: a waiting thread runs its cached collective itself (Auto: a CPU per rank)
   Preference callerDrives = Preference::Auto;
+  // AGREEMENT_PAYLOADS: a small allreduce's data goes with its agreement round (Auto: a CPU per
+  // rank, cpuForEachRank)
+  Preference agreementPayloads = Preference::Auto;
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   int64_t controlFanout = 32;               // CONTROL_FANOUT: children per rank, TCP control tree
   bool shmLocalAgreement = true;            // SHM_LOCAL_AGREEMENT: cached tensors without rank 0

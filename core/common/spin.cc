@@ -21,6 +21,11 @@ bool callerDrivesByDefault(int localRanks) {
   return online > 0 && localRanks <= 2 * online;
 }
 
+bool cpuForEachRank(int localRanks) {
+  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 && localRanks <= online;
+}
+
 void requestPreciseSleeps() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);

@@ -1,6 +1,7 @@
 #include "core/coordinator/local_agreement.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include "core/common/bits.h"
@@ -14,14 +15,22 @@ LocalAgreement::LocalAgreement(std::unique_ptr<AgreementBoard> board, Millis han
       handOverAfter_(handOverAfter),
       openBound_(openBound),
       held_(AgreementBoard::kSlots),
-      rounds_(static_cast<size_t>(board_->size())) {}
+      rounds_{std::vector<AgreementBoard::Round>(static_cast<size_t>(board_->size())),
+              std::vector<AgreementBoard::Round>(static_cast<size_t>(board_->size()))} {}
 
-void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point now) {
+void LocalAgreement::hold(int slot, const std::string& key, Clock::time_point now,
+                          EagerPayload eager) {
   HORA_CHECK(accepts(slot) && !isHeld(slot), "slot held twice for local agreement");
+  HORA_CHECK(eager.bytes <= AgreementBoard::kEagerBytes, "an eager payload larger than a round's");
   Held& h = held_[static_cast<size_t>(slot)];
   h.key = key;
   h.since = now;
   h.published = false;
+  h.eager = eager.data != nullptr;
+  if (h.eager) {
+    const auto* bytes = static_cast<const uint8_t*>(eager.data);
+    h.eagerData.assign(bytes, bytes + eager.bytes);
+  }
   setBit(heldBits_, static_cast<size_t>(slot));
   ++heldCount_;
 }
@@ -50,20 +59,22 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
   HORA_CHECK(resolvable(), "resolving an agreement round not every rank published");
   Outcome out;
   open_ = false;
-  for (int r = 0; r < board_->size(); ++r) board_->read(r, round_, &rounds_[r]);
+  turn_ ^= 1;
+  std::vector<AgreementBoard::Round>& rounds = rounds_[turn_];
+  for (int r = 0; r < board_->size(); ++r) board_->read(r, round_, &rounds[r]);
   uint64_t ready[kWords], handedOver[kWords];
   bool sameBatches = true;
   for (size_t w = 0; w < kWords; ++w) {
     ready[w] = ~uint64_t{0};
     handedOver[w] = 0;
-    for (const auto& round : rounds_) {
+    for (const auto& round : rounds) {
       ready[w] &= round.ready[w];
       handedOver[w] |= round.handedOver[w];
     }
   }
   bool joined = false;
-  for (const auto& round : rounds_) {
-    sameBatches = sameBatches && round.applied == rounds_[0].applied;
+  for (const auto& round : rounds) {
+    sameBatches = sameBatches && round.applied == rounds[0].applied;
     joined = joined || round.joined != 0;
   }
   if (sameBatches) {
@@ -78,12 +89,30 @@ LocalAgreement::Outcome LocalAgreement::resolve() {
       agreed.push_back(slot);
       release(slot);
     });
-    if (!agreed.empty()) out.ready.push_back(std::move(agreed));
+    if (!agreed.empty()) {
+      out.payloads.push_back(eagerPayloads(rounds, agreed));
+      out.ready.push_back(std::move(agreed));
+    }
   }
   forEachHeld([&](int slot) {
     if (othersJoined_ || bitSet(handedOver, static_cast<size_t>(slot))) handOver(slot, out);
   });
   return out;
+}
+
+std::vector<const uint8_t*> LocalAgreement::eagerPayloads(
+    const std::vector<AgreementBoard::Round>& rounds, const std::vector<int>& slots) {
+  std::vector<const uint8_t*> payloads;
+  if (slots.size() != 1 || rounds.size() < 2) return payloads;
+  // Every rank's round carries this slot's data, of one size: each rank held it alone.
+  for (const auto& round : rounds) {
+    if (round.eagerSlot != static_cast<uint64_t>(slots[0]) + 1 ||
+        round.eagerBytes != rounds[0].eagerBytes) {
+      return {};
+    }
+  }
+  for (const auto& round : rounds) payloads.push_back(round.eager);
+  return payloads;
 }
 
 void LocalAgreement::handOver(int slot, Outcome& out) {
@@ -118,18 +147,30 @@ LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point
     if (out.ready.empty() && out.handOver.empty()) return more;  // (a rank alone, always)
     out.ready.insert(out.ready.end(), std::make_move_iterator(more.ready.begin()),
                      std::make_move_iterator(more.ready.end()));  // a round apart
+    out.payloads.insert(out.payloads.end(), std::make_move_iterator(more.payloads.begin()),
+                        std::make_move_iterator(more.payloads.end()));
     out.handOver.insert(out.handOver.end(), more.handOver.begin(), more.handOver.end());
   }
   return out;
 }
 
 void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
-  AgreementBoard::Round mine;
+  AgreementBoard::Round& mine = mine_;
   mine.applied = applied;
   mine.joined = joined_ ? 1 : 0;
+  std::memset(mine.ready, 0, sizeof(mine.ready));
+  std::memset(mine.handedOver, 0, sizeof(mine.handedOver));
+  mine.eagerSlot = 0;
+  mine.eagerBytes = 0;
   forEachHeld([&](int slot) {
     setBit(mine.ready, static_cast<size_t>(slot));
-    held_[static_cast<size_t>(slot)].published = true;
+    Held& h = held_[static_cast<size_t>(slot)];
+    h.published = true;
+    if (heldCount_ == 1 && h.eager) {
+      mine.eagerSlot = static_cast<uint64_t>(slot) + 1;
+      mine.eagerBytes = h.eagerData.size();
+      if (!h.eagerData.empty()) std::memcpy(mine.eager, h.eagerData.data(), h.eagerData.size());
+    }
   });
   for (const auto& kv : handedOver_) setBit(mine.handedOver, static_cast<size_t>(kv.first));
   board_->publish(++round_, mine);

@@ -24,6 +24,11 @@
 // A round that stays open for openBound (HORA_TIMEOUT_SECONDS) fails the rank with TimeoutError
 // naming the ranks that never published it: a stopped or hung peer cannot block it for ever.
 //
+// A rank that holds one slot alone publishes that tensor's data with the round when hold() was
+// given it (the eager payload: a small allreduce, core/ops/ops.h foldsFromPayloads). When every
+// rank published one for the slot that runs, the outcome lends the round's payloads, and each rank
+// folds them instead of exchanging the data again: one wait per blocking call instead of two.
+//
 // A slot held for handOverAfter, or that another rank handed over, goes to the coordinator
 // instead (its stall inspector, deadlock check and join handling see only what reaches it), and
 // the rank publishes it as handed over until that tensor completes, so that the others send
@@ -43,6 +48,13 @@
 
 namespace hora {
 
+// The data a held slot may publish with its round: `bytes` (at most kEagerBytes) at `data`,
+// copied by hold(); null for none.
+struct EagerPayload {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class LocalAgreement {
  public:
   // handOverAfter: how long a held slot waits for the other ranks before it goes to the
@@ -51,12 +63,15 @@ class LocalAgreement {
 
   // Whether a tensor of the global set cached in `slot` can be agreed on here.
   static bool accepts(int slot) { return slot >= 0 && slot < int(AgreementBoard::kSlots); }
-  void hold(int slot, const std::string& key, Clock::time_point now);
+  void hold(int slot, const std::string& key, Clock::time_point now, EagerPayload eager = {});
 
   struct Outcome {
     // Per round resolved, the slots every rank held: run them now, in this order. Each round is
     // fused on its own, as every other rank fuses it.
     std::vector<std::vector<int>> ready;
+    // Per round in ready: every rank's eager payload, in rank order, when every rank published
+    // one for the lone slot it runs; else empty. Valid until the second resolve after this one.
+    std::vector<std::vector<const uint8_t*>> payloads;
     std::vector<int> handOver;  // slots to send to the coordinator now
   };
   // One look at the board: resolves the open round if every rank published it, hands over what
@@ -93,9 +108,16 @@ class LocalAgreement {
     std::string key;
     Clock::time_point since;
     bool published = false;
+    // The tensor's data to publish with the round, copied when held: the tensor's buffer may
+    // be gone by the time a round is published (a failed job's caller returns at once).
+    bool eager = false;
+    std::vector<uint8_t> eagerData;  // its buffer is kept for the slot's next tensor
   };
 
   void publish(uint64_t applied, Clock::time_point now);
+  // The eager payloads of the round in `rounds` that agreed on `slots`, or none.
+  static std::vector<const uint8_t*> eagerPayloads(const std::vector<AgreementBoard::Round>& rounds,
+                                                   const std::vector<int>& slots);
   void handOver(int slot, Outcome& out);
   bool othersAhead() const;
   bool isHeld(int slot) const { return bitSet(heldBits_, static_cast<size_t>(slot)); }
@@ -125,7 +147,11 @@ class LocalAgreement {
   bool joinNews_ = false;      // a change of joined_ not yet published
   bool othersJoined_ = false;  // some rank had joined in the last round resolved
   Clock::time_point lastPublish_{};
-  std::vector<AgreementBoard::Round> rounds_;  // scratch: every rank's round being resolved
+  AgreementBoard::Round mine_;  // the round being published (a member: it is mostly payload)
+  // Scratch: every rank's round being resolved, in turns, so that the payloads an outcome lends
+  // outlive the resolve that step() may run after the one that made them.
+  std::vector<AgreementBoard::Round> rounds_[2];
+  size_t turn_ = 0;
 };
 
 }  // namespace hora

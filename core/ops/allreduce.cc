@@ -1,6 +1,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/common/errors.h"
 #include "core/common/reduce.h"
 #include "core/ops/ops.h"
 
@@ -55,6 +56,32 @@ bool sumsInFloat(const Response& r) {
   return (r.reduceOp == ReduceOp::Sum || r.reduceOp == ReduceOp::Average) && sumsInFloat32(r.dtype);
 }
 
+bool foldsFromPayloads(const Response& r, int setSize, size_t maxBytes) {
+  if (r.kind != OpKind::Allreduce || r.tensorCount() != 1 || setSize < 2 || r.prescale != 1.0 ||
+      sumsWide(r) || sumsInFloat(r)) {
+    return false;
+  }
+  return static_cast<size_t>(r.elementCounts[0]) * dtypeSize(r.dtype) <= maxBytes;
+}
+
+void runAllreduceFolded(const Response& r, OpContext& cx,
+                        const std::vector<const uint8_t*>& payloads) {
+  HORA_CHECK(r.tensorCount() == 1 && cx.entries[0] != nullptr &&
+                 payloads.size() == static_cast<size_t>(cx.comm.size()),
+             "an allreduce folded from payloads needs its own tensor and every rank's data");
+  ActivityScope a(cx, r, TransportActivity{"ALLREDUCE"});
+  const size_t count = static_cast<size_t>(r.elementCounts[0]);
+  void* buf = cx.entries[0]->tensor.data;
+  if (count == 0) return;
+  // Rank 0's first, then the others in rank order: as the shared payload folds them.
+  std::memcpy(buf, payloads[0], count * dtypeSize(r.dtype));
+  for (size_t k = 1; k < payloads.size(); ++k) {
+    reduceInto(buf, payloads[k], count, r.dtype,
+               r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp);
+  }
+  finishReduction(r, buf, count, cx.comm.size());
+}
+
 // The tensors reduced where they lie, by a communicator that takes them unfused
 // (Communicator::reducesPieces): the scaling runs on each tensor, element by element, as it would
 // on the fusion buffer.
@@ -78,6 +105,10 @@ void allreducePieces(const Response& r, OpContext& cx, ReduceOp op, size_t total
 }
 
 void runAllreduce(const Response& r, OpContext& cx) {
+  if (cx.payloads != nullptr) {
+    runAllreduceFolded(r, cx, *cx.payloads);
+    return;
+  }
   const size_t elem = dtypeSize(r.dtype);
   size_t total = 0;
   for (int64_t n : r.elementCounts) total += static_cast<size_t>(n);

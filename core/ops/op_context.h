@@ -1,5 +1,6 @@
 #pragma once
 // What an op needs to execute one (possibly fused) response on this rank.
+#include <cstdint>
 #include <vector>
 
 #include "core/coordinator/tensor_queue.h"
@@ -18,6 +19,9 @@ struct OpContext {
   // zeros (allreduce only).
   std::vector<TensorEntry*> entries;
   Timeline* timeline = nullptr;  // null or disabled: no activities recorded
+  // Every rank's data for this allreduce, in rank order, published with the agreement round that
+  // ran it (foldsFromPayloads, ops.h): folded instead of exchanged. Null for none.
+  const std::vector<const uint8_t*>* payloads = nullptr;
 };
 
 // A collective's activity, named after the transport that runs it ("TCP_ALLREDUCE").

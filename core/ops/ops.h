@@ -18,6 +18,16 @@ void runBroadcast(const Response& r, OpContext& cx);
 void runAlltoall(const Response& r, OpContext& cx);
 void runReducescatter(const Response& r, OpContext& cx);
 
+// An allreduce that a round of local agreement can carry whole as every rank's eager payload
+// (core/coordinator/local_agreement.h): one tensor, no prescale, reduced in its own dtype, over
+// 2 or more ranks, of at most maxBytes. Its result folded from the payloads is bit for bit the
+// exchange's: every algorithm folds in rank order wherever the order could change a bit.
+bool foldsFromPayloads(const Response& r, int setSize, size_t maxBytes);
+// Runs such an allreduce (one of this rank's own tensors) from `payloads`, every rank's data in
+// rank order, instead of exchanging it.
+void runAllreduceFolded(const Response& r, OpContext& cx,
+                        const std::vector<const uint8_t*>& payloads);
+
 // Scale factors as the reference applies them: Average is Sum followed by postscale / size.
 double effectivePostscale(const Response& r, int setSize);
 

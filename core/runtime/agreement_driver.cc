@@ -1,16 +1,21 @@
 #include "core/runtime/agreement_driver.h"
 
+#include <algorithm>
+
+#include "core/collectives/algorithm_table.h"
 #include "core/common/bits.h"
 #include "core/fusion/fusion_planner.h"
+#include "core/ops/ops.h"
 
 namespace hora {
 
 AgreementDriver::AgreementDriver(std::unique_ptr<LocalAgreement> agreement, int64_t fusionThreshold,
-                                 int worldSize, Participant& participant, Coordinator* coordinator,
-                                 Timeline& timeline)
+                                 int worldSize, bool publishesData, Participant& participant,
+                                 Coordinator* coordinator, Timeline& timeline)
     : agreement_(std::move(agreement)),
       fusionThreshold_(fusionThreshold),
       worldSize_(worldSize),
+      publishesData_(publishesData),
       participant_(participant),
       coordinator_(coordinator),
       timeline_(timeline) {}
@@ -41,7 +46,18 @@ void AgreementDriver::paused(Clock::duration busy) {
   if (agreement_) agreement_->paused(busy);
 }
 
-void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now) {
+EagerPayload AgreementDriver::eagerData(const Response& cached, int slot,
+                                        TensorQueue& queue) const {
+  // The fold reads every rank's payload: bounded as the shared payload is.
+  size_t most =
+      std::min(AgreementBoard::kEagerBytes, collectives::sharedPayloadMaxBytes(worldSize_));
+  if (!publishesData_ || !foldsFromPayloads(cached, worldSize_, most)) return {};
+  const TensorEntry* entry = queue.find(participant_.cachedKey(slot));
+  if (entry == nullptr || !entry->tensor.device.isCpu()) return {};
+  return {entry->tensor.data, entry->tensor.bytes()};
+}
+
+void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now, TensorQueue& queue) {
   if (!agreement_) return;
   for (const Request& r : batch.requests) {
     if (r.kind == OpKind::Join) agreement_->setJoined(true);
@@ -50,7 +66,7 @@ void AgreementDriver::hold(RequestBatch& batch, Clock::time_point now) {
     int slot = static_cast<int>(bit);
     const Response& cached = participant_.cachedResponse(slot);
     if (!LocalAgreement::accepts(slot) || cached.processSetId != 0) return;
-    agreement_->hold(slot, participant_.cachedKey(slot), now);
+    agreement_->hold(slot, participant_.cachedKey(slot), now, eagerData(cached, slot, queue));
     clearBit(batch.cacheBits.data(), bit);
     if (recording()) {
       timeline_.negotiateStart(0, cached.names.front(), opKindName(cached.kind));

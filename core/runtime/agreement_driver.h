@@ -16,6 +16,7 @@
 #include "core/coordinator/coordinator.h"
 #include "core/coordinator/local_agreement.h"
 #include "core/coordinator/participant.h"
+#include "core/coordinator/tensor_queue.h"
 #include "core/timeline/timeline.h"
 
 namespace hora {
@@ -23,8 +24,10 @@ namespace hora {
 class AgreementDriver {
  public:
   // coordinator: world rank 0's, else null. fusionThreshold: rank 0's, for what runs agreed.
+  // publishesData: a small allreduce held alone goes with its data (LocalAgreement::hold).
   AgreementDriver(std::unique_ptr<LocalAgreement> agreement, int64_t fusionThreshold, int worldSize,
-                  Participant& participant, Coordinator* coordinator, Timeline& timeline);
+                  bool publishesData, Participant& participant, Coordinator* coordinator,
+                  Timeline& timeline);
 
   bool enabled() const { return agreement_ != nullptr; }
   LocalAgreement& agreement() { return *agreement_; }  // enabled() only
@@ -41,7 +44,8 @@ class AgreementDriver {
 
   // Cache hits of the global set stay here to be agreed on; the rest of `batch` goes on. A join
   // going out is published too: the other ranks then stop holding what this rank will not submit.
-  void hold(RequestBatch& batch, Clock::time_point now);
+  // A small allreduce's data (from `queue`) goes with its round when it is held alone.
+  void hold(RequestBatch& batch, Clock::time_point now, TensorQueue& queue);
   // What every rank holds runs as the coordinator would have answered it: the cached responses,
   // in slot order, fused under rank 0's threshold. Valid until the next plan().
   const std::vector<Response>& plan(const std::vector<int>& slots);
@@ -51,10 +55,13 @@ class AgreementDriver {
 
  private:
   bool recording() const { return coordinator_ != nullptr && timeline_.enabled(); }
+  // What the tensor cached in `slot` may publish with its round (EagerPayload).
+  EagerPayload eagerData(const Response& cached, int slot, TensorQueue& queue) const;
 
   std::unique_ptr<LocalAgreement> agreement_;
   int64_t fusionThreshold_;
   int worldSize_;
+  bool publishesData_;
   Participant& participant_;
   Coordinator* coordinator_;
   Timeline& timeline_;

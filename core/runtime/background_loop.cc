@@ -24,6 +24,12 @@ Millis earliest(Millis a, Millis b) {  // -1: no bound
   return std::min(a, b);
 }
 
+// HORA_AGREEMENT_PAYLOADS (spin.h's cpuForEachRank says why auto is what it is).
+bool publishesPayloads(const BackgroundLoop::Parts& parts) {
+  Preference p = parts.settings.agreementPayloads;
+  return p == Preference::On || (p == Preference::Auto && cpuForEachRank(parts.topology.localSize));
+}
+
 bool needsSending(const RequestBatch& batch) {
   return !batch.requests.empty() || !batch.cacheBits.empty();
 }
@@ -59,7 +65,8 @@ BackgroundLoop::BackgroundLoop(Parts parts, int staticSets)
              secondsToMillis(parts.settings.timeoutSeconds),
              [control = parts.links.control.get()](int peer) { return control->relays(peer); }),
       agreement_(std::move(parts.links.agreement), parts.links.agreedFusionThreshold,
-                 parts.topology.size, participant_, coordinator_.get(), parts.timeline),
+                 parts.topology.size, publishesPayloads(parts), participant_, coordinator_.get(),
+                 parts.timeline),
       applier_({parts.topology, parts.settings, parts.links, parts.sets, parts.queue, participant_,
                 agreement_, parts.timeline}),
       cycleTimeMs_(parts.settings.cycleTimeMs) {}
@@ -175,7 +182,9 @@ void BackgroundLoop::callerCycle() {
       agreement.step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycleTime));
   if (!outcome.handOver.empty()) deferred_.push_back(agreement_.handOverBatch(outcome.handOver));
   size_t ran = 0;
-  for (const auto& round : outcome.ready) ran += runAgreed(round);
+  for (size_t i = 0; i < outcome.ready.size(); ++i) {
+    ran += runAgreed(outcome.ready[i], outcome.payloads[i]);
+  }
   callerOps_.fetch_add(ran, std::memory_order_relaxed);
   agreement.failIfStalled(now);
 }
@@ -312,7 +321,7 @@ bool BackgroundLoop::collectDue(Clock::time_point now, Clock::duration cycleTime
 // is left in the batch goes to the coordinator.
 RequestBatch BackgroundLoop::collectFresh(Clock::time_point now) {
   RequestBatch batch = participant_.collect(p_.queue, std::move(fresh_));  // empties fresh_
-  agreement_.hold(batch, now);
+  agreement_.hold(batch, now, p_.queue);
   return batch;
 }
 
@@ -390,15 +399,22 @@ void BackgroundLoop::takeAgreed(const LocalAgreement::Outcome& outcome) {
     send(batch, Clock::now());
   }
   if (shutdown_.stopped()) return;
-  for (const auto& round : outcome.ready) runAgreed(round);
+  for (size_t i = 0; i < outcome.ready.size(); ++i) {
+    runAgreed(outcome.ready[i], outcome.payloads[i]);
+  }
 }
 
-// Returns how many collectives ran.
-size_t BackgroundLoop::runAgreed(const std::vector<int>& slots) {
+// Returns how many collectives ran. payloads: the round's eager payloads (local_agreement.h),
+// which the lone response of a lone slot folds.
+size_t BackgroundLoop::runAgreed(const std::vector<int>& slots,
+                                 const std::vector<const uint8_t*>& payloads) {
   if (slots.empty()) return 0;
   const std::vector<Response>& plan = agreement_.plan(slots);
   auto begin = Clock::now();
-  for (const Response& r : plan) applier_.runData(r);
+  const bool folds = !payloads.empty() && plan.size() == 1;
+  // Counted before the run completes the handle: a caller it wakes then reads the new count.
+  if (folds) foldedOps_.fetch_add(1, std::memory_order_relaxed);
+  for (const Response& r : plan) applier_.runData(r, folds ? &payloads : nullptr);
   // No control message was read while the collectives ran: that time is nobody's silence.
   auto spent = Clock::now() - begin;
   peers_.paused(spent);

@@ -95,6 +95,7 @@ class BackgroundLoop {
   void callerDeparted(bool finished);
   // Collectives that callers ran (tryDrive()).
   uint64_t callerOps() const { return callerOps_.load(std::memory_order_relaxed); }
+  uint64_t foldedOps() const { return foldedOps_.load(std::memory_order_relaxed); }
 
  private:
   void cycle();
@@ -115,7 +116,7 @@ class BackgroundLoop {
   void reportWaiting();
   void applyBatch(const ResponseBatch& batch);
   void takeAgreed(const LocalAgreement::Outcome& outcome);
-  size_t runAgreed(const std::vector<int>& slots);
+  size_t runAgreed(const std::vector<int>& slots, const std::vector<const uint8_t*>& payloads);
   void checkPeers(Clock::time_point now);
   std::vector<int> watchedPeers();
   Millis pollTimeout(Millis forSending, Clock::time_point now);
@@ -141,6 +142,7 @@ class BackgroundLoop {
   std::vector<RequestBatch> deferred_;    // for the coordinator, left by a caller cycle
   std::exception_ptr callerError_;        // a caller cycle's failure, for the loop to stop on
   std::atomic<uint64_t> callerOps_{0};
+  std::atomic<uint64_t> foldedOps_{0};
   std::atomic<int> callersPresent_{0};        // threads polling a handle they may drive
   std::atomic<Clock::rep> lastDeparture_{0};  // when a caller last stopped polling (Clock ticks)
   // The last caller cycle left work that no caller may step (a round open, hits held, tensors

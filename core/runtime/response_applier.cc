@@ -71,7 +71,7 @@ void ResponseApplier::runBarrier(const Response& r) {
   completeNamed(r, nullptr);
 }
 
-void ResponseApplier::runData(const Response& r) {
+void ResponseApplier::runData(const Response& r, const std::vector<const uint8_t*>* payloads) {
   ProcessSetTable::Member set = p_.sets.member(r.processSetId);
   if (set.setRank < 0) return;  // not a member: nothing to run here
   Communicator* comm = set.comm;
@@ -106,7 +106,7 @@ void ResponseApplier::runData(const Response& r) {
     runOnGpu(r, comm, std::move(owned));
     return;
   }
-  OpContext cx{*comm, fusion_, *set.ranks, std::move(entries), &p_.timeline};
+  OpContext cx{*comm, fusion_, *set.ranks, std::move(entries), &p_.timeline, payloads};
   bool recording = p_.timeline.enabled();
   if (recording) {
     for (const auto& name : r.names) p_.timeline.opStart(r.processSetId, name, opKindName(r.kind));

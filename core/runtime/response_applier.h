@@ -40,8 +40,9 @@ class ResponseApplier {
   explicit ResponseApplier(Parts parts) : p_(parts) {}
 
   void apply(const Response& r);
-  // A collective on tensors; a response this rank has no part in is skipped.
-  void runData(const Response& r);
+  // A collective on tensors; a response this rank has no part in is skipped. payloads: every
+  // rank's data for it, from the agreement round (OpContext::payloads), or null.
+  void runData(const Response& r, const std::vector<const uint8_t*>* payloads = nullptr);
 
   // Whether a response ever ran on GPU tensors here.
   bool usesGpu() const { return gpu_ != nullptr; }

@@ -10,9 +10,14 @@
 // one round ahead of another and two buffers per rank (k & 1) suffice: a round is rewritten only
 // once every rank has read it.
 //
+// A rank whose round holds a single slot, a small allreduce, may publish that tensor's data with
+// it (the eager payload): when every rank did so for the same slot, each folds the payloads it read
+// with the round instead of exchanging them once more (runAllreduceFolded, core/ops/ops.h).
+//
 // Threads: the background thread of each rank.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace hora {
 
@@ -21,13 +26,28 @@ class AgreementBoard {
   // Cache slots the board carries: tensors cached in higher slots always go to the coordinator.
   static constexpr size_t kSlots = 1024;
   static constexpr size_t kWords = kSlots / 64;
+  // The largest eager payload a round carries.
+  static constexpr size_t kEagerBytes = 4096;
 
   struct Round {
     uint64_t applied = 0;              // response batches the rank had applied
     uint64_t joined = 0;               // 1 while the rank waits in a join
     uint64_t ready[kWords] = {};       // slots the rank holds ready
     uint64_t handedOver[kWords] = {};  // slots the rank sent to the coordinator, not yet done
+    uint64_t eagerSlot = 0;            // slot + 1 whose data is in eager; 0 for none
+    uint64_t eagerBytes = 0;
+    uint8_t eager[kEagerBytes];  // left uninitialised: only its first eagerBytes are ever read
   };
+  // A round's fields and the used part of its eager payload (a whole Round is mostly payload).
+  static void copyRound(const Round& from, Round* to) {
+    to->applied = from.applied;
+    to->joined = from.joined;
+    std::memcpy(to->ready, from.ready, sizeof(to->ready));
+    std::memcpy(to->handedOver, from.handedOver, sizeof(to->handedOver));
+    to->eagerSlot = from.eagerSlot;
+    to->eagerBytes = from.eagerSlot != 0 ? from.eagerBytes : 0;
+    if (to->eagerBytes > 0) std::memcpy(to->eager, from.eager, to->eagerBytes);
+  }
 
   virtual ~AgreementBoard() = default;
   virtual int rank() const = 0;

@@ -16,10 +16,10 @@ class SoloBoard : public AgreementBoard {
   void publish(uint32_t round, const Round& mine) override {
     HORA_CHECK(round == round_ + 1, "agreement rounds are published in order");
     round_ = round;
-    last_ = mine;
+    copyRound(mine, &last_);
   }
   uint32_t published(int) const override { return round_; }
-  void read(int, uint32_t, Round* out) const override { *out = last_; }
+  void read(int, uint32_t, Round* out) const override { copyRound(last_, out); }
   void looked() override {}  // no other rank publishes, so no wait needs ending
 
  private:

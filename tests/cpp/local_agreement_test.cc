@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "core/common/errors.h"
@@ -99,6 +100,83 @@ TEST(LocalAgreementRounds, ARankAloneRunsWhatItHoldsInTheStepThatPublishesIt) {
     EXPECT_FALSE(alone.open());
     EXPECT_EQ(alone.held(), 0u);
   }
+}
+
+// The int32 values of each rank's payload in an outcome's round `i`.
+std::vector<std::vector<int32_t>> payloadValues(const LocalAgreement::Outcome& out, size_t i,
+                                                size_t count) {
+  std::vector<std::vector<int32_t>> values;
+  for (const uint8_t* p : out.payloads.at(i)) {
+    std::vector<int32_t> v(count);
+    std::memcpy(v.data(), p, count * sizeof(int32_t));
+    values.push_back(v);
+  }
+  return values;
+}
+
+TEST(LocalAgreementPayloads, ALoneSlotsDataGoesWithItsRoundToEveryRank) {
+  Ranks ranks(3);
+  std::vector<std::vector<int32_t>> data = {{1, 2}, {11, 12}, {21, 22}};
+  for (int r = 0; r < 3; ++r) ranks[r].hold(4, "t4", at(0), {data[r].data(), 8});
+  ranks[0].step(0, at(0), kCycle);
+  ranks[1].step(0, at(0), kCycle);
+  auto last = ranks[2].step(0, at(0), kCycle);
+  ASSERT_EQ(last.ready, (Rounds{{4}}));
+  EXPECT_EQ(payloadValues(last, 0, 2), data);
+  for (int r : {0, 1}) {
+    auto out = ranks[r].step(0, at(0), kCycle);
+    ASSERT_EQ(out.ready, (Rounds{{4}})) << "rank " << r;
+    EXPECT_EQ(payloadValues(out, 0, 2), data) << "rank " << r;
+  }
+}
+
+TEST(LocalAgreementPayloads, NoneUnlessEveryRankPublishedDataForTheSlotThatRuns) {
+  int32_t value = 5;
+  {
+    Ranks ranks(2);  // rank 1 gave no data
+    ranks[0].hold(4, "t4", at(0), {&value, 4});
+    ranks[1].hold(4, "t4", at(0));
+    ranks[0].step(0, at(0), kCycle);
+    auto out = ranks[1].step(0, at(0), kCycle);
+    ASSERT_EQ(out.ready, (Rounds{{4}}));
+    EXPECT_TRUE(out.payloads.at(0).empty());
+  }
+  {
+    Ranks ranks(2);  // two slots held: a fused round, no payload
+    for (int r = 0; r < 2; ++r) {
+      ranks[r].hold(4, "t4", at(0), {&value, 4});
+      ranks[r].hold(5, "t5", at(0), {&value, 4});
+    }
+    ranks[0].step(0, at(0), kCycle);
+    auto out = ranks[1].step(0, at(0), kCycle);
+    ASSERT_EQ(out.ready, (Rounds{{4, 5}}));
+    EXPECT_TRUE(out.payloads.at(0).empty());
+  }
+  {
+    Ranks ranks(2);  // each alone, but not the same slot: nothing runs
+    ranks[0].hold(4, "t4", at(0), {&value, 4});
+    ranks[1].hold(5, "t5", at(0), {&value, 4});
+    ranks[0].step(0, at(0), kCycle);
+    auto out = ranks[1].step(0, at(0), kCycle);
+    EXPECT_TRUE(out.ready.empty());
+    EXPECT_TRUE(out.payloads.empty());
+  }
+}
+
+TEST(LocalAgreementPayloads, ARoundsPayloadsOutliveTheNextRoundResolvedInTheSameStep) {
+  Ranks ranks(2);
+  std::vector<int32_t> first = {7}, second = {9};
+  for (int r = 0; r < 2; ++r) ranks[r].hold(1, "a", at(0), {first.data(), 4});
+  ranks[0].step(0, at(0), kCycle);
+  ASSERT_EQ(ranks[1].step(0, at(0), kCycle).ready, (Rounds{{1}}));
+  // Rank 1 is a round ahead: rank 0's next step resolves both rounds.
+  ranks[1].hold(2, "b", at(1), {second.data(), 4});
+  ranks[1].step(1, at(1), kCycle);
+  ranks[0].hold(2, "b", at(1), {second.data(), 4});
+  auto both = ranks[0].step(1, at(1), kCycle);
+  ASSERT_EQ(both.ready, (Rounds{{1}, {2}}));
+  EXPECT_EQ(payloadValues(both, 0, 1), (std::vector<std::vector<int32_t>>{{7}, {7}}));
+  EXPECT_EQ(payloadValues(both, 1, 1), (std::vector<std::vector<int32_t>>{{9}, {9}}));
 }
 
 TEST(LocalAgreementRounds, ASlotHeldLaterRunsInTheRoundItsHolderStarts) {

@@ -49,7 +49,8 @@ def test_counters_are_exposed() -> None:
     """Every counter is a non-negative integer, and a blocking collective moves the totals."""
     before = hora._core.engine_counters()
     assert set(before) == {
-        "control_messages_sent", "loop_wakeups", "wait_end_reports", "caller_ops"}
+        "control_messages_sent", "loop_wakeups", "wait_end_reports", "caller_ops",
+        "folded_ops"}
     check_next_op_works("wr.counters")
     after = hora._core.engine_counters()
     for key, value in after.items():

@@ -1,5 +1,6 @@
 #include "core/transport/shm/agreement_board.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/common/errors.h"
@@ -27,6 +28,9 @@ void ShmAgreementBoard::publish(uint32_t round, const Round& mine) {
   buffer.joined = mine.joined;
   std::memcpy(buffer.ready, mine.ready, sizeof(buffer.ready));
   std::memcpy(buffer.handedOver, mine.handedOver, sizeof(buffer.handedOver));
+  buffer.eagerSlot = mine.eagerSlot;
+  buffer.eagerBytes = mine.eagerSlot != 0 ? mine.eagerBytes : 0;
+  if (buffer.eagerBytes > 0) std::memcpy(buffer.eager, mine.eager, buffer.eagerBytes);
   // Release after the plain writes above: a peer that acquires the new round number sees the whole
   // buffer.
   me.agreement.round.store(round, std::memory_order_release);
@@ -45,6 +49,10 @@ void ShmAgreementBoard::read(int r, uint32_t round, Round* out) const {
   out->joined = buffer.joined;
   std::memcpy(out->ready, buffer.ready, sizeof(out->ready));
   std::memcpy(out->handedOver, buffer.handedOver, sizeof(out->handedOver));
+  out->eagerSlot = buffer.eagerSlot;
+  // Bounded by the payload's room: the segment is shared with other processes.
+  out->eagerBytes = std::min<uint64_t>(buffer.eagerBytes, sizeof(out->eager));
+  if (out->eagerBytes > 0) std::memcpy(out->eager, buffer.eager, out->eagerBytes);
 }
 
 }  // namespace shm

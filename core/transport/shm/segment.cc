@@ -32,8 +32,9 @@ struct alignas(kLine) Header {
 }
 
 // The size the layout comment (segment.h) promises.
-static_assert(sizeof(RankBlock) == 1024 + 2 * kPayloadBlockBytes,
-              "a rank's block is 1 KiB of lines and its two payload blocks");
+static_assert(sizeof(RankBlock) == 1024 + 2 * AgreementBoard::kEagerBytes + 2 * kPayloadBlockBytes,
+              "a rank's block is 1 KiB of lines, its rounds' eager payloads and its two payload "
+              "blocks");
 
 // Where the arena starts in the file: the first page after the fixed part.
 size_t arenaOffset(size_t fixedBytes) { return roundUpToPage(fixedBytes); }

@@ -9,7 +9,7 @@
 //
 // Layout (all cache-line aligned, nothing shared between writers on one line):
 //   header | per rank: identity line, doorbell line, two small-payload lines, window line,
-//   agreement line, two agreement rounds and two payload blocks |
+//   agreement line, two agreement rounds (with their eager payloads) and two payload blocks |
 //   per ordered pair (s -> d, s != d): ring control (head line, tail line) | ring data |
 //   per rank r > 0, both directions (r -> 0, 0 -> r): control ring control | control ring data |
 //   per rank: window (two halves) |
@@ -17,7 +17,7 @@
 // The data rings belong to the collectives; the control rings carry only negotiation messages
 // (control_channel.h), so a collective never reads one by mistake. A rank's window holds the
 // data of an allreduce that its peers reduce in place (window_allreduce.h). The size is fixed when
-// the job starts: 64 B + 17 KiB per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
+// the job starts: 64 B + 25 KiB per rank + (128 B + ringBytes) per ordered pair + 2 x (128 B +
 // kControlRingBytes) per rank other than 0 + windowBytes per rank, whatever the tensors the job
 // later moves. The arena's areas (arenaBytes per rank) are holes in the file until a rank
 // allocates a block there.
@@ -83,6 +83,9 @@ struct alignas(kLine) AgreementRound {
   uint64_t joined;
   uint64_t ready[AgreementBoard::kWords];
   uint64_t handedOver[AgreementBoard::kWords];
+  uint64_t eagerSlot;
+  uint64_t eagerBytes;
+  uint8_t eager[AgreementBoard::kEagerBytes];
 };
 struct RankBlock {
   RankLine identity;
