@@ -64,8 +64,10 @@ bool foldsFromPayloads(const Response& r, int setSize, size_t maxBytes) {
   return static_cast<size_t>(r.elementCounts[0]) * dtypeSize(r.dtype) <= maxBytes;
 }
 
-void runAllreduceFolded(const Response& r, OpContext& cx,
-                        const std::vector<const uint8_t*>& payloads) {
+// Such an allreduce of one of this rank's own tensors, folded from every rank's data in rank order
+// (`payloads`) instead of exchanged.
+void allreduceFolded(const Response& r, OpContext& cx, ReduceOp op,
+                     const std::vector<const uint8_t*>& payloads) {
   HORA_CHECK(r.tensorCount() == 1 && cx.entries[0] != nullptr &&
                  payloads.size() == static_cast<size_t>(cx.comm.size()),
              "an allreduce folded from payloads needs its own tensor and every rank's data");
@@ -75,10 +77,7 @@ void runAllreduceFolded(const Response& r, OpContext& cx,
   if (count == 0) return;
   // Rank 0's first, then the others in rank order: as the shared payload folds them.
   std::memcpy(buf, payloads[0], count * dtypeSize(r.dtype));
-  for (size_t k = 1; k < payloads.size(); ++k) {
-    reduceInto(buf, payloads[k], count, r.dtype,
-               r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp);
-  }
+  for (size_t k = 1; k < payloads.size(); ++k) reduceInto(buf, payloads[k], count, r.dtype, op);
   finishReduction(r, buf, count, cx.comm.size());
 }
 
@@ -105,14 +104,14 @@ void allreducePieces(const Response& r, OpContext& cx, ReduceOp op, size_t total
 }
 
 void runAllreduce(const Response& r, OpContext& cx) {
+  const ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
   if (cx.payloads != nullptr) {
-    runAllreduceFolded(r, cx, *cx.payloads);
+    allreduceFolded(r, cx, op, *cx.payloads);
     return;
   }
   const size_t elem = dtypeSize(r.dtype);
   size_t total = 0;
   for (int64_t n : r.elementCounts) total += static_cast<size_t>(n);
-  const ReduceOp op = r.reduceOp == ReduceOp::Average ? ReduceOp::Sum : r.reduceOp;
   if (!sumsWide(r) && !sumsInFloat(r) && cx.comm.reducesPieces(total, r.dtype, op)) {
     allreducePieces(r, cx, op, total);
     return;

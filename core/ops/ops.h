@@ -22,11 +22,8 @@ void runReducescatter(const Response& r, OpContext& cx);
 // (core/coordinator/local_agreement.h): one tensor, no prescale, reduced in its own dtype, over
 // 2 or more ranks, of at most maxBytes. Its result folded from the payloads is bit for bit the
 // exchange's: every algorithm folds in rank order wherever the order could change a bit.
+// runAllreduce folds it from OpContext::payloads when the agreement round lent them.
 bool foldsFromPayloads(const Response& r, int setSize, size_t maxBytes);
-// Runs such an allreduce (one of this rank's own tensors) from `payloads`, every rank's data in
-// rank order, instead of exchanging it.
-void runAllreduceFolded(const Response& r, OpContext& cx,
-                        const std::vector<const uint8_t*>& payloads);
 
 // Scale factors as the reference applies them: Average is Sum followed by postscale / size.
 double effectivePostscale(const Response& r, int setSize);

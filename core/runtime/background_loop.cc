@@ -181,11 +181,7 @@ void BackgroundLoop::callerCycle() {
   LocalAgreement::Outcome outcome =
       agreement.step(participant_.appliedBatches(), now, std::chrono::ceil<Millis>(cycleTime));
   if (!outcome.handOver.empty()) deferred_.push_back(agreement_.handOverBatch(outcome.handOver));
-  size_t ran = 0;
-  for (size_t i = 0; i < outcome.ready.size(); ++i) {
-    ran += runAgreed(outcome.ready[i], outcome.payloads[i]);
-  }
-  callerOps_.fetch_add(ran, std::memory_order_relaxed);
+  callerOps_.fetch_add(runAgreed(outcome), std::memory_order_relaxed);
   agreement.failIfStalled(now);
 }
 
@@ -399,15 +395,22 @@ void BackgroundLoop::takeAgreed(const LocalAgreement::Outcome& outcome) {
     send(batch, Clock::now());
   }
   if (shutdown_.stopped()) return;
+  runAgreed(outcome);
+}
+
+// Every round the outcome agreed on, in order; returns how many collectives ran.
+size_t BackgroundLoop::runAgreed(const LocalAgreement::Outcome& outcome) {
+  size_t ran = 0;
   for (size_t i = 0; i < outcome.ready.size(); ++i) {
-    runAgreed(outcome.ready[i], outcome.payloads[i]);
+    ran += runRound(outcome.ready[i], outcome.payloads[i]);
   }
+  return ran;
 }
 
 // Returns how many collectives ran. payloads: the round's eager payloads (local_agreement.h),
 // which the lone response of a lone slot folds.
-size_t BackgroundLoop::runAgreed(const std::vector<int>& slots,
-                                 const std::vector<const uint8_t*>& payloads) {
+size_t BackgroundLoop::runRound(const std::vector<int>& slots,
+                                const std::vector<const uint8_t*>& payloads) {
   if (slots.empty()) return 0;
   const std::vector<Response>& plan = agreement_.plan(slots);
   auto begin = Clock::now();

@@ -116,7 +116,8 @@ class BackgroundLoop {
   void reportWaiting();
   void applyBatch(const ResponseBatch& batch);
   void takeAgreed(const LocalAgreement::Outcome& outcome);
-  size_t runAgreed(const std::vector<int>& slots, const std::vector<const uint8_t*>& payloads);
+  size_t runAgreed(const LocalAgreement::Outcome& outcome);
+  size_t runRound(const std::vector<int>& slots, const std::vector<const uint8_t*>& payloads);
   void checkPeers(Clock::time_point now);
   std::vector<int> watchedPeers();
   Millis pollTimeout(Millis forSending, Clock::time_point now);

@@ -12,7 +12,7 @@
 //
 // A rank whose round holds a single slot, a small allreduce, may publish that tensor's data with
 // it (the eager payload): when every rank did so for the same slot, each folds the payloads it read
-// with the round instead of exchanging them once more (runAllreduceFolded, core/ops/ops.h).
+// with the round instead of exchanging them once more (runAllreduce, core/ops/allreduce.cc).
 //
 // Threads: the background thread of each rank.
 #include <cstddef>
@@ -38,14 +38,18 @@ class AgreementBoard {
     uint64_t eagerBytes = 0;
     uint8_t eager[kEagerBytes];  // left uninitialised: only its first eagerBytes are ever read
   };
-  // A round's fields and the used part of its eager payload (a whole Round is mostly payload).
-  static void copyRound(const Round& from, Round* to) {
+  // A round's fields and the used part of its eager payload (a whole round is mostly payload),
+  // between a Round and a board's own layout of one (shm/segment.h). The size is bounded by the
+  // payload's room: a shared segment is written by other processes.
+  template <typename From, typename To>
+  static void copyRound(const From& from, To* to) {
     to->applied = from.applied;
     to->joined = from.joined;
     std::memcpy(to->ready, from.ready, sizeof(to->ready));
     std::memcpy(to->handedOver, from.handedOver, sizeof(to->handedOver));
     to->eagerSlot = from.eagerSlot;
-    to->eagerBytes = from.eagerSlot != 0 ? from.eagerBytes : 0;
+    const uint64_t bytes = from.eagerSlot != 0 ? from.eagerBytes : 0;
+    to->eagerBytes = bytes < sizeof(to->eager) ? bytes : sizeof(to->eager);
     if (to->eagerBytes > 0) std::memcpy(to->eager, from.eager, to->eagerBytes);
   }
 

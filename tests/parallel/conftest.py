@@ -97,6 +97,19 @@ def size() -> int:
     return hora.size()
 
 
+def agrees_locally() -> bool:
+    """Whether cached tensors of the global set are agreed on without rank 0
+    (core/coordinator/local_agreement.h): one rank alone, or every rank on this host over shared
+    memory (the transport ``tcp+shm``: under MPI there is no agreement board), with the response
+    cache and local agreement on and autotune off."""
+    env = os.environ.get
+    if size() > 1 and (hora.local_size() != size() or hora._core.transport_name() != "tcp+shm"):
+        return False
+    if env("HORA_SHM_DISABLE", "0") != "0" or env("HORA_CACHE_CAPACITY", "1") == "0":
+        return False
+    return env("HORA_SHM_LOCAL_AGREEMENT", "1") != "0" and env("HORA_AUTOTUNE", "0") == "0"
+
+
 def is_power_of_two(n: int) -> bool:
     """True for 1, 2, 4, 8, ..."""
     return n > 0 and n & (n - 1) == 0

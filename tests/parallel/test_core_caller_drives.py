@@ -12,7 +12,15 @@ import os
 
 import hora
 import numpy as np
-from conftest import all_inputs, assert_same, check_next_op_works, rank, reduce_ref, size
+from conftest import (
+    agrees_locally,
+    all_inputs,
+    assert_same,
+    check_next_op_works,
+    rank,
+    reduce_ref,
+    size,
+)
 
 
 def _caller_ops() -> int:
@@ -20,18 +28,14 @@ def _caller_ops() -> int:
 
 
 def _expected() -> bool | None:
-    """Whether waiting threads drive here: one rank alone (it agrees with itself, whatever its
-    transport), or every rank on this host and on shared memory (the transport ``tcp+shm``: under
-    MPI there is no agreement board); the cache on, and under ``auto`` at most two ranks per CPU
-    online on the host (core/common/spin.h's ``callerDrivesByDefault``). None when on with more
-    ranks than CPUs: a waiting thread may then stop polling (HORA_SPIN_ADAPTIVE) before it drives,
-    so whether it does is up to the scheduler."""
+    """Whether waiting threads drive here: where cached tensors are agreed on without rank 0
+    (``agrees_locally``: one rank alone, whatever its transport, or every rank on this host and
+    on shared memory, the cache on), and under ``auto`` at most two ranks per CPU online on the
+    host (core/common/spin.h's ``callerDrivesByDefault``). None when on with more ranks than CPUs:
+    a waiting thread may then stop polling (HORA_SPIN_ADAPTIVE) before it drives, so whether it
+    does is up to the scheduler."""
     env = os.environ.get
-    if size() > 1 and (hora.local_size() != size() or hora._core.transport_name() != "tcp+shm"):
-        return False
-    if env("HORA_SHM_DISABLE", "0") != "0" or env("HORA_CACHE_CAPACITY", "1") == "0":
-        return False
-    if env("HORA_SHM_LOCAL_AGREEMENT", "1") == "0" or env("HORA_AUTOTUNE", "0") != "0":
+    if not agrees_locally():
         return False
     setting = env("HORA_CALLER_DRIVES", "auto").lower()
     if setting in ("0", "false", "no"):

@@ -21,6 +21,7 @@ from conftest import (
     DTYPES,
     NARROW_INT_DTYPES,
     OPS,
+    agrees_locally,
     all_inputs,
     assert_close,
     assert_same,
@@ -41,22 +42,14 @@ def _folded() -> int:
 
 
 def _publishes() -> bool:
-    """Whether the ranks publish payloads with their rounds: more than one rank, all on this host
-    over shared memory (not under MPI), with the cache and local agreement on, and
-    HORA_AGREEMENT_PAYLOADS on (``auto``: a CPU online per rank)."""
-    env = os.environ.get
-    setting = env("HORA_AGREEMENT_PAYLOADS", "auto").lower()
+    """Whether the ranks publish payloads with their rounds: more than one rank, agreeing on
+    cached tensors without rank 0 (``agrees_locally``: all on this host over shared memory, not
+    under MPI, the cache and local agreement on), and HORA_AGREEMENT_PAYLOADS on (``auto``: a CPU
+    online per rank)."""
+    setting = os.environ.get("HORA_AGREEMENT_PAYLOADS", "auto").lower()
     wanted = setting in ("1", "true", "yes") or (
         setting == "auto" and hora.local_size() <= (os.cpu_count() or 1))
-    return (
-        wanted
-        and size() > 1
-        and hora.local_size() == size()
-        and hora._core.transport_name() == "tcp+shm"
-        and env("HORA_SHM_DISABLE", "0") == "0"
-        and env("HORA_CACHE_CAPACITY", "1") != "0"
-        and env("HORA_SHM_LOCAL_AGREEMENT", "1") != "0"
-    )
+    return wanted and size() > 1 and agrees_locally()
 
 
 def _folds(dtype: str, op: str, count: int) -> bool:
