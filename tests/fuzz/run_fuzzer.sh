@@ -22,10 +22,23 @@ execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
 seeded=$(find "$seeds" -type f 2>/dev/null | wc -l)
 found=$(find "$work/corpus" -type f | wc -l)
 line="fuzz ${name#fuzz_}: ${execs:-0} executions in ${seconds}s, ${seeded} seeds, ${found} new inputs kept"
+if [ $rc -ne 0 ]; then
+  # The summary table shows only the stats line: it names the failure too, so that a CI run
+  # whose full log is gone still says which target failed and how.
+  why=$(grep -m1 -E 'ERROR: |deadly signal|SUMMARY: |fuzz_[a-z_]+: ' "$work/log" | cut -c1-160)
+  line="$line; FAILED (exit $rc): ${why:-see its log}"
+fi
 echo "$line" | tee "$work/stats"
 if [ $rc -ne 0 ]; then
   echo "$name FAILED (exit $rc); the end of its log:"
   tail -60 "$work/log"
-  ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-* 2>/dev/null
+  # The failing input itself (at most max_len bytes), to rerun it where the artifact is gone:
+  # base64 -d > input && BINARY input.
+  for artifact in "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-*; do
+    [ -f "$artifact" ] || continue
+    echo "$(basename "$artifact") as base64:"
+    base64 -w 0 "$artifact"
+    echo
+  done
 fi
 exit $rc
