@@ -121,21 +121,42 @@ std::string siteOf(const FileFacts& facts, PyFrameObject* frame, PyCodeObject* c
   return site;
 }
 
+// A new reference to the frame `depth` frames above the calling Python frame, or null (no
+// error set) when the stack is not that deep. sys._getframe walks the interpreter's frames and
+// makes a frame object for the one it returns only, where a walk with PyFrame_GetBack makes one
+// for every frame it passes (a GC-tracked allocation each on Python 3.11 and later, since the
+// frontend's frames are new at every call).
+PyFrameObject* frameAbove(int depth) {
+  // Held for good: a later `sys._getframe = ...` must not leave this dangling.
+  static PyObject* const getFrame = [] {
+    PyObject* found = PySys_GetObject("_getframe");  // borrowed
+    Py_XINCREF(found);
+    return found;
+  }();
+  if (getFrame == nullptr) {
+    PyFrameObject* frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    for (int i = 0; i < depth && frame != nullptr; ++i) frame = callerOf(frame);
+    return frame;
+  }
+  py::object level = py::reinterpret_steal<py::object>(PyLong_FromLong(depth));
+  PyObject* frame = PyObject_CallOneArg(getFrame, level.ptr());
+  if (frame == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_ValueError)) throw py::error_already_set();
+    PyErr_Clear();  // "call stack is not deep enough"
+    return nullptr;
+  }
+  return reinterpret_cast<PyFrameObject*>(frame);
+}
+
 }  // namespace
 
 std::string callSite(int skip) {
   if (!givenSite.empty()) return givenSite;
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed: the frame that called call_site
+  PyFrameObject* frame = frameAbove(skip);
+  // Fewer frames than announced: look at every one.
+  if (frame == nullptr && skip > 0) frame = frameAbove(0);
   if (frame == nullptr) return "";
-  Py_INCREF(frame);
-  PyFrameObject* start = frame;
-  Py_INCREF(start);
-  for (int i = 0; i < skip && frame != nullptr; ++i) frame = callerOf(frame);
-  if (frame == nullptr) {
-    frame = start;  // fewer frames than announced: look at every one
-  } else {
-    Py_DECREF(start);
-  }
   std::string fallback;
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);

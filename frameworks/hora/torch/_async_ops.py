@@ -190,9 +190,10 @@ def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, na
     else:
         buf = inplace_view(tensor, what) if in_place else fresh_copy(tensor, what)
         engine = _engine_form(buf)
-    # Frames certainly Hora's above the pipeline: this one.
+    # Frames certainly Hora's above the pipeline: this one and the public function that called
+    # it (hora.torch.allreduce, allreduce_, broadcast_).
     _ops.enqueue(collective, [engine], name=name, op=op, average=average, prescale=prescale,
-                 postscale=postscale, root_rank=root_rank, process_set=process_set, hora_frames=1,
+                 postscale=postscale, root_rank=root_rank, process_set=process_set, hora_frames=2,
                  waits=True)
     return tensor if in_place else buf
 
