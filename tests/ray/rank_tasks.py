@@ -79,10 +79,13 @@ class RankEcho:
         return hora.rank() * self.factor
 
 
-def elastic_training(epochs: int, marker: str) -> dict[str, Any]:
+def elastic_training(epochs: int, marker: str, grow_to: int = 0) -> dict[str, Any]:
     """An elastic job: each epoch adds the allreduce-average of ones (1.0 at any size) to the
     committed total; the worker with rank 2 in the first generation SIGKILLs itself at epoch 3
-    (once: ``marker`` records it). Returns the final state and this process's id."""
+    (once: ``marker`` records it). After the last epoch the job keeps committing, without
+    training, until it has ``grow_to`` workers again (at most 600 commits of 0.1 s), so that a
+    slow restart of the killed worker's replacement cannot let it finish smaller. Returns the
+    final state and this process's id."""
     import hora.torch as hvd
     import torch
     from hora.ray import ray_logger
@@ -93,14 +96,18 @@ def elastic_training(epochs: int, marker: str) -> dict[str, Any]:
 
     @hvd.elastic.run
     def train(state: Any) -> None:
-        while state.epoch < epochs:
-            if state.epoch == 3 and hvd.rank() == 2 and not os.path.exists(marker):
-                open(marker, "w").close()
-                os.kill(os.getpid(), signal.SIGKILL)
-            state.total += float(hvd.allreduce(torch.ones(1), name="one").item())
-            state.epoch += 1
+        idle = 0  # commit() is collective: every rank counts the same, so all stop together
+        while state.epoch < epochs or (hvd.size() < grow_to and idle < 600):
+            if state.epoch < epochs:
+                if state.epoch == 3 and hvd.rank() == 2 and not os.path.exists(marker):
+                    open(marker, "w").close()
+                    os.kill(os.getpid(), signal.SIGKILL)
+                state.total += float(hvd.allreduce(torch.ones(1), name="one").item())
+                state.epoch += 1
+            else:
+                idle += 1
             time.sleep(0.1)
-            state.commit()
+            state.commit()  # raises HostsUpdatedInterrupt once the driver grew the job
 
     train(state)
     return {"total": state.total, "epoch": state.epoch, "size": hvd.size(), "pid": os.getpid()}

@@ -135,7 +135,7 @@ def test_elastic_job_finishes_with_the_committed_state_after_a_kill(
                            cooldown_range=[1, 1])  # the one host is back 1 s after the kill
     executor.start()
     marker = os.path.join(str(tmp_path), "killed")
-    results = executor.run(rank_tasks.elastic_training, args=[40, marker],
+    results = executor.run(rank_tasks.elastic_training, args=[40, marker, 3],
                            callbacks=[events.append])
     executor.shutdown()
     assert os.path.exists(marker), "the worker was not killed: the test proves nothing"
