@@ -13,12 +13,15 @@
 #      runtime, core/ops or bindings/ outside its allow-list), the function length check (lizard:
 #      no function in core/ over 80 lines), then C++ unit tests
 #      (CMake + Ninja + gtest, ctest)
-#   3. single-process pytest (tests/single), mypy over the package's public API, and ruff
+#   3. single-process pytest (tests/single, three at a time with pytest-xdist), mypy over the
+#      package's public API, and ruff
 #   4. multi-rank core tests: every tests/parallel/test_core_*.py under horarun -np 1..4 (over
 #      shared memory, all ranks being on this host), and again over TCP (HORA_SHM_DISABLE=1) at -np 3;
 #      the hierarchical allreduce and allgather with ranks on two host names at -np 2 and 4
 #   5. multi-rank torch tests: tests/parallel/test_torch_*.py under horarun -np 2..4, when present,
 #      and examples/pytorch/zero.py at 2 ranks (training, state consolidated, saved and reloaded)
+#      (stages 4, 5, 6 and 7 run each group of test files: the core files, the torch files, a
+#      framework's files, in one pytest session per rank count and setting)
 #   torchsuite: PyTorch's own backend conformance suite (distributed_test.py from the torch wheel)
 #      over the hora backend at 2 ranks: the subset in tests/torch_suite/ci_tests.txt, and the
 #      driver's own tests
@@ -76,7 +79,8 @@
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
 #      at a time, from its committed seeds, with the executions per target; asan / tsan: the C++
 #      unit tests (with the MPI driver at 1-4 ranks and the runtime's multi-rank thread tests)
-#      under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer
+#      under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer; their three
+#      builds start after stage 2, in the background under nice 19 (see bg_queue)
 # Stops at the first failure (unless --keep-going) and ends with a timing table, the line
 # "summary: N passed, M failed, K tests skipped" (N and M count stages and test runs, K the pytest
 # tests skipped in them), every skip reason with its stage, and the disk space left under build/.
@@ -187,7 +191,10 @@ TESTS_SKIPPED=0
 SKIP_REASONS=()
 T_START=$SECONDS
 RUN_LOG=$(mktemp)
-trap 'rm -f "$RUN_LOG"' EXIT
+BG_DIR=$(mktemp -d)
+BG_PID=""
+# The background builds (below) end with the run, however it ends.
+trap 'rm -f "$RUN_LOG"; [ -n "$BG_PID" ] && kill -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR"' EXIT
 
 shopt -s nullglob
 
@@ -295,6 +302,58 @@ pytest_allow_empty() {
   return $rc
 }
 
+# Background builds. The fuzz and sanitizer stages come last, but their builds need no test to
+# have run: they start after the C++ stage, one after the other, under nice 19, so they take only
+# the CPU time the test stages leave idle (test jobs wait on peers, timeouts and launches), and the
+# stages find them built or nearly so. nice 19 weighs 15 against a test process's 1024, so a
+# test that wants a CPU gets it at once.
+BG_NAMES=()
+BG_COMMANDS=()
+
+# bg_queue NAME CMD...: CMD joins the background chain (started by bg_start).
+bg_queue() {
+  local name=$1; shift
+  BG_NAMES+=("$name")
+  BG_COMMANDS+=("$(printf '%q ' "$@")")
+}
+
+# bg_start: runs the queued commands one after the other, niced, in a process group of their own
+# (the exit trap stops it); NAME's output goes to $BG_DIR/NAME.log, its exit status and seconds to
+# $BG_DIR/NAME.rc.
+bg_start() {
+  [ "${#BG_NAMES[@]}" -gt 0 ] || return 0
+  local chain=$BG_DIR/chain.sh i
+  # A session of its own is a scheduling group of its own where the kernel groups by session
+  # (sched_autogroup): the group's nice makes its weight 15 there, too.
+  echo 'cd "$1"; echo 19 > /proc/self/autogroup 2>/dev/null' > "$chain"
+  for i in "${!BG_NAMES[@]}"; do
+    printf 't0=$SECONDS; nice -n 19 %s > %q 2>&1; echo "$? $((SECONDS - t0))" > %q\n' \
+      "${BG_COMMANDS[$i]}" "$BG_DIR/${BG_NAMES[$i]}.log" "$BG_DIR/${BG_NAMES[$i]}.rc" >> "$chain"
+  done
+  setsid bash "$chain" "$ROOT" > /dev/null 2>&1 &
+  BG_PID=$!
+  echo "(background, niced: ${BG_NAMES[*]})"
+}
+
+# bg_queued NAME: NAME is in the background chain.
+bg_queued() { [[ " ${BG_NAMES[*]} " == *" $1 "* ]]; }
+
+# bg_wait NAME: waits until NAME has ended in the background (or the chain has died without
+# finishing it), prints its output and exits with its status.
+bg_wait() {
+  local rc_file=$BG_DIR/$1.rc
+  while [ ! -f "$rc_file" ] && kill -0 "$BG_PID" 2>/dev/null; do sleep 2; done
+  cat "$BG_DIR/$1.log" 2>/dev/null
+  if [ ! -f "$rc_file" ]; then
+    echo "the background chain ended before $1 did"
+    return 1
+  fi
+  local rc seconds
+  read -r rc seconds < "$rc_file"
+  echo "($1 took ${seconds}s in the background, exit status $rc)"
+  return "$rc"
+}
+
 # ------------------------------------------------------------------------------------------------
 # 1. Install
 
@@ -302,8 +361,8 @@ WHEELHOUSE=$ROOT/build/wheelhouse
 if wants install; then
   stage install
   run "pip install build and test dependencies" \
-    "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest cloudpickle \
-    matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0 \
+    "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest pytest-xdist==3.8.0 \
+    cloudpickle matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0 \
     lizard==1.24.3 ruff==0.17.6
   # One build of hora._core, installed here and into the frameworks' virtual environments.
   rm -rf "$WHEELHOUSE"
@@ -346,6 +405,73 @@ if wants cpp; then
   fi
 fi
 
+# The frameworks' virtual environments (stage 7 and the clients, ray and spark stages). MXNet needs
+# NumPy 1.x; TensorFlow 2.21 works with NumPy 2 (its venv takes whatever NumPy TensorFlow asks for).
+MXNET_PACKAGES="mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4"
+TENSORFLOW_PACKAGES="tensorflow-cpu==2.21.0 ml_dtypes==0.5.4"
+# JAX on the CPU, with optax for hora.jax.DistributedOptimizer.
+JAX_PACKAGES="jax==0.10.2 jaxlib==0.10.2 optax==0.2.8 ml_dtypes==0.6.0"
+SPARK_KERAS_PACKAGES="pyspark==4.3.0 pyarrow==26.0.1 pandas==3.1.1 fsspec==2026.9.0 psutil==7.2.2"
+CLIENTS_PACKAGES="-c $ROOT/tests/clients/constraints.txt -r $ROOT/tests/clients/requirements.txt"
+CLIENTS_PACKAGES="$CLIENTS_PACKAGES numpy ml_dtypes"
+
+# venv_make NAME PACKAGES...: makes build/venv-NAME afresh with PACKAGES and the hora wheel.
+venv_make() {
+  local venv=$ROOT/build/venv-$1; shift
+  rm -rf "$venv" && "$PY" -m venv "$venv" && "$venv/bin/pip" install -q "$@" pytest cloudpickle &&
+    "$venv/bin/pip" install -q --no-deps "$WHEELHOUSE"/hora-*.whl
+}
+
+# venv_wanted NAME: this run makes build/venv-NAME (it installs, or the venv is missing).
+venv_wanted() { wants install || [ ! -x "$ROOT/build/venv-$1/bin/python" ]; }
+
+# framework_venv NAME PACKAGES...: makes build/venv-NAME if this run wants it made, or collects it
+# from the background chain.
+framework_venv() {
+  local name=$1; shift
+  if bg_queued "venv-$name"; then
+    run "venv $name: create and install $* (background)" bg_wait "venv-$name"
+  elif venv_wanted "$name"; then
+    run "venv $name: create and install $*" venv_make "$name" "$@"
+  fi
+}
+
+# The fuzz and sanitizer builds, queued here and started in the background (see bg_queue).
+FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
+# fuzz_build: configures and builds the fuzz targets in build/fuzz.
+fuzz_build() {
+  cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DHORA_BUILD_FUZZERS=ON \
+    -DHORA_WITH_MPI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build/fuzz -j "$JOBS"
+}
+# sanitizer_build NAME SANITIZERS: configures and builds the C++ tests in build/NAME with
+# -fsanitize=SANITIZERS, at -O1, as the sanitizers' own documentation advises (it builds in about
+# half of -O3's time).
+sanitizer_build() {
+  cmake -S . -B "build/$1" -G Ninja -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHORA_SANITIZE="$2" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" &&
+    cmake --build "build/$1" -j "$JOBS"
+}
+export -f fuzz_build sanitizer_build venv_make
+export FUZZ_CXX JOBS PY ROOT WHEELHOUSE
+# The queue, in the order the stages need it: the environments first, then the builds.
+if [ "$STOPPED" = 0 ]; then
+  if { wants clients || wants ray || wants spark; } && venv_wanted clients; then
+    # shellcheck disable=SC2086
+    bg_queue venv-clients bash -c 'venv_make "$@"' _ clients $CLIENTS_PACKAGES
+  fi
+  for name in jax mxnet tensorflow; do
+    packages_var=${name^^}_PACKAGES
+    # shellcheck disable=SC2086
+    if wants "$name" && venv_wanted "$name"; then
+      bg_queue "venv-$name" bash -c 'venv_make "$@"' _ "$name" ${!packages_var}
+    fi
+  done
+  if wants fuzz && [ -n "$FUZZ_CXX" ]; then bg_queue fuzz bash -c fuzz_build; fi
+  wants asan && bg_queue asan bash -c 'sanitizer_build asan address,undefined'
+  wants tsan && bg_queue tsan bash -c 'sanitizer_build tsan thread'
+  bg_start
+fi
+
 # ------------------------------------------------------------------------------------------------
 # 3. Single-process tests
 
@@ -358,8 +484,11 @@ if wants single; then
   # JAX_BENCH_RUN runs in the jax stage instead.
   SINGLE_ARGS=(--deselect "$JAX_BENCH_RUN")
   [ "$FULL" = 0 ] && SINGLE_ARGS+=(-m "not full_tier")
-  run "pytest tests/single" \
-    pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider "${SINGLE_ARGS[@]}" tests/single
+  # Three workers on 2 cores (pytest-xdist, which the install stage installs): most of these
+  # tests wait on the jobs they start.
+  "$PY" -c 'import xdist' 2>/dev/null && SINGLE_ARGS+=(-n 3)
+  run "pytest tests/single" pytest_allow_empty "$PY" -m pytest -q -p no:cacheprovider \
+    "${SINGLE_ARGS[@]}" tests/single
   # The type check of the public API; what it covers is [tool.mypy] in pyproject.toml.
   run "mypy (public API)" "$PY" -m mypy
   # Python style and import order ([tool.ruff] in pyproject.toml) over all Python in the tree.
@@ -385,12 +514,15 @@ core_env() {
   esac
 }
 
-# parallel_run LABEL NP "ENV..." FILE
+# parallel_run LABEL NP "ENV..." FILE...: the files in one pytest session under horarun. A group of
+# files shares one launch (one interpreter start and one init per rank): about 2 s a file at 4
+# ranks on 2 cores, most of a small file's run.
 parallel_run() {
-  local label=$1 np=$2 envs=$3 file=$4
+  local label=$1 np=$2 envs=$3
+  shift 3
   # shellcheck disable=SC2086
   run "$label" env $envs timeout -k 20 "$RUN_TIMEOUT" \
-    "${HORARUN[@]}" -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$file"
+    "${HORARUN[@]}" -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$@"
 }
 
 if wants core; then
@@ -399,9 +531,7 @@ if wants core; then
   CORE_FILES=(tests/parallel/test_core_*.py)
   for np in $NPS; do
     envs=$(core_env "$np")
-    for f in "${CORE_FILES[@]}"; do
-      parallel_run "np=$np $(basename "$f" .py) ${envs:+[$envs]}" "$np" "$envs" "$f"
-    done
+    parallel_run "np=$np test_core_*.py ${envs:+[$envs]}" "$np" "$envs" "${CORE_FILES[@]}"
   done
   # Small allreduces folded from the agreement rounds at 3 and 4 ranks, where the default
   # (more ranks than this machine's 2 CPUs) leaves it off.
@@ -415,10 +545,12 @@ if wants core; then
   has_np 3 || TCP_NP=$(for np in $NPS; do [ "$np" -ge 2 ] && echo "$np"; done | head -n 1)
   for np in $TCP_NP; do
     envs="$(core_env "$np") HORA_SHM_DISABLE=1"
+    # The timeline does not depend on the transport.
+    TCP_FILES=()
     for f in "${CORE_FILES[@]}"; do
-      [[ "$f" == *test_core_timeline.py ]] && continue  # the timeline does not depend on it
-      parallel_run "np=$np $(basename "$f" .py) [$envs]" "$np" "$envs" "$f"
+      [[ "$f" == *test_core_timeline.py ]] || TCP_FILES+=("$f")
     done
+    parallel_run "np=$np test_core_*.py but the timeline [$envs]" "$np" "$envs" "${TCP_FILES[@]}"
   done
   # The control plane as a tree with relays (HORA_CONTROL_FANOUT=2; every other run keeps the
   # star at its sizes): 4 ranks over TCP, and at 5 ranks the connections each rank holds (rank 0:
@@ -428,10 +560,9 @@ if wants core; then
   parallel_run "np=5 test_core_tcp_links [$envs]" 5 "$envs" tests/parallel/test_core_tcp_links.py
   # Fusion off, and a cycle time of 0, at 2 ranks for the ops most affected by them.
   if has_np 2; then
-    for f in tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py; do
-      envs="HORA_FUSION_THRESHOLD=0 HORA_CYCLE_TIME=0"
-      parallel_run "np=2 $(basename "$f" .py) [$envs]" 2 "$envs" "$f"
-    done
+    envs="HORA_FUSION_THRESHOLD=0 HORA_CYCLE_TIME=0"
+    parallel_run "np=2 test_core_allreduce, test_core_misc [$envs]" 2 "$envs" \
+      tests/parallel/test_core_allreduce.py tests/parallel/test_core_misc.py
   fi
   # The hierarchical allreduce and allgather on ranks that claim two hosts (horarun counts
   # localhost and 127.0.0.1 as two): 2 hosts x 1 rank over the job's shared memory; 2 x 2 as on
@@ -461,9 +592,8 @@ if wants torch; then
   fi
   for np in $NPS; do
     [ "$np" -lt 2 ] && continue
-    for f in "${TORCH_FILES[@]}"; do
-      parallel_run "np=$np $(basename "$f" .py)" "$np" "" "$f"
-    done
+    [ "${#TORCH_FILES[@]}" -gt 0 ] || continue
+    parallel_run "np=$np test_torch_*.py" "$np" "" "${TORCH_FILES[@]}"
   done
   # The ZeRO example end to end: training, consolidation on rank 0, checkpoint saved and reloaded.
   if has_np 2; then
@@ -551,15 +681,19 @@ if wants mpi; then
   if command -v mpirun >/dev/null 2>&1 && "$PY" -c 'import hora, sys; sys.exit(0 if hora.mpi_built() else 1)'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI_FILES=(tests/parallel/test_core_*.py tests/parallel/test_mpi_*.py)
+    # mpirun_pytest LABEL NP "ENV..." FILE...: the files in one pytest session under mpirun.
+    mpirun_pytest() {
+      local label=$1 np=$2 envs=$3
+      shift 3
+      # shellcheck disable=SC2086
+      run "$label" env $envs timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe --bind-to none \
+        -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$@"
+    }
     for np in 2 3; do
       has_np "$np" || continue
       envs=$(core_env "$np")
-      for f in "${MPI_FILES[@]}"; do
-        # shellcheck disable=SC2086
-        run "mpirun np=$np $(basename "$f" .py) ${envs:+[$envs]}" env $envs HORA_CONTROLLER=mpi \
-          HORA_CPU_OPERATIONS=mpi timeout -k 20 "$RUN_TIMEOUT" mpirun --oversubscribe --bind-to none \
-          -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$f"
-      done
+      mpirun_pytest "mpirun np=$np test_core_*.py, test_mpi_*.py ${envs:+[$envs]}" "$np" \
+        "$envs HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=mpi" "${MPI_FILES[@]}"
     done
     # Negotiation on one transport, collectives on the other (TCP's store bootstrapped over MPI).
     MIXED_FILES=(tests/parallel/test_core_allreduce.py tests/parallel/test_core_allgather.py
@@ -573,12 +707,8 @@ if wants mpi; then
       for np in 2 3; do
         has_np "$np" || continue
         envs=$(core_env "$np")
-        for f in "${MIXED_FILES[@]}"; do
-          # shellcheck disable=SC2086
-          run "mpirun $pair np=$np $(basename "$f" .py) ${envs:+[$envs]}" env $envs \
-            HORA_CONTROLLER="${pair%+*}" HORA_CPU_OPERATIONS="${pair#*+}" timeout -k 20 "$RUN_TIMEOUT" \
-            mpirun --oversubscribe --bind-to none -np "$np" "$PY" -m pytest -q -p no:cacheprovider "$f"
-        done
+        mpirun_pytest "mpirun $pair np=$np ${#MIXED_FILES[@]} core files ${envs:+[$envs]}" "$np" \
+          "$envs HORA_CONTROLLER=${pair%+*} HORA_CPU_OPERATIONS=${pair#*+}" "${MIXED_FILES[@]}"
       done
     done
   else
@@ -624,25 +754,6 @@ fi
 # 7. Frameworks with their own dependencies (MXNet needs NumPy 1.x), each in its own virtual
 #    environment
 
-# MXNet needs NumPy 1.x; TensorFlow 2.21 works with NumPy 2 (its venv takes whatever NumPy
-# TensorFlow asks for).
-MXNET_PACKAGES="mxnet==1.9.1 numpy==1.26.4 ml_dtypes==0.5.4"
-TENSORFLOW_PACKAGES="tensorflow-cpu==2.21.0 ml_dtypes==0.5.4"
-# JAX on the CPU, with optax for hora.jax.DistributedOptimizer.
-JAX_PACKAGES="jax==0.10.2 jaxlib==0.10.2 optax==0.2.8 ml_dtypes==0.6.0"
-SPARK_KERAS_PACKAGES="pyspark==4.3.0 pyarrow==26.0.1 pandas==3.1.1 fsspec==2026.9.0 psutil==7.2.2"
-
-# framework_venv NAME PACKAGES...: creates build/venv-NAME with PACKAGES and the hora wheel.
-framework_venv() {
-  local name=$1; shift
-  local venv=$ROOT/build/venv-$name
-  if wants install || [ ! -x "$venv/bin/python" ]; then
-    run "venv $name: create and install $*" bash -c \
-      "rm -rf '$venv' && '$PY' -m venv '$venv' && '$venv/bin/pip' install -q $* pytest cloudpickle \
-       && '$venv/bin/pip' install -q --no-deps '$WHEELHOUSE'/hora-*.whl"
-  fi
-}
-
 # framework_imports NAME: the framework was installed for this run, so it and Hora's frontend for
 # it must import; the tests' importorskip would otherwise turn a broken install into skipped tests.
 framework_imports() {
@@ -653,13 +764,11 @@ framework_imports() {
 # framework_parallel_tests NAME [RANKS]: tests/parallel/test_NAME_*.py in build/venv-NAME, at each
 # rank count of RANKS (default "2 3") that the tier runs.
 framework_parallel_tests() {
-  local python=$ROOT/build/venv-$1/bin/python np f
+  local python=$ROOT/build/venv-$1/bin/python np
   for np in ${2:-2 3}; do
     has_np "$np" || continue
-    for f in tests/parallel/test_"$1"_*.py; do
-      run "$1 np=$np $(basename "$f" .py)" timeout -k 20 "$RUN_TIMEOUT" \
-        "$python" -m hora.runner -np "$np" "$python" -m pytest -q -p no:cacheprovider "$f"
-    done
+    run "$1 np=$np test_$1_*.py" timeout -k 20 "$RUN_TIMEOUT" "$python" -m hora.runner \
+      -np "$np" "$python" -m pytest -q -p no:cacheprovider tests/parallel/test_"$1"_*.py
   done
 }
 
@@ -679,8 +788,8 @@ framework_gpu_tests() {
 CLIENTS_VENV_MADE=0
 clients_venv() {
   [ "$CLIENTS_VENV_MADE" = 1 ] && return 0
-  framework_venv clients -c "$ROOT/tests/clients/constraints.txt" \
-    -r "$ROOT/tests/clients/requirements.txt" numpy ml_dtypes
+  # shellcheck disable=SC2086
+  framework_venv clients $CLIENTS_PACKAGES
   run "venv clients: hora.torch, the clients and the cluster engines import" \
     "$ROOT/build/venv-clients/bin/python" -c \
     "import hora.torch, hora.ray, hora.spark, torch, lightning, ray, pyspark, accelerate, \
@@ -850,14 +959,14 @@ fi
 if wants fuzz; then
   stage fuzz
   FUZZ_SECONDS=${HORA_FUZZ_SECONDS:-15}
-  FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
   if [ -z "$FUZZ_CXX" ]; then
     run "fuzz: find clang++ (apt-get install clang-14)" false
   else
-    run "fuzz: configure (clang, ASan + UBSan, libFuzzer)" cmake -S . -B build/fuzz -G Ninja \
-      -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DHORA_BUILD_FUZZERS=ON -DHORA_WITH_MPI=OFF \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo
-    run "fuzz: build" cmake --build build/fuzz -j "$JOBS"
+    if bg_queued fuzz; then
+      run "fuzz: configure and build (clang, ASan + UBSan, libFuzzer; background)" bg_wait fuzz
+    else
+      run "fuzz: configure and build (clang, ASan + UBSan, libFuzzer)" fuzz_build
+    fi
     rm -rf build/fuzz/work
     # Each target is single-threaded: JOBS of them at a time use the cores.
     run "fuzz: every target for ${FUZZ_SECONDS}s, $JOBS at a time" \
@@ -874,11 +983,11 @@ fi
 # threads over TCP) are the multi-rank runs.
 sanitizer_stage() {
   local name=$1 sanitizers=$2
-  # -O1, as the sanitizers' own documentation advises: it builds in about 60% of -O2's time.
-  run "$name: configure (-fsanitize=$sanitizers)" cmake -S . -B "build/$name" -G Ninja \
-    -DHORA_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$sanitizers" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG"
-  run "$name: build" cmake --build "build/$name" -j "$JOBS"
+  if bg_queued "$name"; then
+    run "$name: configure and build (-fsanitize=$sanitizers; background)" bg_wait "$name"
+  else
+    run "$name: configure and build (-fsanitize=$sanitizers)" sanitizer_build "$name" "$sanitizers"
+  fi
   # Three at a time on 2 cores: most of these tests wait (on peers, on the timeouts they check),
   # and instrumented they wait longer. At -O0 the asan tests took 195 s two at a time, 160 s three
   # at a time and 155 s four at a time (one at a time, at -O2, 177-189 s).

@@ -24,6 +24,7 @@ import pytest
 os.environ.setdefault("HORA_DYNAMIC_PROCESS_SETS", "1")
 
 import hora
+from hora.common.process_sets import process_sets
 
 # A test that hangs (a collective some rank never joins) dumps its stack and exits the rank, so the
 # launcher ends the job instead of the run waiting for ever.
@@ -73,6 +74,20 @@ def hora_session() -> Iterator[None]:
     hora.init()
     yield
     hora.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_process_sets() -> Iterator[None]:
+    """Remove the process sets a test file added (a torch.distributed ``new_group`` leaves its
+    set registered), so that the next file of the session starts with the sets it would have
+    started with alone. Collective: every rank runs the same files in the same order."""
+    before = {ps.process_set_id for ps in process_sets()} if hora.is_initialized() else set()
+    yield
+    if not hora.is_initialized():
+        return
+    for ps in process_sets():
+        if ps.process_set_id not in before:
+            hora.remove_process_set(ps)
 
 
 @pytest.fixture(autouse=True)
