@@ -339,13 +339,20 @@ bg_start() {
 bg_queued() { [[ " ${BG_NAMES[*]} " == *" $1 "* ]]; }
 
 # bg_wait NAME: waits until NAME has ended in the background (or the chain has died without
-# finishing it), prints its output and exits with its status.
+# finishing it, or HORA_RUN_TIMEOUT seconds have passed), prints its output and exits with its
+# status.
 bg_wait() {
-  local rc_file=$BG_DIR/$1.rc
-  while [ ! -f "$rc_file" ] && kill -0 "$BG_PID" 2>/dev/null; do sleep 2; done
+  local rc_file=$BG_DIR/$1.rc deadline=$((SECONDS + RUN_TIMEOUT))
+  while [ ! -f "$rc_file" ] && [ "$SECONDS" -lt "$deadline" ] && kill -0 "$BG_PID" 2>/dev/null; do
+    sleep 2
+  done
   cat "$BG_DIR/$1.log" 2>/dev/null
   if [ ! -f "$rc_file" ]; then
-    echo "the background chain ended before $1 did"
+    if kill -0 "$BG_PID" 2>/dev/null; then
+      echo "$1 was still running in the background after ${RUN_TIMEOUT}s of waiting for it"
+    else
+      echo "the background chain ended before $1 did"
+    fi
     return 1
   fi
   local rc seconds
