@@ -173,6 +173,34 @@ def test_session_graph_fetched_one_by_one_reruns_earlier_collectives(monkeypatch
     assert calls[0] == n * (n + 1) // 2
 
 
+def test_shutdown_drops_unclaimed_results() -> None:
+    """A Session step that runs an earlier collective without fetching it leaves that result
+    unclaimed until the node runs again; shutdown drops it, so that neither its memory nor the
+    ended job's shared arena is kept for as long as the process lives (Spark and Ray run job
+    after job in one process)."""
+    import gc
+
+    from hora.common import shared_arrays
+    from hora.tensorflow import _submit_wait
+
+    arena = shared_arrays.enabled()
+    graph = tf.Graph()
+    with graph.as_default():
+        outs = [build(i) for i in range(2)]
+        with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+            np.testing.assert_array_equal(session_run(outs[1], graph, sess), expected(1))
+    assert _submit_wait._pending  # collective 0 ran, unfetched
+    hvd.shutdown()
+    try:
+        assert not _submit_wait._pending
+        gc.collect()
+        if arena:
+            with open("/proc/self/maps", encoding="utf-8") as maps:
+                assert "hora-shm" not in maps.read()
+    finally:
+        hvd.init()
+
+
 def test_session_graph_differently_fed_collectives() -> None:
     """A collective reading a placeholder runs without the feeds of collectives created before
     it that read other placeholders (training and evaluation fed differently). Collectives

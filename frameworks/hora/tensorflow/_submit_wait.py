@@ -53,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from hora.common import call_sites
+from hora.common import basics, call_sites
 from hora.errors import InvalidCollectiveError, MismatchError
 from hora.tensorflow._host import as_numpy_dtype, to_tensor
 
@@ -116,6 +116,17 @@ def _register(finish: Finish) -> int:
 def _take(token: int) -> Finish | None:
     with _lock:
         return _pending.pop(token, None)
+
+
+def _drop_unclaimed() -> None:
+    """Shutdown hook: the unclaimed results of the ended job can no longer be claimed, and they
+    kept their memory (its shared arena's, too) until the same submit node ran again, which a
+    discarded graph never does."""
+    with _lock:
+        _pending.clear()
+
+
+basics.add_shutdown_hook(_drop_unclaimed)
 
 
 def _drain(token: int) -> None:
