@@ -305,13 +305,14 @@ pytest_allow_empty() {
   return $rc
 }
 
-# Background work. The frameworks' environments and the fuzz and sanitizer builds need no test to
-# have run: they start after the C++ stage, one after the other, in the scheduler's idle class
-# (SCHED_IDLE, and nice 19 where chrt is missing), so they take only the CPU time the test stages
-# leave idle (test jobs wait on peers, timeouts and launches), and the stages find them done or
-# nearly so. A test thread that wakes takes the CPU from an idle-class task at once; from a niced
-# one only at the end of its time slice (a millisecond or more), which slows tests that hand off
-# often: the emulated GPU collectives at 4 ranks took 155 s instead of 16 s beside a niced build.
+# Background work. The MPI flavours' builds, the frameworks' environments and the fuzz and sanitizer
+# builds need no test to have run: they start after the C++ stage, one after the other, in the
+# scheduler's idle class (SCHED_IDLE, and nice 19 where chrt is missing), so they take only the CPU
+# time the test stages leave idle (test jobs wait on peers, timeouts and launches), and the stages
+# find them done or nearly so. A test thread that wakes takes the CPU from an idle-class task at
+# once; from a niced one only at the end of its time slice (a millisecond or more), which slows
+# tests that hand off often: the emulated GPU collectives at 4 ranks took 155 s instead of 16 s
+# beside a niced build.
 BG_NAMES=()
 BG_COMMANDS=()
 
@@ -370,6 +371,17 @@ bg_wait() {
   read -r rc seconds < "$rc_file"
   echo "($1 took ${seconds}s in the background, exit status $rc)"
   return "$rc"
+}
+
+# bg_or_run LABEL NAME CMD...: a counted step that collects NAME from the background chain when
+# it was queued there, and runs CMD here otherwise.
+bg_or_run() {
+  local label=$1 name=$2; shift 2
+  if bg_queued "$name"; then
+    run "$label (background)" bg_wait "$name"
+  else
+    run "$label" "$@"
+  fi
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -447,14 +459,12 @@ venv_wanted() { wants install || [ ! -x "$ROOT/build/venv-$1/bin/python" ]; }
 # from the background chain.
 framework_venv() {
   local name=$1; shift
-  if bg_queued "venv-$name"; then
-    run "venv $name: create and install $* (background)" bg_wait "venv-$name"
-  elif venv_wanted "$name"; then
-    run "venv $name: create and install $*" venv_make "$name" "$@"
+  if bg_queued "venv-$name" || venv_wanted "$name"; then
+    bg_or_run "venv $name: create and install $*" "venv-$name" venv_make "$name" "$@"
   fi
 }
 
-# The fuzz and sanitizer builds, queued here and started in the background (see bg_queue).
+# The work of the background chain, queued and started here (see bg_queue).
 FUZZ_CXX=${HORA_FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
 # fuzz_build: configures and builds the fuzz targets in build/fuzz.
 fuzz_build() {
@@ -753,19 +763,14 @@ fi
 if wants mpi-flavours; then
   stage mpi-flavours
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  py_abs=$PY_ABS
   FLAVOUR_FILES=(tests/parallel/test_core_allgather.py tests/parallel/test_core_broadcast.py
                  tests/parallel/test_core_alltoall.py tests/parallel/test_core_reducescatter.py
                  tests/parallel/test_mpi_transport.py)
   envs=$(core_env 2)
   for flavour in openmpi5 mpich; do
     dir=$ROOT/build/mpi-$flavour
-    if bg_queued "mpi-$flavour"; then
-      run "mpi-flavours: $flavour: install, build _core (background)" bg_wait "mpi-$flavour"
-    else
-      run "mpi-flavours: $flavour: install, build _core" \
-        env PYTHON="$py_abs" HORA_BUILD_JOBS="$JOBS" bash tests/mpi_flavours/build.sh "$flavour"
-    fi
+    bg_or_run "mpi-flavours: $flavour: install, build _core" "mpi-$flavour" \
+      env PYTHON="$PY_ABS" HORA_BUILD_JOBS="$JOBS" bash tests/mpi_flavours/build.sh "$flavour"
     # Its mpirun first on PATH, its hora first on PYTHONPATH, no LD_LIBRARY_PATH to mix MPIs.
     with_flavour=(env -u LD_LIBRARY_PATH PATH="$dir/prefix/bin:$PATH" PYTHONPATH="$dir/site")
     placement=()
@@ -774,11 +779,11 @@ if wants mpi-flavours; then
     run "mpi-flavours: $flavour: mpirun np=2 4 op files + test_mpi_transport" \
       "${with_flavour[@]}" $envs HORA_CONTROLLER=mpi HORA_CPU_OPERATIONS=mpi \
       timeout -k 20 "$RUN_TIMEOUT" mpirun "${placement[@]}" -np 2 \
-      "$py_abs" -m pytest -q -p no:cacheprovider "${FLAVOUR_FILES[@]}"
+      "$PY_ABS" -m pytest -q -p no:cacheprovider "${FLAVOUR_FILES[@]}"
     # shellcheck disable=SC2086
     run "mpi-flavours: $flavour: horarun --mpi np=2 test_core_allreduce" \
-      "${with_flavour[@]}" $envs timeout -k 20 "$RUN_TIMEOUT" "$py_abs" -m hora.runner --mpi \
-      -np 2 "$py_abs" -m pytest -q -p no:cacheprovider tests/parallel/test_core_allreduce.py
+      "${with_flavour[@]}" $envs timeout -k 20 "$RUN_TIMEOUT" "$PY_ABS" -m hora.runner --mpi \
+      -np 2 "$PY_ABS" -m pytest -q -p no:cacheprovider tests/parallel/test_core_allreduce.py
   done
 fi
 
@@ -996,11 +1001,7 @@ if wants fuzz; then
   if [ -z "$FUZZ_CXX" ]; then
     run "fuzz: find clang++ (apt-get install clang-14)" false
   else
-    if bg_queued fuzz; then
-      run "fuzz: configure and build (clang, ASan + UBSan, libFuzzer; background)" bg_wait fuzz
-    else
-      run "fuzz: configure and build (clang, ASan + UBSan, libFuzzer)" fuzz_build
-    fi
+    bg_or_run "fuzz: configure and build (clang, ASan + UBSan, libFuzzer)" fuzz fuzz_build
     rm -rf build/fuzz/work
     # Each target is single-threaded: JOBS of them at a time use the cores.
     run "fuzz: every target for ${FUZZ_SECONDS}s, $JOBS at a time" \
@@ -1017,11 +1018,8 @@ fi
 # threads over TCP) are the multi-rank runs.
 sanitizer_stage() {
   local name=$1 sanitizers=$2
-  if bg_queued "$name"; then
-    run "$name: configure and build (-fsanitize=$sanitizers; background)" bg_wait "$name"
-  else
-    run "$name: configure and build (-fsanitize=$sanitizers)" sanitizer_build "$name" "$sanitizers"
-  fi
+  bg_or_run "$name: configure and build (-fsanitize=$sanitizers)" "$name" \
+    sanitizer_build "$name" "$sanitizers"
   # Three at a time on 2 cores: most of these tests wait (on peers, on the timeouts they check),
   # and instrumented they wait longer. At -O0 the asan tests took 195 s two at a time, 160 s three
   # at a time and 155 s four at a time (one at a time, at -O2, 177-189 s).
