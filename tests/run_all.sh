@@ -188,6 +188,7 @@ FAILED=0
 SKIPPED=0
 STOPPED=0
 FAILURES=()
+FAILURE_DETAILS=()
 TIMINGS=()
 TESTS_SKIPPED=0
 SKIP_REASONS=()
@@ -200,6 +201,19 @@ trap 'rm -f "$RUN_LOG"; [ -n "$BG_PID" ] && kill -- -"$BG_PID" 2>/dev/null &&
       kill -CONT -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR"' EXIT
 
 shopt -s nullglob
+
+# collect_failure LABEL: what a failed step printed that says why (pytest's FAILED/ERROR lines and
+# errors named on any rank, then its last lines), kept for the end of the summary: CI shows the
+# summary's end, and a step's full output may be far above it.
+collect_failure() {
+  local clean
+  clean=$(sed -E 's/\x1b\[[0-9;]*m//g' "$RUN_LOG")
+  FAILURE_DETAILS+=("--- $1: why")
+  mapfile -t -O "${#FAILURE_DETAILS[@]}" FAILURE_DETAILS < <(
+    { grep -E '(^|>:)(FAILED|ERROR) |Error|error:|[Tt]imed? ?out|Traceback' <<<"$clean" | head -n 25
+      echo "(last lines)"
+      tail -n 12 <<<"$clean"; } | cut -c1-300)
+}
 
 # collect_skips LABEL: adds the skips pytest reported in $RUN_LOG to the summary. A multi-rank run
 # prints each rank's report (horarun prefixes "[r]<stdout>:"; under mpirun pytest colours it); the
@@ -260,6 +274,7 @@ run() {
   else
     FAILED=$((FAILED + 1))
     FAILURES+=("$label (exit $rc)")
+    collect_failure "$label"
     TIMINGS+=("$(printf '%-58s %6ss  %s' "$label" "$dt" "FAILED (exit $rc)")")
     echo "=== $label: FAILED with exit $rc (${dt}s)"
     if [ "$KEEP_GOING" = 0 ]; then STOPPED=1; fi
@@ -284,6 +299,10 @@ finish() {
   if [ -d build ]; then
     echo "disk left under build/: $(du -sh build 2>/dev/null | cut -f1)"
     du -sh build/* 2>/dev/null | sed 's/^/  /'
+  fi
+  if [ "${#FAILURE_DETAILS[@]}" -gt 0 ]; then
+    echo "why the failed steps failed:"
+    for line in "${FAILURE_DETAILS[@]}"; do echo "  $line"; done
   fi
   if [ "$SKIPPED" -gt 0 ]; then
     echo "summary: $PASSED passed, $FAILED failed, $SKIPPED not run, $TESTS_SKIPPED tests skipped"
