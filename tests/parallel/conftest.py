@@ -12,7 +12,9 @@ so each rank can compute the expected result of a collective locally with NumPy.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 
@@ -62,6 +64,21 @@ OPS: dict[str, int] = {
 
 # Relative tolerance for results that involve one rounding step beyond exact arithmetic.
 RTOL: dict[str, float] = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-13}
+
+
+def hora_mappings(bound_seconds: float = 5.0) -> list[str]:
+    """The lines of /proc/self/maps that map Hora's shared memory (memfd "hora-shm"), looked at
+    until none is left or ``bound_seconds`` pass, collecting garbage before each look: after a
+    shutdown they must go, and a framework may drop its last reference to a tensor held there on
+    one of its own threads a moment after the call that used it returned."""
+    deadline = time.monotonic() + bound_seconds
+    while True:
+        gc.collect()
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            left = [line.rstrip() for line in maps if "hora-shm" in line]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------------------------

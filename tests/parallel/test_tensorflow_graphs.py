@@ -24,7 +24,7 @@ import hora.tensorflow as hvd
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import rank, size
+from conftest import hora_mappings, rank, size
 
 # One inter-op thread for every tf.function here (as TensorFlow picks on one CPU, or when a
 # rank is bound to one): each rank then runs one ready node at a time, in its own order.
@@ -178,8 +178,6 @@ def test_shutdown_drops_unclaimed_results() -> None:
     unclaimed until the node runs again; shutdown drops it, so that neither its memory nor the
     ended job's shared arena is kept for as long as the process lives (Spark and Ray run job
     after job in one process)."""
-    import gc
-
     from hora.common import shared_arrays
     from hora.tensorflow import _submit_wait
 
@@ -193,10 +191,8 @@ def test_shutdown_drops_unclaimed_results() -> None:
     hvd.shutdown()
     try:
         assert not _submit_wait._pending
-        gc.collect()
         if arena:
-            with open("/proc/self/maps", encoding="utf-8") as maps:
-                assert "hora-shm" not in maps.read()
+            assert not hora_mappings()
     finally:
         hvd.init()
 
