@@ -250,9 +250,8 @@ std::optional<std::string> lookupEnvVar(const std::string& name) {
   return value;
 }
 
-}  // namespace
-
-void registerRuntime(py::module_& m) {
+// init, shutdown, and what a running engine is: its topology, process sets and transport.
+void registerLifecycle(py::module_& m) {
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("local_rank"),
         py::arg("local_size"), py::arg("cross_rank"), py::arg("cross_size"),
         py::arg("transport") = "tcp", py::arg("controller") = "", py::arg("store_host") = "",
@@ -287,6 +286,10 @@ void registerRuntime(py::module_& m) {
       "transport_name", [] { return requireRuntime()->transportName(); },
       "Transport of the running engine: \"tcp\" or \"mpi\", or \"<controller>+<data>\" "
       "when negotiation and collectives run on different ones (\"mpi+tcp\", \"tcp+mpi\").");
+}
+
+// What a running engine shows of its work: the timeline and its counters.
+void registerObservation(py::module_& m) {
   m.def(
       "start_timeline",
       [](const std::string& path, bool markCycles) {
@@ -323,6 +326,11 @@ void registerRuntime(py::module_& m) {
       "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
       "itself, HORA_CALLER_DRIVES), folded_ops (small allreduces run from the data every rank "
       "published with its agreement round, without a second exchange).");
+}
+
+// What this build and machine offer (transports, the GPU path, the host's identity) and the
+// settings it reads; none needs a running engine.
+void registerBuildInfo(py::module_& m) {
   m.def("mpi_comm_info", &mpiCommInfo, py::arg("comm") = -1, py::arg("ranks") = std::vector<int>{},
         "MPI: initialise MPI if needed; dict(comm, rank, size, local_rank, local_size, "
         "cross_rank, cross_size) of the communicator with Fortran handle comm (-1: "
@@ -366,6 +374,14 @@ void registerRuntime(py::module_& m) {
         "Value of HORA_<name>, else HOROVOD_<name>, else None.");
   m.attr("version") = HORA_VERSION;
   m.attr("__version__") = HORA_VERSION;
+}
+
+}  // namespace
+
+void registerRuntime(py::module_& m) {
+  registerLifecycle(m);
+  registerObservation(m);
+  registerBuildInfo(m);
 }
 
 }  // namespace hora::bindings
