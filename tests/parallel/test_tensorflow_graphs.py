@@ -17,6 +17,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +196,35 @@ def test_shutdown_drops_unclaimed_results() -> None:
             assert not hora_mappings()
     finally:
         hvd.init()
+
+
+def test_graph_built_again_waits_for_an_unclaimed_collective_of_its_names() -> None:
+    """A step leaves a collective unclaimed while rank 1 has not submitted it yet (its input
+    takes a second there), so the other ranks end the step with it in flight; the same graph,
+    built again at once, submits that name again. Its submit waits for the unclaimed collective
+    first, where the engine would refuse a name still in flight."""
+
+    def late_on_rank_1(x: np.ndarray) -> np.ndarray:
+        if rank() == 1:
+            time.sleep(1.0)
+        return x
+
+    def held_graph() -> tuple[tf.Graph, Any, Any]:
+        graph = tf.Graph()
+        with graph.as_default():
+            late = tf.numpy_function(late_on_rank_1, [tf.constant(value(rank(), 0))],
+                                     tf.float32, stateful=True)
+            gathered = hvd.allgather(late, name="graph_held_gather")
+            summed = hvd.allreduce(tf.constant(value(rank(), 1))[:1], op=hvd.Sum,
+                                   name="graph_held_sum")
+        return graph, gathered, summed
+
+    graph, _, summed = held_graph()
+    with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+        np.testing.assert_array_equal(session_run(summed, graph, sess), expected(1))
+    graph, gathered, _ = held_graph()
+    with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
+        np.testing.assert_array_equal(session_run(gathered, graph, sess), expected(0))
 
 
 def test_session_graph_differently_fed_collectives() -> None:

@@ -111,7 +111,7 @@ def submit_grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequenc
     if process_set is not None and process_set.process_set_id is not None:
         process_set_by_id(process_set.process_set_id)
     return _submit_wait.submit(_start(collective, names, **request), tensors,
-                               [t.dtype for t in tensors], op_name)
+                               [t.dtype for t in tensors], op_name, names)
 
 
 def grouped(collective: str, tensors: Sequence[tf.Tensor], names: Sequence[str],

@@ -33,7 +33,9 @@ marked as independent side effects, so only the edges above order them (and both
 
 In a ``tf.compat.v1.Session`` graph a wait may pull in an earlier submit whose own wait is not
 fetched in that step. The engine runs that collective anyway (every rank runs the same
-fetches); the next time the same submit node runs, it first drains the unclaimed result. A wait
+fetches); the next time the same submit node runs, or any submit node of the same engine names
+(in a graph built again), it first drains the unclaimed result. That wait ends: every rank
+submitted the collective in that earlier step. A wait
 does not depend on earlier submits that read a placeholder its own collectives do not read:
 those belong to another kind of step (evaluation fed differently than training, say) and could
 not run without their feeds. A step that fetches a collective reading a placeholder together with
@@ -104,18 +106,34 @@ Start = Callable[[list], Finish]
 _lock = threading.Lock()
 _pending: dict[int, Finish] = {}
 _tokens = itertools.count(1)
+# The engine names of each pending result, and the pending result that holds each name.
+_names_of: dict[int, tuple[str, ...]] = {}
+_holder: dict[str, int] = {}
 
 
-def _register(finish: Finish) -> int:
+def _register(finish: Finish, names: tuple[str, ...] = ()) -> int:
     with _lock:
         token = next(_tokens)
         _pending[token] = finish
+        if names:
+            _names_of[token] = names
+            for name in names:
+                _holder[name] = token
     return token
 
 
 def _take(token: int) -> Finish | None:
     with _lock:
+        for name in _names_of.pop(token, ()):
+            if _holder.get(name) == token:
+                del _holder[name]
         return _pending.pop(token, None)
+
+
+def _holders(names: tuple[str, ...]) -> list[int]:
+    """The pending results that hold any of ``names``, oldest first."""
+    with _lock:
+        return sorted({_holder[name] for name in names if name in _holder})
 
 
 def _drop_unclaimed() -> None:
@@ -124,6 +142,8 @@ def _drop_unclaimed() -> None:
     discarded graph never does."""
     with _lock:
         _pending.clear()
+        _names_of.clear()
+        _holder.clear()
 
 
 basics.add_shutdown_hook(_drop_unclaimed)
@@ -218,12 +238,14 @@ class Submitted:
 
 
 def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
-           op_name: str) -> Submitted:
+           op_name: str, names: Sequence[str] = ()) -> Submitted:
     """Submit ``start(sources)`` on ``inputs`` (at once eagerly; as a submit node while tracing).
 
     ``start`` must not modify its sources and must keep them referenced until ``finish`` ran.
+    ``names``: the engine names it submits under.
     """
     inputs = list(inputs)
+    names = tuple(names)
     begin = _converting(start)
     if tf.executing_eagerly():
         return Submitted(out_dtypes, op_name, finish=_converting(begin(inputs)))
@@ -238,8 +260,12 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
         previous = last_token[0]
         if previous is not None:
             _drain(previous)
+        # Another node's unclaimed result under the same names (the same collective in a graph
+        # built again, say) may still be in flight, and the engine refuses a name in flight.
+        for held in _holders(names):
+            _drain(held)
         finish = call_sites.run_as_if_from(built_at, begin, [np.asarray(a) for a in arrays])
-        token = _register(_converting(finish))
+        token = _register(_converting(finish), names)
         last_token[0] = token
         return np.array(token, dtype=np.int64)
 
