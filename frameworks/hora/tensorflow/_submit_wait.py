@@ -35,12 +35,11 @@ In a ``tf.compat.v1.Session`` graph a wait may pull in an earlier submit whose o
 fetched in that step. The engine runs that collective anyway (every rank runs the same
 fetches); the next time the same submit node runs, or any submit node of the same engine names
 (in a graph built again), it first drains the unclaimed result. That wait ends: every rank
-submitted the collective in that earlier step. A wait
-does not depend on earlier submits that read a placeholder its own collectives do not read:
-those belong to another kind of step (evaluation fed differently than training, say) and could
-not run without their feeds. A step that fetches a collective reading a placeholder together with
-one created later that does not read it has the two unordered: the one case the argument above
-does not cover.
+submitted the collective in that earlier step. A wait does not depend on earlier submits that
+read a placeholder its own collectives do not read: those belong to another kind of step
+(evaluation fed differently than training, say) and could not run without their feeds. A step
+that fetches a collective reading a placeholder together with one created later that does not
+read it has the two unordered: the one case the argument above does not cover.
 """
 
 from __future__ import annotations
