@@ -204,7 +204,8 @@ def alltoall(tensor: tf.Tensor, splits: tf.Tensor | None, name: str,
 
         return finish
 
-    out, received = _submit_wait.run(start, inputs, [tensor.dtype, tf.int32], "HorovodAlltoall")
+    out, received = _submit_wait.run(start, inputs, [tensor.dtype, tf.int32], "HorovodAlltoall",
+                                     [name])
     out.set_shape(_rows_unknown(tensor.shape))
     members = process_set.size() if process_set.process_set_id is not None else None
     received.set_shape([members])

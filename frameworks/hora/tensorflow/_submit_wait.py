@@ -32,11 +32,11 @@ would keep gradient reductions from starting as soon as each gradient exists: bo
 marked as independent side effects, so only the edges above order them (and both always run).
 
 In a ``tf.compat.v1.Session`` graph a wait may pull in an earlier submit whose own wait is not
-fetched in that step. The engine runs that collective anyway (every rank runs the same
-fetches); the next time the same submit node runs, or any submit node of the same engine names
-(in a graph built again), it first drains the unclaimed result. That wait ends: every rank
-submitted the collective in that earlier step. A wait does not depend on earlier submits that
-read a placeholder its own collectives do not read: those belong to another kind of step
+fetched in that step. The engine runs that collective anyway (every rank runs the same fetches);
+the next time the same submit node runs, or one submitting under the same engine names (the same
+collective in a graph built again), it first drains the unclaimed result. That wait ends: every
+rank submitted the collective in that earlier step. A wait does not depend on earlier submits
+that read a placeholder its own collectives do not read: those belong to another kind of step
 (evaluation fed differently than training, say) and could not run without their feeds. A step
 that fetches a collective reading a placeholder together with one created later that does not
 read it has the two unordered: the one case the argument above does not cover.
@@ -103,30 +103,31 @@ Finish = Callable[[], list]
 Start = Callable[[list], Finish]
 
 _lock = threading.Lock()
-_pending: dict[int, Finish] = {}
+# Each pending result by token: what finishes it, and the engine names it holds.
+_pending: dict[int, tuple[Finish, tuple[str, ...]]] = {}
+_holder: dict[str, int] = {}  # the token of the pending result holding each name
 _tokens = itertools.count(1)
-# The engine names of each pending result, and the pending result that holds each name.
-_names_of: dict[int, tuple[str, ...]] = {}
-_holder: dict[str, int] = {}
 
 
 def _register(finish: Finish, names: tuple[str, ...] = ()) -> int:
     with _lock:
         token = next(_tokens)
-        _pending[token] = finish
-        if names:
-            _names_of[token] = names
-            for name in names:
-                _holder[name] = token
+        _pending[token] = (finish, names)
+        for name in names:
+            _holder[name] = token
     return token
 
 
 def _take(token: int) -> Finish | None:
     with _lock:
-        for name in _names_of.pop(token, ()):
+        entry = _pending.pop(token, None)
+        if entry is None:
+            return None
+        finish, names = entry
+        for name in names:
             if _holder.get(name) == token:
                 del _holder[name]
-        return _pending.pop(token, None)
+        return finish
 
 
 def _holders(names: tuple[str, ...]) -> list[int]:
@@ -137,11 +138,10 @@ def _holders(names: tuple[str, ...]) -> list[int]:
 
 def _drop_unclaimed() -> None:
     """Shutdown hook: the unclaimed results of the ended job can no longer be claimed, and they
-    kept their memory (its shared arena's, too) until the same submit node ran again, which a
-    discarded graph never does."""
+    kept their memory (its shared arena's, too) until the same submit node, or one of their
+    names, ran again, which a discarded graph's never does."""
     with _lock:
         _pending.clear()
-        _names_of.clear()
         _holder.clear()
 
 
@@ -241,7 +241,8 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     """Submit ``start(sources)`` on ``inputs`` (at once eagerly; as a submit node while tracing).
 
     ``start`` must not modify its sources and must keep them referenced until ``finish`` ran.
-    ``names``: the engine names it submits under.
+    ``names``: the engine names it submits under, when the caller knows them (a gradient rule
+    names its collectives itself).
     """
     inputs = list(inputs)
     names = tuple(names)
@@ -256,11 +257,12 @@ def submit(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DT
     built_at = call_sites.call_site()  # what stall and deadlock reports name
 
     def submit_node(*arrays: np.ndarray) -> np.ndarray:
+        # An unclaimed result of this node's earlier run, or under its names (the same collective
+        # in a graph built again), may still be in flight, and the engine refuses a name in
+        # flight.
         previous = last_token[0]
         if previous is not None:
             _drain(previous)
-        # Another node's unclaimed result under the same names (the same collective in a graph
-        # built again, say) may still be in flight, and the engine refuses a name in flight.
         for held in _holders(names):
             _drain(held)
         finish = call_sites.run_as_if_from(built_at, begin, [np.asarray(a) for a in arrays])
@@ -333,6 +335,6 @@ def wait(items: Sequence[Submitted], op_name: str | None = None) -> list[list[tf
 
 
 def run(start: Start, inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
-        op_name: str) -> list[tf.Tensor]:
+        op_name: str, names: Sequence[str] = ()) -> list[tf.Tensor]:
     """Submit and wait for one collective: ``wait([submit(...)])[0]``."""
-    return wait([submit(start, inputs, out_dtypes, op_name)])[0]
+    return wait([submit(start, inputs, out_dtypes, op_name, names)])[0]
