@@ -198,7 +198,8 @@ def test_shutdown_drops_unclaimed_results() -> None:
         hvd.init()
 
 
-def test_graph_built_again_waits_for_an_unclaimed_collective_of_its_names() -> None:
+@pytest.mark.parametrize("kind", ["allgather", "alltoall"])
+def test_graph_built_again_waits_for_an_unclaimed_collective_of_its_names(kind: str) -> None:
     """A step leaves a collective unclaimed while rank 1 has not submitted it yet (its input
     takes a second there), so the other ranks end the step with it in flight; the same graph,
     built again at once, submits that name again. Its submit waits for the unclaimed collective
@@ -209,22 +210,28 @@ def test_graph_built_again_waits_for_an_unclaimed_collective_of_its_names() -> N
             time.sleep(1.0)
         return x
 
+    # allgather: the rows of value(r, 0) of every rank; alltoall: row j of every rank's
+    # (rank, rank) rows to rank j, so each rank receives (r, r) from every rank r.
+    sent = value(rank(), 0) if kind == "allgather" else np.full([size(), 2], rank(), np.float32)
+    want = (expected(0) if kind == "allgather"
+            else np.repeat(np.arange(size(), dtype=np.float32)[:, None], 2, axis=1))
+
     def held_graph() -> tuple[tf.Graph, Any, Any]:
         graph = tf.Graph()
         with graph.as_default():
-            late = tf.numpy_function(late_on_rank_1, [tf.constant(value(rank(), 0))],
-                                     tf.float32, stateful=True)
-            gathered = hvd.allgather(late, name="graph_held_gather")
+            late = tf.numpy_function(late_on_rank_1, [tf.constant(sent)], tf.float32,
+                                     stateful=True)
+            held = getattr(hvd, kind)(late, name=f"graph_held_{kind}")
             summed = hvd.allreduce(tf.constant(value(rank(), 1))[:1], op=hvd.Sum,
-                                   name="graph_held_sum")
-        return graph, gathered, summed
+                                   name=f"graph_held_sum_{kind}")
+        return graph, held, summed
 
     graph, _, summed = held_graph()
     with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
         np.testing.assert_array_equal(session_run(summed, graph, sess), expected(1))
-    graph, gathered, _ = held_graph()
+    graph, held, _ = held_graph()
     with tf.compat.v1.Session(graph=graph, config=SESSION_CONFIG) as sess:
-        np.testing.assert_array_equal(session_run(gathered, graph, sess), expected(0))
+        np.testing.assert_array_equal(session_run(held, graph, sess), want)
 
 
 def test_session_graph_differently_fed_collectives() -> None:
