@@ -413,10 +413,13 @@ if wants install; then
     "$PY" -m pip install -q pybind11 scikit-build-core numpy ml_dtypes pytest pytest-xdist==3.8.0 \
     cloudpickle matplotlib pyyaml mpi4py torch==2.13.0 mypy expecttest kubernetes-validate==1.37.0 \
     lizard==1.24.3 ruff==0.17.6
-  # One build of hora._core, installed here and into the frameworks' virtual environments.
+  # One build of hora._core, installed here and into the frameworks' virtual environments. It is
+  # made in the C++ stage's build directory, whose build then compiles only the tests: the engine
+  # is compiled once per run.
   rm -rf "$WHEELHOUSE"
   run "pip wheel . (build hora._core)" \
-    "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELHOUSE" "$ROOT"
+    "$PY" -m pip wheel -q --no-deps --no-build-isolation --config-settings=build-dir=build/cpp \
+    -w "$WHEELHOUSE" "$ROOT"
   run "pip install the hora wheel" \
     "$PY" -m pip install -q --force-reinstall --no-deps "$WHEELHOUSE"/hora-*.whl
   [ "$STOPPED" = 1 ] && finish

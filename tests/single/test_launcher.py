@@ -43,6 +43,11 @@ def child_env(**extra):
     return result
 
 
+def default_sigint():
+    """In a child before it starts: SIGINT's default action, as under a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def horarun(args, script=None, timeout=60, **extra_env):
     command = [sys.executable, "-m", "hora.runner", *args]
     if script is not None:
@@ -738,8 +743,12 @@ def test_sigint_stops_every_rank():
     token = uuid.uuid4().hex
     command = [sys.executable, "-m", "hora.runner", "-np", "2", sys.executable, "-c",
                "import time; print('up', flush=True); time.sleep(60)", token]
+    # SIGINT as at a terminal, even where this test was started with it ignored (a background
+    # job of a shell): the launcher leaves an ignored signal ignored, as nohup expects. The child
+    # only sets a disposition before exec, which no lock of another thread can block.
     proc = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # noqa: PLW1509
     seen = 0
     while seen < 2:
         line = proc.stdout.readline()

@@ -46,6 +46,8 @@ if rank == 0:
         print("ALARM-NOT-DELIVERED", flush=True)
     except Alarm:
         print("ALARM-INTERRUPTED", flush=True)
+    # Ctrl-C raises KeyboardInterrupt, even where the job was started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     try:
         hora.synchronize(hora.allreduce_async(x, op=hora.Sum, name="never.sigint"))
