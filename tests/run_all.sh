@@ -665,15 +665,16 @@ fi
 
 # ------------------------------------------------------------------------------------------------
 # torchsuite. PyTorch's backend conformance suite over hora (tests/torch_suite/README.md); every
-# test spawns its own 2 ranks, so the stage runs the CI subset, not the whole suite
+# test starts its own 2 ranks, so the stage runs the CI subset, not the whole suite, and forks
+# the ranks (spawned, each imports torch and the suite again: 200 s instead of 50)
 
 if wants torchsuite; then
   stage torchsuite
   run "torchsuite: the suite driver's own tests" \
     "$PY" -m pytest -q -p no:cacheprovider tests/torch_suite/test_suite_driver.py
-  run "torchsuite: PyTorch's distributed_test.py over hora, np=2 (ci_tests.txt)" \
+  run "torchsuite: PyTorch's distributed_test.py over hora, np=2, forked (ci_tests.txt)" \
     timeout -k 20 "$RUN_TIMEOUT" "$PY" tests/torch_suite/run_suite.py --backend hora \
-    --world-size 2 --tests-file tests/torch_suite/ci_tests.txt
+    --world-size 2 --start-method fork --tests-file tests/torch_suite/ci_tests.txt
 fi
 
 # ------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """PyTorch's backend conformance suite as a pytest module: ``TestDistBackendWithSpawn`` runs every
-test of ``DistributedTest._DistTestBase`` on ``WORLD_SIZE`` spawned ranks of ``BACKEND``.
+test of ``DistributedTest._DistTestBase`` on ``WORLD_SIZE`` new ranks of ``BACKEND`` (spawned, or
+forked when ``TORCH_SUITE_START_METHOD`` is ``fork``).
 
 Start it through ``run_suite.py``, which sets the environment this module reads (``BACKEND``,
 ``WORLD_SIZE``, ``TEMP_DIR``, ``INIT_METHOD``, ``DISTRIBUTED_TESTS_DEFAULT_TIMEOUT``) before
@@ -24,6 +25,10 @@ import torch
 from suite_loader import close_tests, load_suite
 
 BACKEND = os.environ["BACKEND"]
+# How each test starts its ranks: "spawn" (a fresh interpreter per rank, as PyTorch's own
+# test_distributed_spawn.py) or "fork" (a copy of this process, whose imports of torch and the
+# suite the ranks then skip: seconds per test).
+START_METHOD = os.environ.get("TORCH_SUITE_START_METHOD", "spawn")
 suite = load_suite(BACKEND)
 
 from torch.testing._internal import common_distributed
@@ -59,7 +64,7 @@ def _on_watchdog(signum: int, frame: FrameType | None) -> None:
 
 
 class TestDistBackendWithSpawn(suite.TestDistBackend, suite.DistributedTest._DistTestBase):
-    """The suite's tests, each on freshly spawned ranks with a fresh MASTER_PORT."""
+    """The suite's tests, each on new ranks with a fresh MASTER_PORT."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -67,7 +72,10 @@ class TestDistBackendWithSpawn(suite.TestDistBackend, suite.DistributedTest._Dis
         budget = common_distributed.get_timeout(self.id()) + WATCHDOG_GRACE_SECONDS
         signal.signal(signal.SIGALRM, _on_watchdog)
         signal.alarm(budget)
-        self._spawn_processes()
+        if START_METHOD == "fork":
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
+        else:
+            self._spawn_processes()
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
     def tearDown(self) -> None:

@@ -71,6 +71,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--world-size", type=int, default=2, help="ranks per test (default 2)")
     parser.add_argument("--init-method", choices=("env", "file"), default="env",
                         help="INIT_METHOD as PyTorch's test runner sets it (default env)")
+    parser.add_argument("--start-method", choices=("spawn", "fork"), default="spawn",
+                        help="how each test starts its ranks: spawn (a fresh interpreter each, "
+                        "as PyTorch's own runner; the default) or fork (a copy of the test "
+                        "process, which skips importing torch and the suite again: about 5x "
+                        "faster)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression over test names")
     parser.add_argument("--tests-file", help="file with one test name or node id per line")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS,
@@ -126,6 +131,7 @@ def prepare_environment(args: argparse.Namespace, temp_dir: str) -> str:
         "MASTER_PORT": str(free_port()),
         "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(args.timeout),
         "TORCH_SUITE_CODE_CACHE": temp_dir,
+        "TORCH_SUITE_START_METHOD": args.start_method,
     })
     os.environ.update(item.split("=", 1) for item in args.env)
     tempfile.tempdir = None  # let tempfile see TMPDIR

@@ -93,3 +93,18 @@ def test_a_closed_test_is_skipped_with_its_reason_and_an_unknown_name_is_refused
     assert result.skipped[0][1] == "closed for hora: checks gloo's thread count"
     with pytest.raises(RuntimeError, match="no such test"):
         close_tests(Suite, {"test_that_is_not_there": "any"}, "hora")
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_the_start_method_asked_for_reaches_the_suite(method: str, tmp_path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        monkeypatch.setenv(name, os.environ[name])  # restored after the test
+    from run_suite import parse_args, prepare_environment
+    prepare_environment(parse_args(["--backend", "hora", "--start-method", method]),
+                        str(tmp_path))
+    script = "import distributed_suite as s; print(s.START_METHOD)"
+    out = subprocess.run([sys.executable, "-c", script], cwd=HERE, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == method
