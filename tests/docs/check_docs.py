@@ -118,6 +118,8 @@ def run_block(b: Block, python: str) -> str:
     words, _ = parse_how(b.how)
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as tmp:
+        # What a block makes with mktemp or tempfile goes here, and is removed with it.
+        env["TMPDIR"] = tmp
         if words == ["sh"]:
             cmd = ["bash", "-euo", "pipefail", "-c", script_of(b)]
             env["PATH"] = f"{Path(python).parent}{os.pathsep}{env.get('PATH', '')}"
