@@ -670,7 +670,7 @@ fi
 # ------------------------------------------------------------------------------------------------
 # torchsuite. PyTorch's backend conformance suite over hora (tests/torch_suite/README.md); every
 # test starts its own 2 ranks, so the stage runs the CI subset, not the whole suite, and forks
-# the ranks (spawned, each imports torch and the suite again: 200 s instead of 50)
+# the ranks (spawned, each rank imports torch and the suite again: 200 s instead of 36)
 
 if wants torchsuite; then
   stage torchsuite

@@ -2,9 +2,10 @@
 ``gloo``: Lightning, Ray Train, Accelerate, DeepSpeed ZeRO and the Hugging Face Trainer.
 
 Each test trains the same tiny model on 2 CPU ranks over each backend (over gloo once per script
-and arguments, whichever launcher started it), and checks what the client says (2 processes), what torch says inside the training (the backend asked for), that
-both ranks end with identical parameters (their gradients were really shared) which moved from
-where they started, and that hora's parameters are gloo's. Run with the Python of the clients'
+and arguments, whichever launcher started it), and checks what the client says (2 processes),
+what torch says inside the training (the backend asked for), that both ranks end with identical
+parameters (their gradients were really shared) which moved from where they started, and that
+hora's parameters are gloo's. Run with the Python of the clients'
 environment (requirements.txt) from the repository root::
 
     python -m pytest tests/clients
