@@ -470,11 +470,9 @@ CLIENTS_PACKAGES="$CLIENTS_PACKAGES numpy ml_dtypes"
 # venv_make NAME PACKAGES...: makes build/venv-NAME afresh with PACKAGES and the hora wheel.
 venv_make() {
   local venv=$ROOT/build/venv-$1; shift
-  # --no-compile: a module's bytecode is written when a test first imports it, so only the
-  # modules the tests import are compiled (the four environments hold about 30,000; compiling
-  # one takes about 3 ms).
-  rm -rf "$venv" && "$PY" -m venv "$venv" &&
-    "$venv/bin/pip" install -q --no-compile "$@" pytest cloudpickle &&
+  # pip compiles every module's bytecode here: the tests write none (PYTHONDONTWRITEBYTECODE), so
+  # without it each import would compile its modules again.
+  rm -rf "$venv" && "$PY" -m venv "$venv" && "$venv/bin/pip" install -q "$@" pytest cloudpickle &&
     "$venv/bin/pip" install -q --no-deps "$WHEELHOUSE"/hora-*.whl
 }
 
