@@ -29,23 +29,9 @@ from hora.runner import (
     ssh_exec,
     task,
 )
+from launcher_children import child_env, default_sigint
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hora.__file__)))
 DECLARED = [name for name, _default, _doc in _core.env_vars()]
-
-
-def child_env(**extra):
-    result = dict(os.environ)
-    result["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [result.get("PYTHONPATH")] if p])
-    for key in [k for k in result if k.startswith(("HORA_", "HOROVOD_", "HORARUN_"))]:
-        del result[key]
-    result.update(extra)
-    return result
-
-
-def default_sigint():
-    """In a child before it starts: SIGINT's default action, as under a terminal."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def horarun(args, script=None, timeout=60, **extra_env):
@@ -743,9 +729,7 @@ def test_sigint_stops_every_rank():
     token = uuid.uuid4().hex
     command = [sys.executable, "-m", "hora.runner", "-np", "2", sys.executable, "-c",
                "import time; print('up', flush=True); time.sleep(60)", token]
-    # SIGINT as at a terminal, even where this test was started with it ignored (a background
-    # job of a shell): the launcher leaves an ignored signal ignored, as nohup expects. The child
-    # only sets a disposition before exec, which no lock of another thread can block.
+    # The child only sets a disposition before exec, which no lock of another thread can block.
     proc = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)  # noqa: PLW1509

@@ -14,8 +14,8 @@ import uuid
 
 import hora
 import pytest
+from launcher_children import child_env, default_sigint
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hora.__file__)))
 KEY = os.environ.get("HORA_TEST_SSH_KEY", os.path.expanduser("~/.ssh/hora_test_ed25519"))
 HOSTS = ["-H", "localhost:1,127.0.0.1:1", "--force-ssh", "127.0.0.1", "-p", "22", "-i", KEY]
 
@@ -39,20 +39,6 @@ def _ssh_unavailable():
 
 _REASON = _ssh_unavailable()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
-
-
-def child_env(**extra):
-    result = dict(os.environ)
-    result["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [result.get("PYTHONPATH")] if p])
-    for key in [k for k in result if k.startswith(("HORA_", "HOROVOD_", "HORARUN_"))]:
-        del result[key]
-    result.update(extra)
-    return result
-
-
-def default_sigint():
-    """In a child before it starts: SIGINT's default action, as under a terminal."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def launcher(args, script):
@@ -168,9 +154,7 @@ def test_sigint_stops_the_remote_rank():
     token = uuid.uuid4().hex
     command = launcher(["-np", "2", *HOSTS],
                        f"import time; print('up', flush=True); time.sleep(60)  # {token}")
-    # SIGINT as at a terminal, even where this test was started with it ignored (a background
-    # job of a shell): the launcher leaves an ignored signal ignored, as nohup expects. The child
-    # only sets a disposition before exec, which no lock of another thread can block.
+    # The child only sets a disposition before exec, which no lock of another thread can block.
     proc = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)  # noqa: PLW1509

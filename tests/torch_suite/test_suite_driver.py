@@ -96,15 +96,17 @@ def test_a_closed_test_is_skipped_with_its_reason_and_an_unknown_name_is_refused
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_the_start_method_asked_for_reaches_the_suite(method: str, tmp_path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        monkeypatch.setenv(name, os.environ[name])  # restored after the test
+def test_the_start_method_asked_for_reaches_the_suite(method: str, tmp_path) -> None:
     from run_suite import parse_args, prepare_environment
-    prepare_environment(parse_args(["--backend", "hora", "--start-method", method]),
-                        str(tmp_path))
-    script = "import distributed_suite as s; print(s.START_METHOD)"
-    out = subprocess.run([sys.executable, "-c", script], check=False, cwd=HERE,
-                         capture_output=True, text=True, timeout=120)
+    saved = dict(os.environ)  # prepare_environment sets and removes variables of this process
+    try:
+        prepare_environment(parse_args(["--backend", "hora", "--start-method", method]),
+                            str(tmp_path))
+        script = "import distributed_suite as s; print(s.START_METHOD)"
+        out = subprocess.run([sys.executable, "-c", script], check=False, cwd=HERE,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == method
