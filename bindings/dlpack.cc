@@ -180,7 +180,54 @@ bool isCompactRowMajor(const DLTensor& t) {
   return true;
 }
 
+DLDataType dlpackType(DataType t) {
+  DLDataType d{};
+  d.lanes = 1;
+  d.bits = static_cast<uint8_t>(dtypeSize(t) * 8);
+  switch (t) {
+    case DataType::Int8:
+    case DataType::Int16:
+    case DataType::Int32:
+    case DataType::Int64: d.code = kDLInt; break;
+    case DataType::UInt8:
+    case DataType::UInt16: d.code = kDLUInt; break;
+    case DataType::BFloat16: d.code = kDLBfloat; break;
+    case DataType::Bool: d.code = kDLBool; break;
+    default: d.code = kDLFloat; break;
+  }
+  return d;
+}
+
+// What the DLManagedTensor of one export keeps alive.
+struct ExportContext {
+  std::shared_ptr<uint8_t> storage;
+  std::vector<int64_t> shape;
+  DLManagedTensor managed{};
+};
+
 }  // namespace
+
+py::capsule exportTensor(const OutputTensor& out) {
+  auto* ctx = new ExportContext{out.storage, out.shape};
+  DLTensor& dl = ctx->managed.dl_tensor;
+  dl.data = ctx->storage.get();
+  dl.device = out.device.isCpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, out.device.index};
+  dl.ndim = static_cast<int32_t>(ctx->shape.size());
+  dl.dtype = dlpackType(out.dtype);
+  dl.shape = ctx->shape.data();
+  dl.strides = nullptr;
+  dl.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = [](DLManagedTensor* self) {
+    delete static_cast<ExportContext*>(self->manager_ctx);
+  };
+  return py::capsule(&ctx->managed, kCapsuleName, [](PyObject* cap) {
+    if (PyCapsule_IsValid(cap, kCapsuleName)) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kCapsuleName));
+      if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+    }
+  });
+}
 
 DlpackTensor::~DlpackTensor() {
   if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);

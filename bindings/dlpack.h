@@ -9,6 +9,7 @@
 // - The returned DlpackTensor owns the DLManagedTensor: its destructor calls the producer's
 //   deleter. Deleters of some producers (numpy) call into Python, so a DlpackTensor must be
 //   destroyed with the GIL held.
+// - exportTensor() goes the other way, for buffers the engine allocated.
 // - All functions here need the GIL.
 #include <pybind11/pybind11.h>
 
@@ -41,6 +42,10 @@ class DlpackTensor {
 // Throws hora::InvalidArgument (ValueError) for unusable tensors, TypeError for non-tensors.
 std::unique_ptr<DlpackTensor> importTensor(pybind11::handle obj,
                                            const std::optional<std::string>& dtypeOverride);
+
+// A DLPack capsule ("dltensor") of an engine buffer, host or device, zero-copy: the tensor made
+// from it keeps the buffer alive, and a capsule nobody consumed frees its share when it dies.
+pybind11::capsule exportTensor(const OutputTensor& out);
 
 // "float32", "complex64", "int32x4": the DLPack dtype as users know it, for error messages.
 std::string dlpackDtypeName(const DLDataType& dtype);

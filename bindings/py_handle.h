@@ -6,6 +6,8 @@
 //   drops the wrapper while the operation still runs, the (engine handle, input) pair moves to a
 //   process-wide deferred list that sweepDeferredReleases() empties as operations finish; it is
 //   swept on every enqueue, wait and shutdown.
+// - A handle of a call that works on a copy (submit's `copy`) holds that copy instead, which the
+//   engine reads and writes, until the operation finished.
 // - Every member function needs the GIL (wait() releases it while blocking).
 #include <pybind11/pybind11.h>
 
@@ -21,8 +23,9 @@ namespace hora::bindings {
 
 class PyHandle {
  public:
-  PyHandle(std::shared_ptr<Handle> handle, std::unique_ptr<DlpackTensor> input)
-      : handle_(std::move(handle)), input_(std::move(input)) {}
+  PyHandle(std::shared_ptr<Handle> handle, std::unique_ptr<DlpackTensor> input,
+           std::shared_ptr<uint8_t> copy = nullptr)
+      : handle_(std::move(handle)), input_(std::move(input)), copy_(std::move(copy)) {}
   ~PyHandle();
   PyHandle(const PyHandle&) = delete;
   PyHandle& operator=(const PyHandle&) = delete;
@@ -46,6 +49,7 @@ class PyHandle {
 
   std::shared_ptr<Handle> handle_;
   std::unique_ptr<DlpackTensor> input_;
+  std::shared_ptr<uint8_t> copy_;  // the buffer of a call on a copy; else null
 };
 
 // Releases the inputs of dropped handles whose operations have finished. GIL held.

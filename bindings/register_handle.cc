@@ -18,7 +18,13 @@ namespace py = pybind11;
 namespace hora::bindings {
 namespace {
 
-using Deferred = std::pair<std::shared_ptr<Handle>, std::unique_ptr<DlpackTensor>>;
+// What a dropped handle leaves behind until its operation finishes: the buffers the engine
+// still reads or writes.
+struct Deferred {
+  std::shared_ptr<Handle> handle;
+  std::unique_ptr<DlpackTensor> input;
+  std::shared_ptr<uint8_t> copy;
+};
 
 // Guarded by the GIL. Never destroyed: at interpreter exit the deleters could not run safely.
 std::vector<Deferred>& deferredReleases() {
@@ -29,9 +35,16 @@ std::vector<Deferred>& deferredReleases() {
 // Blocking waits wake up this often to let Ctrl-C (KeyboardInterrupt) through.
 constexpr auto kSignalCheckInterval = std::chrono::milliseconds(200);
 
-const char* numpyDtypeName(DataType t) {
-  // NumPy has no bfloat16: those results travel as uint16 and the hora package views them back.
-  return t == DataType::BFloat16 ? "uint16" : dtypeName(t);
+py::dtype numpyDtype(DataType t) {
+  // NumPy has no bfloat16: those results travel as uint16 and the hora package views them
+  // back. Made once per dtype; never released, as the module's other NumPy objects.
+  static auto* cache = new std::vector<py::object>(kNumDataTypes);
+  py::object& d = (*cache)[static_cast<size_t>(t)];
+  if (!d) {
+    d = py::module_::import("numpy").attr("dtype")(t == DataType::BFloat16 ? "uint16"
+                                                                           : dtypeName(t));
+  }
+  return py::reinterpret_borrow<py::dtype>(d);
 }
 
 }  // namespace
@@ -39,7 +52,7 @@ const char* numpyDtypeName(DataType t) {
 void sweepDeferredReleases() {
   auto& list = deferredReleases();
   auto finished = std::stable_partition(list.begin(), list.end(),
-                                        [](const Deferred& d) { return !d.first->poll(); });
+                                        [](const Deferred& d) { return !d.handle->poll(); });
   std::vector<Deferred> release(std::make_move_iterator(finished),
                                 std::make_move_iterator(list.end()));
   list.erase(finished, list.end());
@@ -48,8 +61,8 @@ void sweepDeferredReleases() {
 }
 
 PyHandle::~PyHandle() {
-  if (input_ && handle_ && !handle_->poll()) {
-    deferredReleases().emplace_back(handle_, std::move(input_));
+  if ((input_ || copy_) && handle_ && !handle_->poll()) {
+    deferredReleases().push_back(Deferred{handle_, std::move(input_), std::move(copy_)});
   }
 }
 
@@ -123,12 +136,11 @@ py::object PyHandle::output() {
   const OutputTensor& out = handle_->output;
   if (!out.storage) return py::none();
   if (!out.device.isCpu()) return wrapDeviceOutput(out);
-  py::dtype dtype = py::module_::import("numpy").attr("dtype")(numpyDtypeName(out.dtype));
   // The array's base owns a reference to the engine buffer: zero-copy, freed with the last view.
   auto* keepAlive = new std::shared_ptr<uint8_t>(out.storage);
   py::capsule base(keepAlive, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
   std::vector<py::ssize_t> shape(out.shape.begin(), out.shape.end());
-  return py::array(dtype, shape, out.data(), base);
+  return py::array(numpyDtype(out.dtype), shape, out.data(), base);
 }
 
 std::vector<int32_t> PyHandle::receivedSplits() {

@@ -1,9 +1,11 @@
 // hora._core.submit: the one way a frontend's request enters the engine from Python.
 //
 //   submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0,
-//          splits=None, process_set_id=0, hora_frames=0, waits=False) -> [Handle, ...]
+//          splits=None, process_set_id=0, hora_frames=0, waits=False, copy=False)
+//     -> [Handle, ...]
 //
-// (A blocking call, `waits`, of an operation that writes into its buffers returns [].)
+// (A blocking call, `waits`, of an operation that writes into its buffers returns []; with `copy`
+// it returns the results, one DLPack capsule per tensor.)
 // It turns the call into EnqueueArgs (each tensor exported through DLPack, the user's call site
 // found on the stack) and enqueues them as one group; every rule about the request is checked
 // by the engine (core/coordinator/enqueue_checks.cc), which raises Horovod's errors. Nothing here
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -57,6 +60,7 @@ struct EnqueueArgs {
   std::string callSite;
   std::vector<std::optional<std::string>> dtypeOverrides;  // empty, or one per tensor
   bool waits = false;  // a blocking call: submit waits for the handles (Runtime::enqueue)
+  bool copy = false;   // the operation works on a copy of each tensor (an out-of-place call)
 };
 
 std::vector<int32_t> toSplits(const py::object& splits) {
@@ -80,8 +84,20 @@ bool resultInTheBuffers(OpKind kind) {
          kind == OpKind::Barrier;
 }
 
+// A copy of an imported host tensor for the engine to work on, for an out-of-place call: one
+// allocation and one memcpy, where a framework's clone costs a dispatch or more.
+OutputTensor copyOf(const TensorView& view) {
+  if (!view.device.isCpu()) {
+    throw InvalidArgument("copy=True takes host tensors, not " + view.device.name() + " ones");
+  }
+  OutputTensor copy = OutputTensor::allocate(view.dtype, view.shape);
+  if (view.bytes() > 0) std::memcpy(copy.data(), view.data, view.bytes());
+  return copy;
+}
+
 // Imports every tensor, enqueues them as one group and returns one Handle per name; a blocking
-// call (`waits`) of an operation that writes into its buffers returns none.
+// call (`waits`) of an operation that writes into its buffers returns none, or with `copy` the
+// results.
 py::list enqueueTensors(EnqueueArgs args) {
   sweepDeferredReleases();
   auto rt = requireRuntime();
@@ -96,6 +112,11 @@ py::list enqueueTensors(EnqueueArgs args) {
     throw InvalidArgument(std::string(opKindName(opKind)) + " takes no tensors");
   }
   if (n == 0) throw InvalidArgument("enqueue needs at least one tensor");
+  if (args.copy && (noTensor || !resultInTheBuffers(opKind))) {
+    throw InvalidArgument(std::string("copy=True takes ALLREDUCE, ADASUM or BROADCAST, not ") +
+                          opKindName(opKind));
+  }
+  if (args.copy && !args.waits) throw InvalidArgument("copy=True is for blocking calls (waits)");
   if (args.names.size() != n) {
     throw InvalidArgument("got " + std::to_string(args.names.size()) + " names for " +
                           std::to_string(n) + " requests");
@@ -117,6 +138,7 @@ py::list enqueueTensors(EnqueueArgs args) {
   q.callSite = std::move(args.callSite);
 
   std::vector<std::unique_ptr<DlpackTensor>> inputs(n);
+  std::vector<OutputTensor> copies(args.copy ? n : 0);
   std::vector<OpRequest> requests;
   requests.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -126,6 +148,11 @@ py::list enqueueTensors(EnqueueArgs args) {
     if (noTensor) continue;  // empty view: no data, no shape
     inputs[i] = importTensor(args.tensors[i], overrides.empty() ? std::nullopt : overrides[i]);
     requests[i].tensor = inputs[i]->view();
+    if (!args.copy) continue;
+    // The caller's tensor is read once, here, and released: the engine has its copy.
+    copies[i] = copyOf(requests[i].tensor);
+    requests[i].tensor.data = copies[i].data();
+    inputs[i].reset();
   }
 
   // On a throw here the imported inputs are released (GIL held) and nothing was queued.
@@ -134,7 +161,8 @@ py::list enqueueTensors(EnqueueArgs args) {
                                       " handles for " + std::to_string(n) + " requests");
   std::vector<std::unique_ptr<PyHandle>> pyHandles(n);
   for (size_t i = 0; i < n; ++i) {
-    pyHandles[i] = std::make_unique<PyHandle>(std::move(handles[i]), std::move(inputs[i]));
+    pyHandles[i] = std::make_unique<PyHandle>(std::move(handles[i]), std::move(inputs[i]),
+                                              args.copy ? copies[i].storage : nullptr);
   }
   if (args.waits) {
     // As hora.common.ops.wait_all: every operation finishes before the first error is raised,
@@ -143,7 +171,13 @@ py::list enqueueTensors(EnqueueArgs args) {
     for (auto& h : pyHandles) h->finish(rt.get());
     sweepDeferredReleases();
     for (auto& h : pyHandles) h->raiseIfFailed();
-    // The result is in the caller's buffers: no Python handle to build and drop per call.
+    // The result is in the caller's buffers, or (copy) in the engine's copies: no Python
+    // handle to build and drop per call.
+    if (args.copy) {
+      py::list results(n);
+      for (size_t i = 0; i < n; ++i) results[i] = exportTensor(copies[i]);
+      return results;
+    }
     if (resultInTheBuffers(opKind)) return py::list();
   }
   py::list result(n);
@@ -167,13 +201,14 @@ enum Arg {
   kSplits,
   kSetId,
   kFrames,
-  kWaits
+  kWaits,
+  kCopy
 };
-constexpr int kNumArgs = 11;
+constexpr int kNumArgs = 12;
 constexpr int kNumPositional = 3;
 constexpr const char* kArgNames[kNumArgs] = {"kind",           "tensors",     "names",     "op",
                                              "prescale",       "postscale",   "root_rank", "splits",
-                                             "process_set_id", "hora_frames", "waits"};
+                                             "process_set_id", "hora_frames", "waits",     "copy"};
 
 // The keywords' interned names, by Arg. Never released: they live as long as the module.
 PyObject* const* internedArgNames() {
@@ -230,6 +265,13 @@ ParsedArgs parseArgs(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
     }
   }
   return out;
+}
+
+bool boolArg(PyObject* value) {
+  if (value == nullptr) return false;
+  int v = PyObject_IsTrue(value);
+  if (v < 0) throw py::error_already_set();
+  return v == 1;
 }
 
 long intArg(PyObject* value, long fallback) {
@@ -334,12 +376,11 @@ py::list submit(const ParsedArgs& a) {
   args.processSetId = static_cast<int>(intArg(a[kSetId], 0));
   // The frames above submit's caller that are certainly Hora's: the call site search skips them.
   args.callSite = callSite(static_cast<int>(intArg(a[kFrames], 0)));
-  if (a[kWaits] != nullptr) {
-    int waits = PyObject_IsTrue(a[kWaits]);
-    if (waits < 0) throw py::error_already_set();
-    args.waits = waits == 1;
-  }
+  args.waits = boolArg(a[kWaits]);
+  args.copy = boolArg(a[kCopy]);
   std::vector<std::optional<std::string>> overrides = args.dtypeOverrides;
+  // A blocking call on copies returns capsules, which carry their dtype.
+  if (args.waits && args.copy) overrides.clear();
 
   py::list handles = enqueueTensors(std::move(args));
   for (size_t i = 0; i < overrides.size() && i < handles.size(); ++i) {
@@ -362,7 +403,8 @@ PyMethodDef submitDef = {
     "submit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&submitEntry)),
     METH_FASTCALL | METH_KEYWORDS,
     "submit(kind, tensors, names, *, op=SUM, prescale=1.0, postscale=1.0, root_rank=0, "
-    "splits=None, process_set_id=0, hora_frames=0, waits=False) -> list of Handle\n\n"
+    "splits=None, process_set_id=0, hora_frames=0, waits=False, copy=False) -> list of "
+    "Handle\n\n"
     "The frontends' one submission: one group of `kind` (an OpKind) on `tensors` (DLPack "
     "capsules, NumPy arrays or objects with __dlpack__; none for JOIN and BARRIER), one name "
     "each. The engine checks the request (Horovod's errors), the call site is the first frame "
@@ -371,7 +413,9 @@ PyMethodDef submitDef = {
     "GIL released meanwhile, Ctrl-C let through), raising the first failure as "
     "hora.common.ops.engine_error presents it; a waiting thread that drives the engine finds "
     "the work still to do. A blocking allreduce, adasum, broadcast or barrier returns []: its "
-    "result is in its buffers."};
+    "result is in its buffers. `copy` (a blocking allreduce, adasum or broadcast of host "
+    "tensors): the operation works on the engine's copy of each tensor and leaves the tensors "
+    "as they are; it returns the results as DLPack capsules."};
 
 // The engine's checks of the requests a traced call will make when it runs (hora.jax inside
 // jit), on their shapes alone: the errors are raised where the call was written, at trace time.

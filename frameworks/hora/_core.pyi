@@ -127,7 +127,8 @@ def submit(
     process_set_id: int = 0,
     hora_frames: int = 0,
     waits: bool = False,
-) -> list[Handle]: ...
+    copy: bool = False,
+) -> list[Any]: ...
 def check_traced(
     kind: int,
     names: Sequence[str],

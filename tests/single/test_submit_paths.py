@@ -135,7 +135,7 @@ def test_engine_arguments(count, monkeypatch) -> None:
     assert (kind, names) == (ops.ALLREDUCE, expected)
     assert {k: v for k, v in request.items() if k != "hora_frames"} == {
         "op": hora.Max, "prescale": 2.0, "postscale": 3.0, "root_rank": 0, "splits": None,
-        "process_set_id": 0, "waits": False}
+        "process_set_id": 0, "waits": False, "copy": False}
     assert site == f"test_submit_paths.py:{line}"
 
 
@@ -287,3 +287,95 @@ def test_the_blocking_torch_calls_give_what_the_general_path_gives() -> None:
         hvd.allreduce_(torch.ones(2, dtype=torch.complex64))
     with pytest.raises(TypeError, match="expects a torch.Tensor"):
         hvd.allreduce_([1.0, 2.0])
+
+
+ENGINE_DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+                 np.float32, np.float64, np.bool_, ml_dtypes.bfloat16]
+
+
+class Capsule:
+    """A result capsule as NumPy imports it: an object with ``__dlpack__``."""
+
+    def __init__(self, capsule) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, **_kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def from_capsule(capsule, dtype) -> np.ndarray:
+    """NumPy takes no bfloat16 through DLPack: those results are read through torch."""
+    if dtype == ml_dtypes.bfloat16:
+        import torch
+
+        return torch.from_dlpack(capsule).view(torch.int16).numpy().view(dtype)
+    return np.from_dlpack(Capsule(capsule))
+
+
+@pytest.mark.parametrize("dtype", ENGINE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_a_call_on_a_copy_leaves_its_tensors_as_they_were(dtype) -> None:
+    """``copy=True``: the engine works on its own copy of each tensor and returns the copies as
+    DLPack capsules of the tensors' dtype and shape; the tensors keep their values."""
+    for count in COUNTS:
+        inputs = [np.arange(i, i + 6, dtype=np.int64).reshape(2, 3).astype(dtype)
+                  for i in range(count)]
+        before = [x.copy() for x in inputs]
+        for collective, scale in (("allreduce", 3.0), ("broadcast", 1.0)):
+            kwargs = {"op": hora.Sum, "prescale": scale} if collective == "allreduce" else {}
+            got = ops.enqueue(collective, inputs, grouped=count > 1, waits=True, copy=True,
+                              name=f"copy.{collective}.{np.dtype(dtype).name}", **kwargs)
+            for capsule, x in zip(got, before):
+                result = from_capsule(capsule, dtype)
+                expected = x if scale == 1.0 or dtype == np.bool_ else (x * dtype(scale))
+                assert result.shape == x.shape and result.dtype == x.dtype
+                np.testing.assert_array_equal(result, expected)
+            for x, b in zip(inputs, before):
+                np.testing.assert_array_equal(x, b)
+
+
+def test_a_call_on_a_copy_is_a_blocking_allreduce_adasum_or_broadcast() -> None:
+    with pytest.raises(ValueError, match="copy=True takes ALLREDUCE, ADASUM or BROADCAST, "
+                                         "not ALLGATHER"):
+        ops.enqueue("allgather", arrays(1), name="copy.refused", copy=True, waits=True)
+    with pytest.raises(ValueError, match=r"copy=True is for blocking calls \(waits\)"):
+        ops.enqueue("allreduce", arrays(1), name="copy.async", copy=True)
+    # An empty tensor and a scalar are copied too.
+    empty, scalar = np.ones((0, 4), np.float32), np.full((), 2.0, np.float32)
+    out = ops.enqueue("allreduce", [empty, scalar], grouped=True, name="copy.edges",
+                      op=hora.Sum, waits=True, copy=True)
+    got = [from_capsule(c, np.float32) for c in out]
+    assert [g.shape for g in got] == [(0, 4), ()] and got[1] == 2.0
+
+
+def test_torch_out_of_place_results_are_new_tensors_of_every_dtype() -> None:
+    """``allreduce`` of a plain CPU tensor runs on the engine's copy: a new tensor of the input's
+    dtype and shape, holding the result, the input untouched (and so does ``broadcast``). Its
+    memory is the engine's (as allgather's results are), so ``resize_`` raises."""
+    import hora.torch as hvd
+    import torch
+
+    dtypes = [torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool]
+    for dtype in dtypes:
+        x = torch.arange(6).reshape(3, 2).to(dtype)
+        before = x.clone()
+        scale = 1.0 if dtype == torch.bool else 2.0
+        reduced = hvd.allreduce(x, op=hvd.Sum, prescale_factor=scale)
+        broadcast = hvd.broadcast(x, 0)
+        assert torch.equal(x, before)
+        doubled = (before.to(torch.int64) * int(scale)).to(dtype)
+        for out, expected in ((reduced, doubled), (broadcast, before)):
+            assert out.dtype == dtype and out.shape == x.shape and out.is_contiguous()
+            assert out.data_ptr() != x.data_ptr()
+            assert torch.equal(out, expected), (dtype, out, expected)
+    out = hvd.allreduce(torch.ones(2), op=hvd.Sum)
+    out += 1
+    assert out.tolist() == [2.0, 2.0]
+    # docs/coming-from-horovod.md: the results of these calls cannot be resized.
+    x = torch.ones(2)
+    for result in (out, hvd.allgather(x), hvd.alltoall(x), hvd.reducescatter(x)):
+        with pytest.raises(RuntimeError, match="not resizable"):
+            result.resize_(4)

@@ -181,7 +181,7 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
             average: bool | None = None, prescale: float = 1.0, postscale: float = 1.0,
             root_rank: int = 0, splits: Any = None,
             process_set: ProcessSet = global_process_set, hora_frames: int = 0,
-            waits: bool = False) -> list:
+            waits: bool = False, copy: bool = False) -> list:
     """Submit one frontend call of ``collective`` (a key of ``OPS``): the one way every
     frontend hands a request to the engine.
 
@@ -196,10 +196,13 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
     frontend's own), which the search for the user's call site skips. ``waits``: a blocking
     call. The engine waits inside the submission (the GIL released) and returns the handles
     finished, raising the first failure as ``wait_all`` does; where waiting threads drive the
-    engine, its background thread is not woken for the work.
+    engine, its background thread is not woken for the work. ``copy`` (a blocking allreduce,
+    adasum or broadcast of host buffers): the engine works on its own copy of each buffer, an
+    out-of-place call without a framework's copy, and returns the results as DLPack capsules.
 
     Returns one engine handle per buffer ([] for an empty group, and for a blocking
-    allreduce, adasum, broadcast or barrier, whose result is in its buffers).
+    allreduce, adasum, broadcast or barrier, whose result is in its buffers; the result
+    capsules with ``copy``).
 
     Raises:
         ValueError: non-contiguous tensor, unsupported dtype, duplicate in-flight name, or a
@@ -235,7 +238,8 @@ def enqueue(collective: str, buffers: Sequence[Any], *, name: str | None = None,
         return []
     return _core.submit(kind, buffers, names, op=op, prescale=prescale, postscale=postscale,
                         root_rank=root_rank, splits=None if splits is None else split_counts(splits),
-                        process_set_id=set_id, hora_frames=1 + hora_frames, waits=waits)
+                        process_set_id=set_id, hora_frames=1 + hora_frames, waits=waits,
+                        copy=copy)
 
 
 def engine_error(exc: BaseException) -> BaseException:
