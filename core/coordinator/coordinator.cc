@@ -26,7 +26,8 @@ bool cacheable(const Response& r) {
     case OpKind::Allgather:
     case OpKind::Alltoall:
     case OpKind::Broadcast:
-    case OpKind::Reducescatter: return !r.withJoinedRanks;
+    case OpKind::Reducescatter:
+    case OpKind::Barrier: return !r.withJoinedRanks;
     default: return false;
   }
 }

@@ -417,7 +417,13 @@ size_t BackgroundLoop::runRound(const std::vector<int>& slots,
   const bool folds = !payloads.empty() && plan.size() == 1;
   // Counted before the run completes the handle: a caller it wakes then reads the new count.
   if (folds) foldedOps_.fetch_add(1, std::memory_order_relaxed);
-  for (const Response& r : plan) applier_.runData(r, folds ? &payloads : nullptr);
+  for (const Response& r : plan) {
+    if (isDataOp(r.kind)) {
+      applier_.runData(r, folds ? &payloads : nullptr);
+    } else {
+      applier_.apply(r);  // a cached barrier
+    }
+  }
   // No control message was read while the collectives ran: that time is nobody's silence.
   auto spent = Clock::now() - begin;
   peers_.paused(spent);

@@ -60,8 +60,25 @@ void ResponseApplier::applyControl(const Response& r) {
   }
 }
 
+void ResponseApplier::remember(const Response& r, size_t i, const std::string& key,
+                               const Request& request, int setSize) {
+  // A hit was rebuilt from this rank's cache: its slot already holds it (and a participant's
+  // cache keeps no recency to update).
+  if (r.cacheHit || i >= r.cacheSlots.size() || r.cacheSlots[i] < 0) return;
+  singleResponseInto(r, i, setSize, &cachedScratch_);
+  p_.participant.recordCached(r.cacheSlots[i], key, request, cachedScratch_);
+}
+
 void ResponseApplier::runBarrier(const Response& r) {
-  if (p_.sets.setRank(r.processSetId) < 0) return;  // not a member: nothing to wait for
+  ProcessSetTable::Member set = p_.sets.member(r.processSetId);
+  if (set.setRank < 0) return;  // not a member: nothing to wait for
+  // Cached like a collective: the next barrier of the set is agreed on by its slot.
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    std::string key = tensorKey(r.processSetId, r.names[i]);
+    if (TensorEntry* e = p_.queue.find(key)) {
+      remember(r, i, key, e->request, static_cast<int>(set.ranks->size()));
+    }
+  }
   try {
     p_.sets.communicator(r.processSetId)->barrier();
   } catch (...) {
@@ -94,12 +111,7 @@ void ResponseApplier::runData(const Response& r, const std::vector<const uint8_t
     HORA_CHECK(e != nullptr || r.withJoinedRanks,
                "response for tensor '" + r.names[i] + "' this rank never enqueued");
     entries.push_back(e.get());
-    // A hit was rebuilt from this rank's cache: its slot already holds it (and a participant's
-    // cache keeps no recency to update).
-    if (e && !r.cacheHit && i < r.cacheSlots.size() && r.cacheSlots[i] >= 0) {
-      singleResponseInto(r, i, static_cast<int>(set.ranks->size()), &cachedScratch_);
-      p_.participant.recordCached(r.cacheSlots[i], key, e->request, cachedScratch_);
-    }
+    if (e) remember(r, i, key, e->request, static_cast<int>(set.ranks->size()));
     owned.push_back(std::move(e));
   }
   if (onGpu(r, owned)) {

@@ -58,6 +58,10 @@ class ResponseApplier {
  private:
   void applyControl(const Response& r);  // errors, join, barrier, process-set changes
   void runBarrier(const Response& r);
+  // Records the single response of r's i-th tensor in the participant's cache when rank 0
+  // assigned it a slot (a full response, not a hit rebuilt from the cache).
+  void remember(const Response& r, size_t i, const std::string& key, const Request& request,
+                int setSize);
   bool onGpu(const Response& r, const std::vector<std::unique_ptr<TensorEntry>>& owned) const;
   void runOnGpu(const Response& r, Communicator* comm,
                 std::vector<std::unique_ptr<TensorEntry>> owned);
@@ -68,7 +72,7 @@ class ResponseApplier {
   Parts p_;
   FusionBuffer fusion_;
   std::unique_ptr<GpuExecutor> gpu_;
-  Response cachedScratch_;  // runData: a tensor's single response, before it is cached
+  Response cachedScratch_;  // remember: a tensor's single response, before it is cached
   // runData's vectors, kept for their buffers; empty between calls.
   std::vector<std::unique_ptr<TensorEntry>> owned_;
   std::vector<TensorEntry*> entries_;

@@ -87,6 +87,28 @@ def test_blocking_calls_leave_the_background_thread_asleep() -> None:
         assert woken >= calls and ran == 0, (woken, ran)
 
 
+def test_a_barrier_is_agreed_on_by_its_cache_slot() -> None:
+    """After the first, a barrier is reported by its cache slot, as a cached collective is: on
+    one host it needs no message to rank 0 (where it was negotiated in full, every barrier sent
+    one or more), and where waiting threads drive, they run it. That barriers still hold every
+    rank: test_core_misc.py's test_barrier_orders_side_effects."""
+    hora.barrier()
+    before = hora._core.engine_counters()
+    calls = 100
+    for _ in range(calls):
+        hora.barrier()
+    after = hora._core.engine_counters()
+    sent = after["control_messages_sent"] - before["control_messages_sent"]
+    ran = after["caller_ops"] - before["caller_ops"]
+    if agrees_locally():
+        assert sent < calls // 4, (sent, after)
+    expected = _expected()
+    if expected:
+        assert ran >= calls * 4 // 5, (ran, after)
+    elif expected is not None:
+        assert ran == 0, (ran, after)
+
+
 def test_uncached_and_cached_mixed() -> None:
     """A new name now and then (only rank 0 can answer it) between cached ones: all right."""
     for step in range(60):
