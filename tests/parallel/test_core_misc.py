@@ -118,7 +118,7 @@ def test_barrier_orders_side_effects() -> None:
         name="barrier.dir",
     )
     directory = Path(shared)
-    for step in range(8):  # the first barrier of a session is negotiated in full, the rest cached
+    for step in range(8):  # barriers after the session's first are cached: so are these
         time.sleep(0.02 * ((rank() + step) % size()))
         (directory / f"{step}.{rank()}").write_text("x")
         hora.barrier()
