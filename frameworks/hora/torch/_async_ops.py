@@ -179,7 +179,8 @@ def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, na
             root_rank: int, process_set: ProcessSet) -> torch.Tensor:
     """``call(collective, [tensor], False, what, None, in_place, waits=True, ...).wait()`` for
     the operations that write into their buffer (allreduce, broadcast), in fewer steps: the
-    engine waits inside the submission and the result is the buffer, so no AsyncResult is made.
+    engine waits inside the submission and the result is the buffer (or, for a plain tensor out
+    of place, the engine's copy), so no AsyncResult is made.
     The arguments are ``call``'s, positional: a training loop's small operations pay for every
     keyword passed on."""
     # The common tensor (plain, dense, contiguous, on the CPU, outside autograd, of a dtype the
@@ -187,23 +188,22 @@ def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, na
     # which say what is wrong with it or detach it, and _engine_form.
     plain = (type(tensor) is _Tensor and tensor.layout == _STRIDED and not tensor.requires_grad
              and tensor.is_cpu and tensor.dtype in _SUPPORTED_DTYPES and tensor.is_contiguous())
-    if plain and not in_place:
-        # The engine works on its own copy, which comes back through DLPack: cheaper than a clone.
-        return _from_capsule(_ops.enqueue(
-            collective, [_to_dlpack(tensor)], name=name, op=op, average=average,
-            prescale=prescale, postscale=postscale, root_rank=root_rank, process_set=process_set,
-            hora_frames=2, waits=True, copy=True)[0])
     if plain:
         buf = tensor
-        engine = _to_dlpack(buf)
+        engine = _to_dlpack(tensor)
     else:
         buf = inplace_view(tensor, what) if in_place else fresh_copy(tensor, what)
         engine = _engine_form(buf)
+    # A plain tensor out of place: the engine works on its own copy, which comes back through
+    # DLPack, cheaper than a clone.
+    on_copy = plain and not in_place
     # Frames certainly Hora's above the pipeline: this one and the public function that called
     # it (hora.torch.allreduce, allreduce_, broadcast_).
-    _ops.enqueue(collective, [engine], name=name, op=op, average=average, prescale=prescale,
-                 postscale=postscale, root_rank=root_rank, process_set=process_set, hora_frames=2,
-                 waits=True)
+    results = _ops.enqueue(collective, [engine], name=name, op=op, average=average,
+                           prescale=prescale, postscale=postscale, root_rank=root_rank,
+                           process_set=process_set, hora_frames=2, waits=True, copy=on_copy)
+    if on_copy:
+        return _from_capsule(results[0])
     return tensor if in_place else buf
 
 
