@@ -1,10 +1,12 @@
 """Allreduce benchmark: Hora against torch.distributed (gloo) and mpi4py side by side, this host.
 
     python bench/allreduce.py [--sizes 4,1K,1M] [--iters 20] [--max-size 256M] [--np 2]
-        [--json PATH] [--horovod PYTHON]
+        [--no-hora-torch] [--json PATH] [--horovod PYTHON]
 
-The script runs itself as workers: twice under ``horarun -np N`` (Hora over shared memory, its
-default when every rank is on one host, and Hora over TCP with ``HORA_SHM_DISABLE=1``; with
+The script runs itself as workers: three times under ``horarun -np N`` (Hora over shared memory,
+its default when every rank is on one host, through its NumPy API; the same through
+``hora.torch`` on torch tensors, as a training script calls it, unless ``--no-hora-torch``; and
+Hora over TCP with ``HORA_SHM_DISABLE=1``; with
 ``--rings`` again over shared memory without windows, ``HORA_SHM_WINDOW_BYTES=0``, and with
 ``--via-rank0`` with every tensor negotiated by rank 0, ``HORA_SHM_LOCAL_AGREEMENT=0``; with
 ``--arena`` again with every tensor in the shared arena, where the other ranks read it in place),
@@ -144,6 +146,32 @@ def hora_worker(sizes: list[int], iters: int, out: str) -> None:
     if hora.rank() == 0:
         write_results(out, "hora", hora.size(), results, step_stats)
     hora.shutdown()
+
+
+def hora_torch_worker(sizes: list[int], iters: int, out: str) -> None:
+    """Runs under horarun: the hora worker's sweep and step through hora.torch, on torch
+    tensors, as a training script calls it (allreduce_, allreduce_async_ and synchronize)."""
+    import hora.torch as hvd
+    import torch
+
+    hvd.init()
+    results = size_sweep(
+        sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+        lambda t, n: hvd.allreduce_(t, op=hvd.Sum, name=f"bench.{n}"), hvd.barrier)
+    count = STEP_TENSOR_BYTES // 4
+    # Views of one run of memory, as hora_step's buffers.
+    ts = list(torch.zeros(count * STEP_TENSORS, dtype=torch.float32).split(count))
+
+    def step() -> None:
+        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"step.{i}") for i, t in enumerate(ts)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    hvd.barrier()
+    step_stats = median_time(step, 3, iters)
+    if hvd.rank() == 0:
+        write_results(out, "hora torch", hvd.size(), results, step_stats)
+    hvd.shutdown()
 
 
 def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int, out: str,
@@ -298,11 +326,12 @@ def run_hora(
     env_extra: dict[str, str],
     label: str,
     hosts: str | None = None,
+    worker: str = "hora",
 ) -> dict | None:
     cmd = [
         *horarun_command(args.np, "--bind-to", args.bind_to),
         *(["-H", hosts] if hosts else []),
-        *worker_args(args, sizes, "hora", out),
+        *worker_args(args, sizes, worker, out),
     ]
     print(f"running {label}: {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, check=False, env={**os.environ, **env_extra})
@@ -354,6 +383,9 @@ def run_all(args: argparse.Namespace, sizes: list[int], tmp: str) -> list[dict]:
                       ("2 hosts hier tcp", {**hier, "HORA_SHM_DISABLE": "1"}, hosts)]
     runs = [run_hora(args, sizes, path(label), extra, label, hosts)
             for label, extra, hosts in hora_runs]
+    if not args.no_hora_torch:
+        runs.append(run_hora(args, sizes, path("hora torch"), {}, "hora torch",
+                             worker="hora_torch"))
     if not args.no_peer:
         runs.append(run_torch(args, sizes, path("torch")))
         if runs[-1]:
@@ -486,6 +518,7 @@ def settings_of(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
             "step_tensors": STEP_TENSORS, "step_tensor_bytes": STEP_TENSOR_BYTES,
             "rings": args.rings, "via_rank0": args.via_rank0, "arena": args.arena,
             "hierarchical": args.hierarchical, "tcp": not args.no_tcp,
+            "hora_torch": not args.no_hora_torch,
             "gloo": not args.no_peer, "mpi4py": not args.no_mpi,
             "horovod": bool(args.horovod)}
 
@@ -499,6 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-peer", action="store_true", help="skip torch.distributed")
     parser.add_argument("--no-mpi", action="store_true", help="skip mpi4py")
     parser.add_argument("--no-tcp", action="store_true", help="skip Hora over TCP")
+    parser.add_argument("--no-hora-torch", action="store_true",
+                        help="skip Hora through hora.torch (torch tensors, shared memory)")
     parser.add_argument(
         "--rings",
         action="store_true",
@@ -538,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
         "environment where horovod.torch imports)",
     )
     parser.add_argument("--json", type=Path, help=json_help("allreduce"))
-    parser.add_argument("--worker", choices=["hora", "mpi4py", "horovod"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["hora", "hora_torch", "mpi4py", "horovod"],
+                        help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser
 
@@ -551,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.worker == "hora":
         hora_worker(sizes, args.iters, args.out)
+        return 0
+    if args.worker == "hora_torch":
+        hora_torch_worker(sizes, args.iters, args.out)
         return 0
     if args.worker == "mpi4py":
         mpi4py_worker(sizes, args.iters, args.out, args.bind_to == "core")

@@ -282,6 +282,8 @@ def test_smallest_run_writes_the_schema(name: str, tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert results.problems(doc) == []
     assert doc["benchmark"] == name
+    if name == "allreduce":  # Hora through its NumPy API and through hora.torch
+        assert {r["implementation"] for r in doc["results"]} == {"hora shm", "hora torch"}
     assert doc["argv"][:2] == ["python", f"bench/{name}.py"] or doc["argv"][:3] == [
         "horarun", "-np", "1"]
     assert f"results: {out}" in done.stdout

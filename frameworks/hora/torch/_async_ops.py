@@ -112,6 +112,29 @@ def fresh_copy(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return tensor.detach().clone(memory_format=torch.contiguous_format)
 
 
+# The preparations _prepared may skip for a plain tensor.
+_DEFAULT_PREPARES = (inplace_view, contiguous_input, fresh_copy)
+
+
+def _is_plain(tensor: Any) -> bool:
+    """The common tensor: plain, dense, contiguous, on the CPU, outside autograd, of a dtype the
+    engine takes. It needs none of the preparations' checks (they would pass it as it is)."""
+    return (type(tensor) is _Tensor and tensor.layout == _STRIDED and not tensor.requires_grad
+            and tensor.is_cpu and tensor.dtype in _SUPPORTED_DTYPES and tensor.is_contiguous())
+
+
+def _prepared(tensor: Any, prepare: Callable[[torch.Tensor, str], torch.Tensor],
+              what: str) -> tuple[torch.Tensor, Any]:
+    """(the buffer the engine works on, what it imports): ``prepare``'s buffer in its engine
+    form, or for a plain tensor and a default preparation the same without the checks (the
+    tensor itself, or fresh_copy's clone of it)."""
+    if prepare in _DEFAULT_PREPARES and _is_plain(tensor):
+        buf = tensor.clone() if prepare is fresh_copy else tensor
+        return buf, _to_dlpack(buf)
+    buf = prepare(tensor, what)
+    return buf, _engine_form(buf)
+
+
 def from_engine(array: Any, dtype: torch.dtype,
                 shape: Sequence[int]) -> torch.Tensor:
     """Wrap an engine-owned result array as a tensor of ``dtype`` without copying."""
@@ -147,12 +170,13 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     if prepare is None:
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
     if len(tensors) == 1:
-        bufs = [prepare(tensors[0], what)]
-        engine = [_engine_form(bufs[0])]
+        buf, form = _prepared(tensors[0], prepare, what)
+        bufs, engine = [buf], [form]
     else:
         tensors = list(tensors)
-        bufs = [prepare(t, what) for t in tensors]
-        engine = [_engine_form(b) for b in bufs]
+        prepared = [_prepared(t, prepare, what) for t in tensors]
+        bufs = [buf for buf, _ in prepared]
+        engine = [form for _, form in prepared]
     # Frames certainly Hora's above the pipeline: this one.
     handles = _ops.enqueue(collective, engine, name=name, names=names, grouped=grouped, op=op,
                            average=average, prescale=prescale, postscale=postscale,
@@ -183,11 +207,9 @@ def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, na
     of place, the engine's copy), so no AsyncResult is made.
     The arguments are ``call``'s, positional: a training loop's small operations pay for every
     keyword passed on."""
-    # The common tensor (plain, dense, contiguous, on the CPU, outside autograd, of a dtype the
-    # engine takes) needs no more checks; any other goes through inplace_view or fresh_copy,
+    # A plain tensor needs no more checks; any other goes through inplace_view or fresh_copy,
     # which say what is wrong with it or detach it, and _engine_form.
-    plain = (type(tensor) is _Tensor and tensor.layout == _STRIDED and not tensor.requires_grad
-             and tensor.is_cpu and tensor.dtype in _SUPPORTED_DTYPES and tensor.is_contiguous())
+    plain = _is_plain(tensor)
     if plain:
         buf = tensor
         engine = _to_dlpack(tensor)
