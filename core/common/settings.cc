@@ -29,7 +29,7 @@ constexpr EnvVarInfo kEnvVars[] = {
     {"AGREEMENT_PAYLOADS", "auto",
      "1: on one host, a rank publishes a small cached allreduce's data with its agreement round, "
      "and the ranks fold it from there without exchanging it again; 0 never; auto: when the host "
-     "has a CPU online for each of its ranks"},
+     "runs at most two ranks per CPU online"},
     {"TIMEOUT_SECONDS", "60", "a peer silent this long inside a collective fails pending work"},
     {"START_TIMEOUT", "30", "seconds to wait for every rank at rendezvous"},
     {"LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal"},

@@ -47,10 +47,11 @@ struct Settings {
   // HIERARCHICAL_ALLREDUCE, _ALLGATHER: steps within and across hosts (Auto: the engine decides)
   Preference hierarchicalAllreduce = Preference::Auto;
   Preference hierarchicalAllgather = Preference::Off;
-  // CALLER_DRIVES: a waiting thread runs its cached collective itself (Auto: a CPU per rank)
+  // CALLER_DRIVES: a waiting thread runs its cached collective itself (Auto: at most two ranks
+  // per CPU online, callerDrivesByDefault)
   Preference callerDrives = Preference::Auto;
-  // AGREEMENT_PAYLOADS: a small allreduce's data goes with its agreement round (Auto: a CPU per
-  // rank, cpuForEachRank)
+  // AGREEMENT_PAYLOADS: a small allreduce's data goes with its agreement round (Auto: the same
+  // bound, payloadsByDefault)
   Preference agreementPayloads = Preference::Auto;
   bool shmControl = true;                   // SHM_CONTROL: negotiation over shared memory too
   int64_t controlFanout = 32;               // CONTROL_FANOUT: children per rank, TCP control tree

@@ -21,10 +21,7 @@ bool callerDrivesByDefault(int localRanks) {
   return online > 0 && localRanks <= 2 * online;
 }
 
-bool cpuForEachRank(int localRanks) {
-  long online = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 && localRanks <= online;
-}
+bool payloadsByDefault(int localRanks) { return callerDrivesByDefault(localRanks); }
 
 void requestPreciseSleeps() {
 #ifdef __linux__

@@ -32,12 +32,11 @@ bool oversubscribed(int localRanks);
 // ranks (4 ranks on 2 CPUs: a 4 B allreduce in half the time); beyond it, the waiter mostly
 // gives up its poll before its peers come (8 ranks on 2 CPUs: slower than the hand-off).
 bool callerDrivesByDefault(int localRanks);
-// Whether the host has a CPU online for each of its ranks. Only then does a rank publish a small
-// allreduce's data with its agreement round (core/coordinator/local_agreement.h): it saves the
-// exchange's wait, but a rank that returns sooner waits longer in the next round, and with more
-// ranks than CPUs that wait mostly ends in a sleep (4 ranks on 2 CPUs: a 4 B allreduce took 2.5x
-// as long).
-bool cpuForEachRank(int localRanks);
+// Whether a rank publishes a small allreduce's data with its agreement round under
+// HORA_AGREEMENT_PAYLOADS=auto (core/coordinator/local_agreement.h): within the same bound as
+// callerDrivesByDefault, since the waiting thread that drives is the one that folds. It saves the
+// exchange's wait (4 ranks on 2 CPUs: a 4 B allreduce about a fifth faster).
+bool payloadsByDefault(int localRanks);
 
 // Makes the calling thread's timed sleeps end on time (Linux timer slack of 1 us instead of the
 // default 50 us): the background thread's short back-off sleeps stay short.

@@ -47,6 +47,20 @@ bool LocalAgreement::othersAhead() const {
   return false;
 }
 
+// Another rank started a round: this rank joins it at once when it holds slots. Empty-handed, the
+// round could agree on nothing (the others' tensors are not held here yet), and this rank's own
+// tensors are usually a moment behind (a rank that finished the last round first): it waits up to
+// a cycle for them, then joins anyway, so that hand-overs, joins and stalls still travel.
+bool LocalAgreement::joinsOthers(Clock::time_point now, Millis cycle) {
+  if (!othersAhead()) return false;
+  if (heldCount_ > 0) return true;
+  if (!aheadSeen_) {
+    aheadSeen_ = true;
+    aheadSince_ = now;
+  }
+  return now - aheadSince_ >= cycle;
+}
+
 bool LocalAgreement::resolvable() const {
   if (!open_) return false;
   for (int r = 0; r < board_->size(); ++r) {
@@ -139,7 +153,7 @@ LocalAgreement::Outcome LocalAgreement::step(uint64_t applied, Clock::time_point
   });
   bool news = fresh && (!waiting || now - lastPublish_ >= cycle);
   bool batchesMoved = heldCount_ > 0 && applied != publishedApplied_;
-  if (!(news || batchesMoved || handOverNews_ || joinNews_ || othersAhead())) return out;
+  if (!(news || batchesMoved || handOverNews_ || joinNews_ || joinsOthers(now, cycle))) return out;
   publish(applied, now);
   // Every other rank may have published this round already: then no wake-up would come for it.
   if (resolvable()) {
@@ -179,6 +193,7 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   publishedApplied_ = applied;
   handOverNews_ = false;
   joinNews_ = false;
+  aheadSeen_ = false;
   lastPublish_ = now;
 }
 
@@ -208,7 +223,7 @@ void LocalAgreement::finished(const std::string& key) {
 
 Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
   if (open_) return millisUntil(openedAt_ + openBound_, now);
-  if (heldCount_ == 0) return Millis(-1);
+  if (heldCount_ == 0) return aheadSeen_ ? millisUntil(aheadSince_ + cycle, now) : Millis(-1);
   Clock::time_point due = Clock::time_point::max();
   bool fresh = false, waiting = false;
   forEachHeld([&](int slot) {

@@ -9,7 +9,8 @@
 // give every rank the same cache, so a slot names the same tensor on all). All ranks read the same
 // round, so all decide the same. A rank publishes a round when it holds new slots (at once when
 // it held nothing published, else at most once per cycle, so a burst fuses), when another rank
-// started one, or when its batch count or hand-overs changed while it holds slots.
+// started one (at once while it holds slots, else after up to a cycle, since an empty-handed round
+// agrees on nothing), or when its batch count or hand-overs changed while it holds slots.
 //
 // Ordering against the coordinator's batches, which must interleave the same way on every rank:
 // - world rank 0 builds no batch while its own round is open (published, not yet resolved), and
@@ -120,6 +121,7 @@ class LocalAgreement {
                                                    const std::vector<int>& slots);
   void handOver(int slot, Outcome& out);
   bool othersAhead() const;
+  bool joinsOthers(Clock::time_point now, Millis cycle);
   bool isHeld(int slot) const { return bitSet(heldBits_, static_cast<size_t>(slot)); }
   void release(int slot);
   // Calls f(slot) for every slot held, in slot order; f may release the slot it is given.
@@ -147,6 +149,9 @@ class LocalAgreement {
   bool joinNews_ = false;      // a change of joined_ not yet published
   bool othersJoined_ = false;  // some rank had joined in the last round resolved
   Clock::time_point lastPublish_{};
+  // Since when another rank's round waits for this one while it holds nothing (joinsOthers()).
+  bool aheadSeen_ = false;
+  Clock::time_point aheadSince_{};
   AgreementBoard::Round mine_;  // the round being published (a member: it is mostly payload)
   // Scratch: every rank's round being resolved, in turns, so that the payloads an outcome lends
   // outlive the resolve that step() may run after the one that made them.

@@ -24,10 +24,11 @@ Millis earliest(Millis a, Millis b) {  // -1: no bound
   return std::min(a, b);
 }
 
-// HORA_AGREEMENT_PAYLOADS (spin.h's cpuForEachRank says why auto is what it is).
+// HORA_AGREEMENT_PAYLOADS (spin.h's payloadsByDefault says why auto is what it is).
 bool publishesPayloads(const BackgroundLoop::Parts& parts) {
   Preference p = parts.settings.agreementPayloads;
-  return p == Preference::On || (p == Preference::Auto && cpuForEachRank(parts.topology.localSize));
+  return p == Preference::On ||
+         (p == Preference::Auto && payloadsByDefault(parts.topology.localSize));
 }
 
 bool needsSending(const RequestBatch& batch) {

@@ -183,7 +183,8 @@ TEST(LocalAgreementRounds, ASlotHeldLaterRunsInTheRoundItsHolderStarts) {
   Ranks ranks(2);
   ranks[0].hold(3, "a", at(0));
   ranks[0].step(0, at(0), kCycle);
-  EXPECT_TRUE(ranks[1].step(0, at(0), kCycle).ready.empty());  // joins with nothing
+  EXPECT_TRUE(ranks[1].step(0, at(0), kCycle).ready.empty());  // holds nothing: waits a cycle
+  EXPECT_TRUE(ranks[1].step(0, at(1), kCycle).ready.empty());  // then joins with nothing
   EXPECT_TRUE(ranks[0].step(0, at(1), kCycle).ready.empty());
   // Nothing new: nobody publishes again until rank 1 holds the slot.
   EXPECT_TRUE(ranks[0].step(0, at(2), kCycle).ready.empty());
@@ -192,6 +193,28 @@ TEST(LocalAgreementRounds, ASlotHeldLaterRunsInTheRoundItsHolderStarts) {
   ranks[1].step(0, at(3), kCycle);
   EXPECT_EQ(ranks[0].step(0, at(3), kCycle).ready, (Rounds{{3}}));
   EXPECT_EQ(ranks[1].step(0, at(3), kCycle).ready, (Rounds{{3}}));
+}
+
+// A rank that holds nothing when another starts a round is usually a moment behind with the same
+// tensor: it waits up to a cycle for it, so that the round agrees on it instead of on nothing.
+TEST(LocalAgreementRounds, AnEmptyHandedRankJoinsAnotherRanksRoundAfterACycle) {
+  Ranks ranks(2);
+  ranks[0].hold(3, "a", at(0));
+  ranks[0].step(0, at(0), kCycle);
+  EXPECT_TRUE(ranks[1].step(0, at(0), kCycle).ready.empty());
+  EXPECT_EQ(ranks.shared.latest[1], 0u) << "joined with nothing at once";
+  EXPECT_EQ(ranks[1].untilDue(at(0), kCycle), kCycle);
+  // Its tensor comes within the cycle: it joins with it, and the first round runs it.
+  ranks[1].hold(3, "a", at(0));
+  EXPECT_EQ(ranks[1].step(0, at(0), kCycle).ready, (Rounds{{3}}));
+  EXPECT_EQ(ranks[0].step(0, at(0), kCycle).ready, (Rounds{{3}}));
+  // Holding nothing for a whole cycle, it joins anyway: hand-overs and joins travel in rounds.
+  ranks[0].hold(4, "b", at(5));
+  ranks[0].step(0, at(5), kCycle);
+  ranks[1].step(0, at(5), kCycle);
+  EXPECT_EQ(ranks.shared.latest[1], 1u);
+  ranks[1].step(0, at(6), kCycle);
+  EXPECT_EQ(ranks.shared.latest[1], 2u);
 }
 
 TEST(LocalAgreementRounds, DifferentBatchCountsRunNothingUntilTheyMatch) {
@@ -212,7 +235,8 @@ TEST(LocalAgreementRounds, ALateSlotGoesToTheCoordinatorAndTheOthersFollow) {
   ranks[0].hold(4, "a", at(0));
   ranks[0].step(0, at(0), kCycle);
   ranks[1].step(0, at(0), kCycle);
-  ranks[0].step(0, at(0), kCycle);
+  ranks[1].step(0, at(1), kCycle);  // joins with nothing, a cycle later
+  ranks[0].step(0, at(1), kCycle);
   EXPECT_EQ(ranks[0].untilDue(at(3), kCycle), Millis(7));
   auto out = ranks[0].step(0, at(10), kCycle);
   EXPECT_EQ(out.handOver, (std::vector<int>{4}));
@@ -237,6 +261,7 @@ TEST(LocalAgreementRounds, NewSlotsWaitACycleWhileEarlierOnesAreUnanswered) {
   Ranks ranks(2);
   ranks[0].hold(1, "a", at(0));
   ranks[0].step(0, at(0), kCycle);
+  ranks[1].hold(9, "z", at(0));  // another slot: rank 1 joins at once
   ranks[1].step(0, at(0), kCycle);
   ranks[0].step(0, at(0), kCycle);  // resolved: slot 1 still waits for rank 1
   uint32_t before = ranks.shared.latest[0];
@@ -267,7 +292,8 @@ TEST(LocalAgreementRounds, ARoundOpenPastItsBoundFailsNamingTheSilentRanks) {
   Ranks ranks(3);
   ranks[0].hold(1, "a", at(0));
   ranks[0].step(0, at(0), kCycle);
-  ranks[1].step(0, at(0), kCycle);  // joins; rank 2 never does
+  ranks[1].step(0, at(0), kCycle);
+  ranks[1].step(0, at(1), kCycle);  // joins, with nothing, a cycle later; rank 2 never does
   EXPECT_EQ(ranks[0].untilDue(at(400), kCycle), Millis(600));
   EXPECT_NO_THROW(ranks[0].failIfStalled(at(999)));
   try {
