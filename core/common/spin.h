@@ -33,9 +33,9 @@ bool oversubscribed(int localRanks);
 // gives up its poll before its peers come (8 ranks on 2 CPUs: slower than the hand-off).
 bool callerDrivesByDefault(int localRanks);
 // Whether a rank publishes a small allreduce's data with its agreement round under
-// HORA_AGREEMENT_PAYLOADS=auto (core/coordinator/local_agreement.h): within the same bound as
-// callerDrivesByDefault, since the waiting thread that drives is the one that folds. It saves the
-// exchange's wait (4 ranks on 2 CPUs: a 4 B allreduce about a fifth faster).
+// HORA_AGREEMENT_PAYLOADS=auto (core/coordinator/local_agreement.h): within the bound of
+// callerDrivesByDefault, where it was measured to save the exchange's wait (3 and 4 ranks on 2
+// CPUs: a 4 B allreduce 10-25% faster; 2 ranks a little faster); beyond it, not measured.
 bool payloadsByDefault(int localRanks);
 
 // Makes the calling thread's timed sleeps end on time (Linux timer slack of 1 us instead of the
