@@ -79,15 +79,17 @@ TEST(CallerDrives, ARankAloneRunsItsCachedCollectivesItself) {
       1,
       [&](Runtime& rt, int rank) {
         sumLoop(rt, rank, 1, "cached", 200, 0, /*callerWaits=*/true);
-        // All but the first few: the first is negotiated, and the loop may take the next one
-        // while it still finishes that cycle.
-        EXPECT_GE(rt.counters().callerOps, 190u);
+        // Most of them: the first is negotiated, and the loop, which wakes every park slice
+        // (1 ms) while a caller polls, takes a tensor whose caller was preempted between its
+        // enqueue and its first poll (12 of 200 under ThreadSanitizer on a busy machine). With
+        // waiting threads not driving, it would be none.
+        EXPECT_GE(rt.counters().callerOps, 100u);
         EXPECT_EQ(rt.counters().controlMessagesSent, 0u);
       },
       [](RuntimeOptions& o) {
         driving(Preference::Auto)(o);
         // The loop's own ticks find a queued tensor now and then before its caller polls; a
-        // long cycle keeps them out of the count, so that only a slow handover can miss it.
+        // long cycle keeps them out of the count.
         o.settings.cycleTimeMs = 500;
       });
 }
