@@ -532,7 +532,9 @@ TEST(LocalAgreementJob, ATensorRunLocallyIsNotTheOneEvicted) {
         for (int s = 6; s < 12; ++s) run("cold" + std::to_string(s), cold);
         const uint64_t coldOnly = rt.counters().controlMessagesSent - before;
         run("cold0", cold);  // no rank shuts down before every rank has counted
-        if (rank != 0) EXPECT_EQ(withHot, coldOnly) << "the cached tensor was renegotiated";
+        if (rank != 0) {
+          EXPECT_EQ(withHot, coldOnly) << "the cached tensor was renegotiated";
+        }
       },
       [](RuntimeOptions& o) {
         o.settings.cacheCapacity = 3;
