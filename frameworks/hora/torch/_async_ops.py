@@ -123,12 +123,13 @@ def _is_plain(tensor: Any) -> bool:
             and tensor.is_cpu and tensor.dtype in _SUPPORTED_DTYPES and tensor.is_contiguous())
 
 
-def _prepared(tensor: Any, prepare: Callable[[torch.Tensor, str], torch.Tensor],
-              what: str) -> tuple[torch.Tensor, Any]:
+def _prepared(tensor: Any, prepare: Callable[[torch.Tensor, str], torch.Tensor], what: str,
+              plain: bool) -> tuple[torch.Tensor, Any]:
     """(the buffer the engine works on, what it imports): ``prepare``'s buffer in its engine
-    form, or for a plain tensor and a default preparation the same without the checks (the
-    tensor itself, or fresh_copy's clone of it)."""
-    if prepare in _DEFAULT_PREPARES and _is_plain(tensor):
+    form. ``plain``: the tensor is plain (``_is_plain``) and ``prepare`` one of
+    ``_DEFAULT_PREPARES``; then the same without the checks (the tensor itself, or fresh_copy's
+    clone of it)."""
+    if plain:
         buf = tensor.clone() if prepare is fresh_copy else tensor
         return buf, _to_dlpack(buf)
     buf = prepare(tensor, what)
@@ -169,12 +170,14 @@ def call(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what: 
     spec = _ops.OPS[collective]
     if prepare is None:
         prepare = (inplace_view if in_place else fresh_copy) if spec.in_place else contiguous_input
+    default = prepare in _DEFAULT_PREPARES
     if len(tensors) == 1:
-        buf, form = _prepared(tensors[0], prepare, what)
+        t = tensors[0]
+        buf, form = _prepared(t, prepare, what, default and _is_plain(t))
         bufs, engine = [buf], [form]
     else:
         tensors = list(tensors)
-        prepared = [_prepared(t, prepare, what) for t in tensors]
+        prepared = [_prepared(t, prepare, what, default and _is_plain(t)) for t in tensors]
         bufs = [buf for buf, _ in prepared]
         engine = [form for _, form in prepared]
     # Frames certainly Hora's above the pipeline: this one.
@@ -208,17 +211,12 @@ def run_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool, na
     The arguments are ``call``'s, positional: a training loop's small operations pay for every
     keyword passed on."""
     # A plain tensor needs no more checks; any other goes through inplace_view or fresh_copy,
-    # which say what is wrong with it or detach it, and _engine_form.
+    # which say what is wrong with it or detach it, and _engine_form. A plain tensor out of
+    # place is not cloned: the engine works on its own copy, which comes back through DLPack.
     plain = _is_plain(tensor)
-    if plain:
-        buf = tensor
-        engine = _to_dlpack(tensor)
-    else:
-        buf = inplace_view(tensor, what) if in_place else fresh_copy(tensor, what)
-        engine = _engine_form(buf)
-    # A plain tensor out of place: the engine works on its own copy, which comes back through
-    # DLPack, cheaper than a clone.
     on_copy = plain and not in_place
+    prepare = inplace_view if in_place or plain else fresh_copy
+    buf, engine = _prepared(tensor, prepare, what, plain)
     # Frames certainly Hora's above the pipeline: this one and the public function that called
     # it (hora.torch.allreduce, allreduce_, broadcast_).
     results = _ops.enqueue(collective, [engine], name=name, op=op, average=average,
