@@ -54,11 +54,8 @@ bool LocalAgreement::othersAhead() const {
 bool LocalAgreement::joinsOthers(Clock::time_point now, Millis cycle) {
   if (!othersAhead()) return false;
   if (heldCount_ > 0) return true;
-  if (!aheadSeen_) {
-    aheadSeen_ = true;
-    aheadSince_ = now;
-  }
-  return now - aheadSince_ >= cycle;
+  if (!aheadSince_) aheadSince_ = now;
+  return now - *aheadSince_ >= cycle;
 }
 
 bool LocalAgreement::resolvable() const {
@@ -193,7 +190,7 @@ void LocalAgreement::publish(uint64_t applied, Clock::time_point now) {
   publishedApplied_ = applied;
   handOverNews_ = false;
   joinNews_ = false;
-  aheadSeen_ = false;
+  aheadSince_.reset();
   lastPublish_ = now;
 }
 
@@ -223,7 +220,7 @@ void LocalAgreement::finished(const std::string& key) {
 
 Millis LocalAgreement::untilDue(Clock::time_point now, Millis cycle) const {
   if (open_) return millisUntil(openedAt_ + openBound_, now);
-  if (heldCount_ == 0) return aheadSeen_ ? millisUntil(aheadSince_ + cycle, now) : Millis(-1);
+  if (heldCount_ == 0) return aheadSince_ ? millisUntil(*aheadSince_ + cycle, now) : Millis(-1);
   Clock::time_point due = Clock::time_point::max();
   bool fresh = false, waiting = false;
   forEachHeld([&](int slot) {

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,8 +151,7 @@ class LocalAgreement {
   bool othersJoined_ = false;  // some rank had joined in the last round resolved
   Clock::time_point lastPublish_{};
   // Since when another rank's round waits for this one while it holds nothing (joinsOthers()).
-  bool aheadSeen_ = false;
-  Clock::time_point aheadSince_{};
+  std::optional<Clock::time_point> aheadSince_;
   AgreementBoard::Round mine_;  // the round being published (a member: it is mostly payload)
   // Scratch: every rank's round being resolved, in turns, so that the payloads an outcome lends
   // outlive the resolve that step() may run after the one that made them.
