@@ -196,9 +196,13 @@ T_START=$SECONDS
 RUN_LOG=$(mktemp)
 BG_DIR=$(mktemp -d)
 BG_PID=""
+# Open MPI 4's shared-memory files of the run's mpirun jobs: a job that a test kills leaves its
+# files behind (4 MiB of memory each in /dev/shm), so they go with the run instead.
+MPI_SHM_DIR=$(mktemp -d -p /dev/shm hora-tests-mpi.XXXXXX 2>/dev/null || mktemp -d)
+export OMPI_MCA_btl_vader_backing_directory="$MPI_SHM_DIR"
 # The background builds (below) end with the run, however it ends.
 trap 'rm -f "$RUN_LOG"; [ -n "$BG_PID" ] && kill -- -"$BG_PID" 2>/dev/null &&
-      kill -CONT -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR"' EXIT
+      kill -CONT -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR" "$MPI_SHM_DIR"' EXIT
 
 shopt -s nullglob
 

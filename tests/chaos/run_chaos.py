@@ -43,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -248,6 +249,19 @@ def wait_process(proc: subprocess.Popen, bound: float) -> bool:
 
 def run_one(s: Scenario, mpirun: str | None) -> list[str]:
     """Runs scenario ``s``; returns what went wrong (empty when it passed) and, last, the output."""
+    if s.mode != "mpirun":
+        return _run_job(s, mpirun, None)
+    # Open MPI 4 keeps its shared-memory files in /dev/shm, and a killed job's stay there (4 MiB
+    # of memory each): this job's go with the scenario.
+    shm_dir = tempfile.mkdtemp(prefix="hora-chaos-mpi.",
+                               dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        return _run_job(s, mpirun, shm_dir)
+    finally:
+        shutil.rmtree(shm_dir, ignore_errors=True)
+
+
+def _run_job(s: Scenario, mpirun: str | None, shm_dir: str | None) -> list[str]:
     marker = uuid.uuid4().hex
     env = base_env(s, marker)
     worker = [sys.executable, str(TORCH_WORKER if s.kind == "optimizer" else WORKER)]
@@ -270,7 +284,8 @@ def run_one(s: Scenario, mpirun: str | None) -> list[str]:
         controller, operations = s.pair.split("+")
         env.update(HORA_CONTROLLER=controller, HORA_CPU_OPERATIONS=operations,
                    OMPI_ALLOW_RUN_AS_ROOT="1",
-                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+                   OMPI_MCA_btl_vader_backing_directory=shm_dir or "/dev/shm")
         argv = [mpirun, "--bind-to", "none", "-np", str(s.np), "-x", "CHAOS_MARK", *worker]
         proc, reader = spawn(argv, env)
         procs.append(proc)

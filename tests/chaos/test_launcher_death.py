@@ -2,17 +2,22 @@
 
 The launcher cannot stop anything once it is SIGKILLed; its reaper (hora.runner.reaper) must.
 Every process of the job carries a unique environment marker, so the test finds any that is left
-by scanning /proc, with a bounded poll.
+by scanning /proc, with a bounded poll. And mpirun killed under the chaos runner: Open MPI's
+shared-memory files of the job go with the scenario.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import hora
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,3 +55,38 @@ def test_ranks_end_when_horarun_is_killed(blocked: bool) -> None:
         run_chaos.wait_gone(marker, 0)
         if proc.poll() is None:
             proc.wait()
+
+
+def _open_mpi() -> bool:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not hora.mpi_built():
+        return False
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60,
+                             check=False)
+    return "Open MPI" in version.stdout + version.stderr
+
+
+def _files_in_dev_shm() -> set[str]:
+    return set(glob.glob("/dev/shm/vader_segment.*"))  # Open MPI 4's: <host>.<job>.<rank>
+
+
+@pytest.mark.skipif(not _open_mpi(), reason="needs Open MPI's mpirun and a Hora built with MPI")
+def test_a_killed_mpirun_leaves_no_shared_memory_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open MPI removes its ranks' shared-memory files when its job ends, but not when mpirun is
+    killed; the chaos runner gives each mpirun scenario a directory for them and removes it."""
+    removed: list[str] = []
+    remove = shutil.rmtree
+
+    def listing_rmtree(path: str, ignore_errors: bool = False) -> None:
+        removed.extend(os.listdir(path))
+        remove(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(run_chaos.shutil, "rmtree", listing_rmtree)
+    before = _files_in_dev_shm()
+    scenario = run_chaos.Scenario(seed=0, kind="launcher", mode="mpirun", np=NP,
+                                  op="allreduce", point="launcher", victim=1, step=1, delay=0.0,
+                                  elems=16, steps=3)
+    *problems, output = run_chaos.run_one(scenario, shutil.which("mpirun"))
+    assert problems == [], output
+    assert any(name.startswith("vader_segment.") for name in removed), (removed, output)
+    assert _files_in_dev_shm() - before == set()
