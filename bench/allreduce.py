@@ -89,11 +89,25 @@ def float_buffer(count: int) -> np.ndarray:
     from hora import _core
 
     if os.environ.get("BENCH_IN_ARENA") != "1":
-        return np.zeros(count, dtype=np.float32)
+        return numpy_floats(count)
     block = _core.shared_block(count * 4)
     if block is None:
         raise RuntimeError("no shared arena on this job (HORA_SHM_ARENA_BYTES, windows?)")
     return np.frombuffer(block, dtype=np.float32)
+
+
+def numpy_floats(count: int) -> np.ndarray:
+    """count zeroed float32s in private memory."""
+    import numpy as np
+
+    return np.zeros(count, dtype=np.float32)
+
+
+def torch_floats(count: int) -> Any:
+    """count zeroed float32s as a torch tensor."""
+    import torch
+
+    return torch.zeros(count, dtype=torch.float32)
 
 
 def size_sweep(sizes: list[int], iters: int, new_buffer: Callable[[int], Any],
@@ -112,24 +126,49 @@ def size_sweep(sizes: list[int], iters: int, new_buffer: Callable[[int], Any],
     return results
 
 
+def async_step(buffers: list[Any], submit: Callable[[int, Any], Any],
+               wait_all: Callable[[list[Any]], object]) -> Callable[[], None]:
+    """Every worker's step of STEP_TENSORS tensors, the shape of a backward pass: each buffer
+    submitted asynchronously (``submit(i, buffer)`` returns its handle), then every handle
+    waited for (``wait_all(handles)``)."""
+
+    def step() -> None:
+        wait_all([submit(i, b) for i, b in enumerate(buffers)])
+
+    return step
+
+
+def waiting_each(wait: Callable[[Any], object]) -> Callable[[list[Any]], None]:
+    """``wait_all`` of an API that waits for one handle at a time."""
+
+    def wait_all(handles: list[Any]) -> None:
+        for h in handles:
+            wait(h)
+
+    return wait_all
+
+
+def horovod_api_step(api: Any, buffers: list[Any]) -> Callable[[], None]:
+    """The step through Horovod's API (``hora``, ``hora.torch``, ``horovod.torch``): an
+    ``allreduce_async_`` per buffer, then a ``synchronize`` per handle."""
+    return async_step(buffers,
+                      lambda i, b: api.allreduce_async_(b, op=api.Sum, name=f"step.{i}"),
+                      waiting_each(api.synchronize))
+
+
+def step_buffers(new_buffer: Callable[[int], Any]) -> list[Any]:
+    """The step's tensors, each of its own memory."""
+    return [new_buffer(STEP_TENSOR_BYTES // 4) for _ in range(STEP_TENSORS)]
+
+
 def hora_step() -> Callable[[], None]:
-    """Hora's 200-tensor step: every tensor submitted asynchronously, then every one waited for
-    (the shape of a backward pass). bench/wait_cpu.py runs the same step."""
+    """Hora's step through its NumPy API. bench/wait_cpu.py runs the same step."""
     import hora
 
     count = STEP_TENSOR_BYTES // 4
     # One run of memory in submission order, as DistributedOptimizer lays out shared gradients.
     flat = float_buffer(count * STEP_TENSORS)
-    bufs = [flat[i * count:(i + 1) * count] for i in range(STEP_TENSORS)]
-
-    def step() -> None:
-        handles = [
-            hora.allreduce_async_(b, op=hora.Sum, name=f"step.{i}") for i, b in enumerate(bufs)
-        ]
-        for h in handles:
-            hora.synchronize(h)
-
-    return step
+    return horovod_api_step(hora, [flat[i * count:(i + 1) * count] for i in range(STEP_TENSORS)])
 
 
 def hora_worker(sizes: list[int], iters: int, out: str) -> None:
@@ -156,17 +195,12 @@ def hora_torch_worker(sizes: list[int], iters: int, out: str) -> None:
 
     hvd.init()
     results = size_sweep(
-        sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+        sizes, iters, torch_floats,
         lambda t, n: hvd.allreduce_(t, op=hvd.Sum, name=f"bench.{n}"), hvd.barrier)
     count = STEP_TENSOR_BYTES // 4
     # Views of one run of memory, as hora_step's buffers.
-    ts = list(torch.zeros(count * STEP_TENSORS, dtype=torch.float32).split(count))
-
-    def step() -> None:
-        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"step.{i}") for i, t in enumerate(ts)]
-        for h in handles:
-            hvd.synchronize(h)
-
+    step = horovod_api_step(
+        hvd, list(torch.zeros(count * STEP_TENSORS, dtype=torch.float32).split(count)))
     hvd.barrier()
     step_stats = median_time(step, 3, iters)
     if hvd.rank() == 0:
@@ -181,21 +215,16 @@ def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
         from hora.runner.env import bind_like_horarun
 
         bind_like_horarun(rank, world)
-    import torch
     import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    results = size_sweep(sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+    results = size_sweep(sizes, iters, torch_floats,
                          lambda t, _: dist.all_reduce(t), dist.barrier)
-    ts = [torch.zeros(STEP_TENSOR_BYTES // 4, dtype=torch.float32) for _ in range(STEP_TENSORS)]
-
-    def step() -> None:
-        works = [dist.all_reduce(t, async_op=True) for t in ts]
-        for w in works:
-            w.wait()
-
+    step = async_step(step_buffers(torch_floats),
+                      lambda _, t: dist.all_reduce(t, async_op=True),
+                      waiting_each(lambda work: work.wait()))
     dist.barrier()
     step_stats = median_time(step, 3, iters)
     if rank == 0:
@@ -205,7 +234,6 @@ def torch_worker(rank: int, world: int, port: int, sizes: list[int], iters: int,
 
 def mpi4py_worker(sizes: list[int], iters: int, out: str, bind: bool) -> None:
     """Runs under mpirun: mpi4py's in-place Allreduce per size, then 200 Iallreduce + Waitall."""
-    import numpy as np
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -213,15 +241,12 @@ def mpi4py_worker(sizes: list[int], iters: int, out: str, bind: bool) -> None:
         from hora.runner.env import bind_like_horarun
 
         bind_like_horarun(comm.Get_rank(), comm.Get_size())
-    results = size_sweep(sizes, iters, lambda count: np.zeros(count, dtype=np.float32),
+    results = size_sweep(sizes, iters, numpy_floats,
                          lambda buf, _: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
                          comm.Barrier)
-    bufs = [np.zeros(STEP_TENSOR_BYTES // 4, dtype=np.float32) for _ in range(STEP_TENSORS)]
-
-    def step() -> None:
-        reqs = [comm.Iallreduce(MPI.IN_PLACE, b, op=MPI.SUM) for b in bufs]
-        MPI.Request.Waitall(reqs)
-
+    step = async_step(step_buffers(numpy_floats),
+                      lambda _, b: comm.Iallreduce(MPI.IN_PLACE, b, op=MPI.SUM),
+                      MPI.Request.Waitall)
     comm.Barrier()
     step_stats = median_time(step, 3, iters)
     if comm.Get_rank() == 0:
@@ -234,20 +259,13 @@ def horovod_worker(sizes: list[int], iters: int, out: str) -> None:
     says, as horovodrun starts them: bound like the others, each rank's threads share one CPU
     and every small allreduce takes 3-4 ms, where unbound most take one 1 ms cycle."""
     import horovod.torch as hvd
-    import torch
 
     hvd.init()
-    results = size_sweep(sizes, iters, lambda count: torch.zeros(count, dtype=torch.float32),
+    results = size_sweep(sizes, iters, torch_floats,
                          lambda t, n: hvd.allreduce_(t, op=hvd.Sum, name=f"bench.{n}"),
                          hvd.barrier)
-    ts = [torch.zeros(STEP_TENSOR_BYTES // 4, dtype=torch.float32) for _ in range(STEP_TENSORS)]
-
-    def step() -> None:
-        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"step.{i}")
-                   for i, t in enumerate(ts)]
-        for h in handles:
-            hvd.synchronize(h)
-
+    step = horovod_api_step(
+        hvd, step_buffers(torch_floats))
     step_stats = median_time(step, 3, iters)
     if hvd.rank() == 0:
         write_results(out, "horovod", hvd.size(), results, step_stats,
