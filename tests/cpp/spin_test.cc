@@ -60,6 +60,23 @@ TEST(HandleWait, CompletionDuringOrAfterTheSpin) {
   }
 }
 
+// poll() reads the completion without the handle's lock: pending until complete(), failed or not,
+// and the results written before complete() are there when it says done.
+TEST(HandleWait, PollSaysPendingUntilCompleted) {
+  for (bool fails : {false, true}) {
+    Handle h;
+    EXPECT_FALSE(h.poll());
+    std::thread completer([&] {
+      h.lastJoinedRank = 3;
+      h.complete(fails ? std::make_exception_ptr(std::runtime_error("failed")) : nullptr);
+    });
+    while (!h.poll()) std::this_thread::yield();
+    EXPECT_EQ(h.lastJoinedRank, 3);
+    EXPECT_EQ(h.error() != nullptr, fails);
+    completer.join();
+  }
+}
+
 TEST(HandleWait, TimeoutShorterThanTheSpin) {
   Handle h(Micros(10000000));
   auto start = Clock::now();
