@@ -75,7 +75,7 @@
 #      algorithms against flat (and chosen by default), horarun --mpi across hosts (under the
 #      mpirun on PATH, and Open MPI 5 and MPICH when the mpi-flavours stage built them), a host with
 #      another secret, a host's link cut mid-job, an elastic job (--host-discovery-script) that
-#      loses a host and finishes on the other
+#      loses a host and finishes on the others (the last two at 2 and 3 hosts)
 #   9. fuzz: every libFuzzer target of tests/fuzz (clang) for HORA_FUZZ_SECONDS each, one per core
 #      at a time, from its committed seeds, with the executions per target; asan / tsan: the C++
 #      unit tests (with the MPI driver at 1-4 ranks and the runtime's multi-rank thread tests)

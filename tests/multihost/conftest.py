@@ -38,6 +38,18 @@ def fresh_bed2() -> Iterator[testbed.TestBed]:
 
 
 @pytest.fixture
+def fresh_bed3() -> Iterator[testbed.TestBed]:
+    """Three hosts of the test's own."""
+    yield from _bed(3)
+
+
+@pytest.fixture
+def fresh_bed3_hrbr0() -> Iterator[testbed.TestBed]:
+    """Like ``fresh_bed2_hrbr0``, with three hosts."""
+    yield from _bed(3, launcher_device="hrbr0")
+
+
+@pytest.fixture
 def fresh_bed2_hrbr0() -> Iterator[testbed.TestBed]:
     """Like ``fresh_bed2``, the launcher's interface named ``hrbr0`` (the hosts' is ``eth0``), so
     a name that only the launcher has shows up when it is handed to a host."""

@@ -1,8 +1,9 @@
 """Faults between the bed's hosts: a host that disagrees on the job secret, a host whose link is
 cut in the middle of a job (with a short no-progress timeout, and with the defaults, where the
-TCP transport must notice the lost host within 10 s and name it), and a rank that is only busy,
-which must not be taken for a lost host. A test that breaks its hosts gets a bed of its own
-(``fresh_bed2``), so whatever a broken job leaves on a host goes with the bed."""
+TCP transport must notice the lost host within 10 s and name it, at 2 and 3 hosts), and a rank
+that is only busy, which must not be taken for a lost host. A test that breaks its hosts gets a
+bed of its own (``fresh_bed2``, ``fresh_bed3``), so whatever a broken job leaves on a host goes
+with the bed."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_a_host_with_another_secret_is_refused_at_once(fresh_bed2: TestBed):
 
 @dataclass
 class Cut:
-    """What followed the cut of hostB's link: when each line of horarun's stderr came (seconds
+    """What followed the cut of the last host's link: when each line of horarun's stderr came (seconds
     after the cut), when horarun ended (None: not within the wait) and its exit code."""
 
     lines: list[tuple[float, str]]
@@ -104,9 +105,9 @@ class Cut:
         return None
 
 
-def cut_host_b_while_looping(bed: TestBed, flags: list[str], within: float) -> Cut:
-    """Starts LOOP on hostA:2,hostB:2, cuts hostB's link once it runs, and waits up to
-    ``within`` seconds for horarun to end."""
+def cut_last_host_while_looping(bed: TestBed, flags: list[str], within: float) -> Cut:
+    """Starts LOOP on every host of the bed (2 ranks each), cuts the last host's link once it
+    runs, and waits up to ``within`` seconds for horarun to end."""
     proc = start_horarun(bed, bed.host_list(2, names=True), python_command(LOOP), flags=flags)
     lines: list[tuple[float, str]] = []
     cut_at = [float("inf")]
@@ -118,7 +119,7 @@ def cut_host_b_while_looping(bed: TestBed, flags: list[str], within: float) -> C
                 break
         else:
             pytest.fail(f"the job ended before it ran: {lines[-20:]}")
-        bed.set_link(1, up=False)
+        bed.set_link(len(bed.hosts) - 1, up=False)
         cut_at[0] = time.monotonic()
         try:
             proc.wait(timeout=within)
@@ -141,7 +142,7 @@ def _timestamp(stream, lines: list[tuple[float, str]], cut_at: list[float]) -> N
 def test_a_cut_link_fails_the_job_within_the_no_progress_timeout(fresh_bed2: TestBed):
     """With a 5 s no-progress timeout (horarun --gloo-timeout-seconds), the job ends with an
     error within seconds of it, and horarun says it failed."""
-    cut = cut_host_b_while_looping(fresh_bed2, ["--gloo-timeout-seconds", "5"], within=40)
+    cut = cut_last_host_while_looping(fresh_bed2, ["--gloo-timeout-seconds", "5"], within=40)
     assert cut.ended is not None, "the job did not end within 40 s of the cut"
     print(f"the job ended {cut.ended:.1f} s after the cut")
     assert cut.returncode != 0
@@ -150,24 +151,30 @@ def test_a_cut_link_fails_the_job_within_the_no_progress_timeout(fresh_bed2: Tes
     assert "horarun: job failed" in cut.stderr, cut.stderr[-4000:]
 
 
-def test_a_cut_link_fails_the_surviving_ranks_within_10_s_naming_the_host(fresh_bed2: TestBed):
-    """With the default settings (a 60 s no-progress timeout), hostA's ranks fail within 10 s
-    of the cut: the TCP transport notices that hostB no longer answers (keepalive, and data it
-    does not acknowledge), a rank names hostB's address and the ranks there, and horarun stops
-    the job (a rank that has not failed by itself by then is stopped)."""
-    cut = cut_host_b_while_looping(fresh_bed2, [], within=25)
-    errors = [t for t in (cut.first_error(0), cut.first_error(1)) if t is not None]
+@pytest.mark.parametrize("hosts", [2, 3])
+def test_a_cut_link_fails_the_surviving_ranks_within_10_s_naming_the_host(
+        hosts: int, request: pytest.FixtureRequest):
+    """With the default settings (a 60 s no-progress timeout), the other hosts' ranks fail
+    within 10 s of the cut of the last host's link: the TCP transport notices that the host no
+    longer answers (keepalive, and data it does not acknowledge), a rank names the host's address
+    and the ranks there, and horarun stops the job (a rank that has not failed by itself by then
+    is stopped)."""
+    bed: TestBed = request.getfixturevalue(f"fresh_bed{hosts}")
+    cut = cut_last_host_while_looping(bed, [], within=25)
+    survivors = range(2 * (hosts - 1))
+    errors = [t for t in (cut.first_error(r) for r in survivors) if t is not None]
     stopping = cut.when("stopping the other ranks")
     print(f"after the cut: first error at {min(errors, default=None)}, horarun stopping at "
           f"{stopping}, the job ended at {cut.ended}")
     assert errors and min(errors) < 10, cut.stderr[-4000:]
     assert stopping is not None and stopping < 10, cut.stderr[-4000:]
-    address = fresh_bed2.hosts[1].address
-    assert f"({address}) is unreachable" in cut.stderr, cut.stderr[-4000:]
-    assert "ranks 2, 3 run there" in cut.stderr, cut.stderr[-4000:]
-    # horarun's own word for it: hostB's ssh sessions never answered the stop.
-    assert ("ranks 2, 3 on hostB did not stop within 5 s of being asked (no answer over ssh: is "
-            "hostB reachable?)") in cut.stderr, cut.stderr[-4000:]
+    lost = bed.hosts[-1]
+    ranks = f"ranks {2 * hosts - 2}, {2 * hosts - 1}"
+    assert f"({lost.address}) is unreachable" in cut.stderr, cut.stderr[-4000:]
+    assert f"{ranks} run there" in cut.stderr, cut.stderr[-4000:]
+    # horarun's own word for it: the lost host's ssh sessions never answered the stop.
+    assert (f"{ranks} on {lost.hostname} did not stop within 5 s of being asked (no answer over "
+            f"ssh: is {lost.hostname} reachable?)") in cut.stderr, cut.stderr[-4000:]
     assert cut.ended is not None and cut.returncode != 0, "horarun outlived the cut by 25 s"
 
 
