@@ -7,7 +7,7 @@
 namespace hora {
 
 // finished_ is stored (release) after the results and done_, so it answers as the lock would,
-// without the lock: a blocking call polls its handle three times.
+// without the lock: a blocking call polls its handle twice.
 bool Handle::poll() const { return finished_.load(std::memory_order_acquire); }
 
 bool Handle::wait(std::optional<Millis> timeout) const {
