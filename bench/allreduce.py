@@ -1,7 +1,7 @@
 """Allreduce benchmark: Hora against torch.distributed (gloo) and mpi4py side by side, this host.
 
     python bench/allreduce.py [--sizes 4,1K,1M] [--iters 20] [--max-size 256M] [--np 2]
-        [--no-hora-torch] [--json PATH] [--horovod PYTHON]
+        [--no-hora-torch] [--rounds K] [--json PATH] [--horovod PYTHON]
 
 The script runs itself as workers: three times under ``horarun -np N`` (Hora over shared memory,
 its default when every rank is on one host, through its NumPy API; the same through
@@ -50,7 +50,7 @@ from common.launch import find_mpirun, free_port, horarun_command, mpi_env
 from common.results import Recorder, json_help
 from common.sizes import KIB, MIB, format_size, parse_size, parse_sizes, powers_of_four
 from common.tables import markdown_table, ratio_cell, time_cell
-from common.timing import bandwidths, format_time, median_time
+from common.timing import bandwidths, format_time, median_time, merge_rounds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -418,6 +418,24 @@ def run_all(args: argparse.Namespace, sizes: list[int], tmp: str) -> list[dict]:
     return [r for r in runs if r]
 
 
+def merge_runs(rounds: list[list[dict]]) -> list[dict]:
+    """Every implementation's runs of several rounds as one run each (``merge_rounds`` per size
+    and for the step), in the order they ran; a run that failed in one round is merged from the
+    rounds where it did not."""
+    labels = list(dict.fromkeys(run["impl"] for runs in rounds for run in runs))
+    merged = []
+    for label in labels:
+        runs = [run for runs in rounds for run in runs if run["impl"] == label]
+        first = runs[0]
+        run = dict(first)
+        run["results"] = [merge_rounds([r["results"][i] for r in runs])
+                          for i in range(len(first["results"]))]
+        if first.get("step"):
+            run["step"] = merge_rounds([r["step"] for r in runs])
+        merged.append(run)
+    return merged
+
+
 def result_rows(run: dict, world: int) -> list[dict[str, Any]]:
     """One run's figures as rows of the results file: one per size, then the step."""
     rows: list[dict[str, Any]] = []
@@ -538,7 +556,7 @@ def settings_of(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
             "hierarchical": args.hierarchical, "tcp": not args.no_tcp,
             "hora_torch": not args.no_hora_torch,
             "gloo": not args.no_peer, "mpi4py": not args.no_mpi,
-            "horovod": bool(args.horovod)}
+            "horovod": bool(args.horovod), "rounds": args.rounds}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -590,6 +608,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run Horovod's torch allreduce under mpirun with this interpreter (one of an "
         "environment where horovod.torch imports)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every implementation this many times, one after another in each round, and "
+        "take per size the median of the rounds' medians: evens out the moments when the "
+        "machine runs slower (default: 1)",
+    )
     parser.add_argument("--json", type=Path, help=json_help("allreduce"))
     parser.add_argument("--worker", choices=["hora", "hora_torch", "mpi4py", "horovod"],
                         help=argparse.SUPPRESS)
@@ -619,8 +645,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--hierarchical needs an even --np")
 
     recorder = Recorder("allreduce", packages=("torch", "numpy", "mpi4py", "open_mpi"))
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory(prefix="hora-bench-") as tmp:
-        runs = run_all(args, sizes, tmp)
+        rounds = [run_all(args, sizes, tmp) for _ in range(args.rounds)]
+    runs = merge_runs(rounds)
     rows = [row for run in runs for row in result_rows(run, args.np)]
     found = by_implementation(rows)
     if "hora shm" not in found:

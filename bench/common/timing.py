@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 
 def format_time(seconds: float) -> str:
@@ -26,6 +27,19 @@ def median_time(fn: Callable[[], None], warmup: int, timed: int) -> dict[str, fl
         fn()
         samples.append(time.perf_counter() - start)
     return {"median_s": statistics.median(samples), "min_s": min(samples), "iters": timed}
+
+
+def merge_rounds(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One case measured in several rounds (whole runs of a benchmark, one after another, which
+    even out a busy moment of the machine) as one: the median of the rounds' medians, the least
+    of their least times, their iterations added up; other keys as the first round has them."""
+    merged = dict(rounds[0])
+    merged["median_s"] = statistics.median(r["median_s"] for r in rounds)
+    if "min_s" in merged:
+        merged["min_s"] = min(r["min_s"] for r in rounds)
+    if "iters" in merged:
+        merged["iters"] = sum(r["iters"] for r in rounds)
+    return merged
 
 
 def bus_factor(world: int) -> float:

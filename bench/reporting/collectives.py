@@ -19,10 +19,16 @@ from common.tables import markdown_table, time_cell
 Table = tuple[str, list[str]]
 
 
+def _of_rounds(settings: dict[str, Any]) -> str:
+    rounds = settings.get("rounds", 1)
+    return f" (the median of {rounds} rounds' medians)" if rounds > 1 else ""
+
+
 def allreduce(doc: dict[str, Any]) -> Table:
     s = doc["settings"]
     caption = (f"Allreduce, {s['ranks']} ranks on one host, {s['dtype']} {s['op']} in place, "
-               f"ranks bound `--bind-to {s['bind_to']}`: median time per call, and of a step of "
+               f"ranks bound `--bind-to {s['bind_to']}`: median time per call{_of_rounds(s)}, "
+               "and of a step of "
                f"{s['step_tensors']} asynchronous {format_size(s['step_tensor_bytes'])} "
                "allreduces; ratio = time / hora shm time (above 1: Hora over shared memory is "
                "faster).")

@@ -201,6 +201,36 @@ def test_sizes_and_tables() -> None:
     assert tables.ratio_cell(3.0, 2.0) == "1.50" and tables.ratio_cell(None, 2.0) == "-"
 
 
+def test_rounds_merge_into_the_median_of_their_medians() -> None:
+    """bench/allreduce.py --rounds K: per implementation, size and step, the median of the K
+    rounds' medians, the least of their least times, their iterations added up; an
+    implementation that failed in one round is merged from the others, in the order they ran."""
+    import allreduce
+    from common.timing import merge_rounds
+
+    def run(impl: str, median: float, step: float | None = None) -> dict[str, Any]:
+        found: dict[str, Any] = {"impl": impl, "results": [
+            {"bytes": 4, "median_s": median, "min_s": median / 2, "iters": 10}]}
+        if step is not None:
+            found["step"] = {"tensors": 200, "bytes_each": 16384, "median_s": step,
+                             "min_s": step / 2, "iters": 3}
+        return found
+
+    assert merge_rounds([{"bytes": 4, "median_s": 3.0}, {"bytes": 4, "median_s": 1.0},
+                         {"bytes": 4, "median_s": 2.0}]) == {"bytes": 4, "median_s": 2.0}
+    rounds = [[run("hora shm", 5.0, 50.0), run("mpi4py", 2.0)],
+              [run("hora shm", 9.0, 90.0)],
+              [run("gloo", 7.0), run("hora shm", 7.0, 70.0), run("mpi4py", 4.0)]]
+    merged = allreduce.merge_runs(rounds)
+    assert [m["impl"] for m in merged] == ["hora shm", "mpi4py", "gloo"]
+    hora = merged[0]
+    assert hora["results"] == [{"bytes": 4, "median_s": 7.0, "min_s": 2.5, "iters": 30}]
+    assert hora["step"] == {"tensors": 200, "bytes_each": 16384, "median_s": 70.0,
+                            "min_s": 25.0, "iters": 9}
+    assert merged[1]["results"][0]["median_s"] == 3.0 and "step" not in merged[1]
+    assert merged[2]["results"][0]["iters"] == 10
+
+
 def test_schema_problems_name_what_is_wrong() -> None:
     assert results.problems(fixture_doc()) == []
     doc = fixture_doc()
