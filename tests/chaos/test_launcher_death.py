@@ -12,13 +12,13 @@ import glob
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import hora
 import pytest
+from hora.runner.mpirun import OPENMPI, MpiError, detect_flavour
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_chaos  # the chaos driver: its process helpers
@@ -61,9 +61,10 @@ def _open_mpi() -> bool:
     mpirun = shutil.which("mpirun")
     if mpirun is None or not hora.mpi_built():
         return False
-    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60,
-                             check=False)
-    return "Open MPI" in version.stdout + version.stderr
+    try:
+        return detect_flavour(mpirun) == OPENMPI
+    except MpiError:
+        return False
 
 
 def _files_in_dev_shm() -> set[str]:
