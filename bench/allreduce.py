@@ -50,7 +50,7 @@ from common.launch import find_mpirun, free_port, horarun_command, mpi_env
 from common.results import Recorder, json_help
 from common.sizes import KIB, MIB, format_size, parse_size, parse_sizes, powers_of_four
 from common.tables import markdown_table, ratio_cell, time_cell
-from common.timing import bandwidths, format_time, median_time, merge_rounds
+from common.timing import bandwidths, format_time, median_time, merge_run
 
 if TYPE_CHECKING:
     import numpy as np
@@ -264,8 +264,7 @@ def horovod_worker(sizes: list[int], iters: int, out: str) -> None:
     results = size_sweep(sizes, iters, torch_floats,
                          lambda t, n: hvd.allreduce_(t, op=hvd.Sum, name=f"bench.{n}"),
                          hvd.barrier)
-    step = horovod_api_step(
-        hvd, step_buffers(torch_floats))
+    step = horovod_api_step(hvd, step_buffers(torch_floats))
     step_stats = median_time(step, 3, iters)
     if hvd.rank() == 0:
         write_results(out, "horovod", hvd.size(), results, step_stats,
@@ -419,21 +418,12 @@ def run_all(args: argparse.Namespace, sizes: list[int], tmp: str) -> list[dict]:
 
 
 def merge_runs(rounds: list[list[dict]]) -> list[dict]:
-    """Every implementation's runs of several rounds as one run each (``merge_rounds`` per size
-    and for the step), in the order they ran; a run that failed in one round is merged from the
-    rounds where it did not."""
-    labels = list(dict.fromkeys(run["impl"] for runs in rounds for run in runs))
-    merged = []
-    for label in labels:
-        runs = [run for runs in rounds for run in runs if run["impl"] == label]
-        first = runs[0]
-        run = dict(first)
-        run["results"] = [merge_rounds([r["results"][i] for r in runs])
-                          for i in range(len(first["results"]))]
-        if first.get("step"):
-            run["step"] = merge_rounds([r["step"] for r in runs])
-        merged.append(run)
-    return merged
+    """Every implementation's runs of several rounds as one run each (``merge_run``), in the
+    order they ran; a run that failed in one round is merged from the rounds where it did
+    not."""
+    labels = dict.fromkeys(run["impl"] for runs in rounds for run in runs)
+    return [merge_run([run for runs in rounds for run in runs if run["impl"] == label])
+            for label in labels]
 
 
 def result_rows(run: dict, world: int) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from typing import Any
 from common.results import Recorder, default_path
 from common.sizes import KIB, MIB, format_size, parse_sizes
 from common.tables import markdown_table, ratio_cell, time_cell
-from common.timing import median_time, merge_rounds
+from common.timing import median_time, merge_run
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "multihost"))
@@ -87,14 +87,6 @@ def run_mode(bed: Any, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"{mode} run failed:\n{job.output[-4000:]}")
     with open(out) as f:
         return json.load(f)
-
-
-def merge_mode(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """One mode's results over several rounds: per size, the median of the rounds' medians."""
-    merged = dict(rounds[0])
-    merged["results"] = [merge_rounds([r["results"][i] for r in rounds])
-                         for i in range(len(rounds[0]["results"]))]
-    return merged
 
 
 def rows_of(runs: dict[str, dict[str, Any]], hosts: int, rate: str) -> list[dict[str, Any]]:
@@ -160,7 +152,7 @@ def main() -> None:
     with testbed.testbed(args.hosts, rate=args.rate) as bed:
         rounds = [{mode: run_mode(bed, mode, args) for mode in MODES}
                   for _ in range(args.rounds)]
-    runs = {mode: merge_mode([r[mode] for r in rounds]) for mode in MODES}
+    runs = {mode: merge_run([r[mode] for r in rounds]) for mode in MODES}
     settings = {"hosts": args.hosts, "slots": args.slots, "rate": args.rate,
                 "rounds": args.rounds, "iters": args.iters}
     rows = rows_of(runs, args.hosts, args.rate)

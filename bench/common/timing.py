@@ -42,6 +42,19 @@ def merge_rounds(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def merge_run(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One run of a benchmark (``results``, one entry per size, and an optional ``step``) over
+    several rounds: ``merge_rounds`` per size and for the step; other keys as the first round
+    has them."""
+    first = rounds[0]
+    merged = dict(first)
+    merged["results"] = [merge_rounds([r["results"][i] for r in rounds])
+                         for i in range(len(first["results"]))]
+    if first.get("step"):
+        merged["step"] = merge_rounds([r["step"] for r in rounds])
+    return merged
+
+
 def bus_factor(world: int) -> float:
     """busbw / algbw of a ring allreduce over ``world`` ranks, as nccl-tests define it."""
     return 2.0 * (world - 1) / world if world > 1 else 1.0
