@@ -6,8 +6,8 @@
 
 namespace hora {
 
-// finished_ is stored (release) after the results and done_, so it answers as the lock would,
-// without the lock: a blocking call polls its handle twice.
+// finished_ is stored (release) after the results and the error, so no lock is needed to read
+// it: a blocking call polls its handle twice.
 bool Handle::poll() const { return finished_.load(std::memory_order_acquire); }
 
 bool Handle::wait(std::optional<Millis> timeout) const {
@@ -23,13 +23,13 @@ bool Handle::wait(std::optional<Millis> timeout) const {
     if (driver_) driver_->depart(hit);
     if (adaptive_ && budget.count() > 0) adaptive_->record(hit);
   }
-  if (finished()) return true;  // done_ is set: no need to take the lock
+  if (finished()) return true;
   std::unique_lock<std::mutex> lock(mu_);
   if (!timeout) {
-    cv_.wait(lock, [this] { return done_; });
+    cv_.wait(lock, finished);
     return true;
   }
-  return cv_.wait_for(lock, *timeout, [this] { return done_; });
+  return cv_.wait_for(lock, *timeout, finished);
 }
 
 std::exception_ptr Handle::error() const {
@@ -47,9 +47,8 @@ void Handle::rethrowIfFailed() const {
 void Handle::complete(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
+    if (finished_.load(std::memory_order_relaxed)) return;
     error_ = error;
-    done_ = true;
     finished_.store(true, std::memory_order_release);
   }
   cv_.notify_all();

@@ -54,10 +54,10 @@ class Handle {
   const Micros spin_;
   const std::shared_ptr<AdaptiveSpin> adaptive_;  // null: always spin_
   const std::shared_ptr<WaitDriver> driver_;      // null: the spin only polls
-  std::atomic<bool> finished_{false};             // mirrors done_ for polling without the lock
+  // Set once, under mu_ (for the waits on cv_), after the results and error_; read without it.
+  std::atomic<bool> finished_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;
   std::exception_ptr error_;
 };
 
