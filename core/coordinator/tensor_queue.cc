@@ -23,36 +23,46 @@ InvalidArgument repeatedName(const TensorEntry& e) {
 
 }  // namespace
 
+TensorQueue::EntryMap::node_type TensorQueue::makeNode(std::string key,
+                                                       std::unique_ptr<TensorEntry> entry) {
+  thread_local EntryMap factory;  // always empty between calls; keeps its buckets
+  auto it = factory.emplace(std::move(key), std::move(entry)).first;
+  return factory.extract(it);
+}
+
 void TensorQueue::push(std::vector<TensorEntry> group) {
-  // Keys and entries are made before taking the lock: the background thread takes it every
+  // Keys and map nodes are made before taking the lock: the background thread takes it every
   // cycle, and a frontend thread that held it through malloc made it wait. A group of one (most
   // submissions) needs no set to find repeats within it.
-  std::vector<std::pair<std::string, std::unique_ptr<TensorEntry>>> staged;
+  // Each key twice: one for fresh_, one in its node.
+  std::vector<std::pair<std::string, EntryMap::node_type>> staged;
   staged.reserve(group.size());
   for (auto& e : group) {
     std::string key = tensorKey(e.request.processSetId, e.request.name);
-    staged.emplace_back(std::move(key), std::make_unique<TensorEntry>(std::move(e)));
+    EntryMap::node_type node = makeNode(key, std::make_unique<TensorEntry>(std::move(e)));
+    staged.emplace_back(std::move(key), std::move(node));
   }
   if (staged.size() > 1) {
     std::unordered_set<std::string> seen;
-    for (const auto& [key, entry] : staged) {
-      if (!seen.insert(key).second) throw repeatedName(*entry);
+    for (const auto& [key, node] : staged) {
+      if (!seen.insert(key).second) throw repeatedName(*node.mapped());
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<BriefMutex> lock(mu_);
   if (closed_) throw ShutdownError(closedReason_);
-  for (const auto& [key, entry] : staged) {
-    if (inFlight_.count(key) > 0) throw repeatedName(*entry);
+  for (const auto& [key, node] : staged) {
+    if (inFlight_.count(key) > 0) throw repeatedName(*node.mapped());
   }
-  for (auto& [key, entry] : staged) {
-    fresh_.push_back(key);
-    inFlight_.emplace(std::move(key), std::move(entry));
+  // fresh_ keeps the capacity of the loop's last vector (takeNew): the strings move in.
+  for (auto& [key, node] : staged) {
+    inFlight_.insert(std::move(node));
+    fresh_.push_back(std::move(key));
   }
 }
 
 void TensorQueue::takeNew(std::vector<std::string>& into) {
   into.clear();  // outside the lock: the strings are freed here
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<BriefMutex> lock(mu_);
   into.swap(fresh_);
 }
 
@@ -63,22 +73,22 @@ std::vector<std::string> TensorQueue::takeNew() {
 }
 
 TensorEntry* TensorQueue::find(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<BriefMutex> lock(mu_);
   auto it = inFlight_.find(key);
   return it == inFlight_.end() ? nullptr : it->second.get();
 }
 
 std::unique_ptr<TensorEntry> TensorQueue::remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = inFlight_.find(key);
-  if (it == inFlight_.end()) return nullptr;
-  auto entry = std::move(it->second);
-  inFlight_.erase(it);
-  return entry;
+  EntryMap::node_type node;  // freed after the lock is let go
+  {
+    std::lock_guard<BriefMutex> lock(mu_);
+    node = inFlight_.extract(key);
+  }
+  return node.empty() ? nullptr : std::move(node.mapped());
 }
 
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::closeAndDrain(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<BriefMutex> lock(mu_);
   closed_ = true;
   closedReason_ = reason;
   std::vector<std::unique_ptr<TensorEntry>> out;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/common/brief_mutex.h"
 #include "core/common/tensor.h"
 #include "core/common/time.h"
 #include "core/coordinator/handle.h"
@@ -45,8 +46,14 @@ class TensorQueue {
   std::vector<std::unique_ptr<TensorEntry>> closeAndDrain(const std::string& reason);
 
  private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> inFlight_;
+  using EntryMap = std::unordered_map<std::string, std::unique_ptr<TensorEntry>>;
+  // An entry's map node, made (allocated) in this thread's own map, outside the lock.
+  static EntryMap::node_type makeNode(std::string key, std::unique_ptr<TensorEntry> entry);
+
+  // Held briefly, by turns, by a submitting thread and the background thread: nothing is
+  // allocated or freed under it (map nodes move in and out whole).
+  BriefMutex mu_;
+  EntryMap inFlight_;
   std::vector<std::string> fresh_;
   bool closed_ = false;
   std::string closedReason_;
