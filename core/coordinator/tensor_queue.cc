@@ -48,7 +48,16 @@ void TensorQueue::push(std::vector<TensorEntry> group) {
       if (!seen.insert(key).second) throw repeatedName(*node.mapped());
     }
   }
+  // Frees what the background thread retired, after the lock is let go (also on a throw): the
+  // memory goes back to this thread's cache, for the next entries.
+  thread_local Retired toFree;
+  struct FreeAfter {
+    Retired& r;
+    ~FreeAfter() { r.clear(); }
+  } freeAfter{toFree};
   std::lock_guard<BriefMutex> lock(mu_);
+  toFree.entries.swap(retired_.entries);
+  toFree.nodes.swap(retired_.nodes);
   if (closed_) throw ShutdownError(closedReason_);
   for (const auto& [key, node] : staged) {
     if (inFlight_.count(key) > 0) throw repeatedName(*node.mapped());
@@ -79,16 +88,35 @@ TensorEntry* TensorQueue::find(const std::string& key) {
 }
 
 std::unique_ptr<TensorEntry> TensorQueue::remove(const std::string& key) {
-  EntryMap::node_type node;  // freed after the lock is let go
+  std::lock_guard<BriefMutex> lock(mu_);
+  auto node = inFlight_.extract(key);
+  if (node.empty()) return nullptr;
+  std::unique_ptr<TensorEntry> entry = std::move(node.mapped());
+  try {
+    retired_.nodes.push_back(std::move(node));  // the key and the node, freed by push()
+  } catch (...) {                               // no room: freed here, as before retiring existed
+  }
+  return entry;
+}
+
+void TensorQueue::retire(std::vector<std::unique_ptr<TensorEntry>>& entries) {
   {
     std::lock_guard<BriefMutex> lock(mu_);
-    node = inFlight_.extract(key);
+    try {
+      for (auto& e : entries) {
+        if (e) retired_.entries.push_back(std::move(e));
+      }
+    } catch (...) {  // no room: what is left is freed below, as before retiring existed
+    }
   }
-  return node.empty() ? nullptr : std::move(node.mapped());
+  entries.clear();
 }
 
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::closeAndDrain(const std::string& reason) {
+  Retired toFree;  // freed on return, after the lock is let go
   std::lock_guard<BriefMutex> lock(mu_);
+  toFree.entries.swap(retired_.entries);
+  toFree.nodes.swap(retired_.nodes);
   closed_ = true;
   closedReason_ = reason;
   std::vector<std::unique_ptr<TensorEntry>> out;

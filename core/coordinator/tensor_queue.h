@@ -42,6 +42,11 @@ class TensorQueue {
   std::vector<std::string> takeNew();
   TensorEntry* find(const std::string& key);
   std::unique_ptr<TensorEntry> remove(const std::string& key);
+  // Entries the background thread is done with (`entries` is emptied; null ones are skipped).
+  // They are freed by the next push, in a submitting thread: memory freed in another thread
+  // than the one that allocated it makes the two queue on the allocator's lock, and leaves the
+  // submitting thread's own cache of free blocks empty for its next entries.
+  void retire(std::vector<std::unique_ptr<TensorEntry>>& entries);
   // Refuses further pushes with `reason` and returns every entry still in flight.
   std::vector<std::unique_ptr<TensorEntry>> closeAndDrain(const std::string& reason);
 
@@ -50,11 +55,23 @@ class TensorQueue {
   // An entry's map node, made (allocated) in this thread's own map, outside the lock.
   static EntryMap::node_type makeNode(std::string key, std::unique_ptr<TensorEntry> entry);
 
+  // What push() frees after it lets go of the lock: entries and the map nodes that held them.
+  struct Retired {
+    std::vector<std::unique_ptr<TensorEntry>> entries;
+    std::vector<EntryMap::node_type> nodes;
+    void clear() {
+      entries.clear();
+      nodes.clear();
+    }
+  };
+
   // Held briefly, by turns, by a submitting thread and the background thread: nothing is
-  // allocated or freed under it (map nodes move in and out whole).
+  // allocated or freed under it (map nodes move in and out whole; retired ones wait in
+  // retired_, whose vectors trade buffers with push()'s).
   BriefMutex mu_;
   EntryMap inFlight_;
   std::vector<std::string> fresh_;
+  Retired retired_;
   bool closed_ = false;
   std::string closedReason_;
 };

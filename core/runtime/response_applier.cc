@@ -94,13 +94,15 @@ void ResponseApplier::runData(const Response& r, const std::vector<const uint8_t
   Communicator* comm = set.comm;
 
   // Take the entries out of the queue before running, so that a frontend woken by completion
-  // can reuse the name at once. They stay in owned_ until this returns or throws: vectors kept
-  // between calls, so a collective allocates none.
+  // can reuse the name at once. They stay in owned_ until this returns or throws, then go back
+  // to the queue to be freed by a submitting thread (TensorQueue::retire): vectors kept between
+  // calls, so a collective allocates none.
   std::vector<std::unique_ptr<TensorEntry>>& owned = owned_;
   struct Release {
+    TensorQueue& queue;
     std::vector<std::unique_ptr<TensorEntry>>& owned;
-    ~Release() { owned.clear(); }
-  } release{owned};
+    ~Release() { queue.retire(owned); }
+  } release{p_.queue, owned};
   std::vector<TensorEntry*> entries = std::move(entries_);
   owned.clear();
   entries.clear();

@@ -212,6 +212,20 @@ def test_allreduce_async_many_then_synchronize() -> None:
         _check(hvd.synchronize(handle), reduce_ref(arrays[case], "sum", case[0]), case[0])
 
 
+def test_inplace_async_synchronize_returns_the_tensor_itself() -> None:
+    """As in Horovod, ``synchronize`` of an in-place call returns the caller's tensor object:
+    a plain tensor, and a Parameter too (the engine works on a detached view of it)."""
+    size = hora.size()
+    plain = torch.ones(3)
+    param = torch.nn.Parameter(torch.ones(3))
+    out_plain = hvd.synchronize(hvd.allreduce_async_(plain, op=hvd.Sum, name="t_ip_plain"))
+    out_param = hvd.synchronize(hvd.allreduce_async_(param, op=hvd.Sum, name="t_ip_param"))
+    assert out_plain is plain
+    assert out_param is param
+    assert torch.equal(param.detach(), torch.full((3,), float(size)))
+    assert param.requires_grad
+
+
 def test_unknown_handle() -> None:
     """synchronize() of an unknown handle returns None; poll() raises ValueError."""
     assert hvd.synchronize(10**9) is None

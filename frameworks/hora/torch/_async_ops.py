@@ -239,6 +239,21 @@ def start(collective: str, tensors: Sequence[torch.Tensor], grouped: bool, what:
         process_set=process_set))
 
 
+def start_one(collective: str, tensor: torch.Tensor, what: str, in_place: bool,
+              name: str | None, op: int | None, average: bool | None, prescale: float,
+              postscale: float, root_rank: int, process_set: ProcessSet) -> int:
+    """``start(collective, [tensor], False, what, in_place, ...)`` for the operations that
+    write into their buffer (allreduce, broadcast), in fewer steps, as ``run_one`` is for the
+    blocking call: a backward pass submits one such call per gradient. Positional arguments."""
+    plain = _is_plain(tensor)
+    buf, engine = _prepared(tensor, inplace_view if in_place else fresh_copy, what, plain)
+    # Frames certainly Hora's above the pipeline: this one and the public function.
+    handles = _ops.enqueue(collective, [engine], name=name, op=op, average=average,
+                           prescale=prescale, postscale=postscale, root_rank=root_rank,
+                           process_set=process_set, hora_frames=2)
+    return _ops.register_handle(AsyncResult(handles, None, tensor if in_place else buf))
+
+
 # ----------------------------------------------------------------------------------- allreduce
 
 
@@ -265,8 +280,8 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
     Raises:
         ValueError: the tensor is not contiguous or its dtype is not supported.
     """
-    return start("allreduce", [tensor], False, "allreduce_async_", True, name, op, average,
-                 prescale_factor, postscale_factor, 0, None, process_set)
+    return start_one("allreduce", tensor, "allreduce_async_", True, name, op, average,
+                     prescale_factor, postscale_factor, 0, process_set)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
