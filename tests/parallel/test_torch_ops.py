@@ -214,7 +214,8 @@ def test_allreduce_async_many_then_synchronize() -> None:
 
 def test_inplace_async_synchronize_returns_the_tensor_itself() -> None:
     """As in Horovod, ``synchronize`` of an in-place call returns the caller's tensor object:
-    a plain tensor, and a Parameter too (the engine works on a detached view of it)."""
+    a plain tensor, and a Parameter too (the engine works on a detached view of it); an
+    out-of-place call returns a new tensor and leaves its input as it was."""
     size = hora.size()
     plain = torch.ones(3)
     param = torch.nn.Parameter(torch.ones(3))
@@ -224,6 +225,10 @@ def test_inplace_async_synchronize_returns_the_tensor_itself() -> None:
     assert out_param is param
     assert torch.equal(param.detach(), torch.full((3,), float(size)))
     assert param.requires_grad
+    src = torch.ones(3)
+    out = hvd.synchronize(hvd.allreduce_async(src, op=hvd.Sum, name="t_oop_async"))
+    assert out is not src and torch.equal(src, torch.ones(3))
+    assert torch.equal(out, torch.full((3,), float(size)))
 
 
 def test_unknown_handle() -> None:
@@ -522,8 +527,11 @@ def test_broadcast_inplace(dtype: str) -> None:
     y = to_torch(xs[rank()])
     assert hvd.synchronize(hvd.broadcast_async_(y, 0, name=f"t_bc_inplace_a.{dtype}")) is y
     _check(y, xs[0], dtype)
-    z = hvd.synchronize(hvd.broadcast_async(to_torch(xs[rank()]), 0))
+    src = to_torch(xs[rank()])
+    z = hvd.synchronize(hvd.broadcast_async(src, 0))
     _check(z, xs[0], dtype)
+    assert z is not src
+    assert_same(to_numpy(src), xs[rank()], dtype)  # out of place: the input is left as it was
 
 
 def test_broadcast_grad() -> None:

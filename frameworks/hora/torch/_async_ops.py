@@ -266,9 +266,8 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     ``op`` is one of Average (default), Sum, Adasum, Min, Max, Product. ``prescale_factor``
     multiplies each input before the reduction, ``postscale_factor`` the result after it.
     """
-    return start("allreduce", [tensor], False, "allreduce_async", name=name, op=op,
-                 average=average, prescale=prescale_factor, postscale=postscale_factor,
-                 process_set=process_set)
+    return start_one("allreduce", tensor, "allreduce_async", False, name, op, average,
+                     prescale_factor, postscale_factor, 0, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -340,15 +339,15 @@ def root_rank_of(root_rank: Any) -> int:
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Start a broadcast of ``root_rank``'s tensor (a global rank) into a new tensor."""
-    return start("broadcast", [tensor], False, "broadcast_async", name=name,
-                 root_rank=root_rank_of(root_rank), process_set=process_set)
+    return start_one("broadcast", tensor, "broadcast_async", False, name, None, None, 1.0, 1.0,
+                     root_rank_of(root_rank), process_set)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """Start an in-place broadcast: ``tensor`` receives ``root_rank``'s values."""
-    return start("broadcast", [tensor], False, "broadcast_async_", in_place=True, name=name,
-                 root_rank=root_rank_of(root_rank), process_set=process_set)
+    return start_one("broadcast", tensor, "broadcast_async_", True, name, None, None, 1.0, 1.0,
+                     root_rank_of(root_rank), process_set)
 
 
 # ----------------------------------------------------------------------------- alltoall
