@@ -317,6 +317,7 @@ void registerObservation(py::module_& m) {
         d["wait_end_reports"] = c.waitEndReports;
         d["caller_ops"] = c.callerOps;
         d["folded_ops"] = c.foldedOps;
+        d["agreed_rounds"] = c.agreedRounds;
         return d;
       },
       "Totals since init on this rank, for tests and benchmarks: control_messages_sent "
@@ -325,7 +326,8 @@ void registerObservation(py::module_& m) {
       "wait_end_reports (a worker telling rank 0 on their own that "
       "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
       "itself, HORA_CALLER_DRIVES), folded_ops (small allreduces run from the data every rank "
-      "published with its agreement round, without a second exchange).");
+      "published with its agreement round, without a second exchange), agreed_rounds (rounds of "
+      "local agreement run: each the collectives every rank held at once, run together).");
 }
 
 // What this build and machine offer (transports, the GPU path, the host's identity) and the

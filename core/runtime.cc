@@ -69,6 +69,7 @@ EngineCounters RuntimeImpl::counters() const {
   c.loopWakeups = waker_.asked();
   c.waitEndReports = waits_.endReports();
   c.callerOps = loop_->callerOps();
+  c.agreedRounds = loop_->agreedRounds();
   c.foldedOps = loop_->foldedOps();
   return c;
 }

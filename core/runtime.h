@@ -66,6 +66,8 @@ struct EngineCounters {
   uint64_t callerOps = 0;       // collectives a waiting frontend thread ran itself
   uint64_t foldedOps = 0;       // allreduces folded from the data published with their agreement
                                 // round (local_agreement.h), not exchanged again
+  uint64_t agreedRounds = 0;    // rounds of local agreement run here: each the collectives every
+                                // rank held at once, run together
 };
 
 class Runtime {

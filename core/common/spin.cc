@@ -16,6 +16,13 @@ bool oversubscribed(int localRanks) {
   return localRanks > CPU_COUNT(&set);
 }
 
+bool boundToOneCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+  return CPU_COUNT(&set) == 1;
+}
+
 bool callerDrivesByDefault(int localRanks) {
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);
   return online > 0 && localRanks <= 2 * online;

@@ -26,6 +26,9 @@ bool spinUntil(Micros budget, Ready&& ready) {
 // Whether this host runs more ranks (localRanks) than the CPUs this process may use: a pause spin
 // helps only when every rank of the host can run at once.
 bool oversubscribed(int localRanks);
+// Whether the calling thread may run on one CPU only (a rank bound to a CPU of its own, or two
+// ranks to one): its threads then take turns on that CPU, and none runs while another waits.
+bool boundToOneCpu();
 // Whether waiting threads drive the engine under HORA_CALLER_DRIVES=auto: while the host runs at
 // most two ranks per CPU online, however they are bound. Up to there a driving waiter saves the
 // hand-off between a rank's two threads, which costs more than the CPU it takes from the other

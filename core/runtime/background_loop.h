@@ -96,6 +96,7 @@ class BackgroundLoop {
   // Collectives that callers ran (tryDrive()).
   uint64_t callerOps() const { return callerOps_.load(std::memory_order_relaxed); }
   uint64_t foldedOps() const { return foldedOps_.load(std::memory_order_relaxed); }
+  uint64_t agreedRounds() const { return agreedRounds_.load(std::memory_order_relaxed); }
 
  private:
   void cycle();
@@ -136,6 +137,8 @@ class BackgroundLoop {
   std::vector<std::string> taken_;  // the last take from the queue (takeFresh)
   Clock::time_point lastSend_{};
   double cycleTimeMs_;  // the cycle time in force (autotune may change it)
+  // This thread and the callers take turns on one CPU (listen() lets a submitting caller go on).
+  const bool oneCpu_;
 
   std::mutex drive_;                      // the drive lock (see the top of this file)
   std::unique_lock<std::mutex> driving_;  // the background thread's hold of drive_
@@ -144,6 +147,7 @@ class BackgroundLoop {
   std::exception_ptr callerError_;        // a caller cycle's failure, for the loop to stop on
   std::atomic<uint64_t> callerOps_{0};
   std::atomic<uint64_t> foldedOps_{0};
+  std::atomic<uint64_t> agreedRounds_{0};
   std::atomic<int> callersPresent_{0};        // threads polling a handle they may drive
   std::atomic<Clock::rep> lastDeparture_{0};  // when a caller last stopped polling (Clock ticks)
   // The last caller cycle left work that no caller may step (a round open, hits held, tensors

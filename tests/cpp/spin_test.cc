@@ -9,6 +9,7 @@
 
 #include "core/common/spin.h"
 #include "core/coordinator/handle.h"
+#include "tests/cpp/one_cpu.h"
 
 namespace hora {
 namespace {
@@ -36,6 +37,12 @@ TEST(SpinUntil, GivesUpWhenTheBudgetIsSpent) {
   auto took = Clock::now() - start;
   EXPECT_GE(took, 20ms);
   EXPECT_LT(took, 2000ms);  // generous: the box may be busy
+}
+
+TEST(BoundToOneCpu, TrueOnlyForAThreadThatMayUseOneCpu) {
+  EXPECT_TRUE(onOneCpu([] { return boundToOneCpu(); }));
+  if (usableCpus() < 2) GTEST_SKIP() << "this process may use one CPU only";
+  EXPECT_FALSE(boundToOneCpu());
 }
 
 TEST(CallerDrivesByDefault, UpToTwoRanksPerCpuOnline) {

@@ -1,7 +1,6 @@
 // The intake between frontends and the background thread: TensorQueue's contract
 // (core/coordinator/tensor_queue.h) and the BriefMutex it is guarded by.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <atomic>
 #include <mutex>
@@ -12,6 +11,7 @@
 #include "core/common/brief_mutex.h"
 #include "core/common/errors.h"
 #include "core/coordinator/tensor_queue.h"
+#include "tests/cpp/one_cpu.h"
 
 namespace hora {
 namespace {
@@ -47,18 +47,8 @@ TEST(BriefMutex, ExcludesAsAMutex) {
 
 // A thread bound to one CPU gets a plain mutex: a spin would wait for a holder that cannot run.
 TEST(BriefMutex, SpinsOnlyWhereTheHolderCanRunMeanwhile) {
-  cpu_set_t saved;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &saved)) ++first;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(first, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-  bool boundSpins = BriefMutex().spins();
-  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
-  EXPECT_FALSE(boundSpins);
-  if (CPU_COUNT(&saved) < 2) GTEST_SKIP() << "this process may use one CPU only";
+  EXPECT_FALSE(onOneCpu([] { return BriefMutex().spins(); }));
+  if (usableCpus() < 2) GTEST_SKIP() << "this process may use one CPU only";
   EXPECT_TRUE(BriefMutex().spins());
 }
 

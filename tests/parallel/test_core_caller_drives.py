@@ -62,6 +62,19 @@ def test_cached_allreduces_are_right_and_run_by_the_waiting_thread() -> None:
     check_next_op_works("cd.cached")
 
 
+def test_each_blocking_cached_call_is_one_agreed_round() -> None:
+    """``agreed_rounds`` counts the rounds of local agreement: a blocking call of a cached tensor
+    is one round of its own where the ranks agree locally (the next call waits for it), and
+    none where rank 0 negotiates every tensor."""
+    for _ in range(3):  # cached
+        hora.allreduce(np.ones(3, np.float32), op=hora.Sum, name="cd.rounds")
+    before = hora._core.engine_counters()["agreed_rounds"]
+    for _ in range(20):
+        hora.allreduce(np.ones(3, np.float32), op=hora.Sum, name="cd.rounds")
+    ran = hora._core.engine_counters()["agreed_rounds"] - before
+    assert ran == (20 if agrees_locally() else 0), hora._core.engine_counters()
+
+
 def test_blocking_calls_leave_the_background_thread_asleep() -> None:
     """A blocking call's waiting thread does the work, and the background thread keeps out of its
     way: the engine does not wake it for the call (far fewer wake-ups asked than calls, where
