@@ -100,6 +100,10 @@ std::unique_ptr<TensorEntry> TensorQueue::remove(const std::string& key) {
 }
 
 void TensorQueue::retire(std::vector<std::unique_ptr<TensorEntry>>& entries) {
+  // A handle may hold a result (an allgather's output): it is let go now, not at the next push.
+  for (auto& e : entries) {
+    if (e) e->handle.reset();
+  }
   {
     std::lock_guard<BriefMutex> lock(mu_);
     try {

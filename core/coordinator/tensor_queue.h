@@ -43,9 +43,10 @@ class TensorQueue {
   TensorEntry* find(const std::string& key);
   std::unique_ptr<TensorEntry> remove(const std::string& key);
   // Entries the background thread is done with (`entries` is emptied; null ones are skipped).
-  // They are freed by the next push, in a submitting thread: memory freed in another thread
-  // than the one that allocated it makes the two queue on the allocator's lock, and leaves the
-  // submitting thread's own cache of free blocks empty for its next entries.
+  // Their handles are let go at once; the entries are freed by the next push, in a submitting
+  // thread: memory freed in another thread than the one that allocated it makes the two queue
+  // on the allocator's lock, and leaves the submitting thread's own cache of free blocks empty
+  // for its next entries.
   void retire(std::vector<std::unique_ptr<TensorEntry>>& entries);
   // Refuses further pushes with `reason` and returns every entry still in flight.
   std::vector<std::unique_ptr<TensorEntry>> closeAndDrain(const std::string& reason);
