@@ -9,19 +9,19 @@
 
 namespace hora {
 
-bool oversubscribed(int localRanks) {
+int usableCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return true;
-  return localRanks > CPU_COUNT(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  return CPU_COUNT(&set);
 }
 
-bool boundToOneCpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return false;
-  return CPU_COUNT(&set) == 1;
+bool oversubscribed(int localRanks) {
+  int cpus = usableCpus();
+  return cpus == 0 || localRanks > cpus;
 }
+
+bool boundToOneCpu() { return usableCpus() == 1; }
 
 bool callerDrivesByDefault(int localRanks) {
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);

@@ -23,6 +23,8 @@ bool spinUntil(Micros budget, Ready&& ready) {
   return false;
 }
 
+// How many CPUs the calling thread may run on (its affinity); 0 when that cannot be read.
+int usableCpus();
 // Whether this host runs more ranks (localRanks) than the CPUs this process may use: a pause spin
 // helps only when every rank of the host can run at once.
 bool oversubscribed(int localRanks);

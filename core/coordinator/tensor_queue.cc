@@ -56,8 +56,7 @@ void TensorQueue::push(std::vector<TensorEntry> group) {
     ~FreeAfter() { r.clear(); }
   } freeAfter{toFree};
   std::lock_guard<BriefMutex> lock(mu_);
-  toFree.entries.swap(retired_.entries);
-  toFree.nodes.swap(retired_.nodes);
+  toFree.swap(retired_);
   if (closed_) throw ShutdownError(closedReason_);
   for (const auto& [key, node] : staged) {
     if (inFlight_.count(key) > 0) throw repeatedName(*node.mapped());
@@ -119,8 +118,7 @@ void TensorQueue::retire(std::vector<std::unique_ptr<TensorEntry>>& entries) {
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::closeAndDrain(const std::string& reason) {
   Retired toFree;  // freed on return, after the lock is let go
   std::lock_guard<BriefMutex> lock(mu_);
-  toFree.entries.swap(retired_.entries);
-  toFree.nodes.swap(retired_.nodes);
+  toFree.swap(retired_);
   closed_ = true;
   closedReason_ = reason;
   std::vector<std::unique_ptr<TensorEntry>> out;

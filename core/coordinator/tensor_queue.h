@@ -64,6 +64,10 @@ class TensorQueue {
       entries.clear();
       nodes.clear();
     }
+    void swap(Retired& other) {
+      entries.swap(other.entries);
+      nodes.swap(other.nodes);
+    }
   };
 
   // Held briefly, by turns, by a submitting thread and the background thread: nothing is

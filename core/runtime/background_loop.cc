@@ -423,8 +423,8 @@ size_t BackgroundLoop::runRound(const std::vector<int>& slots,
   const std::vector<Response>& plan = agreement_.plan(slots);
   auto begin = Clock::now();
   const bool folds = !payloads.empty() && plan.size() == 1;
+  // Counted before the run completes the handle: a caller it wakes then reads the new counts.
   agreedRounds_.fetch_add(1, std::memory_order_relaxed);
-  // Counted before the run completes the handle: a caller it wakes then reads the new count.
   if (folds) foldedOps_.fetch_add(1, std::memory_order_relaxed);
   for (const Response& r : plan) {
     if (isDataOp(r.kind)) {

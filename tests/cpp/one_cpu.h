@@ -4,15 +4,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
-namespace hora {
+#include "core/common/spin.h"
 
-// How many CPUs the calling thread may use.
-inline int usableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
-  return CPU_COUNT(&set);
-}
+namespace hora {
 
 template <typename F>
 auto onOneCpu(F&& f) {
