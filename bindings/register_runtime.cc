@@ -318,6 +318,7 @@ void registerObservation(py::module_& m) {
         d["caller_ops"] = c.callerOps;
         d["folded_ops"] = c.foldedOps;
         d["agreed_rounds"] = c.agreedRounds;
+        d["loop_cycles"] = c.loopCycles;
         return d;
       },
       "Totals since init on this rank, for tests and benchmarks: control_messages_sent "
@@ -327,7 +328,8 @@ void registerObservation(py::module_& m) {
       "it is no longer blocked in a wait), caller_ops (collectives a waiting frontend thread ran "
       "itself, HORA_CALLER_DRIVES), folded_ops (small allreduces run from the data every rank "
       "published with its agreement round, without a second exchange), agreed_rounds (rounds of "
-      "local agreement run: each the collectives every rank held at once, run together).");
+      "local agreement run: each the collectives every rank held at once, run together), "
+      "loop_cycles (cycles the background thread ran).");
 }
 
 // What this build and machine offer (transports, the GPU path, the host's identity) and the

@@ -70,6 +70,7 @@ EngineCounters RuntimeImpl::counters() const {
   c.waitEndReports = waits_.endReports();
   c.callerOps = loop_->callerOps();
   c.agreedRounds = loop_->agreedRounds();
+  c.loopCycles = loop_->cycles();
   c.foldedOps = loop_->foldedOps();
   return c;
 }

@@ -68,6 +68,7 @@ struct EngineCounters {
                                 // round (local_agreement.h), not exchanged again
   uint64_t agreedRounds = 0;    // rounds of local agreement run here: each the collectives every
                                 // rank held at once, run together
+  uint64_t loopCycles = 0;      // cycles the background thread ran (it sleeps between them)
 };
 
 class Runtime {

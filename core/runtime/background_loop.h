@@ -34,11 +34,15 @@
 //   next cycle, so the loop stops as for its own failures and callers only see it through their
 //   handles.
 // - Parking (mayPark()): while a caller polls (callerArrived() to callerDeparted()), and for
-//   kParkSlice after the last one left when the loop has no round or hits of its own, the
+//   kCallerGap after the last one left when the loop has no round or hits of its own, the
 //   background thread sleeps in LoopWaker::park() instead of the control channel's poll, whose
-//   wake-ups (another rank's round) would only bring a second thread to the caller's work. Any
-//   wake() ends a park: an enqueue without a waiting caller, work a caller deferred, a caller
-//   that left work behind or stopped polling before its result; so does the slice's end.
+//   wake-ups (another rank's round) would only bring a second thread to the caller's work. The
+//   cycle's own timers do not end a park (callers run that part of the cycle); any wake() does:
+//   an enqueue without a waiting caller, work a caller deferred, a caller that left work behind
+//   or stopped polling before its result; so do the loop's checks (peers, stalls) and the end of
+//   kParkSlice. A loop that parked in the gap between two blocking calls may so sleep on through
+//   the next ones: its cycle's timers (joining another rank's round empty-handed) are then late
+//   by up to the slice once its caller stops calling.
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -97,6 +101,7 @@ class BackgroundLoop {
   uint64_t callerOps() const { return callerOps_.load(std::memory_order_relaxed); }
   uint64_t foldedOps() const { return foldedOps_.load(std::memory_order_relaxed); }
   uint64_t agreedRounds() const { return agreedRounds_.load(std::memory_order_relaxed); }
+  uint64_t cycles() const { return cycles_.load(std::memory_order_relaxed); }
 
  private:
   void cycle();
@@ -148,6 +153,7 @@ class BackgroundLoop {
   std::atomic<uint64_t> callerOps_{0};
   std::atomic<uint64_t> foldedOps_{0};
   std::atomic<uint64_t> agreedRounds_{0};
+  std::atomic<uint64_t> cycles_{0};  // cycles the background thread began
   std::atomic<int> callersPresent_{0};        // threads polling a handle they may drive
   std::atomic<Clock::rep> lastDeparture_{0};  // when a caller last stopped polling (Clock ticks)
   // The last caller cycle left work that no caller may step (a round open, hits held, tensors

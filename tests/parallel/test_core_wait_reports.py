@@ -50,7 +50,7 @@ def test_counters_are_exposed() -> None:
     before = hora._core.engine_counters()
     assert set(before) == {
         "control_messages_sent", "loop_wakeups", "wait_end_reports", "caller_ops",
-        "folded_ops", "agreed_rounds"}
+        "folded_ops", "agreed_rounds", "loop_cycles"}
     check_next_op_works("wr.counters")
     after = hora._core.engine_counters()
     for key, value in after.items():
