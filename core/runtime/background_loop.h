@@ -153,7 +153,7 @@ class BackgroundLoop {
   std::atomic<uint64_t> callerOps_{0};
   std::atomic<uint64_t> foldedOps_{0};
   std::atomic<uint64_t> agreedRounds_{0};
-  std::atomic<uint64_t> cycles_{0};  // cycles the background thread began
+  std::atomic<uint64_t> cycles_{0};           // cycles the background thread began
   std::atomic<int> callersPresent_{0};        // threads polling a handle they may drive
   std::atomic<Clock::rep> lastDeparture_{0};  // when a caller last stopped polling (Clock ticks)
   // The last caller cycle left work that no caller may step (a round open, hits held, tensors
