@@ -267,15 +267,17 @@ void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   Millis timeout = pollTimeout(wait, now);
   Micros spin(p_.settings.spinMicroseconds);
   const bool park = mayPark(now);
+  // A park's bound: the cycle's own timers (collect a burst, local agreement's) are not the
+  // parked loop's, since callers run that part of the cycle (callerCycle()) while they drive.
+  // Only the loop's checks (peers, stalls) bound the sleep, and the slice. Read before the
+  // drive lock is let go: a driving caller writes the peers' timers (PeerWatch::paused).
+  const Millis parkFor = park ? earliest(pollTimeout(Millis(-1), now), kParkSlice) : Millis(0);
   {
     // Callers may drive while this thread waits for messages (background_loop.h); the poll
     // touches nothing of the loop's but the control channel.
     Relock relock(driving_);
     if (park) {
-      // The cycle's own timers (collect a burst, local agreement's) are not the parked loop's:
-      // callers run that part of the cycle (callerCycle()) while they drive. Only the loop's
-      // checks (peers, stalls) bound the sleep, and the slice.
-      p_.waker.park(earliest(pollTimeout(Millis(-1), now), kParkSlice));
+      p_.waker.park(parkFor);
       timeout = Millis(0);
       spin = Micros(0);
     }
