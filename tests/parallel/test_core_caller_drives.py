@@ -3,7 +3,8 @@
 On one host with the response cache on, a cached tensor needs no message to rank 0: the waiting
 thread may then agree on it and reduce it without handing it to the background thread. Under the
 default ``auto`` it does so while the host runs at most two ranks per CPU. What is checked is
-the count of collectives run by waiting threads (``caller_ops``), never a time.
+the count of collectives run by waiting threads (``caller_ops``), never the time one takes (one
+test bounds the background thread's own cycles by the time a run of calls took: a rate).
 """
 
 from __future__ import annotations
