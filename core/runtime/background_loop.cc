@@ -264,14 +264,16 @@ bool BackgroundLoop::agree(Clock::time_point now, Millis cycle, Millis* wait) {
 void BackgroundLoop::listen(Clock::time_point now, Millis wait) {
   applier_.progressGpu(now);
   std::vector<ControlChannel::Message> messages;
-  Millis timeout = pollTimeout(wait, now);
+  // The loop's own checks (peers, stalls), read before the drive lock is let go: a driving caller
+  // writes the peers' timers (PeerWatch::paused).
+  const Millis checks = untilChecks(now);
+  Millis timeout = earliest(wait, checks);
   Micros spin(p_.settings.spinMicroseconds);
   const bool park = mayPark(now);
-  // A park's bound: the cycle's own timers (collect a burst, local agreement's) are not the
-  // parked loop's, since callers run that part of the cycle (callerCycle()) while they drive.
-  // Only the loop's checks (peers, stalls) bound the sleep, and the slice. Read before the
-  // drive lock is let go: a driving caller writes the peers' timers (PeerWatch::paused).
-  const Millis parkFor = park ? earliest(pollTimeout(Millis(-1), now), kParkSlice) : Millis(0);
+  // A park's bound: the cycle's own timers (`wait`: collect a burst, local agreement's) are not
+  // the parked loop's, since callers run that part of the cycle (callerCycle()) while they drive.
+  // Only the loop's checks bound the sleep, and the slice.
+  const Millis parkFor = earliest(checks, kParkSlice);
   {
     // Callers may drive while this thread waits for messages (background_loop.h); the poll
     // touches nothing of the loop's but the control channel.
@@ -472,13 +474,14 @@ std::vector<int> BackgroundLoop::watchedPeers() {
   return watched;
 }
 
-// The poll may not outlast the next peer check, nor on rank 0 the next stall or deadlock check.
-Millis BackgroundLoop::pollTimeout(Millis forSending, Clock::time_point now) {
+// How long until the loop must look by itself: the next peer check, on rank 0 the next stall or
+// deadlock check, and GPU work in flight. No poll or park outlasts it.
+Millis BackgroundLoop::untilChecks(Clock::time_point now) {
   // GPU work in flight is polled for completion every millisecond (a blocking wait, not a spin).
-  if (applier_.gpuBusy()) forSending = earliest(forSending, kGpuPollInterval);
-  forSending = earliest(forSending, peers_.untilNextCheck(now));
-  if (!stalls_) return forSending;
-  return earliest(forSending, stalls_->untilNextCheck(*coordinator_, now));
+  Millis until = applier_.gpuBusy() ? kGpuPollInterval : Millis(-1);
+  until = earliest(until, peers_.untilNextCheck(now));
+  if (!stalls_) return until;
+  return earliest(until, stalls_->untilNextCheck(*coordinator_, now));
 }
 
 void BackgroundLoop::stop(const std::string& reason, bool failure) {

@@ -126,7 +126,7 @@ class BackgroundLoop {
   size_t runRound(const std::vector<int>& slots, const std::vector<const uint8_t*>& payloads);
   void checkPeers(Clock::time_point now);
   std::vector<int> watchedPeers();
-  Millis pollTimeout(Millis forSending, Clock::time_point now);
+  Millis untilChecks(Clock::time_point now);
   void stop(const std::string& reason, bool failure);
 
   Parts p_;
