@@ -32,6 +32,9 @@ enum Type : uint16_t {
   kValues = 106,
 };
 
+// The reply types run from kOk to kValues without a gap; a new reply type extends the range.
+constexpr bool isReplyType(uint16_t type) { return type >= kOk && type <= kValues; }
+
 // Largest frame either side accepts; a larger announced length is treated as garbage.
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
 // What the server keeps buffered behind a parked request: one largest frame plus one read.

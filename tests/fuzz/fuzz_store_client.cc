@@ -65,12 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::thread server(serveOnce, listenFd, data + 1, size - 1);
   try {
     hora::TcpStoreClient client("127.0.0.1", port, kSecret, hora::Millis(5000));
-    switch (op % 5) {
+    switch (op % 6) {
       case 0: client.set("k", "v"); break;
       case 1: client.get("k", hora::Millis(0)); break;
       case 2: client.add("k", 1); break;
       case 3: client.check({"k", "l"}); break;
-      default: client.wait({"k"}, hora::Millis(0)); break;
+      case 4: client.wait({"k"}, hora::Millis(0)); break;
+      default: client.getMany({"k", "l"}, hora::Millis(0)); break;
     }
   } catch (const hora::Error&) {}
   server.join();

@@ -45,7 +45,7 @@ void checkReplies(const std::string& bytes) {
     net::FrameHeader h = net::decodeHeader(reinterpret_cast<const uint8_t*>(bytes.data() + at));
     std::string bad = net::validateHeader(h, net::kStoreMagic, proto::kMaxFrameBytes);
     if (!bad.empty()) fail("malformed reply: " + bad);
-    if (h.type < proto::kOk || h.type > proto::kError) fail("unknown reply type");
+    if (!proto::isReplyType(h.type)) fail("unknown reply type");
     if (bytes.size() - at - net::kFrameHeaderBytes < h.length) fail("truncated reply payload");
     at += net::kFrameHeaderBytes + h.length;
   }

@@ -171,6 +171,9 @@ int main(int argc, char** argv) {
             storeFrame(proto::kSet, WireWriter().str("x").str("y").take()));
   write("store_server", "get_missing",
         storeFrame(proto::kGet, WireWriter().u64(1).str("m").take()));
+  write("store_server", "get_many",
+        storeFrame(proto::kSet, WireWriter().str("k").str("v").take()) +
+            storeFrame(proto::kGetMany, WireWriter().u64(0).take() + keys({"k"})));
 
   // Store replies: the client call to make (see fuzz_store_client.cc), then the reply.
   auto reply = [](char op, uint16_t type, const std::string& payload) {
@@ -184,6 +187,8 @@ int main(int argc, char** argv) {
   write("store_client", "add_error", reply(2, proto::kError, WireWriter().str("no int").take()));
   write("store_client", "check_bool", reply(3, proto::kBool, WireWriter().u8(1).take()));
   write("store_client", "wait_ok", reply(4, proto::kOk, ""));
+  write("store_client", "get_many_values",
+        reply(5, proto::kValues, WireWriter().u32(2).u8(1).str("v").u8(0).str("").take()));
   // Regression: a header announcing 48 MiB with one byte behind it (the client once allocated the
   // announced length before reading; fuzz_store_client runs with a 16 MiB allocation limit).
   net::FrameHeader big;
